@@ -1,0 +1,109 @@
+package cms
+
+import (
+	"bytes"
+	"compress/flate"
+	"compress/zlib"
+	"encoding/asn1"
+	"errors"
+	"fmt"
+	"io"
+)
+
+// DefaultMaxDecompressedSize is the limit Decompress applies when the
+// caller passes a limit of zero or less.
+const DefaultMaxDecompressedSize = 512 << 20
+
+type compressedData struct {
+	Version          int
+	Algorithm        asn1.RawValue
+	EncapContentInfo encapsulatedContentInfo
+}
+
+// Compress returns a DER CompressedData ContentInfo (RFC 3274) holding
+// content deflated in a zlib stream.
+func Compress(content []byte) ([]byte, error) {
+	var buf bytes.Buffer
+	buf.Grow(len(content)/3 + 64)
+	zw := zlib.NewWriter(&buf)
+	if _, err := zw.Write(content); err != nil {
+		return nil, fmt.Errorf("compress: %w", err)
+	}
+	if err := zw.Close(); err != nil {
+		return nil, fmt.Errorf("compress: %w", err)
+	}
+	cd := tlv(tagSequence,
+		tlv(tagInteger, []byte{0}),
+		algorithmID(oidZlibCompress, nil),
+		tlv(tagSequence, mustOID(oidData), tlv(tagContext0, tlv(tagOctetString, buf.Bytes()))),
+	)
+	return wrapContentInfo(oidCompressedData, cd), nil
+}
+
+// Decompress inflates a CompressedData ContentInfo. Output larger than
+// maxSize bytes (DefaultMaxDecompressedSize when maxSize <= 0) stops the
+// inflation with an error wrapping both ErrDecompression and ErrTooLarge.
+// Other errors wrap ErrMalformed, ErrContentType, ErrUnsupportedAlgorithm
+// or ErrDecompression.
+func Decompress(b []byte, maxSize int64) ([]byte, error) {
+	if maxSize <= 0 {
+		maxSize = DefaultMaxDecompressedSize
+	}
+	ci, err := parseContentInfo(b)
+	if err != nil {
+		return nil, err
+	}
+	if !ci.ContentType.Equal(oidCompressedData) {
+		return nil, fmt.Errorf("%w: %v is not compressed data", ErrContentType, ci.ContentType)
+	}
+	var cd compressedData
+	if _, err := asn1.Unmarshal(ci.Content.Bytes, &cd); err != nil {
+		return nil, fmt.Errorf("%w: compressed data: %w", ErrMalformed, err)
+	}
+	var alg struct {
+		Algorithm  asn1.ObjectIdentifier
+		Parameters asn1.RawValue `asn1:"optional"`
+	}
+	if _, err := asn1.Unmarshal(cd.Algorithm.FullBytes, &alg); err != nil {
+		return nil, fmt.Errorf("%w: compression algorithm: %w", ErrMalformed, err)
+	}
+	if !alg.Algorithm.Equal(oidZlibCompress) {
+		return nil, fmt.Errorf("%w: compression %v", ErrUnsupportedAlgorithm, alg.Algorithm)
+	}
+	if len(cd.EncapContentInfo.EContent.FullBytes) == 0 {
+		return nil, fmt.Errorf("%w: compressed data without content", ErrMalformed)
+	}
+	z, err := octets(cd.EncapContentInfo.EContent)
+	if err != nil {
+		return nil, err
+	}
+	return inflate(z, maxSize)
+}
+
+// inflate reads a zlib stream, or a raw deflate stream as some old
+// implementations write, up to maxSize bytes.
+func inflate(z []byte, maxSize int64) ([]byte, error) {
+	var r io.ReadCloser
+	zr, err := zlib.NewReader(bytes.NewReader(z))
+	if err != nil {
+		if !errors.Is(err, zlib.ErrHeader) {
+			return nil, fmt.Errorf("%w: %w", ErrDecompression, err)
+		}
+		r = flate.NewReader(bytes.NewReader(z))
+	} else {
+		r = zr
+	}
+	defer r.Close()
+	var out bytes.Buffer
+	// Most EDI compresses 5-20x; grow gradually rather than trusting a
+	// ratio, the limit caps the worst case.
+	out.Grow(int(min(int64(len(z))*4, maxSize)))
+	n, err := io.Copy(&out, io.LimitReader(r, maxSize+1))
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrDecompression, err)
+	}
+	if n > maxSize {
+		return nil, fmt.Errorf("%w: %w: more than %d bytes", ErrDecompression, ErrTooLarge, maxSize)
+	}
+	return out.Bytes(), nil
+}

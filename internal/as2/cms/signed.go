@@ -1,0 +1,393 @@
+package cms
+
+import (
+	"bytes"
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/rand"
+	"crypto/rsa"
+	_ "crypto/sha256" // register SHA-224/256
+	_ "crypto/sha512" // register SHA-384/512
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/asn1"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"time"
+)
+
+type encapsulatedContentInfo struct {
+	EContentType asn1.ObjectIdentifier
+	EContent     asn1.RawValue `asn1:"optional,explicit,tag:0"`
+}
+
+type signedData struct {
+	Version          int
+	DigestAlgorithms asn1.RawValue
+	EncapContentInfo encapsulatedContentInfo
+	Certificates     asn1.RawValue   `asn1:"optional,tag:0"`
+	CRLs             asn1.RawValue   `asn1:"optional,tag:1"`
+	SignerInfos      []asn1.RawValue `asn1:"set"`
+}
+
+type signerInfo struct {
+	Version            int
+	SID                asn1.RawValue
+	DigestAlgorithm    pkix.AlgorithmIdentifier
+	SignedAttrs        asn1.RawValue `asn1:"optional,tag:0"`
+	SignatureAlgorithm pkix.AlgorithmIdentifier
+	Signature          []byte
+	UnsignedAttrs      asn1.RawValue `asn1:"optional,tag:1"`
+}
+
+type attribute struct {
+	Type   asn1.ObjectIdentifier
+	Values asn1.RawValue
+}
+
+type pssParams struct {
+	Hash       pkix.AlgorithmIdentifier `asn1:"optional,explicit,tag:0"`
+	MGF        pkix.AlgorithmIdentifier `asn1:"optional,explicit,tag:1"`
+	SaltLength int                      `asn1:"optional,explicit,tag:2,default:20"`
+	Trailer    int                      `asn1:"optional,explicit,tag:3,default:1"`
+}
+
+type algorithmProtection struct {
+	DigestAlgorithm    pkix.AlgorithmIdentifier
+	SignatureAlgorithm pkix.AlgorithmIdentifier `asn1:"optional,tag:1"`
+	MACAlgorithm       pkix.AlgorithmIdentifier `asn1:"optional,tag:2"`
+}
+
+// Verified describes a signature that verified.
+type Verified struct {
+	// Hash is the signer's digest algorithm: the MIC algorithm of a signed
+	// AS2 message.
+	Hash crypto.Hash
+	// Signer is the supplied certificate whose key verified the signature.
+	Signer *x509.Certificate
+	// Content is the signed content: the detached content passed in, or
+	// the encapsulated content of an attached signature.
+	Content []byte
+	// SigningTime is the signing-time attribute, zero when absent.
+	SigningTime time.Time
+}
+
+// Verify verifies a SignedData ContentInfo over content (detached) or, when
+// content is nil, over the encapsulated content. Only the certificates in
+// certs are trusted; certificates embedded in the message are ignored, and
+// no chain or validity period is checked: the caller configured these keys
+// for this partner. Verify succeeds when any SignerInfo verifies with any
+// of certs.
+//
+// Errors wrap ErrMalformed, ErrContentType, ErrUnsupportedAlgorithm,
+// ErrNoSigner, ErrSignature (the signature does not verify) or
+// ErrDigestMismatch (signed attributes verify but the content differs).
+func Verify(b []byte, content []byte, certs []*x509.Certificate) (*Verified, error) {
+	ci, err := parseContentInfo(b)
+	if err != nil {
+		return nil, err
+	}
+	if !ci.ContentType.Equal(oidSignedData) {
+		return nil, fmt.Errorf("%w: %v is not signed data", ErrContentType, ci.ContentType)
+	}
+	var sd signedData
+	if _, err := asn1.Unmarshal(ci.Content.Bytes, &sd); err != nil {
+		return nil, fmt.Errorf("%w: signed data: %w", ErrMalformed, err)
+	}
+	if content == nil {
+		if len(sd.EncapContentInfo.EContent.FullBytes) == 0 {
+			return nil, fmt.Errorf("%w: detached signature without content", ErrMalformed)
+		}
+		if content, err = octets(sd.EncapContentInfo.EContent); err != nil {
+			return nil, err
+		}
+		if content == nil {
+			content = []byte{}
+		}
+	}
+	if len(sd.SignerInfos) == 0 {
+		return nil, fmt.Errorf("%w: no signer infos", ErrNoSigner)
+	}
+	if len(certs) == 0 {
+		return nil, fmt.Errorf("%w: no partner certificate configured", ErrNoSigner)
+	}
+	digests := map[crypto.Hash][]byte{}
+	var best error
+	for _, raw := range sd.SignerInfos {
+		var si signerInfo
+		if _, err := asn1.Unmarshal(raw.FullBytes, &si); err != nil {
+			best = worse(best, fmt.Errorf("%w: signer info: %w", ErrMalformed, err))
+			continue
+		}
+		h, ok := hashForOID(si.DigestAlgorithm.Algorithm)
+		if !ok {
+			best = worse(best, fmt.Errorf("%w: digest %v", ErrUnsupportedAlgorithm, si.DigestAlgorithm.Algorithm))
+			continue
+		}
+		if digests[h] == nil {
+			hh := h.New()
+			hh.Write(content)
+			digests[h] = hh.Sum(nil)
+		}
+		// Try the certificate the SignerInfo names first, then the others
+		// (partners renew certificates and keep signing with either).
+		ordered := slices.Clone(certs)
+		slices.SortStableFunc(ordered, func(a, b *x509.Certificate) int {
+			ma, mb := matchesCert(si.SID, a), matchesCert(si.SID, b)
+			switch {
+			case ma && !mb:
+				return -1
+			case mb && !ma:
+				return 1
+			}
+			return 0
+		})
+		for _, cert := range ordered {
+			v, err := verifySigner(si, sd.EncapContentInfo.EContentType, h, digests[h], cert)
+			if err == nil {
+				v.Content = content
+				return v, nil
+			}
+			best = worse(best, err)
+		}
+	}
+	return nil, best
+}
+
+// worse keeps the most informative of two errors: a digest mismatch (the
+// signer is authentic, the content is not) beats a bad signature, which
+// beats everything else.
+func worse(a, b error) error {
+	rank := func(err error) int {
+		switch {
+		case err == nil:
+			return -1
+		case errors.Is(err, ErrDigestMismatch):
+			return 4
+		case errors.Is(err, ErrSignature):
+			return 3
+		case errors.Is(err, ErrUnsupportedAlgorithm):
+			return 2
+		case errors.Is(err, ErrMalformed):
+			return 1
+		}
+		return 0
+	}
+	if rank(b) > rank(a) {
+		return b
+	}
+	return a
+}
+
+func verifySigner(si signerInfo, eContentType asn1.ObjectIdentifier, h crypto.Hash, contentDigest []byte, cert *x509.Certificate) (*Verified, error) {
+	v := &Verified{Hash: h, Signer: cert}
+	if len(si.SignedAttrs.FullBytes) == 0 {
+		if err := checkSignature(cert.PublicKey, si.SignatureAlgorithm, h, contentDigest, si.Signature); err != nil {
+			return nil, err
+		}
+		return v, nil
+	}
+	signed := append([]byte{tagSet}, si.SignedAttrs.FullBytes[1:]...)
+	hh := h.New()
+	hh.Write(signed)
+	if err := checkSignature(cert.PublicKey, si.SignatureAlgorithm, h, hh.Sum(nil), si.Signature); err != nil {
+		return nil, err
+	}
+	var md []byte
+	var ct asn1.ObjectIdentifier
+	rest := si.SignedAttrs.Bytes
+	for len(rest) > 0 {
+		var a attribute
+		var err error
+		if rest, err = asn1.Unmarshal(rest, &a); err != nil {
+			return nil, fmt.Errorf("%w: signed attribute: %w", ErrMalformed, err)
+		}
+		switch {
+		case a.Type.Equal(oidAttrMessageDigest):
+			if md != nil {
+				return nil, fmt.Errorf("%w: repeated message-digest attribute", ErrSignature)
+			}
+			if _, err := asn1.Unmarshal(a.Values.Bytes, &md); err != nil {
+				return nil, fmt.Errorf("%w: message-digest attribute: %w", ErrMalformed, err)
+			}
+			if md == nil {
+				md = []byte{}
+			}
+		case a.Type.Equal(oidAttrContentType):
+			if _, err := asn1.Unmarshal(a.Values.Bytes, &ct); err != nil {
+				return nil, fmt.Errorf("%w: content-type attribute: %w", ErrMalformed, err)
+			}
+		case a.Type.Equal(oidAttrSigningTime):
+			var t time.Time
+			if _, err := asn1.Unmarshal(a.Values.Bytes, &t); err == nil {
+				v.SigningTime = t
+			}
+		case a.Type.Equal(oidAttrAlgProtection):
+			var ap algorithmProtection
+			if _, err := asn1.Unmarshal(a.Values.Bytes, &ap); err != nil {
+				return nil, fmt.Errorf("%w: algorithm protection attribute: %w", ErrMalformed, err)
+			}
+			if ah, ok := hashForOID(ap.DigestAlgorithm.Algorithm); !ok || ah != h {
+				return nil, fmt.Errorf("%w: algorithm protection names another digest", ErrSignature)
+			}
+		}
+	}
+	if md == nil {
+		return nil, fmt.Errorf("%w: no message-digest attribute", ErrSignature)
+	}
+	if ct != nil && eContentType != nil && !ct.Equal(eContentType) {
+		return nil, fmt.Errorf("%w: content-type attribute %v, content is %v", ErrSignature, ct, eContentType)
+	}
+	if !bytes.Equal(md, contentDigest) {
+		return nil, ErrDigestMismatch
+	}
+	return v, nil
+}
+
+func checkSignature(pub crypto.PublicKey, alg pkix.AlgorithmIdentifier, h crypto.Hash, digest, sig []byte) error {
+	oid := alg.Algorithm
+	switch pub := pub.(type) {
+	case *rsa.PublicKey:
+		switch {
+		case oid.Equal(oidRSASSAPSS):
+			var p pssParams
+			p.SaltLength = 20
+			if len(alg.Parameters.FullBytes) > 0 {
+				if _, err := asn1.Unmarshal(alg.Parameters.FullBytes, &p); err != nil {
+					return fmt.Errorf("%w: PSS parameters: %w", ErrMalformed, err)
+				}
+			}
+			ph := crypto.SHA1
+			if p.Hash.Algorithm != nil {
+				var ok bool
+				if ph, ok = hashForOID(p.Hash.Algorithm); !ok {
+					return fmt.Errorf("%w: PSS hash %v", ErrUnsupportedAlgorithm, p.Hash.Algorithm)
+				}
+			}
+			if ph != h {
+				return fmt.Errorf("%w: PSS hash differs from the digest algorithm", ErrUnsupportedAlgorithm)
+			}
+			if err := rsa.VerifyPSS(pub, h, digest, sig, &rsa.PSSOptions{SaltLength: p.SaltLength}); err != nil {
+				return fmt.Errorf("%w: %w", ErrSignature, err)
+			}
+			return nil
+		case oid.Equal(oidRSAEncryption), oid.Equal(oidSHA1WithRSA), oid.Equal(oidSHA224WithRSA),
+			oid.Equal(oidSHA256WithRSA), oid.Equal(oidSHA384WithRSA), oid.Equal(oidSHA512WithRSA):
+			if err := rsa.VerifyPKCS1v15(pub, h, digest, sig); err != nil {
+				return fmt.Errorf("%w: %w", ErrSignature, err)
+			}
+			return nil
+		}
+	case *ecdsa.PublicKey:
+		if _, ok := hashForOID(oid); ok || oid.Equal(oidECPublicKey) {
+			if !ecdsa.VerifyASN1(pub, digest, sig) {
+				return ErrSignature
+			}
+			return nil
+		}
+	default:
+		return fmt.Errorf("%w: public key %T", ErrUnsupportedAlgorithm, pub)
+	}
+	return fmt.Errorf("%w: signature algorithm %v", ErrUnsupportedAlgorithm, oid)
+}
+
+// SignOptions configures SignDetached.
+type SignOptions struct {
+	// Hash is the digest algorithm: SHA-1, SHA-224, SHA-256, SHA-384 or
+	// SHA-512; zero means SHA-256.
+	Hash crypto.Hash
+	// SigningTime is put in the signing-time attribute; zero means now.
+	SigningTime time.Time
+	// AlgorithmProtection adds the RFC 6211 CMS algorithm protection
+	// attribute. Off by default: some AS2 products reject it.
+	AlgorithmProtection bool
+	// Rand is passed to the signer; nil means crypto/rand.
+	Rand io.Reader
+}
+
+// SignDetached returns a DER SignedData ContentInfo without encapsulated
+// content whose one SignerInfo signs content with key, carrying the
+// content-type, signing-time and message-digest signed attributes and
+// cert. RSA keys sign with PKCS#1 v1.5, ECDSA keys with ECDSA.
+func SignDetached(content []byte, cert *x509.Certificate, key crypto.Signer, opts SignOptions) ([]byte, error) {
+	h := opts.Hash
+	if h == 0 {
+		h = crypto.SHA256
+	}
+	digestOID, ok := oidForHash(h)
+	if !ok {
+		return nil, fmt.Errorf("sign: %w: digest %v", ErrUnsupportedAlgorithm, h)
+	}
+	rnd := opts.Rand
+	if rnd == nil {
+		rnd = rand.Reader
+	}
+	t := opts.SigningTime
+	if t.IsZero() {
+		t = time.Now()
+	}
+	var sigAlg []byte
+	switch key.Public().(type) {
+	case *rsa.PublicKey:
+		sigAlg = algorithmID(oidRSAEncryption, derNull)
+	case *ecdsa.PublicKey:
+		oid := map[crypto.Hash]asn1.ObjectIdentifier{crypto.SHA1: oidECDSAWithSHA1, crypto.SHA224: oidECDSAWithSHA224,
+			crypto.SHA256: oidECDSAWithSHA256, crypto.SHA384: oidECDSAWithSHA384, crypto.SHA512: oidECDSAWithSHA512}[h]
+		sigAlg = algorithmID(oid, nil)
+	default:
+		return nil, fmt.Errorf("sign: %w: key %T", ErrUnsupportedAlgorithm, key.Public())
+	}
+	digestAlg := algorithmID(digestOID, nil)
+
+	hh := h.New()
+	hh.Write(content)
+	md := hh.Sum(nil)
+	signingTime, err := asn1.Marshal(t.UTC().Truncate(time.Second))
+	if err != nil {
+		return nil, fmt.Errorf("sign: signing time: %w", err)
+	}
+	attrs := [][]byte{
+		attr(oidAttrContentType, mustOID(oidData)),
+		attr(oidAttrSigningTime, signingTime),
+		attr(oidAttrMessageDigest, tlv(tagOctetString, md)),
+	}
+	if opts.AlgorithmProtection {
+		// signatureAlgorithm is [1] IMPLICIT AlgorithmIdentifier.
+		sigAlgImplicit := append([]byte{tagContext1}, sigAlg[1:]...)
+		attrs = append(attrs, attr(oidAttrAlgProtection, tlv(tagSequence, digestAlg, sigAlgImplicit)))
+	}
+	attrSet := tlv(tagSet, sortedSet(attrs)...)
+	hh = h.New()
+	hh.Write(attrSet)
+	sig, err := key.Sign(rnd, hh.Sum(nil), h)
+	if err != nil {
+		return nil, fmt.Errorf("sign: %w", err)
+	}
+	ias, err := issuerAndSerialDER(cert)
+	if err != nil {
+		return nil, fmt.Errorf("sign: %w", err)
+	}
+	signedAttrs := append([]byte{tagContext0}, attrSet[1:]...)
+	si := tlv(tagSequence, tlv(tagInteger, []byte{1}), ias, digestAlg, signedAttrs, sigAlg, tlv(tagOctetString, sig))
+	sd := tlv(tagSequence,
+		tlv(tagInteger, []byte{1}),
+		tlv(tagSet, digestAlg),
+		tlv(tagSequence, mustOID(oidData)),
+		tlv(tagContext0, cert.Raw),
+		tlv(tagSet, si),
+	)
+	return wrapContentInfo(oidSignedData, sd), nil
+}
+
+func attr(oid asn1.ObjectIdentifier, value []byte) []byte {
+	return tlv(tagSequence, mustOID(oid), tlv(tagSet, value))
+}
+
+// sortedSet orders DER encodings as a DER SET OF requires.
+func sortedSet(elems [][]byte) [][]byte {
+	out := slices.Clone(elems)
+	slices.SortFunc(out, bytes.Compare)
+	return out
+}
