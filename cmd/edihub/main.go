@@ -1,0 +1,128 @@
+// Command edihub is an AS2 (RFC 4130) EDI hub: it receives documents and
+// MDNs from trading partners, sends documents to them, and runs its
+// singleton jobs on the one replica that holds the leader lease.
+//
+// Run "edihub help" for the subcommands and "edihub help serve" for every
+// setting. Each setting is a flag whose default comes from an EDIHUB_*
+// environment variable.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
+	stop()
+	if err != nil {
+		if !errors.Is(err, errUsage) {
+			fmt.Fprintln(os.Stderr, "edihub:", err)
+		}
+		os.Exit(exitCode(err))
+	}
+}
+
+// errUsage marks errors already reported with usage text.
+var errUsage = errors.New("usage")
+
+func exitCode(err error) int {
+	if errors.Is(err, errUsage) {
+		return 2
+	}
+	return 1
+}
+
+// command is one subcommand.
+type command struct {
+	name    string
+	summary string
+	// flags defines the command's flags on fs and returns the function
+	// that runs it once they are parsed.
+	flags func(fs *flagSet) func(ctx context.Context, env *environment) error
+}
+
+// environment is what a command runs with: injected, never global.
+type environment struct {
+	getenv func(string) string
+	stdout io.Writer
+	stderr io.Writer
+	args   []string // positional arguments after the flags
+}
+
+func commands() []command {
+	return []command{
+		{name: "serve", summary: "run a replica: AS2 receiver, dispatcher, API, ops endpoints", flags: serveFlags},
+		{name: "migrate", summary: "apply pending database migrations and exit", flags: migrateFlags},
+		{name: "version", summary: "print the version and exit", flags: versionFlags},
+	}
+}
+
+// run is main without the process: tests call it with their own arguments,
+// environment and writers.
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		usage(stderr)
+		return errUsage
+	}
+	name, rest := args[0], args[1:]
+	switch name {
+	case "help", "-h", "-help", "--help":
+		return help(rest, getenv, stdout)
+	}
+	for _, c := range commands() {
+		if c.name != name {
+			continue
+		}
+		fs := newFlagSet(c.name, getenv, stderr)
+		runCmd := c.flags(fs)
+		if err := fs.parse(rest); err != nil {
+			if errors.Is(err, errHelp) {
+				return nil
+			}
+			return err
+		}
+		return runCmd(ctx, &environment{getenv: getenv, stdout: stdout, stderr: stderr, args: fs.Args()})
+	}
+	fmt.Fprintf(stderr, "edihub: unknown command %q\n\n", name)
+	usage(stderr)
+	return errUsage
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "edihub is an AS2 (RFC 4130) EDI hub.")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Usage:")
+	fmt.Fprintln(w, "  edihub <command> [flags]")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Commands:")
+	for _, c := range commands() {
+		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.summary)
+	}
+	fmt.Fprintf(w, "  %-10s %s\n", "help", "show help for a command: edihub help <command>")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Every flag defaults to the EDIHUB_* environment variable named in its help.")
+}
+
+func help(args []string, getenv func(string) string, stdout io.Writer) error {
+	if len(args) == 0 {
+		usage(stdout)
+		return nil
+	}
+	for _, c := range commands() {
+		if c.name == args[0] {
+			fs := newFlagSet(c.name, getenv, stdout)
+			c.flags(fs)
+			fmt.Fprintf(stdout, "edihub %s: %s\n\n", c.name, c.summary)
+			fs.printDefaults(stdout)
+			return nil
+		}
+	}
+	return fmt.Errorf("help: unknown command %q (run edihub help for the list)", args[0])
+}

@@ -1,0 +1,182 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"go.uber.org/zap"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/edihub/edihub/internal/config"
+	"github.com/edihub/edihub/internal/httpserver"
+	"github.com/edihub/edihub/internal/postgres"
+)
+
+// serveOptions are the settings of edihub serve.
+type serveOptions struct {
+	log          logOptions
+	databaseURL  string
+	configPath   string
+	httpAddr     string
+	opsAddr      string
+	migrate      bool
+	maxBodyBytes int64
+	drainTimeout time.Duration
+	apiToken     string
+	dbMaxConns   int
+}
+
+func serveFlags(fs *flagSet) func(context.Context, *environment) error {
+	var o serveOptions
+	o.log.flags(fs)
+	fs.String(&o.databaseURL, "database-url", "", "PostgreSQL connection URL, e.g. postgres://edihub:secret@db:5432/edihub?sslmode=verify-full")
+	fs.String(&o.configPath, "config", "", "path of the station and partner YAML file (see docs/configuration.md)")
+	fs.String(&o.httpAddr, "http-addr", ":8080", "address of the AS2 and API listener")
+	fs.String(&o.opsAddr, "ops-addr", ":9090", "address of the ops listener (/metrics, /healthz, /readyz, /leader)")
+	fs.Bool(&o.migrate, "migrate", false, "apply pending database migrations before serving (otherwise an outdated schema stops the start)")
+	fs.Int64(&o.maxBodyBytes, "max-body-bytes", 100<<20, "largest request body accepted on the AS2 and API listener, in bytes")
+	fs.Duration(&o.drainTimeout, "shutdown-timeout", 20*time.Second, "how long shutdown waits for in-flight HTTP requests")
+	fs.String(&o.apiToken, "api-token", "", "bearer token the REST API requires; empty disables the API")
+	fs.Int(&o.dbMaxConns, "db-max-conns", 20, "largest number of database connections this replica opens")
+	return func(ctx context.Context, env *environment) error { return serve(ctx, env, o) }
+}
+
+func (o serveOptions) validate() error {
+	if o.databaseURL == "" {
+		return errors.New("no database: set EDIHUB_DATABASE_URL (or -database-url) to a PostgreSQL URL such as postgres://edihub:secret@localhost:5432/edihub")
+	}
+	if o.configPath == "" {
+		return errors.New("no station configuration: set EDIHUB_CONFIG (or -config) to the path of the station and partner YAML file")
+	}
+	if o.maxBodyBytes <= 0 {
+		return fmt.Errorf("EDIHUB_MAX_BODY_BYTES (-max-body-bytes) must be positive, got %d", o.maxBodyBytes)
+	}
+	if o.drainTimeout <= 0 {
+		return fmt.Errorf("EDIHUB_SHUTDOWN_TIMEOUT (-shutdown-timeout) must be positive, got %s", o.drainTimeout)
+	}
+	if o.dbMaxConns < 2 {
+		return fmt.Errorf("EDIHUB_DB_MAX_CONNS (-db-max-conns) must be at least 2, got %d", o.dbMaxConns)
+	}
+	return o.log.validate()
+}
+
+// serve runs one replica until ctx ends, then shuts down in order.
+func serve(ctx context.Context, env *environment, o serveOptions) error {
+	if err := o.validate(); err != nil {
+		return err
+	}
+	log, err := o.log.build(env.stderr)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = log.Sync() }()
+
+	cfg, err := config.Load(o.configPath, config.Options{Now: time.Now})
+	if err != nil {
+		return err
+	}
+	for _, w := range cfg.Warnings {
+		log.Warn("configuration", zap.String("warning", w))
+	}
+	log.Info("configuration loaded", zap.String("path", cfg.Path), zap.String("station", cfg.Station.AS2ID), zap.Int("partners", len(cfg.Partners)))
+
+	store, err := openStore(ctx, log, o.databaseURL, o.dbMaxConns, o.migrate)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		store.Collector(),
+		buildInfo(),
+	)
+	httpMetrics := httpserver.NewMetrics(reg)
+
+	as2Srv, err := httpserver.Listen(httpserver.Options{
+		Name:         "as2",
+		Addr:         o.httpAddr,
+		Logger:       log,
+		DrainTimeout: o.drainTimeout,
+		Handler: httpserver.NewRouter(httpserver.RouterOptions{
+			Logger:       log,
+			Metrics:      httpMetrics,
+			Version:      version(),
+			MaxBodyBytes: o.maxBodyBytes,
+			APIToken:     o.apiToken,
+		}),
+	})
+	if err != nil {
+		return fmt.Errorf("%w (set EDIHUB_HTTP_ADDR or -http-addr to a free address)", err)
+	}
+	opsSrv, err := httpserver.Listen(httpserver.Options{
+		Name:         "ops",
+		Addr:         o.opsAddr,
+		Logger:       log,
+		DrainTimeout: o.drainTimeout,
+		Handler: httpserver.NewOpsRouter(httpserver.OpsOptions{
+			Logger:   log,
+			Metrics:  httpMetrics,
+			Gatherer: reg,
+			Ready:    store.Ping,
+		}),
+	})
+	if err != nil {
+		return fmt.Errorf("%w (set EDIHUB_OPS_ADDR or -ops-addr to a free address)", err)
+	}
+
+	log.Info("edihub started", zap.String("version", version()), zap.String("as2_addr", as2Srv.Addr().String()), zap.String("ops_addr", opsSrv.Addr().String()))
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return as2Srv.Run(gctx) })
+	g.Go(func() error { return opsSrv.Run(gctx) })
+	err = g.Wait()
+	log.Info("edihub stopped")
+	return err
+}
+
+// openStore connects and makes sure the schema is the one this binary
+// expects, migrating first when asked to.
+func openStore(ctx context.Context, log *zap.Logger, url string, maxConns int, migrate bool) (*postgres.Store, error) {
+	store, err := postgres.Open(ctx, url, postgres.Options{MaxConns: int32(maxConns)})
+	if err != nil {
+		return nil, fmt.Errorf("%w (check EDIHUB_DATABASE_URL)", err)
+	}
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if migrate {
+		applied, err := store.Migrate(cctx)
+		if err != nil {
+			store.Close()
+			return nil, err
+		}
+		for _, m := range applied {
+			log.Info("migration applied", zap.Int64("version", m.Version), zap.String("name", m.Name), zap.Duration("took", m.Duration))
+		}
+	}
+	if err := store.CheckSchema(cctx); err != nil {
+		store.Close()
+		switch {
+		case errors.Is(err, postgres.ErrSchemaOutdated):
+			return nil, fmt.Errorf("%w: run 'edihub migrate' first, or start with EDIHUB_MIGRATE=true", err)
+		case errors.Is(err, postgres.ErrSchemaNewer):
+			return nil, fmt.Errorf("%w: deploy the newer edihub binary (schema downgrades are not supported)", err)
+		}
+		return nil, fmt.Errorf("%w (is the database at EDIHUB_DATABASE_URL reachable?)", err)
+	}
+	return store, nil
+}
+
+func buildInfo() prometheus.Collector {
+	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "edihub_build_info",
+		Help: "Always 1; labels carry the edihub version.",
+	}, []string{"version"})
+	g.WithLabelValues(version()).Set(1)
+	return g
+}

@@ -1,0 +1,302 @@
+// Command localstack is the local development stack behind "make run": a
+// private PostgreSQL, a development station with a demo partner, and three
+// edihub replicas on fixed loopback ports, with their logs interleaved and
+// prefixed. Ctrl-C stops everything it started.
+//
+// State lives in .local/ (git-ignored) and is reused across runs: the
+// database keeps its data, and the keys are generated once.
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/hex"
+	"encoding/pem"
+	"errors"
+	"flag"
+	"fmt"
+	"math/big"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/edihub/edihub/internal/pgserver"
+	"github.com/edihub/edihub/test/cluster"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "localstack:", err)
+		os.Exit(1)
+	}
+}
+
+type options struct {
+	binary   string
+	state    string
+	replicas int
+	pgPort   int
+}
+
+func run(ctx context.Context) error {
+	var o options
+	flag.StringVar(&o.binary, "binary", "bin/edihub", "edihub binary to run")
+	flag.StringVar(&o.state, "state", ".local", "directory for the stack's state (database, keys, config)")
+	flag.IntVar(&o.replicas, "replicas", 3, "number of replicas (AS2/API on 127.0.0.1:8081.., ops on 127.0.0.1:9091..)")
+	flag.IntVar(&o.pgPort, "pg-port", 55432, "port of the private PostgreSQL on 127.0.0.1")
+	flag.Parse()
+
+	state, err := filepath.Abs(o.state)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(state, 0o755); err != nil {
+		return err
+	}
+	var specs []cluster.ReplicaSpec
+	var addrs []string
+	for i := 1; i <= o.replicas; i++ {
+		s := cluster.ReplicaSpec{
+			Name:     fmt.Sprintf("replica-%d", i),
+			HTTPAddr: fmt.Sprintf("127.0.0.1:%d", 8080+i),
+			OpsAddr:  fmt.Sprintf("127.0.0.1:%d", 9090+i),
+		}
+		specs = append(specs, s)
+		addrs = append(addrs, s.HTTPAddr, s.OpsAddr)
+	}
+	if err := cluster.CheckFree(addrs...); err != nil {
+		return fmt.Errorf("%w: another stack may be running; stop it, or free these ports", err)
+	}
+
+	dbURL := os.Getenv("EDIHUB_DATABASE_URL")
+	if dbURL == "" {
+		pg, url, err := startPostgres(ctx, filepath.Join(state, "postgres"), o.pgPort)
+		if err != nil {
+			return err
+		}
+		defer func() {
+			say("stopping PostgreSQL")
+			_ = pg.Stop()
+		}()
+		dbURL = url
+	} else {
+		say("using the database at EDIHUB_DATABASE_URL")
+	}
+
+	cfgPath, err := ensureStation(state)
+	if err != nil {
+		return err
+	}
+	token, err := ensureToken(filepath.Join(state, "api-token"))
+	if err != nil {
+		return err
+	}
+
+	say("applying migrations")
+	mig := exec.CommandContext(ctx, o.binary, "migrate")
+	mig.Env = append(os.Environ(), "EDIHUB_DATABASE_URL="+dbURL)
+	mig.Stdout, mig.Stderr = os.Stdout, os.Stderr
+	if err := mig.Run(); err != nil {
+		return fmt.Errorf("edihub migrate: %w", err)
+	}
+
+	c, err := cluster.Start(cluster.Options{
+		Binary: o.binary,
+		Env: []string{
+			"EDIHUB_DATABASE_URL=" + dbURL,
+			"EDIHUB_CONFIG=" + cfgPath,
+			"EDIHUB_LOG_FORMAT=console",
+			"EDIHUB_API_TOKEN=" + token,
+			"EDIHUB_SHUTDOWN_TIMEOUT=5s",
+		},
+		Replicas: specs,
+		Output:   os.Stdout,
+		OnExit: func(r *cluster.Replica, err error) {
+			if ctx.Err() == nil {
+				say("%s exited (%v); the other replicas keep running", r.Spec.Name, err)
+			}
+		},
+	})
+	if err != nil {
+		return err
+	}
+	rctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	for _, r := range c.Replicas() {
+		if err := r.WaitReady(rctx); err != nil {
+			say("%s is not ready: %v", r.Spec.Name, err)
+		}
+	}
+	cancel()
+	fmt.Println()
+	say("stack is up (Ctrl-C stops it):")
+	for _, r := range c.Replicas() {
+		say("  %-10s AS2/API http://%s   ops http://%s (/readyz /metrics)", r.Spec.Name, r.Spec.HTTPAddr, r.Spec.OpsAddr)
+	}
+	say("  config     %s", cfgPath)
+	say("  API token  in %s", filepath.Join(state, "api-token"))
+	fmt.Println()
+
+	<-ctx.Done()
+	say("stopping replicas")
+	err = c.Stop(7 * time.Second)
+	return err
+}
+
+func say(format string, args ...any) {
+	fmt.Printf("localstack | "+format+"\n", args...)
+}
+
+func startPostgres(ctx context.Context, dir string, port int) (*pgserver.Server, string, error) {
+	if err := cluster.CheckFree(fmt.Sprintf("127.0.0.1:%d", port)); err != nil {
+		return nil, "", fmt.Errorf("%w: the private PostgreSQL wants this port; run with -pg-port N or set EDIHUB_DATABASE_URL", err)
+	}
+	say("starting PostgreSQL in %s on 127.0.0.1:%d", dir, port)
+	pg, err := pgserver.New(pgserver.Options{Dir: dir, Port: port})
+	if err != nil {
+		return nil, "", err
+	}
+	if err := pg.Start(ctx); err != nil {
+		return nil, "", err
+	}
+	c, err := pgx.Connect(ctx, pg.URL("postgres"))
+	if err != nil {
+		_ = pg.Stop()
+		return nil, "", err
+	}
+	defer c.Close(ctx)
+	var exists bool
+	if err := c.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = 'edihub')").Scan(&exists); err != nil {
+		_ = pg.Stop()
+		return nil, "", err
+	}
+	if !exists {
+		if _, err := c.Exec(ctx, "CREATE DATABASE edihub"); err != nil {
+			_ = pg.Stop()
+			return nil, "", err
+		}
+	}
+	return pg, pg.URL("edihub"), nil
+}
+
+// ensureStation writes, once, a development station (EDIHUB) and a demo
+// partner station (DEMO PARTNER) with their keys, and a config for each:
+// .local/edihub.yaml for the hub, .local/demo/edihub.yaml for the demo
+// station, so the two can be run as each other's partner.
+func ensureStation(state string) (string, error) {
+	hub := filepath.Join(state, "station")
+	demo := filepath.Join(state, "demo")
+	for _, d := range []string{hub, demo} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return "", err
+		}
+	}
+	if err := ensureKeyPair(hub, "station", "EDIHUB"); err != nil {
+		return "", err
+	}
+	if err := ensureKeyPair(demo, "demo", "DEMO PARTNER"); err != nil {
+		return "", err
+	}
+	hubCfg := filepath.Join(state, "edihub.yaml")
+	if err := writeOnce(hubCfg, `# Development station generated by make run. Edit freely; it is not
+# regenerated while it exists.
+station: {as2_id: "EDIHUB", private_key: station/station.key, certificate: station/station.crt}
+partners:
+  - as2_id: "DEMO PARTNER"
+    url: http://127.0.0.1:8090/as2
+    certificate: demo/demo.crt
+    sign: sha-256
+    encrypt: aes256-cbc
+    compress: false
+    mdn: sync
+    mdn_signed: true
+`); err != nil {
+		return "", err
+	}
+	if err := writeOnce(filepath.Join(demo, "edihub.yaml"), `# The demo partner's own station, for running a second edihub as the hub's
+# trading partner (AS2 on 127.0.0.1:8090).
+station: {as2_id: "DEMO PARTNER", private_key: demo.key, certificate: demo.crt}
+partners:
+  - as2_id: "EDIHUB"
+    url: http://127.0.0.1:8081/as2
+    certificate: ../station/station.crt
+    sign: sha-256
+    encrypt: aes256-cbc
+    compress: false
+    mdn: sync
+    mdn_signed: true
+`); err != nil {
+		return "", err
+	}
+	return hubCfg, nil
+}
+
+func writeOnce(path, content string) error {
+	if _, err := os.Stat(path); err == nil {
+		return nil
+	}
+	return os.WriteFile(path, []byte(content), 0o644)
+}
+
+func ensureKeyPair(dir, base, cn string) error {
+	keyPath := filepath.Join(dir, base+".key")
+	crtPath := filepath.Join(dir, base+".crt")
+	if _, err := os.Stat(crtPath); err == nil {
+		return nil
+	}
+	say("generating a development key and certificate for %q", cn)
+	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		return err
+	}
+	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 62))
+	if err != nil {
+		return err
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          serial,
+		Subject:               pkix.Name{CommonName: cn, Organization: []string{"edihub development"}},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().AddDate(2, 0, 0),
+		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
+		BasicConstraintsValid: true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		return err
+	}
+	pkcs8, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(keyPath, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: pkcs8}), 0o600); err != nil {
+		return err
+	}
+	return os.WriteFile(crtPath, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644)
+}
+
+func ensureToken(path string) (string, error) {
+	if b, err := os.ReadFile(path); err == nil {
+		t := strings.TrimSpace(string(b))
+		if t == "" {
+			return "", errors.New(path + " is empty: delete it to have a new token generated")
+		}
+		return t, nil
+	}
+	var b [24]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", err
+	}
+	t := hex.EncodeToString(b[:])
+	return t, os.WriteFile(path, []byte(t+"\n"), 0o600)
+}
