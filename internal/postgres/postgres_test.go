@@ -117,4 +117,3 @@ func TestOpenRedactsPassword(t *testing.T) {
 		t.Errorf("Open error leaks the password: %q", got)
 	}
 }
-
