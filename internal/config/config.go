@@ -1,0 +1,612 @@
+// Package config loads and validates edihub's station and partner file, the
+// YAML file named by EDIHUB_CONFIG:
+//
+//	station: {as2_id: "EDIHUB", private_key: station.key, certificate: station.crt}
+//	partners:
+//	  - as2_id: "ACME CORP"
+//	    url: https://as2.acme.example/as2
+//	    certificate: acme.crt
+//	    sign: sha-256
+//	    encrypt: aes256-cbc
+//	    mdn: sync
+//	    mdn_signed: true
+//
+// Load reads the file, the keys and the certificates it names, and checks
+// everything edihub needs before it serves its first message. Any problem is
+// one *Error that names the file, the field as a YAML path
+// ("partners[1].certificate", indexes from 0), the line when known, and the
+// fix. Conditions that should not stop the process, such as an expired
+// certificate, are returned as File.Warnings for the caller to log.
+//
+// Relative paths in the file are resolved against the file's directory.
+// Unknown keys are an error. Algorithm names are accepted in any case and
+// normalised to the spellings of the constants below.
+package config
+
+import (
+	"crypto/rsa"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// MDN modes: what an outbound message asks the partner for.
+const (
+	MDNSync  = "sync"  // the MDN comes back on the same HTTP response
+	MDNAsync = "async" // the partner posts the MDN to our async MDN URL later
+	MDNNone  = "none"  // no MDN is requested
+)
+
+// Digest algorithms, as RFC 5751 names them. Outbound signatures use SHA-256,
+// SHA-384 or SHA-512; SHA-1 is accepted only as a requested MDN micalg.
+const (
+	DigestSHA1   = "sha-1"
+	DigestSHA256 = "sha-256"
+	DigestSHA384 = "sha-384"
+	DigestSHA512 = "sha-512"
+)
+
+// Content encryption algorithms for outbound messages. The GCM ciphers use
+// CMS AuthEnvelopedData (RFC 5083); the others EnvelopedData.
+const (
+	CipherAES128CBC = "aes128-cbc"
+	CipherAES192CBC = "aes192-cbc"
+	CipherAES256CBC = "aes256-cbc"
+	Cipher3DES      = "3des"
+	CipherAES128GCM = "aes128-gcm"
+	CipherAES256GCM = "aes256-gcm"
+)
+
+// RSA key transport schemes for the content encryption key.
+const (
+	KeyEncryptionPKCS1v15   = "rsa-pkcs1v15"
+	KeyEncryptionOAEPSHA1   = "rsa-oaep-sha1"
+	KeyEncryptionOAEPSHA256 = "rsa-oaep-sha256"
+	KeyEncryptionOAEPSHA384 = "rsa-oaep-sha384"
+	KeyEncryptionOAEPSHA512 = "rsa-oaep-sha512"
+)
+
+// Content-Transfer-Encodings for outbound message bodies.
+const (
+	TransferEncodingBinary = "binary"
+	TransferEncodingBase64 = "base64"
+)
+
+// Compression order relative to signing (RFC 5402 allows both).
+const (
+	CompressBeforeSigning = "before-signing"
+	CompressAfterSigning  = "after-signing"
+)
+
+// Defaults for the optional partner keys.
+const (
+	DefaultMDN              = MDNSync
+	DefaultMDNMICAlg        = DigestSHA256
+	DefaultKeyEncryption    = KeyEncryptionPKCS1v15
+	DefaultTransferEncoding = TransferEncodingBinary
+	DefaultCompressOrder    = CompressBeforeSigning
+	DefaultTimeout          = 60 * time.Second
+	DefaultMaxAttempts      = 8
+)
+
+// MaxAS2IDLength is the longest AS2 name RFC 4130 allows.
+const MaxAS2IDLength = 128
+
+// maxFileSize bounds every file Load reads: the configuration and the PEM
+// files it names. Nothing legitimate comes close.
+const maxFileSize = 16 << 20
+
+// Options tunes Load and Parse.
+type Options struct {
+	// Now returns the time certificates are checked against; nil means
+	// time.Now.
+	Now func() time.Time
+}
+
+// Station is this edihub installation's own AS2 identity.
+type Station struct {
+	// AS2ID is our AS2 name, exactly as partners address us (AS2-To).
+	AS2ID string
+	// PrivateKey signs outbound messages and MDNs and decrypts inbound ones.
+	PrivateKey *rsa.PrivateKey
+	// Certificate carries PrivateKey's public key; partners hold a copy. It
+	// is the first certificate of the file; any others (a chain) are ignored.
+	Certificate *x509.Certificate
+	// AsyncMDNURL is where partners send asynchronous MDNs to us, unless a
+	// partner overrides it; empty when not set.
+	AsyncMDNURL string
+}
+
+// Partner is one trading partner's profile, with every default filled in and
+// every algorithm name in its canonical spelling.
+type Partner struct {
+	// AS2ID is the partner's AS2 name, compared case-sensitively.
+	AS2ID string
+	// URL is where outbound messages are posted (http or https).
+	URL *url.URL
+	// Certificates holds every certificate of the partner's PEM file, in
+	// file order, all RSA. All verify the partner's signatures (certificate
+	// rollover); EncryptionCertificate picks the one to encrypt to.
+	Certificates []*x509.Certificate
+	// Sign is the outbound signature digest (DigestSHA256, DigestSHA384,
+	// DigestSHA512), or "" for unsigned.
+	Sign string
+	// Encrypt is the outbound cipher (Cipher*), or "" for no encryption.
+	Encrypt string
+	// MDN is MDNSync, MDNAsync or MDNNone; the default is MDNSync.
+	MDN string
+	// MDNMICAlg is the micalg requested for signed MDNs (Digest*); the
+	// default is DigestSHA256.
+	MDNMICAlg string
+	// KeyEncryption is the RSA key transport (KeyEncryption*); the default
+	// is KeyEncryptionPKCS1v15.
+	KeyEncryption string
+	// TransferEncoding is the outbound Content-Transfer-Encoding; the
+	// default is TransferEncodingBinary.
+	TransferEncoding string
+	// CompressOrder is CompressBeforeSigning (the default) or
+	// CompressAfterSigning; it matters only when Compress is set.
+	CompressOrder string
+	// Compress compresses outbound content (RFC 5402).
+	Compress bool
+	// MDNSigned requests a signed MDN; ignored when MDN is MDNNone.
+	MDNSigned bool
+	// RequireSigned rejects unsigned inbound messages with
+	// insufficient-message-security.
+	RequireSigned bool
+	// RequireEncrypted rejects unencrypted inbound messages with
+	// insufficient-message-security.
+	RequireEncrypted bool
+	// Chunked sends bodies with chunked transfer encoding instead of
+	// Content-Length.
+	Chunked bool
+	// AsyncMDNURL is where the partner should send async MDNs: the
+	// partner's async_mdn_url, else the station's. Set whenever MDN is
+	// MDNAsync; may be empty otherwise.
+	AsyncMDNURL string
+	// Timeout bounds one outbound HTTP exchange, synchronous MDN included;
+	// the default is DefaultTimeout.
+	Timeout time.Duration
+	// MaxAttempts is how many times an outbound message is tried before it
+	// fails; the default is DefaultMaxAttempts.
+	MaxAttempts int
+}
+
+// File is a loaded and validated configuration. It is not modified after
+// Load returns and is safe for concurrent reads.
+type File struct {
+	// Path is the path given to Load, or the name given to Parse.
+	Path     string
+	Station  Station
+	Partners []Partner
+	// Warnings are problems that do not stop edihub, such as an expired
+	// certificate; each names the file and field. The caller logs them.
+	Warnings []string
+
+	index map[string]int
+}
+
+// Partner returns the partner whose AS2 ID is exactly as2ID (case-sensitive,
+// as RFC 4130 requires), or false.
+func (f *File) Partner(as2ID string) (*Partner, bool) {
+	if f.index != nil {
+		i, ok := f.index[as2ID]
+		if !ok {
+			return nil, false
+		}
+		return &f.Partners[i], true
+	}
+	for i := range f.Partners {
+		if f.Partners[i].AS2ID == as2ID {
+			return &f.Partners[i], true
+		}
+	}
+	return nil, false
+}
+
+// EncryptionCertificate returns the certificate to encrypt to at now: the
+// first one valid at now. When none is (all expired, already reported in
+// File.Warnings), it returns the one that expires last, so that delivery
+// degrades instead of stopping; partners commonly still accept messages
+// encrypted to an expired certificate. It returns nil only when the partner
+// has no certificates, which Load never produces.
+func (p *Partner) EncryptionCertificate(now time.Time) *x509.Certificate {
+	var latest *x509.Certificate
+	for _, c := range p.Certificates {
+		if validAt(c, now) {
+			return c
+		}
+		if latest == nil || c.NotAfter.After(latest.NotAfter) {
+			latest = c
+		}
+	}
+	return latest
+}
+
+func validAt(c *x509.Certificate, now time.Time) bool {
+	return !now.Before(c.NotBefore) && !now.After(c.NotAfter)
+}
+
+// Load reads and validates the configuration file at path, and the keys and
+// certificates it names. Every failure is an *Error; see the package doc.
+func Load(path string, opts Options) (*File, error) {
+	if path == "" {
+		return nil, &Error{File: "(none)", Msg: "no configuration file given", Fix: "set EDIHUB_CONFIG to the station and partner YAML file"}
+	}
+	data, err := readFile(path)
+	if err != nil {
+		fix := "check the path in EDIHUB_CONFIG"
+		if errors.Is(err, fs.ErrPermission) {
+			fix = "make the file readable by the user edihub runs as"
+		}
+		return nil, &Error{File: path, Msg: describeReadError(err, path), Fix: fix, Err: err}
+	}
+	return Parse(data, filepath.Dir(path), path, opts)
+}
+
+// Parse validates data as the contents of a configuration file called name
+// (used in messages and as File.Path) in directory dir, against which
+// relative key and certificate paths are resolved. It reads those files.
+// Every failure is an *Error.
+func Parse(data []byte, dir, name string, opts Options) (*File, error) {
+	now := time.Now
+	if opts.Now != nil {
+		now = opts.Now
+	}
+	p := &parser{name: name, dir: dir, now: now()}
+	if len(data) > maxFileSize {
+		return nil, p.fail("", fmt.Sprintf("the file is larger than %d MiB", maxFileSize>>20), "point EDIHUB_CONFIG at the edihub station and partner file")
+	}
+	raw, err := p.decode(data)
+	if err != nil {
+		return nil, err
+	}
+	return p.build(raw)
+}
+
+// parser carries what validation needs to phrase errors and warnings.
+type parser struct {
+	name     string
+	dir      string
+	now      time.Time
+	ix       *nodeIndex
+	warnings []string
+}
+
+func (p *parser) fail(field, msg, fix string) *Error {
+	e := &Error{File: p.name, Field: field, Msg: msg, Fix: fix}
+	if p.ix != nil {
+		e.Line = p.ix.line(field)
+	}
+	return e
+}
+
+func (p *parser) failErr(field string, err error, msg, fix string) *Error {
+	e := p.fail(field, msg, fix)
+	e.Err = err
+	return e
+}
+
+func (p *parser) warn(field, format string, args ...any) {
+	p.warnings = append(p.warnings, p.name+": "+field+": "+fmt.Sprintf(format, args...))
+}
+
+func (p *parser) build(raw *rawFile) (*File, error) {
+	if raw.Station == nil {
+		return nil, p.fail("station", "no station section", `add station: {as2_id: "...", private_key: station.key, certificate: station.crt}`)
+	}
+	st, err := p.station(raw.Station)
+	if err != nil {
+		return nil, err
+	}
+	f := &File{Path: p.name, Station: st, index: make(map[string]int, len(raw.Partners))}
+	if len(raw.Partners) == 0 {
+		p.warn("partners", "no partners configured; edihub can neither send nor accept messages")
+	}
+	for i := range raw.Partners {
+		field := fmt.Sprintf("partners[%d]", i)
+		pa, err := p.partner(field, &raw.Partners[i], &st)
+		if err != nil {
+			return nil, err
+		}
+		if j, dup := f.index[pa.AS2ID]; dup {
+			return nil, p.fail(field+".as2_id", fmt.Sprintf("AS2 ID %q is also the AS2 ID of partners[%d]", pa.AS2ID, j),
+				fmt.Sprintf("give partners[%d] and partners[%d] distinct AS2 IDs, or merge them into one entry", j, i))
+		}
+		f.index[pa.AS2ID] = i
+		f.Partners = append(f.Partners, pa)
+	}
+	f.Warnings = p.warnings
+	return f, nil
+}
+
+func (p *parser) station(raw *rawStation) (Station, error) {
+	var st Station
+	if err := p.as2ID("station.as2_id", raw.AS2ID); err != nil {
+		return st, err
+	}
+	st.AS2ID = raw.AS2ID
+
+	keyData, err := p.readRef("station.private_key", raw.PrivateKey, "the station's PEM private key file")
+	if err != nil {
+		return st, err
+	}
+	key, prob := parsePrivateKey(keyData, raw.PrivateKey)
+	if prob != nil {
+		return st, p.failErr("station.private_key", prob.err, prob.msg, prob.fix)
+	}
+	if bits := key.N.BitLen(); bits < 2048 {
+		p.warn("station.private_key", "the RSA key has %d bits; use at least 2048", bits)
+	}
+	st.PrivateKey = key
+
+	certData, err := p.readRef("station.certificate", raw.Certificate, "the station's PEM certificate file")
+	if err != nil {
+		return st, err
+	}
+	certs, prob := parseCertificates(certData, raw.Certificate)
+	if prob != nil {
+		return st, p.failErr("station.certificate", prob.err, prob.msg, prob.fix)
+	}
+	cert := certs[0]
+	if pub, ok := cert.PublicKey.(*rsa.PublicKey); !ok || !pub.Equal(&key.PublicKey) {
+		return st, p.fail("station.certificate",
+			fmt.Sprintf("the certificate in %s does not match the key in %s (different public keys)", raw.Certificate, raw.PrivateKey),
+			fmt.Sprintf("point certificate at the certificate issued for the station key; compare `openssl x509 -noout -pubkey -in %s` with `openssl pkey -pubout -in %s`", raw.Certificate, raw.PrivateKey))
+	}
+	p.checkValidity("station.certificate", cert, "", "renew it and send partners the new certificate")
+	st.Certificate = cert
+
+	if raw.AsyncMDNURL != "" {
+		if _, err := p.url("station.async_mdn_url", raw.AsyncMDNURL); err != nil {
+			return st, err
+		}
+		st.AsyncMDNURL = strings.TrimSpace(raw.AsyncMDNURL)
+	}
+	return st, nil
+}
+
+func (p *parser) partner(field string, raw *rawPartner, st *Station) (Partner, error) {
+	var pa Partner
+	if err := p.as2ID(field+".as2_id", raw.AS2ID); err != nil {
+		return pa, err
+	}
+	if raw.AS2ID == st.AS2ID {
+		return pa, p.fail(field+".as2_id", fmt.Sprintf("AS2 ID %q is the station's own AS2 ID", raw.AS2ID),
+			"give the partner its own AS2 ID; station.as2_id is ours")
+	}
+	pa.AS2ID = raw.AS2ID
+
+	if raw.URL == "" {
+		return pa, p.fail(field+".url", "missing", "set url to the partner's AS2 endpoint, like https://as2.partner.example/as2")
+	}
+	u, err := p.url(field+".url", raw.URL)
+	if err != nil {
+		return pa, err
+	}
+	pa.URL = u
+
+	data, err := p.readRef(field+".certificate", raw.Certificate, "the partner's PEM certificate file")
+	if err != nil {
+		return pa, err
+	}
+	certs, prob := parseCertificates(data, raw.Certificate)
+	if prob != nil {
+		return pa, p.failErr(field+".certificate", prob.err, prob.msg, prob.fix)
+	}
+	pa.Certificates = certs
+	usable := false
+	for i, c := range certs {
+		which := ""
+		if len(certs) > 1 {
+			which = fmt.Sprintf(" %d of %d", i+1, len(certs))
+		}
+		if p.checkValidity(field+".certificate", c, which, "ask the partner for its current certificate") {
+			usable = true
+		}
+	}
+	if !usable {
+		p.warn(field+".certificate", "no certificate is valid now; outbound messages are encrypted to the one that expires last")
+	}
+
+	for _, e := range []struct {
+		key  string
+		in   string
+		en   enum
+		dflt string
+		out  *string
+	}{
+		{"sign", raw.Sign, signEnum, "", &pa.Sign},
+		{"encrypt", raw.Encrypt, encryptEnum, "", &pa.Encrypt},
+		{"mdn", raw.MDN, mdnEnum, DefaultMDN, &pa.MDN},
+		{"mdn_micalg", raw.MDNMICAlg, micalgEnum, DefaultMDNMICAlg, &pa.MDNMICAlg},
+		{"key_encryption", raw.KeyEncryption, keyEncryptionEnum, DefaultKeyEncryption, &pa.KeyEncryption},
+		{"transfer_encoding", raw.TransferEncoding, transferEncodingEnum, DefaultTransferEncoding, &pa.TransferEncoding},
+		{"compress_order", raw.CompressOrder, compressOrderEnum, DefaultCompressOrder, &pa.CompressOrder},
+	} {
+		v, err := p.enum(field+"."+e.key, e.in, e.en, e.dflt)
+		if err != nil {
+			return pa, err
+		}
+		*e.out = v
+	}
+	pa.Compress = raw.Compress
+	pa.MDNSigned = raw.MDNSigned
+	pa.RequireSigned = raw.RequireSigned
+	pa.RequireEncrypted = raw.RequireEncrypted
+	pa.Chunked = raw.Chunked
+
+	if raw.AsyncMDNURL != "" {
+		if _, err := p.url(field+".async_mdn_url", raw.AsyncMDNURL); err != nil {
+			return pa, err
+		}
+		pa.AsyncMDNURL = strings.TrimSpace(raw.AsyncMDNURL)
+	} else if pa.MDN == MDNAsync {
+		if st.AsyncMDNURL == "" {
+			return pa, p.fail(field+".async_mdn_url", "missing: mdn is async, so the partner needs a URL to send the MDN to",
+				"set async_mdn_url on this partner or on the station to edihub's public AS2 URL, like https://edihub.example/as2; or use mdn: sync")
+		}
+		pa.AsyncMDNURL = st.AsyncMDNURL
+	}
+
+	pa.Timeout = DefaultTimeout
+	if raw.Timeout != "" {
+		d, err := time.ParseDuration(strings.TrimSpace(raw.Timeout))
+		if err != nil || d <= 0 {
+			msg := fmt.Sprintf("%q is not a positive duration", raw.Timeout)
+			return pa, p.failErr(field+".timeout", err, msg, "write a positive duration with a unit, like 60s or 2m")
+		}
+		pa.Timeout = d
+	}
+	pa.MaxAttempts = DefaultMaxAttempts
+	if raw.MaxAttempts != nil {
+		if *raw.MaxAttempts <= 0 {
+			return pa, p.fail(field+".max_attempts", fmt.Sprintf("%d is not positive", *raw.MaxAttempts),
+				fmt.Sprintf("write a whole number of at least 1 (default %d)", DefaultMaxAttempts))
+		}
+		pa.MaxAttempts = *raw.MaxAttempts
+	}
+	return pa, nil
+}
+
+// as2ID checks an AS2 name against RFC 4130: 1 to 128 printable ASCII
+// characters. Spaces and quotes are legal (the name is quoted on the wire);
+// leading and trailing spaces are not accepted because HTTP header handling
+// on the way commonly strips them.
+func (p *parser) as2ID(field, id string) error {
+	const fix = "use 1 to 128 printable ASCII characters (letters, digits, spaces, punctuation)"
+	switch {
+	case id == "":
+		return p.fail(field, "missing or empty", "set as2_id to the AS2 name agreed with the partner, like \"ACME CORP\"")
+	case len(id) > MaxAS2IDLength:
+		return p.fail(field, fmt.Sprintf("AS2 ID is %d bytes long; RFC 4130 allows at most %d", len(id), MaxAS2IDLength), fix)
+	case strings.TrimSpace(id) != id:
+		return p.fail(field, fmt.Sprintf("AS2 ID %q starts or ends with a space", id), "remove the leading and trailing spaces; they are lost in HTTP headers")
+	}
+	for i := 0; i < len(id); i++ {
+		if c := id[i]; c < 0x20 || c > 0x7e {
+			return p.fail(field, fmt.Sprintf("AS2 ID %q has a character outside printable ASCII at byte %d", id, i), fix)
+		}
+	}
+	return nil
+}
+
+// url checks an absolute http or https URL. Messages never echo the URL
+// itself, which may carry a password.
+func (p *parser) url(field, s string) (*url.URL, error) {
+	const fix = "write an absolute http or https URL, like https://as2.partner.example/as2"
+	u, err := url.Parse(strings.TrimSpace(s))
+	if err != nil {
+		msg := "not a valid URL"
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			msg += ": " + ue.Err.Error()
+		}
+		return nil, p.failErr(field, err, msg, fix)
+	}
+	switch {
+	case u.Scheme != "http" && u.Scheme != "https":
+		return nil, p.fail(field, fmt.Sprintf("scheme %q is not http or https", u.Scheme), fix)
+	case u.Host == "" || u.Hostname() == "":
+		return nil, p.fail(field, "URL has no host", fix)
+	}
+	return u, nil
+}
+
+// readRef reads the file a key names, resolving a relative path against the
+// configuration file's directory.
+func (p *parser) readRef(field, ref, what string) ([]byte, error) {
+	if ref == "" {
+		return nil, p.fail(field, "missing", "set it to "+what+"; relative paths are resolved against the config file's directory")
+	}
+	path := ref
+	if !filepath.IsAbs(path) {
+		path = filepath.Join(p.dir, ref)
+	}
+	data, err := readFile(path)
+	if err != nil {
+		fix := "check the path; relative paths are resolved against the config file's directory"
+		if !filepath.IsAbs(ref) {
+			if abs, aerr := filepath.Abs(p.dir); aerr == nil {
+				fix += " (" + abs + ")"
+			}
+		}
+		if errors.Is(err, fs.ErrPermission) {
+			fix = "make the file readable by the user edihub runs as"
+		}
+		return nil, p.failErr(field, err, describeReadError(err, ref), fix)
+	}
+	return data, nil
+}
+
+// readFile reads at most maxFileSize bytes of path. Anything but a regular
+// file (after following symbolic links, as Kubernetes Secret mounts use) is
+// refused before it is opened: opening a FIFO would block.
+func readFile(path string) ([]byte, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, &fs.PathError{Op: "read", Path: path, Err: errNotRegular}
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, maxFileSize+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(data) > maxFileSize {
+		return nil, &fs.PathError{Op: "read", Path: path, Err: errTooLarge}
+	}
+	return data, nil
+}
+
+var (
+	errNotRegular = errors.New("not a regular file")
+	errTooLarge   = fmt.Errorf("larger than %d MiB", maxFileSize>>20)
+)
+
+// describeReadError phrases a read error with the path as the user wrote it.
+func describeReadError(err error, written string) string {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		op := pe.Op
+		if op == "stat" { // readFile stats before it opens; to the user both are "open"
+			op = "open"
+		}
+		return op + " " + written + ": " + pe.Err.Error()
+	}
+	return err.Error()
+}
+
+// checkValidity warns when c is not valid at p.now and reports whether it is.
+func (p *parser) checkValidity(field string, c *x509.Certificate, which, fix string) bool {
+	switch {
+	case p.now.After(c.NotAfter):
+		p.warn(field, "certificate%s (%s) expired on %s; %s", which, describeCert(c), c.NotAfter.UTC().Format(time.DateOnly), fix)
+		return false
+	case p.now.Before(c.NotBefore):
+		p.warn(field, "certificate%s (%s) is not valid before %s; check the clock or wait", which, describeCert(c), c.NotBefore.UTC().Format(time.RFC3339))
+		return false
+	}
+	return true
+}
+
+func describeCert(c *x509.Certificate) string {
+	subject := c.Subject.CommonName
+	if subject == "" {
+		subject = c.Subject.String()
+	}
+	return fmt.Sprintf("subject %q, serial %s", subject, c.SerialNumber.Text(16))
+}

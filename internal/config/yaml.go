@@ -1,0 +1,324 @@
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Keys each mapping accepts, in the order the documentation lists them. The
+// decoder enforces them through the yaml struct tags with KnownFields; these
+// lists only make the error's fix useful.
+var (
+	topKeys     = []string{"station", "partners"}
+	stationKeys = []string{"as2_id", "private_key", "certificate", "async_mdn_url"}
+	partnerKeys = []string{
+		"as2_id", "url", "certificate", "sign", "encrypt", "compress", "mdn", "mdn_signed",
+		"mdn_micalg", "require_signed", "require_encrypted", "key_encryption",
+		"transfer_encoding", "chunked", "compress_order", "async_mdn_url", "timeout", "max_attempts",
+	}
+)
+
+// rawFile mirrors the YAML document. Fields whose default differs from the
+// zero value, or whose zero value must be told apart from "absent", are
+// pointers.
+type rawFile struct {
+	Station  *rawStation  `yaml:"station"`
+	Partners []rawPartner `yaml:"partners"`
+}
+
+type rawStation struct {
+	AS2ID       string `yaml:"as2_id"`
+	PrivateKey  string `yaml:"private_key"`
+	Certificate string `yaml:"certificate"`
+	AsyncMDNURL string `yaml:"async_mdn_url"`
+}
+
+type rawPartner struct {
+	AS2ID            string `yaml:"as2_id"`
+	URL              string `yaml:"url"`
+	Certificate      string `yaml:"certificate"`
+	Sign             string `yaml:"sign"`
+	Encrypt          string `yaml:"encrypt"`
+	Compress         bool   `yaml:"compress"`
+	MDN              string `yaml:"mdn"`
+	MDNSigned        bool   `yaml:"mdn_signed"`
+	MDNMICAlg        string `yaml:"mdn_micalg"`
+	RequireSigned    bool   `yaml:"require_signed"`
+	RequireEncrypted bool   `yaml:"require_encrypted"`
+	KeyEncryption    string `yaml:"key_encryption"`
+	TransferEncoding string `yaml:"transfer_encoding"`
+	Chunked          bool   `yaml:"chunked"`
+	CompressOrder    string `yaml:"compress_order"`
+	AsyncMDNURL      string `yaml:"async_mdn_url"`
+	Timeout          string `yaml:"timeout"`
+	MaxAttempts      *int   `yaml:"max_attempts"`
+}
+
+// nodeIndex maps YAML paths to line numbers, so that errors found after
+// decoding (a missing certificate, an unsupported cipher) can still name the
+// line, and translates the decoder's line-only messages back to paths.
+type nodeIndex struct {
+	lines  map[string]int // path → line of its key (or sequence item)
+	keys   []keyPos       // every mapping key, for unknown-key errors
+	values []valuePos     // every value node, for type errors
+}
+
+type keyPos struct {
+	line       int
+	name, path string
+	parent     string
+}
+
+type valuePos struct {
+	line int
+	kind yaml.Kind
+	path string
+}
+
+func newNodeIndex(doc *yaml.Node) *nodeIndex {
+	ix := &nodeIndex{lines: map[string]int{}}
+	if doc != nil && doc.Kind == yaml.DocumentNode && len(doc.Content) > 0 {
+		ix.walk(doc.Content[0], "")
+	}
+	return ix
+}
+
+func (ix *nodeIndex) walk(n *yaml.Node, path string) {
+	if path != "" {
+		ix.values = append(ix.values, valuePos{line: n.Line, kind: n.Kind, path: path})
+	}
+	switch n.Kind {
+	case yaml.MappingNode:
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k, v := n.Content[i], n.Content[i+1]
+			p := k.Value
+			if path != "" {
+				p = path + "." + k.Value
+			}
+			if _, seen := ix.lines[p]; !seen {
+				ix.lines[p] = k.Line
+			}
+			ix.keys = append(ix.keys, keyPos{line: k.Line, name: k.Value, path: p, parent: path})
+			ix.walk(v, p)
+		}
+	case yaml.SequenceNode:
+		for i, item := range n.Content {
+			p := path + "[" + strconv.Itoa(i) + "]"
+			ix.lines[p] = item.Line
+			ix.walk(item, p)
+		}
+	}
+	// Aliases are not followed: the decoder reports their problems at the
+	// anchor's line, and following them could loop.
+}
+
+// line returns the line of path, or of its nearest ancestor that appears in
+// the file, or 0.
+func (ix *nodeIndex) line(path string) int {
+	for path != "" {
+		if l, ok := ix.lines[path]; ok {
+			return l
+		}
+		i := strings.LastIndexAny(path, ".[")
+		if i < 0 {
+			return 0
+		}
+		path = path[:i]
+	}
+	return 0
+}
+
+var (
+	lineRE       = regexp.MustCompile(`^(?:yaml: )?line (\d+): `)
+	unknownRE    = regexp.MustCompile(`^line (\d+): field (.*) not found in type `)
+	unmarshalRE  = regexp.MustCompile(`^line (\d+): cannot unmarshal (\S+)(?: ` + "`" + `(.*)` + "`" + `)? into (.+)$`)
+	duplicateRE  = regexp.MustCompile(`^line (\d+): mapping key (".*") already defined at line (\d+)$`)
+	errMultiDocs = errors.New("more than one YAML document")
+)
+
+// decode parses data into the raw model. It enforces known keys and reports
+// the first problem as an *Error naming the line and, where it can, the field.
+func (p *parser) decode(data []byte) (*rawFile, error) {
+	var doc yaml.Node
+	if err := safeDecode(yaml.NewDecoder(bytes.NewReader(data)), &doc, false); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, p.fail("", "the file is empty", "add a station section and a partners list; see the config documentation")
+		}
+		return nil, p.syntaxError(err)
+	}
+	p.ix = newNodeIndex(&doc)
+
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	var raw rawFile
+	err := safeDecode(dec, &raw, true)
+	var te *yaml.TypeError
+	switch {
+	case errors.As(err, &te) && len(te.Errors) > 0:
+		return nil, p.typeError(te.Errors[0], err)
+	case errors.Is(err, errMultiDocs):
+		return nil, p.fail("", "the file holds more than one YAML document", "keep one document: remove the extra \"---\" separator and what follows it")
+	case err != nil:
+		return nil, p.syntaxError(err)
+	}
+	return &raw, nil
+}
+
+// safeDecode decodes one document into v. With single it also insists that
+// no second document follows. A panic inside the YAML library becomes an
+// error: a configuration file must never crash the process.
+func safeDecode(dec *yaml.Decoder, v any, single bool) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("yaml: %v", r)
+		}
+	}()
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	if single {
+		var extra yaml.Node
+		switch err := dec.Decode(&extra); {
+		case errors.Is(err, io.EOF):
+		case err != nil:
+			return err
+		default:
+			return errMultiDocs
+		}
+	}
+	return nil
+}
+
+func (p *parser) syntaxError(err error) *Error {
+	msg := err.Error()
+	line := 0
+	if m := lineRE.FindStringSubmatch(msg); m != nil {
+		line, _ = strconv.Atoi(m[1])
+		msg = msg[len(m[0]):]
+	} else {
+		msg = strings.TrimPrefix(msg, "yaml: ")
+	}
+	return &Error{File: p.name, Line: line, Msg: "invalid YAML: " + msg, Fix: "correct the YAML syntax at that line (indent with spaces, quote values that contain \": \" or start with a special character)", Err: err}
+}
+
+// typeError translates one of yaml.TypeError's messages.
+func (p *parser) typeError(msg string, err error) *Error {
+	if m := unknownRE.FindStringSubmatch(msg); m != nil {
+		line, _ := strconv.Atoi(m[1])
+		field, parent := m[2], ""
+		for _, k := range p.ix.keys {
+			if k.line == line && k.name == m[2] {
+				field, parent = k.path, k.parent
+				break
+			}
+		}
+		known := partnerKeys
+		switch {
+		case parent == "":
+			known = topKeys
+		case parent == "station":
+			known = stationKeys
+		}
+		where := parent
+		if where == "" {
+			where = "the top level"
+		}
+		return &Error{File: p.name, Field: field, Line: line,
+			Msg: fmt.Sprintf("unknown key %q", m[2]),
+			Fix: fmt.Sprintf("remove it or correct the spelling; %s accepts %s", where, strings.Join(known, ", ")),
+			Err: err}
+	}
+	if m := duplicateRE.FindStringSubmatch(msg); m != nil {
+		line, _ := strconv.Atoi(m[1])
+		name, _ := strconv.Unquote(m[2])
+		field := ""
+		for _, k := range p.ix.keys {
+			if k.line == line && k.name == name {
+				field = k.path
+				break
+			}
+		}
+		return &Error{File: p.name, Field: field, Line: line,
+			Msg: fmt.Sprintf("key %s appears twice (first at line %s)", m[2], m[3]),
+			Fix: "keep one of the two", Err: err}
+	}
+	if m := unmarshalRE.FindStringSubmatch(msg); m != nil {
+		line, _ := strconv.Atoi(m[1])
+		tag, value, into := m[2], m[3], m[4]
+		kind := yaml.ScalarNode
+		switch tag {
+		case "!!map":
+			kind = yaml.MappingNode
+		case "!!seq":
+			kind = yaml.SequenceNode
+		}
+		field := ""
+		for _, v := range p.ix.values {
+			if v.line == line && v.kind == kind {
+				field = v.path
+				break
+			}
+		}
+		return &Error{File: p.name, Field: field, Line: line,
+			Msg: "wrong type: " + describeNode(tag, value) + " where " + describeGoType(into, field) + " is expected",
+			Fix: fixForType(into, field), Err: err}
+	}
+	line := 0
+	if m := lineRE.FindStringSubmatch(msg); m != nil {
+		line, _ = strconv.Atoi(m[1])
+		msg = msg[len(m[0]):]
+	}
+	return &Error{File: p.name, Line: line, Msg: "invalid YAML: " + msg, Fix: "correct the value at that line", Err: err}
+}
+
+func describeNode(tag, value string) string {
+	switch tag {
+	case "!!map":
+		return "a mapping"
+	case "!!seq":
+		return "a list"
+	}
+	if value != "" {
+		return fmt.Sprintf("%q", value)
+	}
+	return "a " + strings.TrimPrefix(tag, "!!") + " value"
+}
+
+func describeGoType(into, field string) string {
+	switch {
+	case field == "":
+		return "a mapping with station and partners"
+	case into == "bool":
+		return "true or false"
+	case into == "int", strings.HasPrefix(into, "*int"):
+		return "a whole number"
+	case strings.HasPrefix(into, "[]"):
+		return "a list"
+	case strings.Contains(into, "config.raw"):
+		return "a mapping"
+	}
+	return "a single value"
+}
+
+func fixForType(into, field string) string {
+	switch {
+	case field == "":
+		return "make the top level a mapping: station: {...} and partners: [...]"
+	case field == "partners":
+		return "write partners as a list, each item starting with \"- as2_id: ...\""
+	case into == "bool":
+		return "write true or false"
+	case into == "int", strings.HasPrefix(into, "*int"):
+		return "write a whole number without quotes"
+	case strings.Contains(into, "config.raw"):
+		return "write it as a mapping of keys and values"
+	}
+	return "write a single value; quote it if it contains special characters"
+}
