@@ -68,15 +68,13 @@ func TestLoadMissingOrUnreadableFile(t *testing.T) {
 	})
 
 	t.Run("permission denied", func(t *testing.T) {
-		if os.Geteuid() == 0 {
-			t.Skip("root reads every file")
+		// Root reads every file, and the tests run as root in CI, so the
+		// phrasing is checked on the error the open would return.
+		err := &fs.PathError{Op: "open", Path: "/etc/edihub/locked.yaml", Err: fs.ErrPermission}
+		got := describeReadError(err, "locked.yaml")
+		if want := "open locked.yaml: permission denied"; got != want {
+			t.Errorf("describeReadError(permission) = %q, want %q", got, want)
 		}
-		p := filepath.Join(dir, "locked.yaml")
-		if err := os.WriteFile(p, []byte(validYAML), 0o000); err != nil {
-			t.Fatal(err)
-		}
-		got, err := Load(p, Options{})
-		checkError(t, "locked.yaml", got, err, p, "", 0, "permission denied")
 	})
 }
 
