@@ -6,7 +6,6 @@ import (
 	"encoding/pem"
 	"errors"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
