@@ -1,0 +1,430 @@
+package as2_test
+
+import (
+	"bufio"
+	"bytes"
+	"compress/zlib"
+	"crypto"
+	"encoding/base64"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"net/textproto"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/edihub/edihub/internal/as2"
+	"github.com/edihub/edihub/internal/as2/cms"
+	"github.com/edihub/edihub/internal/as2/internal/openssltest"
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	openssltest.Cleanup()
+	os.Exit(code)
+}
+
+// doc is an X12 document ending in a bare LF, the classic MIC pitfall.
+const doc = "ISA*00*          *00*          *ZZ*SENDER         *ZZ*RECEIVER       *260101*1200*U*00401*000000001*0*P*>~\n" +
+	"GS*PO*SENDER*RECEIVER*20260101*1200*1*X*004010~\nST*850*0001~\nBEG*00*SA*PO-1**20260101~\nSE*3*0001~\nGE*1*1~\nIEA*1*000000001~\n"
+
+var (
+	signings    = []string{"", "sha1", "sha256", "sha512"}
+	encryptions = []string{"", "aes128", "aes192", "aes256", "des3", "aes256-oaep-sha256", "aes128-gcm"}
+	compresses  = []string{"none", "before", "after"}
+	ctes        = []string{"binary", "base64"}
+)
+
+// opensslMessage is an AS2 request built by openssl (and, for
+// compression, by cms.Compress since this openssl lacks zlib).
+type opensslMessage struct {
+	header    http.Header
+	body      []byte
+	micFile   string // the bytes the MIC covers
+	micDigest string // openssl dgst name
+	layers    []as2.Layer
+}
+
+func innerMIME(cte string) []byte {
+	body := doc
+	if cte == "base64" {
+		body = base64.StdEncoding.EncodeToString([]byte(doc)) + "\r\n"
+	}
+	return []byte("Content-Type: application/EDI-X12\r\nContent-Transfer-Encoding: " + cte +
+		"\r\nContent-Disposition: attachment; filename=\"order 1.edi\"\r\n\r\n" + body)
+}
+
+func compressedEntity(t *testing.T, ent []byte, cte string) []byte {
+	t.Helper()
+	der, err := cms.Compress(ent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := der
+	if cte == "base64" {
+		body = []byte(base64.StdEncoding.EncodeToString(der) + "\r\n")
+	}
+	return append([]byte("Content-Type: application/pkcs7-mime; smime-type=compressed-data; name=smime.p7z\r\n"+
+		"Content-Transfer-Encoding: "+cte+"\r\n\r\n"), body...)
+}
+
+var fileSeq atomic.Int64
+
+func write(t *testing.T, dir string, b []byte) string {
+	return openssltest.WriteFile(t, dir, "f"+strconv.FormatInt(fileSeq.Add(1), 10), b)
+}
+
+func buildOpenSSL(t *testing.T, ids *openssltest.Identities, sign, enc, comp, cte string) opensslMessage {
+	t.Helper()
+	dir := t.TempDir()
+	inner := innerMIME(cte)
+	cur := inner
+	m := opensslMessage{micFile: write(t, dir, inner), micDigest: "sha256"}
+	if comp != "none" && (sign == "" || comp == "before") {
+		cur = compressedEntity(t, cur, cte)
+		m.layers = append(m.layers, as2.LayerCompressed)
+	}
+	if sign != "" {
+		in := write(t, dir, cur)
+		m.micFile, m.micDigest = in, sign
+		cur = openssltest.Run(t, nil, "cms", "-sign", "-in", in, "-signer", ids.A.CertPath, "-inkey", ids.A.KeyPath,
+			"-md", sign, "-binary", "-crlfeol")
+		m.layers = append([]as2.Layer{as2.LayerSigned}, m.layers...)
+		if comp == "after" {
+			cur = compressedEntity(t, cur, cte)
+			m.layers = append([]as2.Layer{as2.LayerCompressed}, m.layers...)
+		}
+	}
+	if enc != "" {
+		in := write(t, dir, cur)
+		if sign == "" {
+			m.micFile = in
+		}
+		args := []string{"cms", "-encrypt", "-in", in, "-binary", "-outform", "DER"}
+		switch enc {
+		case "aes256-oaep-sha256":
+			args = append(args, "-aes256", "-recip", ids.B.CertPath, "-keyopt", "rsa_padding_mode:oaep", "-keyopt", "rsa_oaep_md:sha256")
+		case "aes128-gcm":
+			args = append(args, "-aes-128-gcm", ids.B.CertPath)
+		default:
+			args = append(args, "-"+enc, ids.B.CertPath)
+		}
+		der := openssltest.Run(t, nil, args...)
+		m.layers = append([]as2.Layer{as2.LayerEncrypted}, m.layers...)
+		smimeType := "enveloped-data"
+		if strings.HasSuffix(enc, "gcm") {
+			smimeType = "authEnveloped-data"
+		}
+		m.header = http.Header{"Content-Type": {"application/pkcs7-mime; smime-type=" + smimeType + "; name=\"smime.p7m\""}}
+		m.body = der
+		if cte == "base64" {
+			m.header.Set("Content-Transfer-Encoding", "base64")
+			m.body = []byte(base64.StdEncoding.EncodeToString(der))
+		}
+		return m
+	}
+	// Unencrypted: the top entity's header fields travel as HTTP fields.
+	r := textproto.NewReader(bufio.NewReader(bytes.NewReader(cur)))
+	h, err := r.ReadMIMEHeader()
+	if err != nil {
+		t.Fatalf("split top entity: %v", err)
+	}
+	m.header = http.Header(h)
+	i := bytes.Index(cur, []byte("\r\n\r\n"))
+	m.body = cur[i+4:]
+	return m
+}
+
+func dgst(t *testing.T, alg, file string) string {
+	t.Helper()
+	sum := openssltest.Run(t, nil, "dgst", "-"+alg, "-binary", file)
+	return base64.StdEncoding.EncodeToString(sum)
+}
+
+func micName(alg string) string {
+	return map[string]string{"sha1": "sha-1", "sha256": "sha-256", "sha384": "sha-384", "sha512": "sha-512"}[alg]
+}
+
+func TestUnwrapOpenSSLMatrix(t *testing.T) {
+	ids := openssltest.Keys(t)
+	opts := as2.UnwrapOptions{
+		Keys:         []cms.Recipient{{Cert: ids.B.Cert, Key: ids.B.Key.(crypto.Decrypter)}},
+		PartnerCerts: []*x509Cert{ids.A.Cert},
+		MICAlgs:      []crypto.Hash{crypto.SHA256, crypto.SHA1},
+	}
+	var passed atomic.Int64
+	total := 0
+	t.Run("matrix", func(t *testing.T) {
+		for _, sign := range signings {
+			for _, enc := range encryptions {
+				for _, comp := range compresses {
+					for _, cte := range ctes {
+						total++
+						name := fmt.Sprintf("sign=%s/enc=%s/compress=%s/cte=%s", or(sign, "none"), or(enc, "none"), comp, cte)
+						t.Run(name, func(t *testing.T) {
+							t.Parallel()
+							m := buildOpenSSL(t, ids, sign, enc, comp, cte)
+							got, err := as2.Unwrap(m.header, m.body, opts)
+							if err != nil {
+								t.Fatalf("Unwrap() error = %v (disposition %q)", err, as2.Disposition(err))
+							}
+							if string(got.Payload) != doc {
+								t.Errorf("Unwrap().Payload = %q, want %q", got.Payload, doc)
+							}
+							if got.ContentType != "application/EDI-X12" || got.Filename != "order 1.edi" {
+								t.Errorf("Unwrap() content type %q filename %q", got.ContentType, got.Filename)
+							}
+							if fmt.Sprint(got.Layers) != fmt.Sprint(m.layers) {
+								t.Errorf("Unwrap().Layers = %v, want %v", got.Layers, m.layers)
+							}
+							if got.Signed != (sign != "") || got.Encrypted != (enc != "") || got.Compressed != (comp != "none") {
+								t.Errorf("Unwrap() signed %v encrypted %v compressed %v", got.Signed, got.Encrypted, got.Compressed)
+							}
+							want := dgst(t, m.micDigest, m.micFile) + ", " + micName(m.micDigest)
+							if got.MIC.String() != want {
+								t.Errorf("Unwrap().MIC = %q, want %q", got.MIC, want)
+							}
+							if sign == "" && enc == "" {
+								// The other reading of the RFCs: content only.
+								o := opts
+								o.UnsignedMIC = as2.MICContentOnly
+								got, err := as2.Unwrap(m.header, m.body, o)
+								if err != nil {
+									t.Fatal(err)
+								}
+								want := dgst(t, "sha256", write(t, t.TempDir(), []byte(doc))) + ", sha-256"
+								if got.MIC.String() != want {
+									t.Errorf("Unwrap(content only).MIC = %q, want %q", got.MIC, want)
+								}
+							}
+							passed.Add(1)
+						})
+					}
+				}
+			}
+		}
+	})
+	t.Logf("openssl → Unwrap matrix: %d/%d passed", passed.Load(), total)
+	if int(passed.Load()) != total {
+		t.Errorf("matrix: %d of %d cases passed", passed.Load(), total)
+	}
+}
+
+func or(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
+var wrapEncryptions = []struct {
+	name string
+	c    cms.Cipher
+	oaep bool
+}{
+	{"", 0, false},
+	{"aes128", cms.AES128CBC, false},
+	{"aes192", cms.AES192CBC, false},
+	{"aes256", cms.AES256CBC, false},
+	{"des3", cms.DESEDE3CBC, false},
+	{"aes256-oaep-sha256", cms.AES256CBC, true},
+	{"aes128-gcm", cms.AES128GCM, false},
+	{"aes256-gcm-oaep-sha256", cms.AES256GCM, true},
+}
+
+// splitEntity splits a MIME entity with the standard library only.
+func splitEntity(t *testing.T, ent []byte) (textproto.MIMEHeader, []byte) {
+	t.Helper()
+	i := bytes.Index(ent, []byte("\r\n\r\n"))
+	if i < 0 {
+		t.Fatalf("no header/body separator in %q", ent[:min(len(ent), 200)])
+	}
+	h, err := textproto.NewReader(bufio.NewReader(bytes.NewReader(ent[:i+4]))).ReadMIMEHeader()
+	if err != nil {
+		t.Fatalf("read header: %v", err)
+	}
+	return h, ent[i+4:]
+}
+
+func transferDecode(t *testing.T, cte string, b []byte) []byte {
+	t.Helper()
+	if strings.EqualFold(cte, "base64") {
+		d, err := base64.StdEncoding.DecodeString(strings.NewReplacer("\r", "", "\n", "").Replace(string(b)))
+		if err != nil {
+			t.Fatalf("base64: %v", err)
+		}
+		return d
+	}
+	return b
+}
+
+var octetRE = regexp.MustCompile(`(?m)^\s*(\d+):d=\d+\s+hl=(\d+)\s+l=\s*(\d+)\s+prim:\s+OCTET STRING`)
+
+// opensslInflate checks a CompressedData with openssl and inflates the
+// zlib stream openssl located, with compress/zlib (this openssl has no
+// zlib, so cms -uncompress is not available).
+func opensslInflate(t *testing.T, dir string, der []byte) []byte {
+	t.Helper()
+	p := write(t, dir, der)
+	printed := string(openssltest.Run(t, nil, "cms", "-cmsout", "-print", "-inform", "DER", "-in", p))
+	if !strings.Contains(printed, "id-smime-ct-compressedData") || !strings.Contains(printed, "zlib compression") {
+		t.Fatalf("openssl does not see CompressedData/zlib:\n%s", printed)
+	}
+	parsed := string(openssltest.Run(t, nil, "asn1parse", "-inform", "DER", "-in", p))
+	ms := octetRE.FindAllStringSubmatch(parsed, -1)
+	if len(ms) == 0 {
+		t.Fatalf("no OCTET STRING in\n%s", parsed)
+	}
+	last := ms[len(ms)-1]
+	off, _ := strconv.Atoi(last[1])
+	hl, _ := strconv.Atoi(last[2])
+	l, _ := strconv.Atoi(last[3])
+	zr, err := zlib.NewReader(bytes.NewReader(der[off+hl : off+hl+l]))
+	if err != nil {
+		t.Fatalf("zlib: %v", err)
+	}
+	out, err := io.ReadAll(zr)
+	if err != nil {
+		t.Fatalf("zlib: %v", err)
+	}
+	return out
+}
+
+func TestWrapOpenSSLMatrix(t *testing.T) {
+	ids := openssltest.Keys(t)
+	var passed atomic.Int64
+	total := 0
+	payload := []byte(doc)
+	t.Run("matrix", func(t *testing.T) {
+		for _, sign := range signings {
+			for _, enc := range wrapEncryptions {
+				for ci, comp := range compresses {
+					for ti, cte := range ctes {
+						total++
+						name := fmt.Sprintf("sign=%s/enc=%s/compress=%s/cte=%s", or(sign, "none"), or(enc.name, "none"), comp, cte)
+						t.Run(name, func(t *testing.T) {
+							t.Parallel()
+							dir := t.TempDir()
+							var h crypto.Hash
+							if sign != "" {
+								h, _ = as2.ParseMICAlg(sign)
+							}
+							w, err := as2.Wrap(payload, "application/EDI-X12", "order 1.edi", as2.WrapOptions{
+								Sign: h, SignerKey: ids.A.Key, SignerCert: ids.A.Cert,
+								Encrypt: enc.c, OAEP: enc.oaep, RecipientCert: ids.B.Cert,
+								Compress: as2.Compression(ci), TransferEncoding: as2.TransferEncoding(ti),
+							})
+							if err != nil {
+								t.Fatalf("Wrap() error = %v", err)
+							}
+							// Peel with openssl and the standard library.
+							cur := append(writeHTTPHeader(w.Header), w.Body...)
+							var micBytes []byte
+							micAlg := "sha256"
+							for depth := 0; ; depth++ {
+								if depth > 5 {
+									t.Fatal("too deep")
+								}
+								hdr, body := splitEntity(t, cur)
+								mt, params, err := mime.ParseMediaType(hdr.Get("Content-Type"))
+								if err != nil {
+									t.Fatalf("content type %q: %v", hdr.Get("Content-Type"), err)
+								}
+								switch {
+								case mt == "application/pkcs7-mime" && strings.Contains(params["smime-type"], "nveloped-data"):
+									der := transferDecode(t, hdr.Get("Content-Transfer-Encoding"), body)
+									p := write(t, dir, der)
+									cur = openssltest.Run(t, nil, "cms", "-decrypt", "-binary", "-inform", "DER", "-in", p,
+										"-recip", ids.B.CertPath, "-inkey", ids.B.KeyPath)
+									if micBytes == nil && sign == "" {
+										micBytes = cur
+									}
+								case mt == "application/pkcs7-mime" && params["smime-type"] == "compressed-data":
+									der := transferDecode(t, hdr.Get("Content-Transfer-Encoding"), body)
+									cur = opensslInflate(t, dir, der)
+									if micBytes == nil && sign == "" {
+										micBytes = cur
+									}
+								case mt == "multipart/signed":
+									if params["micalg"] != micName(sign) || params["protocol"] != "application/pkcs7-signature" {
+										t.Errorf("multipart/signed params %v", params)
+									}
+									b := "--" + params["boundary"]
+									start := bytes.Index(body, []byte(b+"\r\n")) + len(b) + 2
+									end := bytes.Index(body, []byte("\r\n"+b+"\r\n"))
+									first := body[start:end]
+									sigEnt := body[end+len(b)+4:]
+									sigEnt = sigEnt[:bytes.Index(sigEnt, []byte("\r\n"+b+"--"))]
+									sh, sb := splitEntity(t, sigEnt)
+									sig := transferDecode(t, sh.Get("Content-Transfer-Encoding"), sb)
+									openssltest.Run(t, nil, "cms", "-verify", "-binary", "-inform", "DER", "-in", write(t, dir, sig),
+										"-content", write(t, dir, first), "-CAfile", ids.A.CertPath, "-purpose", "any", "-out", os.DevNull)
+									if micBytes == nil {
+										micBytes, micAlg = first, sign
+									}
+									cur = first
+								default:
+									if mt != "application/edi-x12" {
+										t.Fatalf("payload type %q", mt)
+									}
+									if got := transferDecode(t, hdr.Get("Content-Transfer-Encoding"), body); !bytes.Equal(got, payload) {
+										t.Errorf("payload = %q, want %q", got, payload)
+									}
+									if _, p, _ := mime.ParseMediaType(hdr.Get("Content-Disposition")); p["filename"] != "order 1.edi" {
+										t.Errorf("Content-Disposition = %q", hdr.Get("Content-Disposition"))
+									}
+									if micBytes == nil {
+										// Plain: the entity rebuilt from the HTTP fields (MICWithHeaders).
+										micBytes = fmt.Appendf(nil, "Content-Type: %s\r\nContent-Transfer-Encoding: %s\r\nContent-Disposition: %s\r\n\r\n%s",
+											w.Header.Get("Content-Type"), w.Header.Get("Content-Transfer-Encoding"), w.Header.Get("Content-Disposition"), w.Body)
+									}
+									want := dgst(t, micAlg, write(t, dir, micBytes)) + ", " + micName(micAlg)
+									if w.MIC.String() != want {
+										t.Errorf("Wrap().MIC = %q, want %q", w.MIC, want)
+									}
+									// Round trip through Unwrap.
+									got, err := as2.Unwrap(w.Header, w.Body, as2.UnwrapOptions{
+										Keys:         []cms.Recipient{{Cert: ids.B.Cert, Key: ids.B.Key.(crypto.Decrypter)}},
+										PartnerCerts: []*x509Cert{ids.A.Cert},
+									})
+									if err != nil {
+										t.Fatalf("Unwrap(Wrap()) error = %v", err)
+									}
+									if !bytes.Equal(got.Payload, payload) || !got.MIC.Equal(w.MIC) {
+										t.Errorf("Unwrap(Wrap()) payload %q MIC %v, want MIC %v", got.Payload, got.MIC, w.MIC)
+									}
+									passed.Add(1)
+									return
+								}
+							}
+						})
+					}
+				}
+			}
+		}
+	})
+	t.Logf("Wrap → openssl matrix: %d/%d passed", passed.Load(), total)
+	if int(passed.Load()) != total {
+		t.Errorf("matrix: %d of %d cases passed", passed.Load(), total)
+	}
+}
+
+// writeHTTPHeader renders HTTP header fields as a MIME header block.
+func writeHTTPHeader(h http.Header) []byte {
+	var b bytes.Buffer
+	for k, vs := range h {
+		for _, v := range vs {
+			fmt.Fprintf(&b, "%s: %s\r\n", k, v)
+		}
+	}
+	b.WriteString("\r\n")
+	return b.Bytes()
+}
+
+var _ = filepath.Join

@@ -1,0 +1,284 @@
+package as2
+
+import (
+	"crypto"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/edihub/edihub/internal/as2/cms"
+)
+
+// MICScope chooses what the MIC of a message that is neither signed nor
+// encrypted covers; the RFCs disagree (see docs/as2.md).
+type MICScope int
+
+const (
+	// MICWithHeaders digests the MIME entity, header fields included (RFC
+	// 4130 §7.3.1; for compressed messages the uncompressed entity, RFC
+	// 5402 §4). For a plain message the entity is rebuilt from the HTTP
+	// Content-Type, Content-Transfer-Encoding and Content-Disposition
+	// fields, in that order, as "Name: value" CRLF lines. The default.
+	MICWithHeaders MICScope = iota
+	// MICContentOnly digests the payload content alone, after transfer
+	// decoding, as several older products do.
+	MICContentOnly
+)
+
+// Layer names one S/MIME layer found by Unwrap.
+type Layer string
+
+// Layers, outermost first in Message.Layers.
+const (
+	LayerEncrypted  Layer = "encrypted"
+	LayerSigned     Layer = "signed"
+	LayerCompressed Layer = "compressed"
+)
+
+// UnwrapOptions holds the keys and limits Unwrap works with.
+type UnwrapOptions struct {
+	// Keys are the station's decryption identities (several during a
+	// certificate rollover).
+	Keys []cms.Recipient
+	// PartnerCerts verify the partner's signature. Certificates inside the
+	// message are never trusted.
+	PartnerCerts []*x509.Certificate
+	// MICAlgs is the partner's signed-receipt-micalg list, supported
+	// algorithms only, in order (DispositionOptions.SupportedMICAlgs). It
+	// chooses the MIC algorithm of unsigned messages; SHA-256 when empty.
+	MICAlgs []crypto.Hash
+	// UnsignedMIC selects the MIC scope of unsigned, unencrypted messages.
+	UnsignedMIC MICScope
+	// Limits bound the parse.
+	Limits Limits
+}
+
+// Message is the result of Unwrap.
+type Message struct {
+	// Payload is the content after all layers and the payload's transfer
+	// encoding were removed.
+	Payload []byte
+	// ContentType is the payload's Content-Type value as received
+	// ("application/octet-stream" when absent).
+	ContentType string
+	// Filename is the filename parameter of the payload's
+	// Content-Disposition, or "".
+	Filename string
+	// Header holds the payload entity's header fields.
+	Header Header
+	// Signed, Encrypted and Compressed report the layers found; compare
+	// them with the partner profile and answer ErrInsufficientSecurity.
+	Signed, Encrypted, Compressed bool
+	// Layers lists the layers outermost first.
+	Layers []Layer
+	// MIC is the Received-content-MIC to return in the MDN.
+	MIC MIC
+	// Signer is the partner certificate that verified the signature.
+	Signer *x509.Certificate
+}
+
+// Unwrap runs the receive pipeline on an AS2 request: h supplies the
+// Content-Type (required), Content-Transfer-Encoding and
+// Content-Disposition of the body. It peels encrypted (EnvelopedData,
+// AuthEnvelopedData), compressed and signed (multipart/signed, or opaque
+// application/pkcs7-mime signed-data) layers in any order and nesting up
+// to opts.Limits.MaxDepth, verifies signatures against opts.PartnerCerts,
+// and computes the MIC:
+//
+//   - signed: over the outermost signed content exactly as received (the
+//     first part of multipart/signed, headers included); algorithm = the
+//     signature's digest;
+//   - else encrypted: over the outermost decrypted MIME entity;
+//   - else: per opts.UnsignedMIC.
+//
+// Every error is an *Error whose Disposition is the MDN modifier to send.
+// body is not modified; the Message may alias it.
+func Unwrap(h http.Header, body []byte, opts UnwrapOptions) (*Message, error) {
+	lim := opts.Limits.withDefaults()
+	top := &Entity{Body: body}
+	for _, name := range []string{"Content-Type", "Content-Transfer-Encoding", "Content-Disposition"} {
+		if vs := h.Values(name); len(vs) > 0 {
+			top.Header = append(top.Header, Field{Name: name, Value: strings.TrimSpace(vs[0])})
+		}
+	}
+	if top.Header.Get("Content-Type") == "" {
+		return nil, &Error{Disposition: DispositionUnexpectedProcessing, Err: fmt.Errorf("%w: no Content-Type", ErrMalformedMIME)}
+	}
+	micAlg := crypto.SHA256
+	if len(opts.MICAlgs) > 0 {
+		micAlg = opts.MICAlgs[0]
+	}
+
+	m := &Message{}
+	var signedMIC, encryptedMIC, compressedMIC []byte
+	signedHash := crypto.Hash(0)
+	ent := top
+	for depth := 0; ; depth++ {
+		if depth > lim.MaxDepth {
+			return nil, classify(stageMIME, fmt.Errorf("%w: more than %d S/MIME layers", ErrLimit, lim.MaxDepth))
+		}
+		mt, params := ent.MediaType()
+		switch {
+		case mt == "multipart/signed":
+			// Split only now: a broken multipart/signed is a failed
+			// authentication, not a generic MIME error.
+			if ent.Parts == nil {
+				if err := (&mimeParser{lim: lim}).multipart(ent, 0); err != nil {
+					return nil, classify(stageVerify, err)
+				}
+			}
+			signed, v, err := verifyMultipart(ent, opts.PartnerCerts)
+			if err != nil {
+				return nil, err
+			}
+			m.Signed = true
+			m.Layers = append(m.Layers, LayerSigned)
+			if signedMIC == nil {
+				signedMIC, signedHash, m.Signer = signed, v.Hash, v.Signer
+			}
+			ent = ent.Parts[0]
+
+		case mt == "application/pkcs7-mime" || mt == "application/x-pkcs7-mime":
+			der, err := cmsBody(ent)
+			if err != nil {
+				return nil, classify(stageFor(params["smime-type"]), err)
+			}
+			typ, err := cms.Identify(der)
+			if err != nil {
+				return nil, classify(stageFor(params["smime-type"]), err)
+			}
+			var inner []byte
+			var s stage
+			switch typ {
+			case cms.TypeEnvelopedData, cms.TypeAuthEnvelopedData:
+				s = stageDecrypt
+				if inner, err = cms.Decrypt(der, opts.Keys); err != nil {
+					return nil, classify(s, fmt.Errorf("decrypt: %w", err))
+				}
+				m.Encrypted = true
+				m.Layers = append(m.Layers, LayerEncrypted)
+				if encryptedMIC == nil {
+					encryptedMIC = inner
+				}
+			case cms.TypeCompressedData:
+				s = stageDecompress
+				if inner, err = cms.Decompress(der, lim.MaxDecompressedSize); err != nil {
+					return nil, classify(s, fmt.Errorf("decompress: %w", err))
+				}
+				m.Compressed = true
+				m.Layers = append(m.Layers, LayerCompressed)
+				if compressedMIC == nil {
+					compressedMIC = inner
+				}
+			case cms.TypeSignedData:
+				s = stageVerify
+				v, err := cms.Verify(der, nil, opts.PartnerCerts)
+				if err != nil {
+					return nil, classify(s, fmt.Errorf("verify: %w", err))
+				}
+				inner = v.Content
+				m.Signed = true
+				m.Layers = append(m.Layers, LayerSigned)
+				if signedMIC == nil {
+					signedMIC, signedHash, m.Signer = inner, v.Hash, v.Signer
+				}
+			default:
+				return nil, classify(stageFor(params["smime-type"]), fmt.Errorf("%w: CMS content type %v", cms.ErrContentType, typ))
+			}
+			// Header only: parts are split when a layer needs them.
+			if ent, err = parseHeaderOnly(inner, lim); err != nil {
+				return nil, classify(s, fmt.Errorf("inner entity: %w", err))
+			}
+
+		default:
+			payload, err := ent.DecodedBody()
+			if err != nil {
+				return nil, classify(stageMIME, fmt.Errorf("payload: %w", err))
+			}
+			m.Payload = payload
+			m.Header = ent.Header
+			m.ContentType = ent.Header.Get("Content-Type")
+			if m.ContentType == "" {
+				m.ContentType = "application/octet-stream"
+			}
+			m.Filename = filename(ent.Header.Get("Content-Disposition"))
+			switch {
+			case signedMIC != nil:
+				m.MIC = ComputeMIC(signedHash, signedMIC)
+			case encryptedMIC != nil:
+				m.MIC = ComputeMIC(micAlg, encryptedMIC)
+			case opts.UnsignedMIC == MICContentOnly:
+				m.MIC = ComputeMIC(micAlg, payload)
+			case compressedMIC != nil:
+				m.MIC = ComputeMIC(micAlg, compressedMIC)
+			default:
+				m.MIC = ComputeMIC(micAlg, plainEntity(top))
+			}
+			return m, nil
+		}
+	}
+}
+
+// stageFor guesses the failing layer from the smime-type parameter when the
+// CMS body cannot even be identified.
+func stageFor(smimeType string) stage {
+	switch strings.ToLower(smimeType) {
+	case "compressed-data":
+		return stageDecompress
+	case "signed-data":
+		return stageVerify
+	}
+	return stageDecrypt
+}
+
+// plainEntity rebuilds the MIME entity of an unsigned, unencrypted,
+// uncompressed message from its HTTP header fields.
+func plainEntity(top *Entity) []byte {
+	b := make([]byte, 0, len(top.Body)+256)
+	b = writeHeader(b, top.Header)
+	b = append(b, '\r', '\n')
+	return append(b, top.Body...)
+}
+
+// verifyMultipart verifies a multipart/signed entity and returns the signed
+// bytes: the first part exactly as received or, when only that verifies,
+// its CRLF-canonical form (a partner whose transport turned CRLF into LF).
+func verifyMultipart(ent *Entity, certs []*x509.Certificate) ([]byte, *cms.Verified, error) {
+	if len(ent.Parts) < 2 {
+		return nil, nil, classify(stageVerify, fmt.Errorf("%w: multipart/signed with %d parts", ErrMalformedMIME, len(ent.Parts)))
+	}
+	sig, err := cmsBody(ent.Parts[1])
+	if err != nil {
+		return nil, nil, classify(stageVerify, fmt.Errorf("signature part: %w", err))
+	}
+	signed := ent.Parts[0].Raw
+	v, err := cms.Verify(sig, signed, certs)
+	if err != nil && hasBareLF(signed) && (errors.Is(err, cms.ErrSignature) || errors.Is(err, cms.ErrDigestMismatch)) {
+		canon := toCRLF(signed)
+		if v2, err2 := cms.Verify(sig, canon, certs); err2 == nil {
+			return canon, v2, nil
+		}
+	}
+	if err != nil {
+		return nil, nil, classify(stageVerify, fmt.Errorf("verify: %w", err))
+	}
+	return signed, v, nil
+}
+
+// cmsBody returns the DER of an application/pkcs7-* entity, undoing its
+// transfer encoding, and base64 even when the Content-Transfer-Encoding
+// field went missing.
+func cmsBody(e *Entity) ([]byte, error) {
+	b, err := e.DecodedBody()
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > 0 && b[0] != 0x30 && isBase64Text(b) {
+		if d, err := decodeBase64(b); err == nil {
+			return d, nil
+		}
+	}
+	return b, nil
+}
