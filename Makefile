@@ -1,0 +1,32 @@
+# edihub: "make run" starts the local stack, "make test" runs every test.
+GO ?= go
+
+.PHONY: run test build vet fmt controlplane bench clean
+
+## run: start PostgreSQL, three replicas and their logs (Ctrl-C stops all)
+run: build
+	@scripts/deps.sh
+	./bin/edihub-localstack
+
+## test: vet, unit + integration tests (race), short fuzzing, summary
+test:
+	@scripts/test.sh
+
+## build: build bin/edihub and the local-stack runner
+build:
+	$(GO) build -o bin/edihub ./cmd/edihub
+	$(GO) build -o bin/edihub-localstack ./test/localstack
+
+## controlplane: build kube-apiserver and etcd for the Kubernetes tests
+controlplane:
+	@scripts/controlplane-build.sh
+
+vet:
+	$(GO) vet ./...
+
+fmt:
+	gofmt -w cmd internal test
+
+## clean: remove built binaries (keeps .local state and the control plane)
+clean:
+	rm -rf bin

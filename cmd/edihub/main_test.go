@@ -1,0 +1,230 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"flag"
+	"math/big"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/edihub/edihub/internal/postgres/pgtest"
+)
+
+var update = flag.Bool("update", false, "rewrite the settings reference in README.md")
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	os.Exit(pgtest.Main(m))
+}
+
+func env(kv ...string) func(string) string {
+	m := map[string]string{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		m[kv[i]] = kv[i+1]
+	}
+	return func(k string) string { return m[k] }
+}
+
+func runCmd(t *testing.T, getenv func(string) string, args ...string) (string, string, error) {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	err := run(ctx, args, getenv, &stdout, &stderr)
+	return stdout.String(), stderr.String(), err
+}
+
+func TestHelpListsCommandsAndSettings(t *testing.T) {
+	out, _, err := runCmd(t, env(), "help")
+	if err != nil {
+		t.Fatalf("edihub help = %v", err)
+	}
+	for _, c := range commands() {
+		if !strings.Contains(out, c.name) {
+			t.Errorf("edihub help does not list %q", c.name)
+		}
+	}
+	out, _, err = runCmd(t, env(), "help", "serve")
+	if err != nil {
+		t.Fatalf("edihub help serve = %v", err)
+	}
+	for _, want := range []string{"-database-url", "EDIHUB_DATABASE_URL", "-config", "EDIHUB_CONFIG", "-http-addr", "EDIHUB_HTTP_ADDR", "default :8080", "EDIHUB_OPS_ADDR", "default :9090", "EDIHUB_LOG_FORMAT", "EDIHUB_LOG_LEVEL", "EDIHUB_MIGRATE", "EDIHUB_API_TOKEN"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("edihub help serve lacks %q", want)
+		}
+	}
+	if _, _, err := runCmd(t, env(), "frobnicate"); err == nil {
+		t.Error("edihub frobnicate = nil error, want a usage error")
+	}
+}
+
+// TestSettingsReferenceInREADME keeps the README's settings table equal to
+// the flag definitions. Run go test ./cmd/edihub -update to rewrite it.
+func TestSettingsReferenceInREADME(t *testing.T) {
+	const begin, end = "<!-- BEGIN SETTINGS (generated: go test ./cmd/edihub -update) -->\n", "<!-- END SETTINGS -->"
+	path := filepath.Join("..", "..", "README.md")
+	readme, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(readme)
+	i, j := strings.Index(s, begin), strings.Index(s, end)
+	if i < 0 || j < i {
+		t.Fatalf("README.md lacks the %q ... %q markers", strings.TrimSpace(begin), end)
+	}
+	want := settingsMarkdown()
+	if got := s[i+len(begin) : j]; got != want {
+		if *update {
+			if err := os.WriteFile(path, []byte(s[:i+len(begin)]+want+s[j:]), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			return
+		}
+		t.Errorf("README.md settings reference is out of date; run go test ./cmd/edihub -update\n got:\n%s\nwant:\n%s", got, want)
+	}
+}
+
+func settingsMarkdown() string {
+	var b strings.Builder
+	for _, c := range commands() {
+		fs := newFlagSet(c.name, env(), &bytes.Buffer{})
+		c.flags(fs)
+		docs := fs.docs()
+		if len(docs) == 0 {
+			continue
+		}
+		b.WriteString("\n`edihub " + c.name + "`\n\n| variable | flag | default | meaning |\n|---|---|---|---|\n")
+		for _, d := range docs {
+			def := d.Default
+			if def == "" {
+				def = "—"
+			} else {
+				def = "`" + def + "`"
+			}
+			b.WriteString("| `" + d.Env + "` | `" + d.Flag + "` | " + def + " | " + strings.ReplaceAll(d.Usage, "|", "\\|") + " |\n")
+		}
+	}
+	b.WriteString("\n")
+	return b.String()
+}
+
+func TestServeRejectsBadSettings(t *testing.T) {
+	cfg := writeConfig(t, "")
+	tests := []struct {
+		name string
+		env  []string
+		want []string // substrings of the error
+	}{
+		{"no database", []string{"EDIHUB_CONFIG", cfg}, []string{"EDIHUB_DATABASE_URL"}},
+		{"no config", []string{"EDIHUB_DATABASE_URL", "postgres://x@127.0.0.1:1/x"}, []string{"EDIHUB_CONFIG"}},
+		{"bad duration", []string{"EDIHUB_SHUTDOWN_TIMEOUT", "soon"}, []string{"EDIHUB_SHUTDOWN_TIMEOUT", "-shutdown-timeout"}},
+		{"bad bool", []string{"EDIHUB_MIGRATE", "perhaps"}, []string{"EDIHUB_MIGRATE"}},
+		{"bad log format", []string{"EDIHUB_DATABASE_URL", "postgres://x@127.0.0.1:1/x", "EDIHUB_CONFIG", cfg, "EDIHUB_LOG_FORMAT", "xml"}, []string{"EDIHUB_LOG_FORMAT", "json or console"}},
+		{"secret not echoed", []string{"EDIHUB_DB_MAX_CONNS", "many", "EDIHUB_API_TOKEN", "tok3n"}, []string{"EDIHUB_DB_MAX_CONNS"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, _, err := runCmd(t, env(tt.env...), "serve")
+			if err == nil {
+				t.Fatal("serve = nil error")
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("serve error = %q, want it to name %q", err, w)
+				}
+			}
+			if strings.Contains(err.Error(), "tok3n") {
+				t.Errorf("serve error leaks a secret: %q", err)
+			}
+		})
+	}
+}
+
+func TestServeBrokenConfigNamesField(t *testing.T) {
+	cfg := writeConfig(t, "    colour: blue\n")
+	_, _, err := runCmd(t, env("EDIHUB_DATABASE_URL", "postgres://x@127.0.0.1:1/x", "EDIHUB_CONFIG", cfg), "serve")
+	if err == nil || !strings.Contains(err.Error(), "colour") || !strings.Contains(err.Error(), "edihub.yaml") {
+		t.Fatalf("serve with an unknown config key = %v, want an error naming the file and the key", err)
+	}
+}
+
+func TestServeRefusesOutdatedSchema(t *testing.T) {
+	url := pgtest.EmptyURL(t)
+	cfg := writeConfig(t, "")
+	_, _, err := runCmd(t, env("EDIHUB_DATABASE_URL", url, "EDIHUB_CONFIG", cfg, "EDIHUB_HTTP_ADDR", "127.0.0.1:0", "EDIHUB_OPS_ADDR", "127.0.0.1:0"), "serve")
+	if err == nil || !strings.Contains(err.Error(), "edihub migrate") || !strings.Contains(err.Error(), "EDIHUB_MIGRATE=true") {
+		t.Fatalf("serve on an empty database = %v, want an error telling to run edihub migrate", err)
+	}
+}
+
+func TestMigrateCommand(t *testing.T) {
+	url := pgtest.EmptyURL(t)
+	out, _, err := runCmd(t, env("EDIHUB_DATABASE_URL", url), "migrate")
+	if err != nil {
+		t.Fatalf("migrate = %v", err)
+	}
+	if !strings.Contains(out, "applied") || !strings.Contains(out, "schema now at version") {
+		t.Errorf("migrate output = %q, want applied migrations and the version", out)
+	}
+	out, _, err = runCmd(t, env("EDIHUB_DATABASE_URL", url), "migrate")
+	if err != nil || !strings.Contains(out, "up to date") {
+		t.Errorf("second migrate = %q, %v; want up to date", out, err)
+	}
+}
+
+var (
+	keyOnce sync.Once
+	keyPEM  []byte
+	certPEM []byte
+)
+
+// writeConfig writes a valid station+partner config whose one partner gets
+// extra (already indented) YAML lines, and returns its path.
+func writeConfig(t *testing.T, partnerExtra string) string {
+	t.Helper()
+	keyOnce.Do(func() {
+		key, err := rsa.GenerateKey(rand.Reader, 2048)
+		if err != nil {
+			panic(err)
+		}
+		tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test"},
+			NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour)}
+		der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+		if err != nil {
+			panic(err)
+		}
+		keyPEM = pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(key)})
+		certPEM = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+	})
+	dir := t.TempDir()
+	for name, b := range map[string][]byte{"station.key": keyPEM, "station.crt": certPEM, "partner.crt": certPEM} {
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg := `station: {as2_id: "EDIHUB", private_key: station.key, certificate: station.crt}
+partners:
+  - as2_id: "ACME CORP"
+    url: http://127.0.0.1:1/as2
+    certificate: partner.crt
+    sign: sha-256
+    encrypt: aes256-cbc
+    mdn: sync
+    mdn_signed: true
+` + partnerExtra
+	path := filepath.Join(dir, "edihub.yaml")
+	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# test.sh is "make test": vet, then every unit and integration test with the
+# race detector on (real PostgreSQL, real kube-apiserver, openssl), then each
+# fuzz target for a short while, and a summary. It provisions what the tests
+# need first, so nothing is skipped for want of a component.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+mkdir -p .cache
+
+step() { printf '\n== %s\n' "$*"; }
+
+step "dependencies (PostgreSQL, openssl)"
+scripts/deps.sh
+echo "ok"
+
+if [[ -f test/k8s/go.mod ]]; then
+	step "kube-apiserver and etcd for the Kubernetes tests"
+	scripts/controlplane-build.sh
+fi
+
+step "go vet"
+go vet ./...
+echo "ok"
+
+step "go test -race ./... (unit and integration)"
+status=0
+go test -race -count=1 -timeout "${EDIHUB_TEST_TIMEOUT:-45m}" -json ./... 2>&1 |
+	go run ./test/testsummary || status=$?
+
+fuzztime="${EDIHUB_FUZZTIME:-10s}"
+step "fuzz targets, ${fuzztime} each"
+fuzz_failed=0
+fuzz_ran=0
+while IFS= read -r pkg; do
+	dir="$(go list -f '{{.Dir}}' "$pkg")"
+	for target in $(grep -ho '^func Fuzz[A-Za-z0-9_]*' "$dir"/*_test.go | sed 's/^func //' | sort -u); do
+		fuzz_ran=$((fuzz_ran + 1))
+		if out="$(go test -run='^$' -fuzz="^${target}\$" -fuzztime="$fuzztime" "$pkg" 2>&1)"; then
+			echo "ok    $pkg $target"
+		else
+			echo "FAIL  $pkg $target"
+			echo "$out" | tail -40
+			fuzz_failed=$((fuzz_failed + 1))
+		fi
+	done
+done < <(go list -f '{{if .TestGoFiles}}{{.ImportPath}}{{end}}' ./... | while read -r p; do
+	d="$(go list -f '{{.Dir}}' "$p")"
+	grep -lq '^func Fuzz' "$d"/*_test.go 2>/dev/null && echo "$p"
+done)
+echo "fuzz: $((fuzz_ran - fuzz_failed)) passed, $fuzz_failed failed"
+
+if ((status != 0 || fuzz_failed != 0)); then
+	step "FAILED"
+	exit 1
+fi
+step "all tests passed"
