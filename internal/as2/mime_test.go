@@ -1,0 +1,151 @@
+package as2_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/edihub/edihub/internal/as2"
+)
+
+func TestParseEntity(t *testing.T) {
+	tests := []struct {
+		name       string
+		give       string
+		wantHeader as2.Header
+		wantBody   string
+		wantParts  []string // Raw of each part
+	}{
+		{
+			name:       "CRLF",
+			give:       "Content-Type: text/plain\r\nX-A: 1\r\n\r\nbody\r\n",
+			wantHeader: as2.Header{{"Content-Type", "text/plain"}, {"X-A", "1"}},
+			wantBody:   "body\r\n",
+		},
+		{
+			name:       "bare LF",
+			give:       "Content-Type: text/plain\nX-A:1\n\nbody\n",
+			wantHeader: as2.Header{{"Content-Type", "text/plain"}, {"X-A", "1"}},
+			wantBody:   "body\n",
+		},
+		{
+			name:       "folded",
+			give:       "Content-Type: application/EDI-X12;\r\n\tname=\"a b.edi\"\r\nContent-Disposition: attachment;\r\n  filename=x.edi\r\n\r\nB",
+			wantHeader: as2.Header{{"Content-Type", "application/EDI-X12;\tname=\"a b.edi\""}, {"Content-Disposition", "attachment;  filename=x.edi"}},
+			wantBody:   "B",
+		},
+		{
+			name:       "no headers",
+			give:       "\r\nbody",
+			wantHeader: nil,
+			wantBody:   "body",
+		},
+		{
+			name:       "headers only",
+			give:       "Content-Type: text/plain\r\n",
+			wantHeader: as2.Header{{"Content-Type", "text/plain"}},
+			wantBody:   "",
+		},
+		{
+			name: "multipart with preamble, epilogue and a boundary prefix",
+			give: "Content-Type: multipart/mixed; boundary=\"b1\"\r\n\r\npreamble\r\n--b1\r\n\r\none\n\r\n--b1x not a boundary\r\n--b1\t \r\nX: y\r\n\r\ntwo\r\n--b1--\r\nepilogue",
+			wantHeader: as2.Header{{"Content-Type", "multipart/mixed; boundary=\"b1\""}},
+			wantBody:   "preamble\r\n--b1\r\n\r\none\n\r\n--b1x not a boundary\r\n--b1\t \r\nX: y\r\n\r\ntwo\r\n--b1--\r\nepilogue",
+			wantParts:  []string{"\r\none\n\r\n--b1x not a boundary", "X: y\r\n\r\ntwo"},
+		},
+		{
+			name:       "multipart with bare LF and missing close delimiter",
+			give:       "Content-Type: multipart/mixed; boundary=b\n\n--b\n\nfirst\n--b\n\nsecond\n",
+			wantHeader: as2.Header{{"Content-Type", "multipart/mixed; boundary=b"}},
+			wantBody:   "--b\n\nfirst\n--b\n\nsecond\n",
+			wantParts:  []string{"\nfirst", "\nsecond\n"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e, err := as2.ParseEntity([]byte(tt.give), as2.Limits{})
+			if err != nil {
+				t.Fatalf("ParseEntity() error = %v", err)
+			}
+			if diff := cmp.Diff(tt.wantHeader, e.Header); diff != "" {
+				t.Errorf("ParseEntity().Header mismatch (-want +got):\n%s", diff)
+			}
+			if string(e.Body) != tt.wantBody {
+				t.Errorf("ParseEntity().Body = %q, want %q", e.Body, tt.wantBody)
+			}
+			if string(e.Raw) != tt.give {
+				t.Errorf("ParseEntity().Raw = %q, want the input", e.Raw)
+			}
+			var parts []string
+			for _, p := range e.Parts {
+				parts = append(parts, string(p.Raw))
+			}
+			if diff := cmp.Diff(tt.wantParts, parts); diff != "" {
+				t.Errorf("ParseEntity().Parts mismatch (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestDecodedBody(t *testing.T) {
+	tests := []struct {
+		name    string
+		give    string
+		want    string
+		wantErr bool
+	}{
+		{name: "missing CTE is binary", give: "Content-Type: a/b\r\n\r\n\x00\xff=41\r\n", want: "\x00\xff=41\r\n"},
+		{name: "binary", give: "Content-Transfer-Encoding: BINARY\r\n\r\nxyz", want: "xyz"},
+		{name: "8bit", give: "Content-Transfer-Encoding: 8bit\r\n\r\n\xe9", want: "\xe9"},
+		{name: "base64 lines", give: "Content-Transfer-Encoding: base64\r\n\r\naGVs\r\nbG8=\r\n", want: "hello"},
+		{name: "base64 no padding", give: "Content-Transfer-Encoding: Base64\r\n\r\naGVsbG8", want: "hello"},
+		{name: "quoted-printable", give: "Content-Transfer-Encoding: quoted-printable\r\n\r\na=3Db=\r\nc", want: "a=bc"},
+		{name: "bad base64", give: "Content-Transfer-Encoding: base64\r\n\r\n!!!!", wantErr: true},
+		{name: "unknown", give: "Content-Transfer-Encoding: x-uuencode\r\n\r\nabc", wantErr: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e, err := as2.ParseEntity([]byte(tt.give), as2.Limits{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := e.DecodedBody()
+			if (err != nil) != tt.wantErr || string(got) != tt.want {
+				t.Errorf("DecodedBody() = %q, %v; want %q, error %v", got, err, tt.want, tt.wantErr)
+			}
+		})
+	}
+}
+
+func TestParseEntityLimits(t *testing.T) {
+	nested := "Content-Type: multipart/mixed; boundary=b0\r\n\r\n--b0\r\n"
+	for i := 1; i < 30; i++ {
+		nested += "Content-Type: multipart/mixed; boundary=b" + strings.Repeat("x", i) + "\r\n\r\n--b" + strings.Repeat("x", i) + "\r\n"
+	}
+	tests := []struct {
+		name string
+		give string
+		lim  as2.Limits
+		want error
+	}{
+		{name: "header count", give: strings.Repeat("X: y\r\n", 200) + "\r\n", want: as2.ErrLimit},
+		{name: "header bytes", give: "X: " + strings.Repeat("y", 70000) + "\r\n\r\n", want: as2.ErrLimit},
+		{name: "depth", give: nested, want: as2.ErrLimit},
+		{name: "parts", give: "Content-Type: multipart/mixed; boundary=b\r\n\r\n" + strings.Repeat("--b\r\n\r\nx\r\n", 10) + "--b--",
+			lim: as2.Limits{MaxParts: 5}, want: as2.ErrLimit},
+		{name: "no colon", give: "not a header\r\n\r\n", want: as2.ErrMalformedMIME},
+		{name: "leading continuation", give: " folded\r\n\r\n", want: as2.ErrMalformedMIME},
+		{name: "no boundary", give: "Content-Type: multipart/mixed\r\n\r\n", want: as2.ErrMalformedMIME},
+		{name: "boundary never found", give: "Content-Type: multipart/mixed; boundary=zz\r\n\r\nbody", want: as2.ErrMalformedMIME},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := as2.ParseEntity([]byte(tt.give), tt.lim)
+			if !errors.Is(err, tt.want) {
+				t.Errorf("ParseEntity() error = %v, want %v", err, tt.want)
+			}
+		})
+	}
+}

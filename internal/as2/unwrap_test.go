@@ -1,0 +1,260 @@
+package as2_test
+
+import (
+	"bytes"
+	"crypto"
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/edihub/edihub/internal/as2"
+	"github.com/edihub/edihub/internal/as2/cms"
+	"github.com/edihub/edihub/internal/as2/internal/openssltest"
+)
+
+func stationOpts(ids *openssltest.Identities) as2.UnwrapOptions {
+	return as2.UnwrapOptions{
+		Keys:         []cms.Recipient{{Cert: ids.B.Cert, Key: ids.B.Key.(crypto.Decrypter)}},
+		PartnerCerts: []*x509Cert{ids.A.Cert},
+	}
+}
+
+// signWithOpenSSL signs entity with openssl and returns the HTTP header
+// and body of the resulting multipart/signed.
+func signWithOpenSSL(t *testing.T, signer *openssltest.Identity, entity []byte, extra ...string) (http.Header, []byte) {
+	t.Helper()
+	in := write(t, t.TempDir(), entity)
+	args := append([]string{"cms", "-sign", "-in", in, "-signer", signer.CertPath, "-inkey", signer.KeyPath,
+		"-md", "sha256", "-binary", "-crlfeol"}, extra...)
+	out := openssltest.Run(t, nil, args...)
+	h, body := splitEntity(t, out)
+	return http.Header(h), body
+}
+
+func TestUnwrapPitfalls(t *testing.T) {
+	ids := openssltest.Keys(t)
+	opts := stationOpts(ids)
+
+	t.Run("folded headers and CTE missing", func(t *testing.T) {
+		entity := []byte("Content-Type: application/EDI-X12;\r\n name=\"po.edi\"\r\nContent-Disposition: attachment;\r\n\tfilename=\"po 7.edi\"\r\n\r\n" + doc)
+		h, body := signWithOpenSSL(t, ids.A, entity)
+		got, err := as2.Unwrap(h, body, opts)
+		if err != nil {
+			t.Fatalf("Unwrap() error = %v", err)
+		}
+		if string(got.Payload) != doc || got.Filename != "po 7.edi" {
+			t.Errorf("Unwrap() = payload %q filename %q", got.Payload, got.Filename)
+		}
+		want := dgst(t, "sha256", write(t, t.TempDir(), entity)) + ", sha-256"
+		if got.MIC.String() != want {
+			t.Errorf("Unwrap().MIC = %q, want %q", got.MIC, want)
+		}
+	})
+
+	t.Run("signature part without CTE header", func(t *testing.T) {
+		h, body := signWithOpenSSL(t, ids.A, innerMIME("binary"))
+		body = bytes.Replace(body, []byte("Content-Transfer-Encoding: base64\r\n"), nil, 1)
+		if _, err := as2.Unwrap(h, body, opts); err != nil {
+			t.Errorf("Unwrap() error = %v", err)
+		}
+	})
+
+	t.Run("transport turned CRLF into LF", func(t *testing.T) {
+		entity := []byte("Content-Type: application/EDI-X12\r\n\r\nline one\r\nline two\r\n")
+		h, body := signWithOpenSSL(t, ids.A, entity)
+		body = bytes.ReplaceAll(body, []byte("\r\n"), []byte("\n"))
+		got, err := as2.Unwrap(h, body, opts)
+		if err != nil {
+			t.Fatalf("Unwrap() error = %v", err)
+		}
+		want := dgst(t, "sha256", write(t, t.TempDir(), entity)) + ", sha-256"
+		if got.MIC.String() != want {
+			t.Errorf("Unwrap().MIC = %q, want the MIC of the CRLF entity %q", got.MIC, want)
+		}
+	})
+
+	t.Run("micalg spelled sha1 in the header", func(t *testing.T) {
+		h, body := signWithOpenSSL(t, ids.A, innerMIME("binary"))
+		h.Set("Content-Type", strings.Replace(h.Get("Content-Type"), `micalg="sha-256"`, "micalg=SHA256", 1))
+		got, err := as2.Unwrap(h, body, opts)
+		if err != nil || got.MIC.Alg != crypto.SHA256 {
+			t.Errorf("Unwrap() = %v, %v; want a sha-256 MIC", got, err)
+		}
+	})
+
+	t.Run("unsigned MIC uses the first requested algorithm", func(t *testing.T) {
+		o := opts
+		o.MICAlgs = []crypto.Hash{crypto.SHA1, crypto.SHA256}
+		h := http.Header{"Content-Type": {"application/EDI-X12"}}
+		got, err := as2.Unwrap(h, []byte(doc), o)
+		if err != nil || got.MIC.Alg != crypto.SHA1 {
+			t.Errorf("Unwrap() = %v, %v; want a sha-1 MIC", got, err)
+		}
+		if got.ContentType != "application/EDI-X12" || got.Filename != "" {
+			t.Errorf("Unwrap() content type %q filename %q", got.ContentType, got.Filename)
+		}
+	})
+}
+
+func TestUnwrapErrors(t *testing.T) {
+	ids := openssltest.Keys(t)
+	opts := stationOpts(ids)
+	dir := t.TempDir()
+	inner := innerMIME("binary")
+
+	signedH, signedBody := signWithOpenSSL(t, ids.A, inner)
+	noattrH, noattrBody := signWithOpenSSL(t, ids.A, inner, "-noattr")
+	otherH, otherBody := signWithOpenSSL(t, ids.C, inner)
+	tamper := func(b []byte) []byte {
+		return bytes.Replace(bytes.Clone(b), []byte("PO-1"), []byte("PO-9"), 1)
+	}
+	encToC := openssltest.Run(t, nil, "cms", "-encrypt", "-in", write(t, dir, inner), "-binary", "-outform", "DER", "-aes256", ids.C.CertPath)
+	encToB := openssltest.Run(t, nil, "cms", "-encrypt", "-in", write(t, dir, inner), "-binary", "-outform", "DER", "-aes256", ids.B.CertPath)
+	badCT := bytes.Clone(encToB)
+	badCT[len(badCT)-17] ^= 1
+
+	bomb, err := cms.Compress(bytes.Repeat([]byte("A"), 8<<20))
+	if err != nil {
+		t.Fatal(err)
+	}
+	garbage := make([]byte, 512)
+	rand.Read(garbage)
+	enveloped := http.Header{"Content-Type": {"application/pkcs7-mime; smime-type=enveloped-data"}}
+	compressed := http.Header{"Content-Type": {"application/pkcs7-mime; smime-type=compressed-data"}}
+
+	nested := inner
+	for range 20 {
+		nested = compressedEntity(t, nested, "binary")
+	}
+	nestedH, nestedBody := splitEntity(t, nested)
+
+	tests := []struct {
+		name    string
+		header  http.Header
+		body    []byte
+		lim     as2.Limits
+		want    string
+		wantErr error
+	}{
+		{"tampered payload, signed attributes", signedH, tamper(signedBody), as2.Limits{}, as2.DispositionIntegrityCheckFailed, cms.ErrDigestMismatch},
+		{"tampered payload, no signed attributes", noattrH, tamper(noattrBody), as2.Limits{}, as2.DispositionAuthenticationFailed, cms.ErrSignature},
+		{"signed by someone else", otherH, otherBody, as2.Limits{}, as2.DispositionAuthenticationFailed, cms.ErrSignature},
+		{"garbage signature", signedH, bytes.Replace(bytes.Clone(signedBody), []byte("MII"), []byte("XYZ"), 1), as2.Limits{}, as2.DispositionAuthenticationFailed, cms.ErrMalformed},
+		{"multipart/signed without parts", signedH, []byte("no boundary here"), as2.Limits{}, as2.DispositionAuthenticationFailed, as2.ErrMalformedMIME},
+		{"encrypted for another key", enveloped, encToC, as2.Limits{}, as2.DispositionDecryptionFailed, cms.ErrNoRecipient},
+		{"tampered ciphertext", enveloped, badCT, as2.Limits{}, as2.DispositionDecryptionFailed, cms.ErrDecryption},
+		{"garbage claiming encryption", enveloped, garbage, as2.Limits{}, as2.DispositionDecryptionFailed, cms.ErrMalformed},
+		{"garbage claiming compression", compressed, garbage, as2.Limits{}, as2.DispositionDecompressionFailed, cms.ErrMalformed},
+		{"zip bomb", compressed, bomb, as2.Limits{MaxDecompressedSize: 1 << 20}, as2.DispositionDecompressionFailed, cms.ErrTooLarge},
+		{"too many layers", http.Header(nestedH), nestedBody, as2.Limits{MaxDepth: 8}, as2.DispositionUnexpectedProcessing, as2.ErrLimit},
+		{"no content type", http.Header{}, []byte(doc), as2.Limits{}, as2.DispositionUnexpectedProcessing, as2.ErrMalformedMIME},
+		{"bad payload base64", http.Header{"Content-Type": {"text/plain"}, "Content-Transfer-Encoding": {"base64"}}, []byte("*"), as2.Limits{}, as2.DispositionUnexpectedProcessing, as2.ErrMalformedMIME},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			o := opts
+			o.Limits = tt.lim
+			_, err := as2.Unwrap(tt.header, tt.body, o)
+			if got := as2.Disposition(err); got != tt.want {
+				t.Errorf("Disposition(Unwrap()) = %q, want %q (err %v)", got, tt.want, err)
+			}
+			if !errors.Is(err, tt.wantErr) {
+				t.Errorf("Unwrap() error = %v, want %v", err, tt.wantErr)
+			}
+			var e *as2.Error
+			if !errors.As(err, &e) {
+				t.Errorf("Unwrap() error %T is not *as2.Error", err)
+			}
+		})
+	}
+}
+
+func TestDisposition(t *testing.T) {
+	tests := []struct {
+		give error
+		want string
+	}{
+		{nil, ""},
+		{as2.ErrInsufficientSecurity, as2.DispositionInsufficientSecurity},
+		{fmt.Errorf("receive: %w", as2.ErrInsufficientSecurity), as2.DispositionInsufficientSecurity},
+		{errors.New("boom"), as2.DispositionUnexpectedProcessing},
+		{fmt.Errorf("x: %w", &as2.Error{Disposition: as2.DispositionDecryptionFailed, Err: cms.ErrDecryption}), as2.DispositionDecryptionFailed},
+	}
+	for _, tt := range tests {
+		if got := as2.Disposition(tt.give); got != tt.want {
+			t.Errorf("Disposition(%v) = %q, want %q", tt.give, got, tt.want)
+		}
+	}
+}
+
+func TestWrapOptions(t *testing.T) {
+	ids := openssltest.Keys(t)
+	t.Run("algorithm protection verifies with openssl and Unwrap", func(t *testing.T) {
+		w, err := as2.Wrap([]byte(doc), "application/EDI-X12", "", as2.WrapOptions{
+			Sign: crypto.SHA384, SignerKey: ids.A.Key, SignerCert: ids.A.Cert, AlgorithmProtection: true,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := as2.Unwrap(w.Header, w.Body, stationOpts(ids))
+		if err != nil || !got.MIC.Equal(w.MIC) || got.MIC.Alg != crypto.SHA384 {
+			t.Errorf("Unwrap(Wrap()) = %v, %v", got, err)
+		}
+	})
+	t.Run("unsigned content-only MIC", func(t *testing.T) {
+		w, err := as2.Wrap([]byte(doc), "application/EDI-X12", "", as2.WrapOptions{UnsignedMIC: as2.MICContentOnly, MICAlg: crypto.SHA512})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := as2.ComputeMIC(crypto.SHA512, []byte(doc)); !w.MIC.Equal(want) {
+			t.Errorf("Wrap().MIC = %v, want %v", w.MIC, want)
+		}
+	})
+	t.Run("quoted filename round trip", func(t *testing.T) {
+		w, err := as2.Wrap([]byte(doc), "application/EDI-X12", `we "quote".edi`, as2.WrapOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := as2.Unwrap(w.Header, w.Body, stationOpts(ids))
+		if err != nil || got.Filename != `we "quote".edi` {
+			t.Errorf("Unwrap(Wrap()).Filename = %q, %v", got.Filename, err)
+		}
+		if !got.MIC.Equal(w.MIC) {
+			t.Errorf("Unwrap(Wrap()).MIC = %v, want %v", got.MIC, w.MIC)
+		}
+	})
+	t.Run("errors", func(t *testing.T) {
+		for _, o := range []as2.WrapOptions{
+			{Sign: crypto.SHA256},
+			{Encrypt: cms.AES128CBC},
+			{Sign: crypto.MD5, SignerKey: ids.A.Key, SignerCert: ids.A.Cert},
+		} {
+			if _, err := as2.Wrap([]byte(doc), "text/plain", "", o); err == nil {
+				t.Errorf("Wrap(%+v) error = nil", o)
+			}
+		}
+		if _, err := as2.Wrap([]byte(doc), "", "", as2.WrapOptions{}); err == nil {
+			t.Error("Wrap(no content type) error = nil")
+		}
+	})
+}
+
+func TestWrapBase64Body(t *testing.T) {
+	ids := openssltest.Keys(t)
+	w, err := as2.Wrap([]byte(doc), "application/EDI-X12", "", as2.WrapOptions{
+		Encrypt: cms.AES128CBC, RecipientCert: ids.B.Cert, TransferEncoding: as2.Base64,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w.Header.Get("Content-Transfer-Encoding") != "base64" {
+		t.Errorf("Content-Transfer-Encoding = %q", w.Header.Get("Content-Transfer-Encoding"))
+	}
+	if _, err := base64.StdEncoding.DecodeString(strings.ReplaceAll(string(w.Body), "\r\n", "")); err != nil {
+		t.Errorf("body is not base64: %v", err)
+	}
+}
