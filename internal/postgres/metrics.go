@@ -11,7 +11,8 @@ type poolCollector struct {
 }
 
 // Collector returns a Prometheus collector for the pool's statistics
-// (edihub_db_pool_*). Register it once per Store.
+// (edihub_db_pool_*) and the store's fencing rejections
+// (edihub_fencing_rejections_total). Register it once per Store.
 func (s *Store) Collector() prometheus.Collector {
 	d := func(name, help string) *prometheus.Desc {
 		return prometheus.NewDesc("edihub_db_pool_"+name, help, nil, nil)
@@ -37,7 +38,15 @@ func (c *poolCollector) Describe(ch chan<- *prometheus.Desc) {
 	prometheus.DescribeByCollect(c, ch)
 }
 
+func newFenceRejections() prometheus.Counter {
+	return prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "edihub_fencing_rejections_total",
+		Help: "Leader-gated writes and term openings refused because their fencing token was stale (a newer term had opened).",
+	})
+}
+
 func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
+	c.s.fenceRejections.Collect(ch)
 	st := c.s.pool.Stat()
 	g := func(d *prometheus.Desc, v float64) { ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v) }
 	k := func(d *prometheus.Desc, v float64) {

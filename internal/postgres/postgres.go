@@ -13,6 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Options configure Open.
@@ -26,6 +27,9 @@ type Options struct {
 // Store is the PostgreSQL-backed store. It is safe for concurrent use.
 type Store struct {
 	pool *pgxpool.Pool
+	// fenceRejections counts leader-gated writes refused for a stale
+	// fencing token (edihub_fencing_rejections_total), exported by Collector.
+	fenceRejections prometheus.Counter
 }
 
 // ErrSchemaOutdated reports a database whose schema is older than this
@@ -54,7 +58,7 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open database: %w", redact(err))
 	}
-	return &Store{pool: pool}, nil
+	return &Store{pool: pool, fenceRejections: newFenceRejections()}, nil
 }
 
 // Close closes every connection, waiting for those in use to be released.

@@ -1,0 +1,163 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Fence identifies one leadership term: the lease it was won on and the
+// term's fencing token. Tokens of a lease strictly increase from term to
+// term, across replicas; a Fence whose token is no longer the highest one
+// opened is stale.
+type Fence struct {
+	Lease string
+	Token int64
+}
+
+// String formats the fence for logs.
+func (f Fence) String() string { return fmt.Sprintf("%s@%d", f.Lease, f.Token) }
+
+// ErrStaleFence reports a leader-gated write (or a term opening) refused
+// because a term with a newer fencing token has opened on the same lease,
+// or no term has opened at all. The caller is no longer the leader and must
+// stop acting as one. Match it with errors.Is.
+var ErrStaleFence = errors.New("stale fencing token: a newer leadership term has opened")
+
+// OpenTerm opens the term f for holder: it records f.Token as the lease's
+// current token, unless a term with the same or a higher token has already
+// opened, and appends the term to leader_terms, in one transaction.
+//
+// It returns ErrStaleFence when a newer term has opened (the caller won the
+// lease but was overtaken before it could open its term: it must not start
+// leader-gated work). Opening the same term again for the same holder is a
+// no-op, so a retry after a lost reply is safe.
+//
+// The UPDATE takes the fence row's lock, which every fenced transaction holds
+// in share mode: no transaction checked against an older token can commit
+// after a newer term opened.
+func (s *Store) OpenTerm(ctx context.Context, f Fence, holder string) error {
+	if f.Lease == "" || f.Token <= 0 {
+		return fmt.Errorf("open term %s: invalid fence", f)
+	}
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, `
+INSERT INTO leader_fence (lease, token, holder, opened_at) VALUES ($1, $2, $3, now())
+ON CONFLICT (lease) DO UPDATE
+   SET token = EXCLUDED.token, holder = EXCLUDED.holder, opened_at = EXCLUDED.opened_at
+ WHERE leader_fence.token < EXCLUDED.token
+    OR (leader_fence.token = EXCLUDED.token AND leader_fence.holder = EXCLUDED.holder)`,
+			f.Lease, f.Token, holder)
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() == 0 {
+			s.fenceRejections.Inc()
+			return ErrStaleFence
+		}
+		_, err = tx.Exec(ctx, `
+INSERT INTO leader_terms (lease, token, holder) VALUES ($1, $2, $3)
+ON CONFLICT (lease, token) DO NOTHING`, f.Lease, f.Token, holder)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("open term %s: %w", f, err)
+	}
+	return nil
+}
+
+// fenced runs fn in a transaction that commits only if f is still the
+// lease's current term: it first takes the fence row in share mode and
+// compares tokens. It returns ErrStaleFence (counted in
+// edihub_fencing_rejections_total) without running fn when f is stale.
+//
+// It is the only way to write leader state. Every leader-gated method of
+// Store takes a Fence and goes through here; fn must not call out to the
+// network.
+func (s *Store) fenced(ctx context.Context, f Fence, fn func(pgx.Tx) error) error {
+	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var current int64
+		err := tx.QueryRow(ctx, `SELECT token FROM leader_fence WHERE lease = $1 FOR SHARE`, f.Lease).Scan(&current)
+		if errors.Is(err, pgx.ErrNoRows) || (err == nil && current != f.Token) {
+			s.fenceRejections.Inc()
+			return ErrStaleFence
+		}
+		if err != nil {
+			return fmt.Errorf("check fence: %w", err)
+		}
+		return fn(tx)
+	})
+}
+
+// Heartbeat records one beat of the leader's heartbeat in
+// leader_heartbeats, through the fenced path, and deletes the lease's
+// beats older than retain in the same transaction. It returns
+// ErrStaleFence when f is no longer the current term.
+func (s *Store) Heartbeat(ctx context.Context, f Fence, holder string, retain time.Duration) error {
+	err := s.fenced(ctx, f, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `INSERT INTO leader_heartbeats (lease, token, holder) VALUES ($1, $2, $3)`, f.Lease, f.Token, holder); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `DELETE FROM leader_heartbeats WHERE lease = $1 AND beat_at < clock_timestamp() - $2 * interval '1 microsecond'`, f.Lease, retain.Microseconds())
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("heartbeat %s: %w", f, err)
+	}
+	return nil
+}
+
+// Beat is one accepted heartbeat.
+type Beat struct {
+	ID     int64
+	Lease  string
+	Token  int64
+	Holder string
+	At     time.Time
+}
+
+// Heartbeats returns the lease's recorded beats in id order (the order
+// they committed in, for one lease written only by its leader).
+func (s *Store) Heartbeats(ctx context.Context, lease string) ([]Beat, error) {
+	rows, err := s.pool.Query(ctx, `SELECT id, lease, token, holder, beat_at FROM leader_heartbeats WHERE lease = $1 ORDER BY id`, lease)
+	if err != nil {
+		return nil, fmt.Errorf("read heartbeats: %w", err)
+	}
+	beats, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Beat, error) {
+		var b Beat
+		err := r.Scan(&b.ID, &b.Lease, &b.Token, &b.Holder, &b.At)
+		return b, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read heartbeats: %w", err)
+	}
+	return beats, nil
+}
+
+// Term is one opened leadership term, from leader_terms.
+type Term struct {
+	Lease    string
+	Token    int64
+	Holder   string
+	OpenedAt time.Time
+}
+
+// Terms returns the lease's opened terms in token order.
+func (s *Store) Terms(ctx context.Context, lease string) ([]Term, error) {
+	rows, err := s.pool.Query(ctx, `SELECT lease, token, holder, opened_at FROM leader_terms WHERE lease = $1 ORDER BY token`, lease)
+	if err != nil {
+		return nil, fmt.Errorf("read terms: %w", err)
+	}
+	terms, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Term, error) {
+		var t Term
+		err := r.Scan(&t.Lease, &t.Token, &t.Holder, &t.OpenedAt)
+		return t, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read terms: %w", err)
+	}
+	return terms, nil
+}
