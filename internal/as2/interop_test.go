@@ -60,7 +60,7 @@ func innerMIME(cte string) []byte {
 		"\r\nContent-Disposition: attachment; filename=\"order 1.edi\"\r\n\r\n" + body)
 }
 
-func compressedEntity(t *testing.T, ent []byte, cte string) []byte {
+func compressedEntity(t testing.TB, ent []byte, cte string) []byte {
 	t.Helper()
 	der, err := cms.Compress(ent)
 	if err != nil {
@@ -76,11 +76,11 @@ func compressedEntity(t *testing.T, ent []byte, cte string) []byte {
 
 var fileSeq atomic.Int64
 
-func write(t *testing.T, dir string, b []byte) string {
+func write(t testing.TB, dir string, b []byte) string {
 	return openssltest.WriteFile(t, dir, "f"+strconv.FormatInt(fileSeq.Add(1), 10), b)
 }
 
-func buildOpenSSL(t *testing.T, ids *openssltest.Identities, sign, enc, comp, cte string) opensslMessage {
+func buildOpenSSL(t testing.TB, ids *openssltest.Identities, sign, enc, comp, cte string) opensslMessage {
 	t.Helper()
 	dir := t.TempDir()
 	inner := innerMIME(cte)
@@ -141,7 +141,7 @@ func buildOpenSSL(t *testing.T, ids *openssltest.Identities, sign, enc, comp, ct
 	return m
 }
 
-func dgst(t *testing.T, alg, file string) string {
+func dgst(t testing.TB, alg, file string) string {
 	t.Helper()
 	sum := openssltest.Run(t, nil, "dgst", "-"+alg, "-binary", file)
 	return base64.StdEncoding.EncodeToString(sum)
@@ -239,7 +239,7 @@ var wrapEncryptions = []struct {
 }
 
 // splitEntity splits a MIME entity with the standard library only.
-func splitEntity(t *testing.T, ent []byte) (textproto.MIMEHeader, []byte) {
+func splitEntity(t testing.TB, ent []byte) (textproto.MIMEHeader, []byte) {
 	t.Helper()
 	i := bytes.Index(ent, []byte("\r\n\r\n"))
 	if i < 0 {
@@ -252,7 +252,7 @@ func splitEntity(t *testing.T, ent []byte) (textproto.MIMEHeader, []byte) {
 	return h, ent[i+4:]
 }
 
-func transferDecode(t *testing.T, cte string, b []byte) []byte {
+func transferDecode(t testing.TB, cte string, b []byte) []byte {
 	t.Helper()
 	if strings.EqualFold(cte, "base64") {
 		d, err := base64.StdEncoding.DecodeString(strings.NewReplacer("\r", "", "\n", "").Replace(string(b)))
@@ -269,7 +269,7 @@ var octetRE = regexp.MustCompile(`(?m)^\s*(\d+):d=\d+\s+hl=(\d+)\s+l=\s*(\d+)\s+
 // opensslInflate checks a CompressedData with openssl and inflates the
 // zlib stream openssl located, with compress/zlib (this openssl has no
 // zlib, so cms -uncompress is not available).
-func opensslInflate(t *testing.T, dir string, der []byte) []byte {
+func opensslInflate(t testing.TB, dir string, der []byte) []byte {
 	t.Helper()
 	p := write(t, dir, der)
 	printed := string(openssltest.Run(t, nil, "cms", "-cmsout", "-print", "-inform", "DER", "-in", p))

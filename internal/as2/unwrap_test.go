@@ -25,7 +25,7 @@ func stationOpts(ids *openssltest.Identities) as2.UnwrapOptions {
 
 // signWithOpenSSL signs entity with openssl and returns the HTTP header
 // and body of the resulting multipart/signed.
-func signWithOpenSSL(t *testing.T, signer *openssltest.Identity, entity []byte, extra ...string) (http.Header, []byte) {
+func signWithOpenSSL(t testing.TB, signer *openssltest.Identity, entity []byte, extra ...string) (http.Header, []byte) {
 	t.Helper()
 	in := write(t, t.TempDir(), entity)
 	args := append([]string{"cms", "-sign", "-in", in, "-signer", signer.CertPath, "-inkey", signer.KeyPath,

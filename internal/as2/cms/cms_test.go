@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"compress/zlib"
 	"crypto"
-	"crypto/rand"
-	"crypto/rsa"
 	"errors"
 	"os"
 	"path/filepath"
@@ -335,27 +333,4 @@ func TestContentTypeMismatch(t *testing.T) {
 	if _, err := cms.Verify(der, nil, nil); !errors.Is(err, cms.ErrContentType) {
 		t.Errorf("Verify(compressed) error = %v, want ErrContentType", err)
 	}
-}
-
-func BenchmarkRSA2048PrivateKeyOp(b *testing.B) {
-	key, err := rsa.GenerateKey(rand.Reader, 2048)
-	if err != nil {
-		b.Fatal(err)
-	}
-	ct, _ := rsa.EncryptPKCS1v15(rand.Reader, &key.PublicKey, make([]byte, 32))
-	digest := make([]byte, 32)
-	b.Run("decrypt", func(b *testing.B) {
-		for b.Loop() {
-			if _, err := rsa.DecryptPKCS1v15(rand.Reader, key, ct); err != nil {
-				b.Fatal(err)
-			}
-		}
-	})
-	b.Run("sign", func(b *testing.B) {
-		for b.Loop() {
-			if _, err := rsa.SignPKCS1v15(rand.Reader, key, crypto.SHA256, digest); err != nil {
-				b.Fatal(err)
-			}
-		}
-	})
 }
