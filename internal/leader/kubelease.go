@@ -1,0 +1,345 @@
+package leader
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/util/resourceversion"
+	"k8s.io/apimachinery/pkg/watch"
+	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
+	rl "k8s.io/client-go/tools/leaderelection/resourcelock"
+)
+
+// KubernetesOptions configure the Kubernetes backend.
+type KubernetesOptions struct {
+	// Leases reads, creates and updates the Lease. Its requests must time
+	// out well below the renew deadline (rest.Config.Timeout).
+	Leases coordinationv1client.LeasesGetter
+	// WatchLeases watches the Lease; its client must not have a request
+	// timeout shorter than a watch. Default: Leases.
+	WatchLeases coordinationv1client.LeasesGetter
+	// Namespace of the Lease. Required.
+	Namespace string
+}
+
+// watchTimeout makes the API server end each watch after a while, so a
+// watch that silently died is replaced.
+const watchTimeout = 5 * time.Minute
+
+// NewKubernetes returns an Elector on a coordination.k8s.io/v1 Lease that
+// looks exactly like client-go's LeaseLock (holderIdentity, renewTime,
+// leaseTransitions...). The fencing token of a term is the Lease's
+// resourceVersion returned by the write that acquired it: resource versions
+// of one resource type are comparable integers (KEP-5504) that only grow,
+// also across a delete and re-create of the Lease.
+//
+// Followers watch the Lease: they take a released Lease at once, and an
+// expired one exactly one lease duration after they saw it last change (by
+// their monotonic clock), polling every retry period when the watch is
+// broken.
+func NewKubernetes(k KubernetesOptions, o Options) (*Elector, error) {
+	if k.Leases == nil || k.Namespace == "" {
+		return nil, errors.New("leader: Kubernetes backend needs a Leases client and a namespace")
+	}
+	if k.WatchLeases == nil {
+		k.WatchLeases = k.Leases
+	}
+	if err := o.defaults(); err != nil {
+		return nil, err
+	}
+	l := &kubeLease{
+		leases:   k.Leases.Leases(k.Namespace),
+		watches:  k.WatchLeases.Leases(k.Namespace),
+		name:     o.LeaseName,
+		identity: o.Identity,
+		duration: o.LeaseDuration,
+		retry:    o.RetryPeriod,
+	}
+	return newElector(o, l)
+}
+
+type kubeLease struct {
+	leases, watches    coordinationv1client.LeaseInterface
+	name, identity     string
+	duration, retry    time.Duration
+	now                func() time.Time // nil: time.Now
+	mu                 sync.Mutex
+	observedRV         string    // newest resourceVersion seen
+	observedHolder     string    // its holder
+	observedTime       time.Time // when we first saw it (monotonic clock)
+	ours               *coordinationv1.Lease
+	oursAcquireTimeRFC string // AcquireTime of our term, to recognise it
+}
+
+func (l *kubeLease) kind() string { return "kubernetes" }
+
+func (l *kubeLease) clock() time.Time {
+	if l.now != nil {
+		return l.now()
+	}
+	return time.Now()
+}
+
+// observe records a version of the Lease and returns when it was first
+// seen. older is true when a newer version had been seen already.
+func (l *kubeLease) observe(lease *coordinationv1.Lease) (seen time.Time, older bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	rv := lease.ResourceVersion
+	if l.observedRV != "" {
+		c, err := resourceversion.CompareResourceVersion(rv, l.observedRV)
+		if err == nil && c < 0 {
+			return l.observedTime, true
+		}
+		if err == nil && c == 0 {
+			return l.observedTime, false
+		}
+	}
+	l.observedRV = rv
+	l.observedHolder = holderOf(lease)
+	l.observedTime = l.clock()
+	return l.observedTime, false
+}
+
+func holderOf(lease *coordinationv1.Lease) string {
+	if lease.Spec.HolderIdentity == nil {
+		return ""
+	}
+	return *lease.Spec.HolderIdentity
+}
+
+// tokenOf turns the resourceVersion of our acquiring write into a token.
+func tokenOf(rv string) (int64, error) {
+	if _, err := resourceversion.CompareResourceVersion(rv, rv); err != nil {
+		return 0, fmt.Errorf("fencing token: %w", err)
+	}
+	t, err := strconv.ParseInt(rv, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("fencing token: resourceVersion %q does not fit in 63 bits: %w", rv, err)
+	}
+	return t, nil
+}
+
+func (l *kubeLease) record(acquire time.Time, transitions int) rl.LeaderElectionRecord {
+	now := metav1.NewTime(l.clock())
+	return rl.LeaderElectionRecord{
+		HolderIdentity:       l.identity,
+		LeaseDurationSeconds: int(l.duration.Round(time.Second) / time.Second),
+		AcquireTime:          metav1.NewTime(acquire),
+		RenewTime:            now,
+		LeaderTransitions:    transitions,
+	}
+}
+
+func (l *kubeLease) tryAcquire(ctx context.Context) (attempt, error) {
+	l.mu.Lock()
+	l.ours = nil // a new term needs a new write
+	l.mu.Unlock()
+
+	lease, err := l.leases.Get(ctx, l.name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		rec := l.record(l.clock(), 0)
+		created, err := l.leases.Create(ctx, &coordinationv1.Lease{
+			ObjectMeta: metav1.ObjectMeta{Name: l.name},
+			Spec:       rl.LeaderElectionRecordToLeaseSpec(&rec),
+		}, metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) {
+			return attempt{}, nil // someone was faster: look again
+		}
+		if err != nil {
+			return attempt{}, fmt.Errorf("create lease: %w", err)
+		}
+		return l.won(created)
+	case err != nil:
+		return attempt{}, fmt.Errorf("get lease: %w", err)
+	}
+
+	seen, older := l.observe(lease)
+	if older {
+		return attempt{}, nil // it changed since: look again
+	}
+	rec := rl.LeaseSpecToLeaderElectionRecord(&lease.Spec)
+	if rec.HolderIdentity != "" && rec.HolderIdentity != l.identity {
+		expires := seen.Add(time.Duration(rec.LeaseDurationSeconds) * time.Second)
+		if left := expires.Sub(l.clock()); left > 0 {
+			return attempt{holder: rec.HolderIdentity, retryIn: left}, nil
+		}
+	}
+	transitions := rec.LeaderTransitions
+	if rec.HolderIdentity != l.identity {
+		transitions++
+	}
+	next := l.record(l.clock(), transitions)
+	lease = lease.DeepCopy()
+	lease.Spec = rl.LeaderElectionRecordToLeaseSpec(&next)
+	updated, err := l.leases.Update(ctx, lease, metav1.UpdateOptions{})
+	if apierrors.IsConflict(err) {
+		return attempt{}, nil // someone else wrote first: look again
+	}
+	if err != nil {
+		return attempt{}, fmt.Errorf("update lease: %w", err)
+	}
+	return l.won(updated)
+}
+
+// won records the Lease our acquiring write returned; its resourceVersion
+// is the term's token.
+func (l *kubeLease) won(lease *coordinationv1.Lease) (attempt, error) {
+	token, err := tokenOf(lease.ResourceVersion)
+	if err != nil {
+		return attempt{}, err
+	}
+	l.observe(lease)
+	l.mu.Lock()
+	l.ours = lease
+	l.oursAcquireTimeRFC = acquireTimeOf(lease)
+	l.mu.Unlock()
+	return attempt{acquired: true, token: token, holder: l.identity, holderToken: token}, nil
+}
+
+func acquireTimeOf(lease *coordinationv1.Lease) string {
+	if lease.Spec.AcquireTime == nil {
+		return ""
+	}
+	return lease.Spec.AcquireTime.UTC().Format(time.RFC3339Nano)
+}
+
+// stillOurs reports whether lease is still our term's Lease.
+func (l *kubeLease) stillOurs(lease *coordinationv1.Lease) bool {
+	return holderOf(lease) == l.identity && acquireTimeOf(lease) == l.oursAcquireTimeRFC
+}
+
+// write updates our term's Lease with spec built by fn; on a conflict it
+// reads the Lease again and retries once if the term is still ours.
+func (l *kubeLease) write(ctx context.Context, fn func(rec *rl.LeaderElectionRecord)) error {
+	l.mu.Lock()
+	cur := l.ours
+	l.mu.Unlock()
+	if cur == nil {
+		return fmt.Errorf("%w: no term", errLost)
+	}
+	for try := 0; ; try++ {
+		lease := cur.DeepCopy()
+		rec := rl.LeaseSpecToLeaderElectionRecord(&lease.Spec)
+		fn(rec)
+		lease.Spec = rl.LeaderElectionRecordToLeaseSpec(rec)
+		updated, err := l.leases.Update(ctx, lease, metav1.UpdateOptions{})
+		switch {
+		case err == nil:
+			l.observe(updated)
+			l.mu.Lock()
+			l.ours = updated
+			l.mu.Unlock()
+			return nil
+		case apierrors.IsNotFound(err):
+			return fmt.Errorf("%w: the Lease was deleted", errLost)
+		case !apierrors.IsConflict(err) || try > 0:
+			return err
+		}
+		fresh, err := l.leases.Get(ctx, l.name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return fmt.Errorf("%w: the Lease was deleted", errLost)
+		}
+		if err != nil {
+			return err
+		}
+		l.observe(fresh)
+		if !l.stillOurs(fresh) {
+			return fmt.Errorf("%w: now held by %q", errLost, holderOf(fresh))
+		}
+		cur = fresh
+	}
+}
+
+func (l *kubeLease) renew(ctx context.Context, _ int64) error {
+	err := l.write(ctx, func(rec *rl.LeaderElectionRecord) {
+		rec.RenewTime = metav1.NewTime(l.clock())
+		rec.LeaseDurationSeconds = int(l.duration.Round(time.Second) / time.Second)
+	})
+	if err != nil && !errors.Is(err, errLost) {
+		return fmt.Errorf("renew lease: %w", err)
+	}
+	return err
+}
+
+// release writes what client-go's ReleaseOnCancel writes: no holder, a
+// lease duration of one second, so client-go followers take it too.
+func (l *kubeLease) release(ctx context.Context, _ int64) error {
+	err := l.write(ctx, func(rec *rl.LeaderElectionRecord) {
+		now := metav1.NewTime(l.clock())
+		rec.HolderIdentity = ""
+		rec.LeaseDurationSeconds = 1
+		rec.AcquireTime, rec.RenewTime = now, now
+	})
+	l.mu.Lock()
+	l.ours = nil
+	l.mu.Unlock()
+	if errors.Is(err, errLost) {
+		return nil // not ours any more: nothing to give up
+	}
+	if err != nil {
+		return fmt.Errorf("release lease: %w", err)
+	}
+	return nil
+}
+
+// watch follows the Lease and calls changed when it is released, deleted
+// or changes hands; renewals only refresh the observed time.
+func (l *kubeLease) watch(ctx context.Context, changed func()) error {
+	timeout := int64(watchTimeout / time.Second)
+	for ctx.Err() == nil {
+		w, err := l.watches.Watch(ctx, metav1.ListOptions{
+			FieldSelector:  fields.OneTermEqualSelector("metadata.name", l.name).String(),
+			TimeoutSeconds: &timeout,
+		})
+		if err != nil {
+			if !sleep(ctx, l.retry) {
+				return nil
+			}
+			continue
+		}
+		l.follow(ctx, w, changed)
+		w.Stop()
+	}
+	return nil
+}
+
+func (l *kubeLease) follow(ctx context.Context, w watch.Interface, changed func()) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case ev, ok := <-w.ResultChan():
+			if !ok {
+				return
+			}
+			switch ev.Type {
+			case watch.Added, watch.Modified:
+				lease, ok := ev.Object.(*coordinationv1.Lease)
+				if !ok {
+					continue
+				}
+				l.mu.Lock()
+				before := l.observedHolder
+				l.mu.Unlock()
+				l.observe(lease)
+				if h := holderOf(lease); h == "" || h != before {
+					changed()
+				}
+			case watch.Deleted:
+				changed()
+			case watch.Error:
+				return
+			}
+		}
+	}
+}

@@ -1,0 +1,545 @@
+// Package leader elects one replica to run edihub's leader-gated workers
+// and supervises them.
+//
+// An Elector campaigns for a lease, on Kubernetes (a coordination.k8s.io/v1
+// Lease, see NewKubernetes) or on PostgreSQL (a lease row judged by the
+// database clock, see NewPostgres). When it wins, it opens a term in
+// PostgreSQL with the term's fencing token, starts every Worker under one
+// context carrying that token (FenceFrom), renews the lease, and on loss
+// cancels the workers and waits for them before it campaigns again. Every
+// leader-gated write goes through postgres' fenced path with the token, so
+// a replica that still believes it leads after a successor opened a term
+// cannot write. docs/leadership.md explains the design and its timelines.
+package leader
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+
+	"github.com/edihub/edihub/internal/postgres"
+)
+
+// Worker is a leader-gated component. Run runs until ctx ends and then
+// returns nil; it returns an error only when it cannot go on, which makes
+// the replica step down and campaign again after a pause. Workers know
+// nothing of elections: ctx ends when leadership ends, and FenceFrom(ctx)
+// gives the term's fence for their fenced writes.
+type Worker interface {
+	Run(ctx context.Context) error
+}
+
+// WorkerFunc adapts a function to Worker.
+type WorkerFunc func(ctx context.Context) error
+
+// Run calls f(ctx).
+func (f WorkerFunc) Run(ctx context.Context) error { return f(ctx) }
+
+// TermOpener opens a leadership term before its workers start.
+// *postgres.Store implements it.
+type TermOpener interface {
+	// OpenTerm records f as the current term for holder. It returns an
+	// error matching postgres.ErrStaleFence when a newer term has opened.
+	OpenTerm(ctx context.Context, f postgres.Fence, holder string) error
+}
+
+// ErrWorkersHung is returned by Elector.Run when workers did not stop
+// within Options.WorkerStopTimeout after leadership ended. The process must
+// exit: a restart is better than a second leader.
+var ErrWorkersHung = errors.New("leader-gated workers did not stop in time")
+
+type fenceKey struct{}
+
+// FenceFrom returns the fence of the term a worker runs in. Every context
+// an Elector passes to Worker.Run carries one; ok is false elsewhere.
+func FenceFrom(ctx context.Context) (f postgres.Fence, ok bool) {
+	f, ok = ctx.Value(fenceKey{}).(postgres.Fence)
+	return f, ok
+}
+
+// WithFence returns a context carrying f, as the Elector gives its workers.
+// Tests of workers use it.
+func WithFence(ctx context.Context, f postgres.Fence) context.Context {
+	return context.WithValue(ctx, fenceKey{}, f)
+}
+
+// Options configure an Elector, whatever its backend.
+type Options struct {
+	// LeaseName names the lease (Kubernetes Lease or lease row) and the
+	// fence. Required.
+	LeaseName string
+	// Identity is this process's unique identity; see NewIdentity.
+	Identity string
+	// LeaseDuration is how long followers wait after the lease last
+	// changed before they take it. Default 30 s.
+	LeaseDuration time.Duration
+	// RenewDeadline is how long the leader keeps leading without a
+	// successful renewal. Default 10 s.
+	RenewDeadline time.Duration
+	// RetryPeriod is how often the leader renews and followers poll.
+	// Default 2 s.
+	RetryPeriod time.Duration
+	// WorkerStopTimeout bounds the wait for workers after leadership
+	// ends; past it Run returns ErrWorkersHung. Default 5 s.
+	WorkerStopTimeout time.Duration
+	// Workers run while this replica leads, keyed by a name used in logs
+	// and in the edihub_worker_running{worker} metric.
+	Workers map[string]Worker
+	// Terms opens each term in PostgreSQL. Required.
+	Terms TermOpener
+	// Logger and Registerer are required.
+	Logger     *zap.Logger
+	Registerer prometheus.Registerer
+}
+
+func (o *Options) defaults() error {
+	if o.LeaseDuration == 0 {
+		o.LeaseDuration = 30 * time.Second
+	}
+	if o.RenewDeadline == 0 {
+		o.RenewDeadline = 10 * time.Second
+	}
+	if o.RetryPeriod == 0 {
+		o.RetryPeriod = 2 * time.Second
+	}
+	if o.WorkerStopTimeout == 0 {
+		o.WorkerStopTimeout = 5 * time.Second
+	}
+	switch {
+	case o.LeaseName == "":
+		return errors.New("leader: empty lease name")
+	case o.Identity == "":
+		return errors.New("leader: empty identity")
+	case o.Terms == nil, o.Logger == nil, o.Registerer == nil:
+		return errors.New("leader: Terms, Logger and Registerer are required")
+	}
+	return ValidateTiming(o.LeaseDuration, o.RenewDeadline, o.RetryPeriod, o.WorkerStopTimeout)
+}
+
+// TimingError reports an invalid combination of election timings. Field
+// names the setting at fault: "lease-duration", "renew-deadline",
+// "retry-period" or "worker-stop-timeout".
+type TimingError struct {
+	Field  string
+	Reason string
+}
+
+func (e *TimingError) Error() string { return e.Field + ": " + e.Reason }
+
+// ValidateTiming checks the timings like client-go's leader election does:
+// all positive, leaseDuration > renewDeadline > retryPeriod × 1.2 (the
+// leader must have several tries at renewing before its deadline, and must
+// stop leading well before followers consider the lease expired).
+func ValidateTiming(leaseDuration, renewDeadline, retryPeriod, workerStopTimeout time.Duration) error {
+	switch {
+	case leaseDuration <= 0:
+		return &TimingError{"lease-duration", fmt.Sprintf("must be positive, got %s", leaseDuration)}
+	case renewDeadline <= 0:
+		return &TimingError{"renew-deadline", fmt.Sprintf("must be positive, got %s", renewDeadline)}
+	case retryPeriod <= 0:
+		return &TimingError{"retry-period", fmt.Sprintf("must be positive, got %s", retryPeriod)}
+	case workerStopTimeout <= 0:
+		return &TimingError{"worker-stop-timeout", fmt.Sprintf("must be positive, got %s", workerStopTimeout)}
+	case leaseDuration <= renewDeadline:
+		return &TimingError{"lease-duration", fmt.Sprintf("must be greater than the renew deadline (%s <= %s)", leaseDuration, renewDeadline)}
+	case float64(renewDeadline) <= jitterFactor*float64(retryPeriod):
+		return &TimingError{"renew-deadline", fmt.Sprintf("must be greater than %.1f × the retry period (%s <= %.1f × %s)", jitterFactor, renewDeadline, jitterFactor, retryPeriod)}
+	}
+	return nil
+}
+
+// jitterFactor is client-go's bound between renew deadline and retry period.
+const jitterFactor = 1.2
+
+// Status is a replica's view of the election.
+type Status struct {
+	Identity string `json:"identity"`
+	IsLeader bool   `json:"is_leader"`
+	// Holder is the lease's holder as last seen; "" when released or
+	// unknown.
+	Holder string `json:"holder"`
+	// FencingToken is the current term's token while this replica leads.
+	// Followers report the holder's token when the backend knows it
+	// (postgres), else 0.
+	FencingToken int64  `json:"fencing_token"`
+	Backend      string `json:"backend"`
+	LeaseName    string `json:"lease_name"`
+	// Since is when this replica last became leader or stopped leading
+	// (its start, before any transition).
+	Since time.Time `json:"since"`
+}
+
+// attempt is the outcome of one try at taking the lease.
+type attempt struct {
+	acquired bool
+	token    int64  // the new term's token when acquired
+	holder   string // the holder after the attempt
+	// holderToken is the holder's token when the backend knows it.
+	holderToken int64
+	// retryIn is when the lease may become free; <= 0 when unknown.
+	retryIn time.Duration
+}
+
+// errLost reports a renewal refused because the lease is no longer ours.
+var errLost = errors.New("lease no longer held")
+
+// backend is one lease implementation.
+type backend interface {
+	kind() string
+	// watch runs until ctx ends and calls changed whenever the lease may
+	// have changed hands (released, deleted, taken). It returns nil when
+	// ctx ends.
+	watch(ctx context.Context, changed func()) error
+	tryAcquire(ctx context.Context) (attempt, error)
+	// renew returns an error wrapping errLost when the lease is no longer
+	// held with token.
+	renew(ctx context.Context, token int64) error
+	release(ctx context.Context, token int64) error
+}
+
+// Elector campaigns for the lease and runs the workers while it holds it.
+// Create one with NewKubernetes or NewPostgres; call Run once. Status is
+// safe for concurrent use.
+type Elector struct {
+	o   Options
+	b   backend
+	log *zap.Logger
+	m   *metrics
+
+	changed chan struct{}
+
+	mu     sync.Mutex
+	status Status
+}
+
+func newElector(o Options, b backend) (*Elector, error) {
+	m, err := newMetrics(o.Registerer, o.Workers)
+	if err != nil {
+		return nil, err
+	}
+	e := &Elector{
+		o:       o,
+		b:       b,
+		log:     o.Logger.Named("leader").With(zap.String("identity", o.Identity), zap.String("lease", o.LeaseName), zap.String("backend", b.kind())),
+		m:       m,
+		changed: make(chan struct{}, 1),
+		status: Status{
+			Identity:  o.Identity,
+			Backend:   b.kind(),
+			LeaseName: o.LeaseName,
+			Since:     time.Now(),
+		},
+	}
+	return e, nil
+}
+
+// Status returns this replica's view of the election.
+func (e *Elector) Status() Status {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.status
+}
+
+func (e *Elector) setStatus(fn func(*Status)) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	fn(&e.status)
+}
+
+func (e *Elector) notify() {
+	select {
+	case e.changed <- struct{}{}:
+	default:
+	}
+}
+
+// Run campaigns until ctx ends. While this replica leads, the workers run;
+// when leadership ends they are cancelled and awaited, and the replica
+// campaigns again. When ctx ends, Run stops the workers, waits for them,
+// releases the lease and returns nil.
+//
+// Run returns an error wrapping ErrWorkersHung when workers do not stop
+// within the stop timeout; the caller must then exit the process. Errors
+// talking to the API server or the database are logged and retried, never
+// returned.
+func (e *Elector) Run(ctx context.Context) error {
+	wctx, stopWatch := context.WithCancel(ctx)
+	watchDone := make(chan struct{})
+	go func() {
+		defer close(watchDone)
+		if err := e.b.watch(wctx, e.notify); err != nil {
+			e.log.Warn("lease watch ended; polling only", zap.Error(err))
+		}
+	}()
+	defer func() { stopWatch(); <-watchDone }()
+
+	e.log.Info("campaigning", zap.Duration("lease_duration", e.o.LeaseDuration), zap.Duration("renew_deadline", e.o.RenewDeadline), zap.Duration("retry_period", e.o.RetryPeriod))
+	failures := 0
+	for {
+		token, acquiredAt, ok := e.campaign(ctx)
+		if !ok {
+			return nil
+		}
+		out, err := e.lead(ctx, token, acquiredAt)
+		if err != nil {
+			return err
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		if !out.pause {
+			failures = 0
+			continue
+		}
+		if out.lasted > e.o.LeaseDuration {
+			failures = 0
+		}
+		failures++
+		pause := min(e.o.RetryPeriod<<min(failures-1, 5), e.o.LeaseDuration)
+		e.log.Info("pausing before campaigning again", zap.Duration("pause", pause))
+		if !sleep(ctx, pause) {
+			return nil
+		}
+	}
+}
+
+// campaign tries to take the lease until it succeeds (ok) or ctx ends.
+// acquiredAt is when the successful attempt started: the lease is valid
+// from then on at the latest.
+func (e *Elector) campaign(ctx context.Context) (token int64, acquiredAt time.Time, ok bool) {
+	var lastErr string
+	for {
+		start := time.Now()
+		a, err := e.b.tryAcquire(ctx)
+		if ctx.Err() != nil {
+			return 0, time.Time{}, false
+		}
+		wait := jittered(e.o.RetryPeriod)
+		switch {
+		case err != nil:
+			if err.Error() != lastErr {
+				e.log.Warn("cannot reach the lease; retrying", zap.Error(err))
+				lastErr = err.Error()
+			}
+		case a.acquired:
+			return a.token, start, true
+		default:
+			lastErr = ""
+			e.setStatus(func(s *Status) { s.Holder, s.FencingToken = a.holder, a.holderToken })
+			if a.retryIn > 0 && a.retryIn < wait {
+				wait = a.retryIn
+			}
+			if a.holder == "" {
+				wait = 0 // released meanwhile: try again now
+			}
+		}
+		if wait > 0 {
+			t := time.NewTimer(wait)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return 0, time.Time{}, false
+			case <-e.changed:
+				t.Stop()
+			case <-t.C:
+			}
+		}
+	}
+}
+
+type workerResult struct {
+	name string
+	err  error
+}
+
+type leadOutcome struct {
+	pause  bool
+	lasted time.Duration
+}
+
+// lead opens the term, runs the workers and renews the lease until
+// leadership ends, then stops the workers and, when the lease is still
+// ours to give, releases it.
+func (e *Elector) lead(ctx context.Context, token int64, acquiredAt time.Time) (leadOutcome, error) {
+	fence := postgres.Fence{Lease: e.o.LeaseName, Token: token}
+	log := e.log.With(zap.Int64("token", token))
+
+	octx, cancel := context.WithDeadline(ctx, acquiredAt.Add(e.o.RenewDeadline))
+	err := e.o.Terms.OpenTerm(octx, fence, e.o.Identity)
+	cancel()
+	switch {
+	case errors.Is(err, postgres.ErrStaleFence):
+		// A successor opened a newer term while we were between taking
+		// the lease and opening ours: the lease is not ours any more.
+		log.Warn("stepped down", zap.String("reason", "stale term: a newer term opened before ours"))
+		return leadOutcome{pause: true}, nil
+	case err != nil:
+		if ctx.Err() != nil {
+			e.releaseLease(ctx, log, token)
+			return leadOutcome{}, nil
+		}
+		log.Warn("stepped down", zap.String("reason", "cannot open the term in the database"), zap.Error(err))
+		e.releaseLease(ctx, log, token)
+		return leadOutcome{pause: true}, nil
+	}
+
+	began := time.Now()
+	e.transition(true, token, e.o.Identity)
+	log.Info("became leader", zap.String("reason", "lease acquired and term opened"))
+
+	wctx, stopWorkers := context.WithCancel(WithFence(ctx, fence))
+	defer stopWorkers()
+	results := make(chan workerResult, len(e.o.Workers))
+	running := map[string]bool{}
+	for name, w := range e.o.Workers {
+		running[name] = true
+		e.m.workerRunning.WithLabelValues(name).Set(1)
+		go func() {
+			err := w.Run(wctx)
+			results <- workerResult{name, err}
+		}()
+	}
+
+	lastRenew := acquiredAt
+	deadline := time.NewTimer(time.Until(lastRenew.Add(e.o.RenewDeadline)))
+	defer deadline.Stop()
+	tick := time.NewTicker(e.o.RetryPeriod)
+	defer tick.Stop()
+
+	var reason string
+	release, pause := false, false
+loop:
+	for {
+		select {
+		case <-ctx.Done():
+			reason, release = "shutting down", true
+			break loop
+		case r := <-results:
+			delete(running, r.name)
+			e.m.workerRunning.WithLabelValues(r.name).Set(0)
+			if r.err != nil {
+				log.Error("worker failed", zap.String("worker", r.name), zap.Error(r.err))
+				reason, release, pause = "worker "+r.name+" failed", true, true
+				break loop
+			}
+			log.Info("worker finished", zap.String("worker", r.name))
+		case <-deadline.C:
+			reason = fmt.Sprintf("lease not renewed for the renew deadline (%s)", e.o.RenewDeadline)
+			break loop
+		case <-tick.C:
+			start := time.Now()
+			rctx, cancel := context.WithDeadline(ctx, lastRenew.Add(e.o.RenewDeadline))
+			err := e.b.renew(rctx, token)
+			cancel()
+			e.m.renewDuration.Observe(time.Since(start).Seconds())
+			switch {
+			case err == nil:
+				lastRenew = start
+				deadline.Reset(time.Until(lastRenew.Add(e.o.RenewDeadline)))
+			case ctx.Err() != nil:
+				// shutting down; the next iteration says so
+			case errors.Is(err, errLost):
+				e.m.renewFailures.Inc()
+				reason = "lease lost: " + err.Error()
+				break loop
+			default:
+				e.m.renewFailures.Inc()
+				log.Warn("lease renewal failed", zap.Error(err), zap.Duration("left", time.Until(lastRenew.Add(e.o.RenewDeadline))))
+			}
+		}
+	}
+
+	stopWorkers()
+	if err := e.await(results, running, log); err != nil {
+		e.transition(false, 0, "")
+		return leadOutcome{}, err
+	}
+	e.transition(false, 0, "")
+	if release {
+		e.releaseLease(ctx, log, token)
+		log.Info("released", zap.String("reason", reason))
+	} else {
+		log.Warn("lost leadership", zap.String("reason", reason))
+	}
+	return leadOutcome{pause: pause, lasted: time.Since(began)}, nil
+}
+
+// await waits for the running workers up to the stop timeout.
+func (e *Elector) await(results <-chan workerResult, running map[string]bool, log *zap.Logger) error {
+	t := time.NewTimer(e.o.WorkerStopTimeout)
+	defer t.Stop()
+	for len(running) > 0 {
+		select {
+		case r := <-results:
+			delete(running, r.name)
+			e.m.workerRunning.WithLabelValues(r.name).Set(0)
+			if r.err != nil {
+				log.Warn("worker stopped with an error", zap.String("worker", r.name), zap.Error(r.err))
+			}
+		case <-t.C:
+			hung := make([]string, 0, len(running))
+			for name := range running {
+				hung = append(hung, name)
+			}
+			sort.Strings(hung)
+			log.Error("workers did not stop in time; exiting", zap.Strings("workers", hung), zap.Duration("timeout", e.o.WorkerStopTimeout))
+			return fmt.Errorf("%w: %v still running %s after leadership ended", ErrWorkersHung, hung, e.o.WorkerStopTimeout)
+		}
+	}
+	return nil
+}
+
+// releaseLease gives the lease up, even when ctx has ended (shutdown).
+func (e *Elector) releaseLease(ctx context.Context, log *zap.Logger, token int64) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.o.RenewDeadline)
+	defer cancel()
+	if err := e.b.release(rctx, token); err != nil {
+		log.Warn("lease release failed; followers wait for it to expire", zap.Error(err))
+	}
+}
+
+func (e *Elector) transition(leader bool, token int64, holder string) {
+	e.setStatus(func(s *Status) {
+		if s.IsLeader != leader {
+			e.m.transitions.Inc()
+		}
+		s.IsLeader, s.Since = leader, time.Now()
+		if leader {
+			s.Holder, s.FencingToken = holder, token
+		} else if s.Holder == e.o.Identity {
+			s.Holder, s.FencingToken = "", 0
+		}
+	})
+	if leader {
+		e.m.isLeader.Set(1)
+		e.m.token.Set(float64(token))
+	} else {
+		e.m.isLeader.Set(0)
+		e.m.token.Set(0)
+	}
+}
+
+// jittered returns d stretched by up to 20 %, so followers do not poll in
+// lockstep.
+func jittered(d time.Duration) time.Duration {
+	return d + time.Duration(rand.Int64N(int64(d)/5+1))
+}
+
+// sleep waits for d or until ctx ends; it reports whether d elapsed.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
