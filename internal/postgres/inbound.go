@@ -1,0 +1,205 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// ErrDuplicateInbound reports an inbound message whose Message-ID was
+// already received from the same partner (RFC 4130 §5.5). Nothing was
+// written. Match it with errors.Is.
+var ErrDuplicateInbound = errors.New("message ID already received from this partner")
+
+// ErrInboundNotFound reports an inbound message (or its MDN) that is not stored.
+var ErrInboundNotFound = errors.New("inbound message not found")
+
+// Inbound message statuses.
+const (
+	InboundProcessed = "processed"
+	InboundError     = "error"
+)
+
+// InboundMessage is a received AS2 message, the MDN answered for it and,
+// for an asynchronous MDN, the outbox row that delivers it.
+type InboundMessage struct {
+	Partner, AS2From, AS2To string
+	// MessageID is the Message-ID exactly as received.
+	MessageID string
+	// Status is InboundProcessed or InboundError.
+	Status string
+	// Disposition is the MDN disposition answered.
+	Disposition string
+	// Error is the internal reason of a failure, for operators; never
+	// sent to the partner.
+	Error                         string
+	MIC, MICAlg                   string
+	Signed, Encrypted, Compressed bool
+	ContentType, Filename         string
+	PayloadSize                   int64
+	// Payload is stored when not nil (processed messages only).
+	Payload []byte
+	// MDNMode is "sync", "async" or "none"; MDNURL the async return URL.
+	MDNMode   string
+	MDNSigned bool
+	MDNURL    string
+	// MDN is the MDN answered, stored for resends and non-repudiation; nil
+	// when none was requested.
+	MDN *StoredMDN
+	// Outbox queues MDN for delivery to MDNURL (async MDNs).
+	Outbox bool
+}
+
+// StoredMDN is an MDN kept in the mdns table: the HTTP header fields and
+// the body exactly as sent.
+type StoredMDN struct {
+	Header      http.Header
+	Body        []byte
+	Disposition string
+	MIC         string
+	Signed      bool
+}
+
+// InboundRecord is what a resend of a Message-ID finds.
+type InboundRecord struct {
+	ID          int64
+	Status      string
+	Disposition string
+	MIC         string
+	MDNMode     string
+	// MDN is nil when no MDN was answered the first time.
+	MDN *StoredMDN
+}
+
+// SaveInbound stores m: the message row, the payload, the MDN and the
+// outbox row, in one transaction. It returns the message row's id, or
+// ErrDuplicateInbound when the partner's Message-ID is already stored (a
+// concurrent identical insert waits for the other transaction and then
+// reports the duplicate, or succeeds if that one rolled back).
+func (s *Store) SaveInbound(ctx context.Context, m *InboundMessage) (int64, error) {
+	var id int64
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		err := tx.QueryRow(ctx, `
+INSERT INTO messages (direction, partner, as2_from, as2_to, message_id, status, content_type, filename,
+                      payload_size, signed, encrypted, compressed, mic, mic_alg, mdn_mode, mdn_signed, mdn_url,
+                      disposition, error, attempts, completed_at)
+VALUES ('inbound', $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, 1, now())
+ON CONFLICT (partner, direction, message_id) DO NOTHING
+RETURNING id`,
+			m.Partner, m.AS2From, m.AS2To, m.MessageID, m.Status, m.ContentType, m.Filename,
+			m.PayloadSize, m.Signed, m.Encrypted, m.Compressed, m.MIC, m.MICAlg, m.MDNMode, m.MDNSigned, m.MDNURL,
+			m.Disposition, m.Error).Scan(&id)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return ErrDuplicateInbound
+		}
+		if err != nil {
+			return fmt.Errorf("insert message: %w", err)
+		}
+		if m.Payload != nil {
+			if _, err := tx.Exec(ctx, `INSERT INTO payloads (message_id, data) VALUES ($1, $2)`, id, m.Payload); err != nil {
+				return fmt.Errorf("insert payload: %w", err)
+			}
+		}
+		if m.MDN == nil {
+			return nil
+		}
+		hdr, err := json.Marshal(m.MDN.Header)
+		if err != nil {
+			return fmt.Errorf("encode MDN header: %w", err)
+		}
+		if _, err := tx.Exec(ctx, `
+INSERT INTO mdns (message_id, content_type, headers, body, disposition, mic, signed)
+VALUES ($1, $2, $3, $4, $5, $6, $7)`,
+			id, m.MDN.Header.Get("Content-Type"), string(hdr), m.MDN.Body, m.MDN.Disposition, m.MDN.MIC, m.MDN.Signed); err != nil {
+			return fmt.Errorf("insert MDN: %w", err)
+		}
+		if m.Outbox {
+			if err := queueMDN(ctx, tx, id, m.Partner, m.MDNURL, string(hdr), m.MDN.Body); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		if isUniqueViolation(err) {
+			return 0, ErrDuplicateInbound
+		}
+		if errors.Is(err, ErrDuplicateInbound) {
+			return 0, err
+		}
+		return 0, fmt.Errorf("save inbound message: %w", err)
+	}
+	return id, nil
+}
+
+func queueMDN(ctx context.Context, tx pgx.Tx, messageRowID int64, partner, url, header string, body []byte) error {
+	if _, err := tx.Exec(ctx, `
+INSERT INTO outbox (kind, message_id, partner, url, headers, body, status, next_attempt_at)
+VALUES ('mdn', $1, $2, $3, $4, $5, 'pending', now())`,
+		messageRowID, partner, url, header, body); err != nil {
+		return fmt.Errorf("queue MDN: %w", err)
+	}
+	return nil
+}
+
+// RequeueInboundMDN queues the stored MDN of inbound message id for
+// delivery to url again (a partner that resent a message asking for an
+// asynchronous MDN evidently lacks it). It returns ErrInboundNotFound when the
+// message has no stored MDN.
+func (s *Store) RequeueInboundMDN(ctx context.Context, id int64, url string) error {
+	tag, err := s.pool.Exec(ctx, `
+INSERT INTO outbox (kind, message_id, partner, url, headers, body, status, next_attempt_at)
+SELECT 'mdn', m.id, m.partner, $2, d.headers, d.body, 'pending', now()
+  FROM messages m JOIN mdns d ON d.message_id = m.id
+ WHERE m.id = $1`, id, url)
+	if err != nil {
+		return fmt.Errorf("requeue MDN: %w", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("requeue MDN: %w", ErrInboundNotFound)
+	}
+	return nil
+}
+
+// InboundByMessageID returns the inbound message partner received with
+// messageID (compared byte-exact) and the MDN answered for it, or
+// ErrInboundNotFound.
+func (s *Store) InboundByMessageID(ctx context.Context, partner, messageID string) (*InboundRecord, error) {
+	var (
+		r      InboundRecord
+		hdr    []byte
+		body   []byte
+		mdnDis *string
+		mdnMIC *string
+		signed *bool
+	)
+	err := s.pool.QueryRow(ctx, `
+SELECT m.id, m.status, m.disposition, m.mic, m.mdn_mode, d.headers, d.body, d.disposition, d.mic, d.signed
+  FROM messages m LEFT JOIN mdns d ON d.message_id = m.id
+ WHERE m.partner = $1 AND m.direction = 'inbound' AND m.message_id = $2`, partner, messageID).
+		Scan(&r.ID, &r.Status, &r.Disposition, &r.MIC, &r.MDNMode, &hdr, &body, &mdnDis, &mdnMIC, &signed)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, fmt.Errorf("inbound message: %w", ErrInboundNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("inbound message: %w", err)
+	}
+	if body != nil {
+		mdn := &StoredMDN{Body: body, Disposition: *mdnDis, MIC: *mdnMIC, Signed: *signed}
+		if err := json.Unmarshal(hdr, &mdn.Header); err != nil {
+			return nil, fmt.Errorf("inbound message: decode MDN header: %w", err)
+		}
+		r.MDN = mdn
+	}
+	return &r, nil
+}
+
+func isUniqueViolation(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "23505"
+}
