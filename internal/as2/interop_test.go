@@ -12,7 +12,6 @@ import (
 	"net/http"
 	"net/textproto"
 	"os"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -203,7 +202,9 @@ func TestUnwrapOpenSSLMatrix(t *testing.T) {
 									t.Errorf("Unwrap(content only).MIC = %q, want %q", got.MIC, want)
 								}
 							}
-							passed.Add(1)
+							if !t.Failed() {
+								passed.Add(1)
+							}
 						})
 					}
 				}
@@ -399,7 +400,9 @@ func TestWrapOpenSSLMatrix(t *testing.T) {
 									if !bytes.Equal(got.Payload, payload) || !got.MIC.Equal(w.MIC) {
 										t.Errorf("Unwrap(Wrap()) payload %q MIC %v, want MIC %v", got.Payload, got.MIC, w.MIC)
 									}
-									passed.Add(1)
+									if !t.Failed() {
+										passed.Add(1)
+									}
 									return
 								}
 							}
@@ -427,4 +430,3 @@ func writeHTTPHeader(h http.Header) []byte {
 	return b.Bytes()
 }
 
-var _ = filepath.Join

@@ -49,8 +49,8 @@ func TestParseEntity(t *testing.T) {
 			wantBody:   "",
 		},
 		{
-			name: "multipart with preamble, epilogue and a boundary prefix",
-			give: "Content-Type: multipart/mixed; boundary=\"b1\"\r\n\r\npreamble\r\n--b1\r\n\r\none\n\r\n--b1x not a boundary\r\n--b1\t \r\nX: y\r\n\r\ntwo\r\n--b1--\r\nepilogue",
+			name:       "multipart with preamble, epilogue and a boundary prefix",
+			give:       "Content-Type: multipart/mixed; boundary=\"b1\"\r\n\r\npreamble\r\n--b1\r\n\r\none\n\r\n--b1x not a boundary\r\n--b1\t \r\nX: y\r\n\r\ntwo\r\n--b1--\r\nepilogue",
 			wantHeader: as2.Header{{"Content-Type", "multipart/mixed; boundary=\"b1\""}},
 			wantBody:   "preamble\r\n--b1\r\n\r\none\n\r\n--b1x not a boundary\r\n--b1\t \r\nX: y\r\n\r\ntwo\r\n--b1--\r\nepilogue",
 			wantParts:  []string{"\r\none\n\r\n--b1x not a boundary", "X: y\r\n\r\ntwo"},
