@@ -429,4 +429,3 @@ func writeHTTPHeader(h http.Header) []byte {
 	b.WriteString("\r\n")
 	return b.Bytes()
 }
-
