@@ -38,22 +38,34 @@ func normalize(b []byte) ([]byte, error) {
 
 type berParser struct {
 	changed bool
+	nodes   int
 }
+
+// maxBERNodes bounds the elements of one structure so that a small input of
+// many tiny elements cannot make the tree large. Real CMS structures have a
+// few thousand at most; OCTET STRING segments are not counted.
+const maxBERNodes = 100_000
 
 var errTruncated = errors.New("ber: truncated element")
 
-func (p *berParser) parse(b []byte, depth int) (*berNode, []byte, error) {
-	if depth > maxBERDepth {
-		return nil, nil, errors.New("ber: nesting too deep")
-	}
+// berHeader is a parsed identifier and length.
+type berHeader struct {
+	ident       []byte
+	constructed bool
+	indefinite  bool
+	length      int // content length when definite
+	size        int // bytes of identifier and length octets
+}
+
+func (p *berParser) header(b []byte) (berHeader, error) {
 	if len(b) < 2 {
-		return nil, nil, errTruncated
+		return berHeader{}, errTruncated
 	}
 	i := 1
 	if b[0]&0x1f == 0x1f {
 		for {
 			if i >= len(b) || i > 5 {
-				return nil, nil, errors.New("ber: bad tag")
+				return berHeader{}, errors.New("ber: bad tag")
 			}
 			i++
 			if b[i-1]&0x80 == 0 {
@@ -62,24 +74,22 @@ func (p *berParser) parse(b []byte, depth int) (*berNode, []byte, error) {
 		}
 	}
 	if i >= len(b) {
-		return nil, nil, errTruncated
+		return berHeader{}, errTruncated
 	}
-	n := &berNode{ident: b[:i]}
-	constructed := b[0]&0x20 != 0
+	h := berHeader{ident: b[:i], constructed: b[0]&0x20 != 0}
 	l := int(b[i])
 	i++
-	indefinite := false
 	switch {
 	case l == 0x80:
-		if !constructed {
-			return nil, nil, errors.New("ber: indefinite length on primitive")
+		if !h.constructed {
+			return berHeader{}, errors.New("ber: indefinite length on primitive")
 		}
-		indefinite = true
+		h.indefinite = true
 		p.changed = true
 	case l > 0x80:
 		k := l & 0x7f
 		if k > 4 || i+k > len(b) {
-			return nil, nil, errors.New("ber: bad length")
+			return berHeader{}, errors.New("ber: bad length")
 		}
 		l = 0
 		for j := 0; j < k; j++ {
@@ -90,23 +100,49 @@ func (p *berParser) parse(b []byte, depth int) (*berNode, []byte, error) {
 		}
 		i += k
 	}
-	rest := b[i:]
-	if !indefinite && l > len(rest) {
-		return nil, nil, errTruncated
+	h.length, h.size = l, i
+	if !h.indefinite && l > len(b)-i {
+		return berHeader{}, errTruncated
 	}
-	if !constructed {
-		n.content = rest[:l]
-		return n, rest[l:], nil
+	return h, nil
+}
+
+func (p *berParser) parse(b []byte, depth int) (*berNode, []byte, error) {
+	if depth > maxBERDepth {
+		return nil, nil, errors.New("ber: nesting too deep")
+	}
+	if p.nodes++; p.nodes > maxBERNodes {
+		return nil, nil, errors.New("ber: too many elements")
+	}
+	h, err := p.header(b)
+	if err != nil {
+		return nil, nil, err
+	}
+	rest := b[h.size:]
+	if b[0] == 0x24 { // constructed OCTET STRING: flatten without a subtree
+		p.changed = true
+		flat, r, err := p.segments(h, rest, nil, depth)
+		if err != nil {
+			return nil, nil, err
+		}
+		if flat == nil {
+			flat = []byte{}
+		}
+		return &berNode{ident: []byte{0x04}, content: flat}, r, nil
+	}
+	n := &berNode{ident: h.ident}
+	if !h.constructed {
+		n.content = rest[:h.length]
+		return n, rest[h.length:], nil
 	}
 	var body []byte
-	if indefinite {
+	if h.indefinite {
 		body = rest
 	} else {
-		body = rest[:l]
-		rest = rest[l:]
+		body, rest = rest[:h.length], rest[h.length:]
 	}
 	for {
-		if indefinite {
+		if h.indefinite {
 			if len(body) >= 2 && body[0] == 0 && body[1] == 0 {
 				rest = body[2:]
 				break
@@ -121,33 +157,44 @@ func (p *berParser) parse(b []byte, depth int) (*berNode, []byte, error) {
 		n.children = append(n.children, c)
 		body = r
 	}
-	if b[0] == 0x24 { // constructed OCTET STRING: flatten
-		p.changed = true
-		var flat []byte
-		var err error
-		if flat, err = flattenOctets(n, nil); err != nil {
-			return nil, nil, err
-		}
-		return &berNode{ident: []byte{0x04}, content: flat}, rest, nil
-	}
 	return n, rest, nil
 }
 
-// flattenOctets concatenates the segments of a constructed string.
-func flattenOctets(n *berNode, dst []byte) ([]byte, error) {
-	if n.children == nil {
-		return append(dst, n.content...), nil
+// segments appends the content of the OCTET STRING segments of a
+// constructed string (h, body after its header) to dst and returns the
+// bytes after the string.
+func (p *berParser) segments(h berHeader, body []byte, dst []byte, depth int) ([]byte, []byte, error) {
+	if depth > maxBERDepth {
+		return nil, nil, errors.New("ber: nesting too deep")
 	}
-	for _, c := range n.children {
-		if c.ident[0]&0x1f != 0x04 {
-			return nil, errors.New("ber: constructed OCTET STRING holds another type")
+	var rest []byte
+	if !h.indefinite {
+		body, rest = body[:h.length], body[h.length:]
+	}
+	for {
+		if h.indefinite {
+			if len(body) >= 2 && body[0] == 0 && body[1] == 0 {
+				return dst, body[2:], nil
+			}
+		} else if len(body) == 0 {
+			return dst, rest, nil
 		}
-		var err error
-		if dst, err = flattenOctets(c, dst); err != nil {
-			return nil, err
+		sh, err := p.header(body)
+		if err != nil {
+			return nil, nil, err
+		}
+		switch body[0] {
+		case 0x04:
+			dst = append(dst, body[sh.size:sh.size+sh.length]...)
+			body = body[sh.size+sh.length:]
+		case 0x24:
+			if dst, body, err = p.segments(sh, body[sh.size:], dst, depth+1); err != nil {
+				return nil, nil, err
+			}
+		default:
+			return nil, nil, errors.New("ber: constructed OCTET STRING holds another type")
 		}
 	}
-	return dst, nil
 }
 
 // size fills in content lengths and returns the encoded size of n.

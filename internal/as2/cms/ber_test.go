@@ -59,3 +59,12 @@ func FuzzNormalize(f *testing.F) {
 		}
 	})
 }
+
+func TestNormalizeElementBound(t *testing.T) {
+	// 200k empty NULLs in one indefinite SEQUENCE: small input, many nodes.
+	in := append([]byte{0x30, 0x80}, bytes.Repeat([]byte{0x05, 0x00}, 200_000)...)
+	in = append(in, 0, 0)
+	if _, err := normalize(in); err == nil {
+		t.Error("normalize(200k elements) error = nil, want a bound")
+	}
+}
