@@ -59,7 +59,8 @@ func TestBinaryServe(t *testing.T) {
 	url := pgtest.EmptyURL(t)
 	cfg := writeConfig(t, "")
 	environ := append(os.Environ(), "EDIHUB_DATABASE_URL="+url, "EDIHUB_CONFIG="+cfg,
-		"EDIHUB_HTTP_ADDR=127.0.0.1:0", "EDIHUB_OPS_ADDR=127.0.0.1:0", "EDIHUB_MIGRATE=true")
+		"EDIHUB_HTTP_ADDR=127.0.0.1:0", "EDIHUB_OPS_ADDR=127.0.0.1:0", "EDIHUB_MIGRATE=true",
+		"EDIHUB_LEADER_BACKEND=postgres", "EDIHUB_IDENTITY=e2e")
 
 	cmd := exec.Command(bin, "serve")
 	cmd.Env = environ
@@ -123,6 +124,34 @@ func TestBinaryServe(t *testing.T) {
 		}
 	}
 
+	// The only replica leads within a few seconds and says so.
+	var st struct {
+		Identity     string `json:"identity"`
+		IsLeader     bool   `json:"is_leader"`
+		Holder       string `json:"holder"`
+		FencingToken int64  `json:"fencing_token"`
+		Backend      string `json:"backend"`
+		LeaseName    string `json:"lease_name"`
+	}
+	for deadline := time.Now().Add(15 * time.Second); ; {
+		resp, err := http.Get(ops + "/leader")
+		if err != nil {
+			t.Fatalf("GET /leader: %v", err)
+		}
+		err = json.NewDecoder(resp.Body).Decode(&st)
+		resp.Body.Close()
+		if err != nil {
+			t.Fatalf("GET /leader: %v", err)
+		}
+		if st.IsLeader || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if !st.IsLeader || st.Holder != st.Identity || !strings.HasPrefix(st.Identity, "e2e-") || st.FencingToken <= 0 || st.Backend != "postgres" || st.LeaseName != "edihub-leader" {
+		t.Fatalf("GET /leader = %+v, want this replica leading on postgres with a token", st)
+	}
+
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
@@ -142,6 +171,12 @@ func TestBinaryServe(t *testing.T) {
 	defer logMu.Unlock()
 	if !strings.Contains(logs.String(), `"msg":"edihub stopped"`) {
 		t.Errorf("log lacks the stop line:\n%s", logs.String())
+	}
+	// SIGTERM order: workers stopped and lease released before HTTP drains.
+	released := strings.Index(logs.String(), `"msg":"released"`)
+	draining := strings.Index(logs.String(), `"msg":"draining"`)
+	if released < 0 || draining < 0 || released > draining {
+		t.Errorf("log shows the lease released at %d and HTTP draining at %d; want release first:\n%s", released, draining, logs.String())
 	}
 }
 

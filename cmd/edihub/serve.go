@@ -28,6 +28,7 @@ type serveOptions struct {
 	drainTimeout time.Duration
 	apiToken     string
 	dbMaxConns   int
+	leader       leaderOptions
 }
 
 func serveFlags(fs *flagSet) func(context.Context, *environment) error {
@@ -42,6 +43,7 @@ func serveFlags(fs *flagSet) func(context.Context, *environment) error {
 	fs.Duration(&o.drainTimeout, "shutdown-timeout", 20*time.Second, "how long shutdown waits for in-flight HTTP requests")
 	fs.String(&o.apiToken, "api-token", "", "bearer token the REST API requires; empty disables the API")
 	fs.Int(&o.dbMaxConns, "db-max-conns", 20, "largest number of database connections this replica opens")
+	o.leader.flags(fs)
 	return func(ctx context.Context, env *environment) error { return serve(ctx, env, o) }
 }
 
@@ -60,6 +62,9 @@ func (o serveOptions) validate() error {
 	}
 	if o.dbMaxConns < 2 {
 		return fmt.Errorf("EDIHUB_DB_MAX_CONNS (-db-max-conns) must be at least 2, got %d", o.dbMaxConns)
+	}
+	if err := o.leader.validate(); err != nil {
+		return err
 	}
 	return o.log.validate()
 }
@@ -98,6 +103,10 @@ func serve(ctx context.Context, env *environment, o serveOptions) error {
 		buildInfo(),
 	)
 	httpMetrics := httpserver.NewMetrics(reg)
+	elector, err := newElector(log, reg, store, o.leader)
+	if err != nil {
+		return err
+	}
 
 	as2Srv, err := httpserver.Listen(httpserver.Options{
 		Name:         "as2",
@@ -125,6 +134,7 @@ func serve(ctx context.Context, env *environment, o serveOptions) error {
 			Metrics:  httpMetrics,
 			Gatherer: reg,
 			Ready:    store.Ping,
+			Leader:   leaderHandler(elector),
 		}),
 	})
 	if err != nil {
@@ -132,9 +142,17 @@ func serve(ctx context.Context, env *environment, o serveOptions) error {
 	}
 
 	log.Info("edihub started", zap.String("version", version()), zap.String("as2_addr", as2Srv.Addr().String()), zap.String("ops_addr", opsSrv.Addr().String()))
+	// Shutdown order: the elector stops the workers, waits for them and
+	// releases the lease; only then do the HTTP servers drain.
 	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return as2Srv.Run(gctx) })
-	g.Go(func() error { return opsSrv.Run(gctx) })
+	httpCtx, stopHTTP := context.WithCancel(context.WithoutCancel(gctx))
+	defer stopHTTP()
+	g.Go(func() error {
+		defer stopHTTP()
+		return elector.Run(gctx)
+	})
+	g.Go(func() error { return as2Srv.Run(httpCtx) })
+	g.Go(func() error { return opsSrv.Run(httpCtx) })
 	err = g.Wait()
 	log.Info("edihub stopped")
 	return err

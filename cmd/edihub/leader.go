@@ -1,0 +1,179 @@
+package main
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/edihub/edihub/internal/httpserver"
+	"github.com/edihub/edihub/internal/leader"
+	"github.com/edihub/edihub/internal/postgres"
+)
+
+// leaderOptions are the leader-election settings of edihub serve.
+type leaderOptions struct {
+	backend           string
+	leaseName         string
+	namespace         string
+	identity          string
+	kubeconfig        string
+	leaseDuration     time.Duration
+	renewDeadline     time.Duration
+	retryPeriod       time.Duration
+	workerStopTimeout time.Duration
+}
+
+func (o *leaderOptions) flags(fs *flagSet) {
+	fs.String(&o.backend, "leader-backend", "kubernetes", "where replicas elect the leader: kubernetes (a Lease) or postgres (a lease row in the database)")
+	fs.String(&o.leaseName, "lease-name", "edihub-leader", "name of the leader lease (Kubernetes Lease or lease row)")
+	fs.String(&o.namespace, "lease-namespace", "", "namespace of the Lease; default: the pod's service-account namespace", "POD_NAMESPACE")
+	fs.String(&o.identity, "identity", "", "prefix of this process's leader identity (a random per-process suffix is added); default: the host name", "POD_NAME")
+	fs.String(&o.kubeconfig, "kubeconfig", "", "kubeconfig file for the Lease; empty: the in-cluster service account", "KUBECONFIG")
+	fs.Duration(&o.leaseDuration, "lease-duration", 30*time.Second, "how long followers wait after the lease last changed before taking it")
+	fs.Duration(&o.renewDeadline, "renew-deadline", 10*time.Second, "how long the leader keeps leading without renewing the lease")
+	fs.Duration(&o.retryPeriod, "retry-period", 2*time.Second, "how often the leader renews the lease and followers look at it")
+	fs.Duration(&o.workerStopTimeout, "worker-stop-timeout", 5*time.Second, "how long leader-gated workers may take to stop before the process exits")
+}
+
+// serviceAccountNamespace is where Kubernetes mounts the pod's namespace.
+const serviceAccountNamespace = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+
+func (o leaderOptions) validate() error {
+	switch o.backend {
+	case "kubernetes", "postgres":
+	default:
+		return fmt.Errorf("EDIHUB_LEADER_BACKEND (-leader-backend) must be kubernetes or postgres, got %q", o.backend)
+	}
+	if o.leaseName == "" {
+		return errors.New("EDIHUB_LEASE_NAME (-lease-name) must not be empty")
+	}
+	if err := leader.ValidateTiming(o.leaseDuration, o.renewDeadline, o.retryPeriod, o.workerStopTimeout); err != nil {
+		var te *leader.TimingError
+		if errors.As(err, &te) {
+			return fmt.Errorf("%s (-%s) %s", envName(te.Field), te.Field, te.Reason)
+		}
+		return err
+	}
+	return nil
+}
+
+// resolveNamespace picks the Lease's namespace: the flag (or
+// EDIHUB_LEASE_NAMESPACE, or POD_NAMESPACE), else the service account's.
+func (o leaderOptions) resolveNamespace(readFile func(string) ([]byte, error)) (string, error) {
+	if o.namespace != "" {
+		return o.namespace, nil
+	}
+	if b, err := readFile(serviceAccountNamespace); err == nil {
+		if ns := strings.TrimSpace(string(b)); ns != "" {
+			return ns, nil
+		}
+	}
+	return "", errors.New("no namespace for the leader Lease: set EDIHUB_LEASE_NAMESPACE (-lease-namespace) or POD_NAMESPACE, or run in a pod with a service account")
+}
+
+// newIdentity makes this process's identity: the prefix (or the host name)
+// and a random suffix, so a restarted process is never taken for its
+// predecessor.
+func newIdentity(prefix string) (string, error) {
+	if prefix == "" {
+		h, err := os.Hostname()
+		if err != nil {
+			return "", fmt.Errorf("leader identity: %w (set EDIHUB_IDENTITY or -identity)", err)
+		}
+		prefix = h
+	}
+	var b [4]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("leader identity: %w", err)
+	}
+	return prefix + "-" + hex.EncodeToString(b[:]), nil
+}
+
+// kubeClients builds the Lease clients: one for get/create/update whose
+// requests time out at half the renew deadline, so a hung API server cannot
+// hold a renewal past it, and one without a request timeout for the watch.
+func (o leaderOptions) kubeClients() (lock, watch *kubernetes.Clientset, err error) {
+	var cfg *rest.Config
+	if o.kubeconfig != "" {
+		cfg, err = clientcmd.BuildConfigFromFlags("", o.kubeconfig)
+		if err != nil {
+			return nil, nil, fmt.Errorf("kubeconfig %s: %w (check KUBECONFIG or -kubeconfig)", o.kubeconfig, err)
+		}
+	} else {
+		cfg, err = rest.InClusterConfig()
+		if err != nil {
+			return nil, nil, fmt.Errorf("no Kubernetes configuration: %w (set KUBECONFIG or -kubeconfig, run in a pod, or use EDIHUB_LEADER_BACKEND=postgres)", err)
+		}
+	}
+	cfg = rest.CopyConfig(cfg)
+	cfg.UserAgent = "edihub/" + version() + " (leader-election)"
+	cfg.QPS, cfg.Burst = 5, 10
+	watchCfg := rest.CopyConfig(cfg)
+	cfg.Timeout = o.renewDeadline / 2
+	if lock, err = kubernetes.NewForConfig(cfg); err != nil {
+		return nil, nil, fmt.Errorf("kubernetes client: %w", err)
+	}
+	if watch, err = kubernetes.NewForConfig(watchCfg); err != nil {
+		return nil, nil, fmt.Errorf("kubernetes client: %w", err)
+	}
+	return lock, watch, nil
+}
+
+// newElector builds the elector of o.backend with edihub's leader-gated
+// workers.
+func newElector(log *zap.Logger, reg prometheus.Registerer, store *postgres.Store, o leaderOptions) (*leader.Elector, error) {
+	identity, err := newIdentity(o.identity)
+	if err != nil {
+		return nil, err
+	}
+	hb, err := leader.NewHeartbeat(leader.HeartbeatOptions{Store: store, Holder: identity, Logger: log, Registerer: reg})
+	if err != nil {
+		return nil, err
+	}
+	opts := leader.Options{
+		LeaseName:         o.leaseName,
+		Identity:          identity,
+		LeaseDuration:     o.leaseDuration,
+		RenewDeadline:     o.renewDeadline,
+		RetryPeriod:       o.retryPeriod,
+		WorkerStopTimeout: o.workerStopTimeout,
+		Workers:           map[string]leader.Worker{"heartbeat": hb},
+		Terms:             store,
+		Logger:            log,
+		Registerer:        reg,
+	}
+	if o.backend == "postgres" {
+		return leader.NewPostgres(store, opts)
+	}
+	ns, err := o.resolveNamespace(os.ReadFile)
+	if err != nil {
+		return nil, err
+	}
+	lock, watch, err := o.kubeClients()
+	if err != nil {
+		return nil, err
+	}
+	return leader.NewKubernetes(leader.KubernetesOptions{
+		Leases:      lock.CoordinationV1(),
+		WatchLeases: watch.CoordinationV1(),
+		Namespace:   ns,
+	}, opts)
+}
+
+// leaderHandler serves GET /leader: this replica's view of the election.
+func leaderHandler(e *leader.Elector) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		httpserver.WriteJSON(w, http.StatusOK, e.Status())
+	})
+}
