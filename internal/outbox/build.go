@@ -1,0 +1,157 @@
+package outbox
+
+import (
+	"crypto"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/edihub/edihub/internal/as2"
+	"github.com/edihub/edihub/internal/as2/cms"
+	"github.com/edihub/edihub/internal/config"
+	"github.com/edihub/edihub/internal/mdn"
+	"github.com/edihub/edihub/internal/postgres"
+)
+
+// digest maps a config digest name to its hash.
+func digest(name string) (crypto.Hash, error) {
+	switch name {
+	case "":
+		return 0, nil
+	case config.DigestSHA1:
+		return crypto.SHA1, nil
+	case config.DigestSHA256:
+		return crypto.SHA256, nil
+	case config.DigestSHA384:
+		return crypto.SHA384, nil
+	case config.DigestSHA512:
+		return crypto.SHA512, nil
+	}
+	return 0, fmt.Errorf("unsupported digest %q", name)
+}
+
+func cipherFor(name string) (cms.Cipher, error) {
+	switch name {
+	case "":
+		return 0, nil
+	case config.CipherAES128CBC:
+		return cms.AES128CBC, nil
+	case config.CipherAES192CBC:
+		return cms.AES192CBC, nil
+	case config.CipherAES256CBC:
+		return cms.AES256CBC, nil
+	case config.Cipher3DES:
+		return cms.DESEDE3CBC, nil
+	case config.CipherAES128GCM:
+		return cms.AES128GCM, nil
+	case config.CipherAES256GCM:
+		return cms.AES256GCM, nil
+	}
+	return 0, fmt.Errorf("unsupported cipher %q", name)
+}
+
+// wrapOptions turns a partner profile into as2.WrapOptions.
+func wrapOptions(st *config.Station, p *config.Partner, now time.Time, rnd io.Reader) (as2.WrapOptions, error) {
+	var o as2.WrapOptions
+	var err error
+	if o.Sign, err = digest(p.Sign); err != nil {
+		return o, err
+	}
+	if o.Sign != 0 {
+		o.SignerKey, o.SignerCert = st.PrivateKey, st.Certificate
+	}
+	if o.Encrypt, err = cipherFor(p.Encrypt); err != nil {
+		return o, err
+	}
+	if o.Encrypt != 0 {
+		o.RecipientCert = p.EncryptionCertificate(now)
+		switch p.KeyEncryption {
+		case config.KeyEncryptionOAEPSHA1:
+			o.OAEP, o.OAEPHash = true, crypto.SHA1
+		case config.KeyEncryptionOAEPSHA256:
+			o.OAEP, o.OAEPHash = true, crypto.SHA256
+		case config.KeyEncryptionOAEPSHA384:
+			o.OAEP, o.OAEPHash = true, crypto.SHA384
+		case config.KeyEncryptionOAEPSHA512:
+			o.OAEP, o.OAEPHash = true, crypto.SHA512
+		}
+	}
+	if p.Compress {
+		o.Compress = as2.CompressBeforeSigning
+		if p.CompressOrder == config.CompressAfterSigning {
+			o.Compress = as2.CompressAfterSigning
+		}
+	}
+	if p.TransferEncoding == config.TransferEncodingBase64 {
+		o.TransferEncoding = as2.Base64
+	}
+	if o.MICAlg, err = digest(p.MDNMICAlg); err != nil {
+		return o, err
+	}
+	o.Time = now
+	o.Rand = rnd
+	return o, nil
+}
+
+// build wraps src for partner p and returns the frozen message: the AS2
+// and MIME header fields (AS2 names in their conventional spelling, never
+// folded) and the body.
+func build(st *config.Station, p *config.Partner, src postgres.OutboundSource, now time.Time, rnd io.Reader) (postgres.OutboundBuild, error) {
+	var b postgres.OutboundBuild
+	opts, err := wrapOptions(st, p, now, rnd)
+	if err != nil {
+		return b, fmt.Errorf("partner %q profile: %w", p.AS2ID, err)
+	}
+	w, err := as2.Wrap(src.Payload, src.ContentType, src.Filename, opts)
+	if err != nil {
+		return b, err
+	}
+	from, err := as2.FormatAS2Name(src.AS2From)
+	if err != nil {
+		return b, fmt.Errorf("AS2-From: %w", err)
+	}
+	to, err := as2.FormatAS2Name(src.AS2To)
+	if err != nil {
+		return b, fmt.Errorf("AS2-To: %w", err)
+	}
+	// Keys are set directly, not through Header.Set, so that they go out in
+	// the spelling AS2 products print (AS2-From, Message-ID); HTTP field
+	// names are case-insensitive, so this is cosmetic but friendlier.
+	h := http.Header{}
+	h["AS2-Version"] = []string{"1.2"}
+	h["AS2-From"] = []string{from}
+	h["AS2-To"] = []string{to}
+	h["Message-ID"] = []string{src.MessageID}
+	h["Subject"] = []string{src.Subject}
+	h["Date"] = []string{now.UTC().Format(time.RFC1123Z)}
+	h["MIME-Version"] = []string{"1.0"}
+	h["User-Agent"] = []string{"edihub"}
+	for k, v := range w.Header {
+		if k == "Mime-Version" {
+			continue
+		}
+		h[k] = v
+	}
+	if src.MDNMode != config.MDNNone {
+		h["Disposition-Notification-To"] = []string{src.AS2From}
+		if src.MDNSigned {
+			alg := opts.MICAlg
+			if opts.Sign != 0 {
+				alg = opts.Sign
+			}
+			h["Disposition-Notification-Options"] = []string{mdn.RequestOptions(alg)}
+		}
+		if src.MDNMode == config.MDNAsync {
+			h["Receipt-Delivery-Option"] = []string{src.MDNURL}
+		}
+	}
+	b.Headers = h
+	b.Body = w.Body
+	b.MIC = w.MIC.String()
+	b.MICAlg = as2.MICAlgName(w.MIC.Alg)
+	b.Signed = opts.Sign != 0
+	b.Encrypted = opts.Encrypt != 0
+	b.Compressed = opts.Compress != as2.CompressNone
+	return b, nil
+}

@@ -1,0 +1,538 @@
+package outbox
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/edihub/edihub/internal/as2"
+	"github.com/edihub/edihub/internal/config"
+	"github.com/edihub/edihub/internal/mdn"
+	"github.com/edihub/edihub/internal/postgres"
+)
+
+// Store is what the dispatcher needs from storage; *postgres.Store
+// implements it.
+type Store interface {
+	ClaimOutbox(ctx context.Context, by string, lease time.Duration, limit int) ([]postgres.OutboxItem, error)
+	OutboundSource(ctx context.Context, id int64) (postgres.OutboundSource, error)
+	SaveOutboundBuild(ctx context.Context, it postgres.OutboxItem, b postgres.OutboundBuild) error
+	FinishOutbox(ctx context.Context, it postgres.OutboxItem, r postgres.OutboxResult) error
+}
+
+// Listener delivers wakeups when rows are queued (Postgres LISTEN/NOTIFY);
+// *postgres.Store implements it. ListenOutbox blocks until ctx ends.
+type Listener interface {
+	ListenOutbox(ctx context.Context, wake func()) error
+}
+
+// Message statuses the dispatcher writes.
+const (
+	StatusSending     = "sending"
+	StatusRetrying    = "retrying"
+	StatusDelivered   = "delivered"
+	StatusSent        = "sent" // accepted by the partner; no MDN requested
+	StatusAwaitingMDN = "awaiting-mdn"
+	StatusFailed      = "failed"
+)
+
+// Defaults for Options.
+const (
+	DefaultWorkers          = 8
+	DefaultBatch            = 16
+	DefaultPollInterval     = 5 * time.Second
+	DefaultShutdownTimeout  = 10 * time.Second
+	DefaultBackoffBase      = 30 * time.Second
+	DefaultBackoffMax       = time.Hour
+	DefaultAsyncMDNWait     = time.Hour
+	DefaultMaxResponseBytes = 16 << 20
+)
+
+// Options configure NewDispatcher.
+type Options struct {
+	Store  Store
+	Config *config.File
+	Logger *zap.Logger
+	// Metrics is required; build it with NewMetrics.
+	Metrics *Metrics
+	// Identity names this dispatcher in claimed_by (unique per process).
+	Identity string
+	// Listener, when set, wakes the dispatcher as soon as work is queued.
+	Listener Listener
+	// Client posts to partners; nil means a client with a cloned default
+	// transport. Per-request timeouts come from the partner profiles.
+	Client *http.Client
+	// Workers bounds concurrent sends (DefaultWorkers).
+	Workers int
+	// PollInterval is the mean time between claims when idle; each wait is
+	// jittered in [0.5, 1.5) of it (DefaultPollInterval).
+	PollInterval time.Duration
+	// Lease is how long a claim lasts; a crashed dispatcher's rows come back
+	// after it. It must exceed every partner timeout. Zero means the
+	// longest partner timeout plus 30 s.
+	Lease time.Duration
+	// ShutdownTimeout bounds how long Run waits for in-flight sends after
+	// its context ends; sends still running then are abandoned and their
+	// rows come back when the claim expires (DefaultShutdownTimeout).
+	ShutdownTimeout time.Duration
+	// BackoffBase and BackoffMax shape retries: the wait before retry n is
+	// uniform in [0, min(BackoffMax, BackoffBase·2^(n-1))) (full jitter).
+	BackoffBase, BackoffMax time.Duration
+	// AsyncMDNWait is how long an async MDN may take before the message is
+	// overdue (messages.mdn_due_at) (DefaultAsyncMDNWait).
+	AsyncMDNWait time.Duration
+	// MaxResponseBytes bounds a partner's response body (a sync MDN).
+	MaxResponseBytes int64
+	// Limits bound parsing a returned MDN.
+	Limits as2.Limits
+	// Now is the clock (Date header, signing time, durations); nil means
+	// time.Now.
+	Now func() time.Time
+	// Jitter returns uniform values in [0, 1) for backoff and poll jitter;
+	// it must be safe for concurrent use. Nil means math/rand/v2.
+	Jitter func() float64
+	// Rand supplies key material, IVs and boundaries to as2.Wrap; nil means
+	// crypto/rand.
+	Rand io.Reader
+}
+
+// Dispatcher sends due outbox items. Build it with NewDispatcher and call
+// Run once.
+type Dispatcher struct {
+	o    Options
+	log  *zap.Logger
+	wake chan struct{}
+}
+
+// NewDispatcher validates o and returns a Dispatcher.
+func NewDispatcher(o Options) (*Dispatcher, error) {
+	if o.Store == nil || o.Config == nil || o.Logger == nil || o.Metrics == nil {
+		return nil, errors.New("outbox: dispatcher needs Store, Config, Logger and Metrics")
+	}
+	if o.Identity == "" {
+		return nil, errors.New("outbox: dispatcher needs an Identity")
+	}
+	if o.Workers <= 0 {
+		o.Workers = DefaultWorkers
+	}
+	if o.PollInterval <= 0 {
+		o.PollInterval = DefaultPollInterval
+	}
+	if o.ShutdownTimeout <= 0 {
+		o.ShutdownTimeout = DefaultShutdownTimeout
+	}
+	if o.BackoffBase <= 0 {
+		o.BackoffBase = DefaultBackoffBase
+	}
+	if o.BackoffMax <= 0 {
+		o.BackoffMax = DefaultBackoffMax
+	}
+	if o.AsyncMDNWait <= 0 {
+		o.AsyncMDNWait = DefaultAsyncMDNWait
+	}
+	if o.MaxResponseBytes <= 0 {
+		o.MaxResponseBytes = DefaultMaxResponseBytes
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Jitter == nil {
+		o.Jitter = rand.Float64
+	}
+	if o.Client == nil {
+		o.Client = &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
+	}
+	var longest time.Duration
+	for _, p := range o.Config.Partners {
+		longest = max(longest, p.Timeout)
+	}
+	if o.Lease <= 0 {
+		o.Lease = longest + 30*time.Second
+	}
+	if o.Lease <= longest {
+		return nil, fmt.Errorf("outbox: claim lease %s must exceed the longest partner timeout %s", o.Lease, longest)
+	}
+	return &Dispatcher{o: o, log: o.Logger.Named("outbox"), wake: make(chan struct{}, 1)}, nil
+}
+
+// Wake makes Run claim at once instead of at the next poll. It never
+// blocks and is safe for concurrent use.
+func (d *Dispatcher) Wake() {
+	select {
+	case d.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Run claims and sends due items until ctx ends. It then stops claiming,
+// waits up to ShutdownTimeout for the sends in flight, abandons the rest
+// (their claims expire and another dispatcher takes them) and returns nil.
+// Errors from the database are logged and retried at the next poll; Run
+// never returns an error.
+func (d *Dispatcher) Run(ctx context.Context) error {
+	sendCtx, cancelSends := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelSends()
+	var sends, bg sync.WaitGroup
+	if d.o.Listener != nil {
+		bg.Go(func() { d.listen(ctx) })
+	}
+	slots := make(chan struct{}, d.o.Workers)
+	d.log.Info("dispatcher started", zap.String("identity", d.o.Identity), zap.Int("workers", d.o.Workers), zap.Duration("lease", d.o.Lease))
+
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+loop:
+	for {
+		select {
+		case <-ctx.Done():
+			break loop
+		case <-timer.C:
+		case <-d.wake:
+		}
+		for ctx.Err() == nil {
+			free := d.o.Workers - len(slots)
+			if free == 0 {
+				break // a finishing send wakes us
+			}
+			items, err := d.o.Store.ClaimOutbox(ctx, d.o.Identity, d.o.Lease, min(free, DefaultBatch))
+			if err != nil {
+				if ctx.Err() == nil {
+					d.log.Warn("claim outbox", zap.Error(err))
+				}
+				break
+			}
+			for _, it := range items {
+				slots <- struct{}{}
+				d.o.Metrics.inFlight.Inc()
+				sends.Go(func() {
+					defer func() {
+						d.o.Metrics.inFlight.Dec()
+						<-slots
+						d.Wake()
+					}()
+					d.process(sendCtx, it)
+				})
+			}
+			if len(items) < min(free, DefaultBatch) {
+				break // drained what is due
+			}
+		}
+		if !timer.Stop() {
+			select {
+			case <-timer.C:
+			default:
+			}
+		}
+		timer.Reset(d.pollWait())
+	}
+
+	done := make(chan struct{})
+	go func() { sends.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(d.o.ShutdownTimeout):
+		d.log.Warn("abandoning in-flight sends; their claims return when the lease expires", zap.Int("in_flight", len(slots)))
+		cancelSends()
+		<-done
+	}
+	bg.Wait()
+	d.log.Info("dispatcher stopped")
+	return nil
+}
+
+func (d *Dispatcher) pollWait() time.Duration {
+	return time.Duration((0.5 + d.o.Jitter()) * float64(d.o.PollInterval))
+}
+
+// listen keeps a LISTEN connection open, reconnecting after failures.
+func (d *Dispatcher) listen(ctx context.Context) {
+	for {
+		err := d.o.Listener.ListenOutbox(ctx, d.Wake)
+		if ctx.Err() != nil {
+			return
+		}
+		d.log.Warn("outbox notifications lost; polling until the connection is back", zap.Error(err))
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(d.pollWait()):
+		}
+	}
+}
+
+// backoff is the wait before the retry that follows attempt n (n >= 1).
+func (d *Dispatcher) backoff(n int) time.Duration {
+	ceil := d.o.BackoffMax
+	if n-1 < 40 {
+		if c := d.o.BackoffBase << (n - 1); c > 0 && c < ceil {
+			ceil = c
+		}
+	}
+	return time.Duration(d.o.Jitter() * float64(ceil))
+}
+
+// attempt is the outcome of one exchange, before it is recorded.
+type attempt struct {
+	httpStatus int
+	// retryable marks a failure worth another attempt.
+	retryable bool
+	err       error
+	result    postgres.OutboxResult
+}
+
+// process runs one claimed item to its recorded outcome. ctx ends only when
+// shutdown gives up on in-flight sends: the item is then abandoned.
+func (d *Dispatcher) process(ctx context.Context, it postgres.OutboxItem) {
+	log := d.log.With(zap.String("partner", it.Partner), zap.Int64("outbox_id", it.ID), zap.String("kind", it.Kind), zap.Int("attempt", it.Attempts))
+	p, _ := d.o.Config.Partner(it.Partner)
+	if it.Kind == postgres.OutboxKindMessage {
+		if p == nil {
+			d.finish(ctx, log, it, p, attempt{err: fmt.Errorf("partner %q is no longer configured", it.Partner)})
+			return
+		}
+		if !it.Built() {
+			if err := d.buildItem(ctx, &it, p); err != nil {
+				if errors.Is(err, errBuild) {
+					d.finish(ctx, log, it, p, attempt{err: err})
+					return
+				}
+				if ctx.Err() == nil && !errors.Is(err, postgres.ErrClaimLost) {
+					log.Warn("store built message; the claim expires and the message is built again", zap.Error(err))
+				}
+				return
+			}
+		}
+		log = log.With(zap.String("message_id", first(it.Headers, "Message-ID")))
+	}
+	a := d.send(ctx, it, p)
+	if ctx.Err() != nil {
+		log.Warn("send abandoned at shutdown; the claim expires and another dispatcher sends it again")
+		return
+	}
+	d.finish(ctx, log, it, p, a)
+}
+
+var errBuild = errors.New("build AS2 message")
+
+func (d *Dispatcher) buildItem(ctx context.Context, it *postgres.OutboxItem, p *config.Partner) error {
+	src, err := d.o.Store.OutboundSource(ctx, it.MessageID)
+	if err != nil {
+		return err
+	}
+	b, err := build(&d.o.Config.Station, p, src, d.o.Now(), d.o.Rand)
+	if err != nil {
+		return fmt.Errorf("%w: %w", errBuild, err)
+	}
+	if err := d.o.Store.SaveOutboundBuild(ctx, *it, b); err != nil {
+		return err
+	}
+	it.Headers, it.Body, it.MIC, it.MICAlg = b.Headers, b.Body, b.MIC, b.MICAlg
+	return nil
+}
+
+func first(h http.Header, k string) string {
+	if v := h[k]; len(v) > 0 {
+		return v[0]
+	}
+	return h.Get(k)
+}
+
+// send posts the item and judges the answer.
+func (d *Dispatcher) send(ctx context.Context, it postgres.OutboxItem, p *config.Partner) attempt {
+	timeout, chunked := config.DefaultTimeout, false
+	if p != nil {
+		timeout, chunked = p.Timeout, p.Chunked
+	}
+	rctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var body io.Reader = bytes.NewReader(it.Body)
+	if chunked {
+		body = io.MultiReader(body) // hides the length: net/http sends chunked
+	}
+	req, err := http.NewRequestWithContext(rctx, http.MethodPost, it.URL, body)
+	if err != nil {
+		return attempt{err: fmt.Errorf("request: %w", err)}
+	}
+	for k, v := range it.Headers {
+		req.Header[k] = v
+	}
+	if chunked {
+		req.ContentLength = -1
+		req.TransferEncoding = []string{"chunked"}
+	} else {
+		req.ContentLength = int64(len(it.Body))
+	}
+	start := d.o.Now()
+	resp, err := d.o.Client.Do(req)
+	var respBody []byte
+	if err == nil {
+		respBody, err = io.ReadAll(io.LimitReader(resp.Body, d.o.MaxResponseBytes+1))
+		resp.Body.Close()
+		if err == nil && int64(len(respBody)) > d.o.MaxResponseBytes {
+			err = fmt.Errorf("response larger than %d bytes", d.o.MaxResponseBytes)
+		}
+	}
+	d.o.Metrics.duration.WithLabelValues(it.Partner).Observe(d.o.Now().Sub(start).Seconds())
+	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+			err = fmt.Errorf("no answer within the partner timeout %s: %w", timeout, err)
+		}
+		return attempt{retryable: true, err: fmt.Errorf("post: %w", err)}
+	}
+	a := attempt{httpStatus: resp.StatusCode}
+	switch c := resp.StatusCode; {
+	case c == http.StatusRequestTimeout, c == http.StatusTooManyRequests, c >= 500:
+		a.retryable = true
+		a.err = fmt.Errorf("partner answered HTTP %d", c)
+		return a
+	case c < 200 || c > 299:
+		a.err = fmt.Errorf("partner answered HTTP %d", c)
+		return a
+	}
+	if it.Kind != postgres.OutboxKindMessage {
+		return a
+	}
+	switch {
+	case len(it.Headers["Disposition-Notification-To"]) == 0:
+		a.result.Message = &postgres.MessageUpdate{Status: StatusSent, Final: true}
+	case len(it.Headers["Receipt-Delivery-Option"]) > 0:
+		a.result.Message = &postgres.MessageUpdate{Status: StatusAwaitingMDN, MDNDueIn: d.o.AsyncMDNWait}
+	default:
+		d.judgeMDN(&a, it, p, resp.Header, respBody)
+	}
+	return a
+}
+
+// judgeMDN verifies a synchronous MDN: signature (required when a signed
+// receipt was requested), Original-Message-ID, disposition and MIC. Every
+// problem fails the message without retry: posting the same bytes again
+// would get the same answer.
+func (d *Dispatcher) judgeMDN(a *attempt, it postgres.OutboxItem, p *config.Partner, h http.Header, body []byte) {
+	wantSigned := len(it.Headers["Disposition-Notification-Options"]) > 0
+	stored := &postgres.NewMDN{ContentType: h.Get("Content-Type"), Headers: h, Body: body}
+	if len(body) > 0 {
+		a.result.MDN = stored
+	}
+	m, err := mdn.Parse(h, body, mdn.ParseOptions{PartnerCerts: p.Certificates, RequireSigned: wantSigned, Limits: d.o.Limits})
+	if err != nil {
+		a.err = fmt.Errorf("synchronous MDN rejected: %w", err)
+		return
+	}
+	stored.Signed = m.Signed
+	stored.Disposition = m.Disposition.String()
+	stored.MIC = m.MIC
+	disp := m.Disposition.String()
+	ourID := first(it.Headers, "Message-ID")
+	if !sameMessageID(m.OriginalMessageID, ourID) {
+		a.err = fmt.Errorf("MDN is for Message-ID %q, not %q", m.OriginalMessageID, ourID)
+		a.result.Message = &postgres.MessageUpdate{Status: StatusFailed, Disposition: disp, Error: a.err.Error(), Final: true}
+		return
+	}
+	if !m.Disposition.Successful() {
+		a.err = fmt.Errorf("negative MDN: %s", disp)
+		a.result.Message = &postgres.MessageUpdate{Status: StatusFailed, Disposition: disp, Error: a.err.Error(), Final: true}
+		return
+	}
+	want, err := as2.ParseMIC(it.MIC)
+	if err != nil {
+		a.err = fmt.Errorf("stored MIC %q: %w", it.MIC, err)
+		return
+	}
+	if !m.MICMatches(want) {
+		a.err = fmt.Errorf("MIC mismatch: MDN returned %q, sent %q", m.MIC, it.MIC)
+		a.result.Message = &postgres.MessageUpdate{Status: StatusFailed, Disposition: disp, Error: a.err.Error(), Final: true}
+		return
+	}
+	a.result.Message = &postgres.MessageUpdate{Status: StatusDelivered, Disposition: disp, Final: true}
+}
+
+// sameMessageID compares Message-IDs byte-exact, forgiving only the angle
+// brackets and surrounding space some products drop or add.
+func sameMessageID(got, want string) bool {
+	trim := func(s string) string { return strings.TrimSuffix(strings.TrimPrefix(strings.TrimSpace(s), "<"), ">") }
+	return got != "" && trim(got) == trim(want)
+}
+
+// finish turns an attempt into the recorded outcome: done, retry or final
+// failure, with the message status moved once.
+func (d *Dispatcher) finish(ctx context.Context, log *zap.Logger, it postgres.OutboxItem, p *config.Partner, a attempt) {
+	r := a.result
+	r.HTTPStatus = a.httpStatus
+	isMsg := it.Kind == postgres.OutboxKindMessage
+	var result string
+	switch {
+	case a.err == nil:
+		r.State = postgres.OutboxDone
+		switch {
+		case !isMsg:
+			result = ResultMDNSent
+		case r.Message != nil && r.Message.Status == StatusAwaitingMDN:
+			result = ResultAwaitingMDN
+		case r.Message != nil && r.Message.Status == StatusSent:
+			result = ResultSent
+		default:
+			result = ResultDelivered
+		}
+	case a.retryable && it.Attempts < it.MaxAttempts:
+		r.State = postgres.OutboxPending
+		r.RetryIn = d.backoff(it.Attempts)
+		r.Error = a.err.Error()
+		if isMsg {
+			r.Message = &postgres.MessageUpdate{Status: StatusRetrying, Error: r.Error}
+		}
+		result = ResultRetry
+		if !isMsg {
+			result = ResultMDNRetry
+		}
+		d.o.Metrics.retries.WithLabelValues(it.Partner).Inc()
+	default:
+		r.State = postgres.OutboxFailed
+		r.Error = a.err.Error()
+		if a.retryable {
+			r.Error = fmt.Sprintf("gave up after %d attempts: %s", it.Attempts, r.Error)
+		}
+		if isMsg {
+			if r.Message == nil {
+				r.Message = &postgres.MessageUpdate{Status: StatusFailed, Final: true}
+			}
+			r.Message.Error = r.Error
+		}
+		result = ResultFailed
+		if !isMsg {
+			result = ResultMDNFailed
+		}
+	}
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
+	defer cancel()
+	if err := d.o.Store.FinishOutbox(fctx, it, r); err != nil {
+		if errors.Is(err, postgres.ErrClaimLost) {
+			log.Warn("claim expired before the outcome was recorded; another dispatcher retries", zap.String("result", result))
+		} else {
+			log.Error("record outcome; the claim expires and the item is retried", zap.String("result", result), zap.Error(err))
+		}
+		return
+	}
+	partner := it.Partner
+	if p == nil {
+		partner = "unknown"
+	}
+	d.o.Metrics.sent.WithLabelValues(partner, result).Inc()
+	fields := []zap.Field{zap.String("result", result), zap.Int("http_status", a.httpStatus)}
+	switch r.State {
+	case postgres.OutboxPending:
+		log.Warn("attempt failed; retrying", append(fields, zap.Duration("retry_in", r.RetryIn), zap.Error(a.err))...)
+	case postgres.OutboxFailed:
+		log.Error("send failed", append(fields, zap.String("reason", r.Error))...)
+	default:
+		log.Info("sent", fields...)
+	}
+}

@@ -1,0 +1,187 @@
+// Package outbox sends what edihub owes its trading partners: outbound AS2
+// messages queued through the API or `edihub send`, and asynchronous MDNs
+// queued by the receiver.
+//
+// Queue stores a document for a partner. Dispatcher, which runs on every
+// replica, claims due outbox rows as a competing consumer, builds each
+// message once per the partner profile (the bytes, headers and MIC are
+// frozen at the first attempt, so every retry posts the same bytes with the
+// same Message-ID), posts it, verifies a synchronous MDN and records the
+// outcome. No database transaction is held across a call to a partner.
+package outbox
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"strings"
+	"time"
+
+	"github.com/edihub/edihub/internal/config"
+	"github.com/edihub/edihub/internal/postgres"
+)
+
+// ErrUnknownPartner reports a document for a partner the configuration
+// does not name.
+var ErrUnknownPartner = errors.New("unknown partner")
+
+// ErrInvalidDocument reports a document that cannot be queued as given
+// (empty payload, malformed content type or filename).
+var ErrInvalidDocument = errors.New("invalid document")
+
+// Document is a payload to send to a partner.
+type Document struct {
+	// Partner is the partner's AS2 ID, exactly as configured.
+	Partner string
+	// ContentType is the payload's MIME type; empty means
+	// application/octet-stream.
+	ContentType string
+	// Filename, when set, is sent in Content-Disposition.
+	Filename string
+	Payload  []byte
+}
+
+// Queued describes a queued document.
+type Queued struct {
+	ID        int64  // edihub's message id (API path /api/v1/messages/{id})
+	MessageID string // the AS2 Message-ID
+	Status    string
+	CreatedAt time.Time
+}
+
+// EnqueueStore stores an outbound message with its payload and outbox row
+// in one transaction; *postgres.Store implements it.
+type EnqueueStore interface {
+	EnqueueOutbound(ctx context.Context, m postgres.NewOutbound) (postgres.Enqueued, error)
+}
+
+// Queue validates documents against the partner profiles and queues them.
+// It is safe for concurrent use.
+type Queue struct {
+	store  EnqueueStore
+	cfg    *config.File
+	newID  func() string
+	notify func()
+}
+
+// QueueOptions configure NewQueue.
+type QueueOptions struct {
+	Store  EnqueueStore
+	Config *config.File
+	// MessageID generates AS2 Message-IDs; nil means a MessageIDs with
+	// crypto/rand for the station.
+	MessageID func() string
+	// Notify, when set, is called after each successful enqueue (an
+	// in-process wakeup for the local dispatcher).
+	Notify func()
+}
+
+// NewQueue returns a Queue.
+func NewQueue(o QueueOptions) (*Queue, error) {
+	if o.Store == nil || o.Config == nil {
+		return nil, errors.New("outbox: queue needs Store and Config")
+	}
+	if o.MessageID == nil {
+		o.MessageID = MessageIDs(o.Config.Station.AS2ID, rand.Reader)
+	}
+	return &Queue{store: o.Store, cfg: o.Config, newID: o.MessageID, notify: o.Notify}, nil
+}
+
+// Enqueue queues d. Errors wrap ErrUnknownPartner, ErrInvalidDocument or
+// the store's error.
+func (q *Queue) Enqueue(ctx context.Context, d Document) (Queued, error) {
+	p, ok := q.cfg.Partner(d.Partner)
+	if !ok {
+		return Queued{}, fmt.Errorf("%w %q: no partner with this AS2 ID in the configuration (AS2 IDs are case-sensitive)", ErrUnknownPartner, d.Partner)
+	}
+	ct := strings.TrimSpace(d.ContentType)
+	if ct == "" {
+		ct = "application/octet-stream"
+	}
+	if _, _, err := mime.ParseMediaType(ct); err != nil || strings.ContainsAny(ct, "\r\n") {
+		return Queued{}, fmt.Errorf("%w: content type %q is not a MIME type", ErrInvalidDocument, d.ContentType)
+	}
+	if strings.ContainsAny(d.Filename, "\r\n\x00/\\") || len(d.Filename) > 255 {
+		return Queued{}, fmt.Errorf("%w: filename %q must be a plain file name of at most 255 bytes", ErrInvalidDocument, d.Filename)
+	}
+	if len(d.Payload) == 0 {
+		return Queued{}, fmt.Errorf("%w: empty payload", ErrInvalidDocument)
+	}
+	subject := "EDI message"
+	if d.Filename != "" {
+		subject = d.Filename
+	}
+	mdnURL := ""
+	if p.MDN == config.MDNAsync {
+		mdnURL = p.AsyncMDNURL
+	}
+	id := q.newID()
+	e, err := q.store.EnqueueOutbound(ctx, postgres.NewOutbound{
+		Partner:     p.AS2ID,
+		AS2From:     q.cfg.Station.AS2ID,
+		AS2To:       p.AS2ID,
+		MessageID:   id,
+		Subject:     subject,
+		ContentType: ct,
+		Filename:    d.Filename,
+		MDNMode:     p.MDN,
+		MDNSigned:   p.MDNSigned && p.MDN != config.MDNNone,
+		MDNURL:      mdnURL,
+		URL:         p.URL.String(),
+		MaxAttempts: p.MaxAttempts,
+		Payload:     d.Payload,
+	})
+	if err != nil {
+		return Queued{}, err
+	}
+	if q.notify != nil {
+		q.notify()
+	}
+	return Queued{ID: e.ID, MessageID: id, Status: e.Status, CreatedAt: e.CreatedAt}, nil
+}
+
+// MessageIDs returns a Message-ID generator for station: each call returns
+// "<hex@host>", where hex is 16 random bytes from rnd (crypto/rand when nil)
+// and host is the station's AS2 ID reduced to the characters RFC 5322 allows
+// in a dot-atom (anything else becomes '-'; "edihub" when nothing is left).
+// It panics if rnd fails, which crypto/rand does not.
+func MessageIDs(station string, rnd io.Reader) func() string {
+	if rnd == nil {
+		rnd = rand.Reader
+	}
+	host := SanitizeHost(station)
+	return func() string {
+		var b [16]byte
+		if _, err := io.ReadFull(rnd, b[:]); err != nil {
+			panic(fmt.Sprintf("outbox: message ID randomness: %v", err))
+		}
+		return "<" + hex.EncodeToString(b[:]) + "@" + host + ">"
+	}
+}
+
+// SanitizeHost reduces s to a dot-atom usable right of '@' in a Message-ID.
+func SanitizeHost(s string) string {
+	b := make([]byte, 0, len(s))
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '-', c == '_':
+			b = append(b, c)
+		case c == '.' && len(b) > 0 && b[len(b)-1] != '.':
+			b = append(b, c)
+		default:
+			if len(b) > 0 && b[len(b)-1] != '-' {
+				b = append(b, '-')
+			}
+		}
+	}
+	h := strings.Trim(string(b), ".-")
+	if h == "" {
+		return "edihub"
+	}
+	return h
+}

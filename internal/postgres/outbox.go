@@ -1,0 +1,406 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Outbox item kinds.
+const (
+	OutboxKindMessage = "message" // an outbound AS2 message
+	OutboxKindMDN     = "mdn"     // an asynchronous MDN we owe a partner
+)
+
+// OutboxChannel is the LISTEN/NOTIFY channel an insert into the outbox
+// signals (migration 00020).
+const OutboxChannel = "edihub_outbox"
+
+// ErrDuplicateMessageID reports an outbound message whose Message-ID is
+// already used for the same partner.
+var ErrDuplicateMessageID = errors.New("message ID already used for this partner")
+
+// ErrClaimLost reports a write for an outbox claim that is no longer held:
+// it expired and another dispatcher claimed the row, or the row was
+// finished. The caller's result is dropped.
+var ErrClaimLost = errors.New("outbox claim lost")
+
+// NewOutbound is an outbound message to queue.
+type NewOutbound struct {
+	Partner     string
+	AS2From     string
+	AS2To       string
+	MessageID   string // the AS2 Message-ID, brackets included
+	Subject     string
+	ContentType string
+	Filename    string
+	MDNMode     string // sync | async | none
+	MDNSigned   bool
+	MDNURL      string // async MDN URL requested, if any
+	URL         string // where the message is posted
+	MaxAttempts int
+	Payload     []byte
+}
+
+// Enqueued describes a message EnqueueOutbound stored.
+type Enqueued struct {
+	ID        int64 // messages.id
+	OutboxID  int64
+	Status    string
+	CreatedAt time.Time
+}
+
+// StatusQueued is the status of an outbound message waiting for its first
+// attempt.
+const StatusQueued = "queued"
+
+// EnqueueOutbound stores an outbound message, its payload and its outbox
+// row in one transaction; the insert notifies OutboxChannel. A Message-ID
+// already used for the partner returns ErrDuplicateMessageID.
+func (s *Store) EnqueueOutbound(ctx context.Context, m NewOutbound) (Enqueued, error) {
+	var e Enqueued
+	if m.MaxAttempts <= 0 {
+		m.MaxAttempts = 1
+	}
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		err := tx.QueryRow(ctx, `
+INSERT INTO messages (direction, partner, as2_from, as2_to, message_id, status, subject, content_type,
+                      filename, payload_size, mdn_mode, mdn_signed, mdn_url)
+VALUES ('outbound', $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
+RETURNING id, status, created_at`,
+			m.Partner, m.AS2From, m.AS2To, m.MessageID, StatusQueued, m.Subject, m.ContentType,
+			m.Filename, len(m.Payload), m.MDNMode, m.MDNSigned, m.MDNURL).Scan(&e.ID, &e.Status, &e.CreatedAt)
+		if err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO payloads (message_id, data) VALUES ($1, $2)`, e.ID, m.Payload); err != nil {
+			return err
+		}
+		return tx.QueryRow(ctx, `
+INSERT INTO outbox (kind, message_id, partner, url, max_attempts)
+VALUES ('message', $1, $2, $3, $4) RETURNING id`, e.ID, m.Partner, m.URL, m.MaxAttempts).Scan(&e.OutboxID)
+	})
+	if err != nil {
+		var pe *pgconn.PgError
+		if errors.As(err, &pe) && pe.Code == "23505" {
+			return Enqueued{}, fmt.Errorf("enqueue %s: %w", m.MessageID, ErrDuplicateMessageID)
+		}
+		return Enqueued{}, fmt.Errorf("enqueue %s: %w", m.MessageID, err)
+	}
+	return e, nil
+}
+
+// OutboxItem is one claimed outbox row.
+type OutboxItem struct {
+	ID          int64
+	Kind        string
+	MessageID   int64 // messages.id; 0 when none
+	Partner     string
+	URL         string
+	Headers     http.Header // empty until built (kind message)
+	Body        []byte      // nil until built (kind message)
+	MIC         string
+	MICAlg      string
+	Attempts    int // including the attempt this claim is for
+	MaxAttempts int
+	ClaimedBy   string
+	// ClaimedUntil ends the claim: after it, the row may be claimed again.
+	ClaimedUntil time.Time
+}
+
+// Built reports whether the item's body has been frozen.
+func (it *OutboxItem) Built() bool { return it.Body != nil }
+
+// ClaimOutbox claims up to limit due pending rows for by, until lease from
+// now (database clock), in one short committed statement: the rows are
+// selected FOR UPDATE SKIP LOCKED, so concurrent dispatchers never claim
+// the same row, and each claim counts one attempt. A claim that is never
+// finished comes back when it expires.
+func (s *Store) ClaimOutbox(ctx context.Context, by string, lease time.Duration, limit int) ([]OutboxItem, error) {
+	if limit <= 0 {
+		return nil, nil
+	}
+	rows, err := s.pool.Query(ctx, `
+WITH due AS (
+    SELECT id FROM outbox
+     WHERE status = 'pending' AND next_attempt_at <= now()
+     ORDER BY next_attempt_at, id
+     LIMIT $3
+     FOR UPDATE SKIP LOCKED
+)
+UPDATE outbox o
+   SET claimed_by = $1,
+       claimed_until = now() + $2 * interval '1 microsecond',
+       next_attempt_at = now() + $2 * interval '1 microsecond',
+       attempts = o.attempts + 1,
+       last_attempt_at = now()
+  FROM due
+ WHERE o.id = due.id
+RETURNING o.id, o.kind, coalesce(o.message_id, 0), o.partner, o.url, o.headers, o.body, o.mic, o.mic_alg,
+          o.attempts, o.max_attempts, o.claimed_by, o.claimed_until`,
+		by, lease.Microseconds(), limit)
+	if err != nil {
+		return nil, fmt.Errorf("claim outbox: %w", err)
+	}
+	items, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (OutboxItem, error) {
+		var it OutboxItem
+		var hdr []byte
+		if err := r.Scan(&it.ID, &it.Kind, &it.MessageID, &it.Partner, &it.URL, &hdr, &it.Body, &it.MIC, &it.MICAlg,
+			&it.Attempts, &it.MaxAttempts, &it.ClaimedBy, &it.ClaimedUntil); err != nil {
+			return it, err
+		}
+		it.Headers = http.Header{}
+		if len(hdr) > 0 {
+			if err := json.Unmarshal(hdr, &it.Headers); err != nil {
+				return it, fmt.Errorf("outbox %d headers: %w", it.ID, err)
+			}
+		}
+		return it, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("claim outbox: %w", err)
+	}
+	return items, nil
+}
+
+// OutboundSource is what building an outbound message needs.
+type OutboundSource struct {
+	MessageID   string // AS2 Message-ID
+	AS2From     string
+	AS2To       string
+	Subject     string
+	ContentType string
+	Filename    string
+	MDNMode     string
+	MDNSigned   bool
+	MDNURL      string
+	Payload     []byte
+}
+
+// OutboundSource returns the message and payload of messages.id id.
+func (s *Store) OutboundSource(ctx context.Context, id int64) (OutboundSource, error) {
+	var o OutboundSource
+	err := s.pool.QueryRow(ctx, `
+SELECT m.message_id, m.as2_from, m.as2_to, m.subject, m.content_type, m.filename, m.mdn_mode, m.mdn_signed, m.mdn_url, p.data
+  FROM messages m JOIN payloads p ON p.message_id = m.id
+ WHERE m.id = $1`, id).Scan(&o.MessageID, &o.AS2From, &o.AS2To, &o.Subject, &o.ContentType, &o.Filename,
+		&o.MDNMode, &o.MDNSigned, &o.MDNURL, &o.Payload)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return o, fmt.Errorf("outbound message %d: %w", id, ErrMessageNotFound)
+	}
+	if err != nil {
+		return o, fmt.Errorf("outbound message %d: %w", id, err)
+	}
+	return o, nil
+}
+
+// OutboundBuild is a built AS2 message, frozen for every attempt.
+type OutboundBuild struct {
+	Headers    http.Header
+	Body       []byte
+	MIC        string // Received-content-MIC form, "base64, sha-256"
+	MICAlg     string
+	Signed     bool
+	Encrypted  bool
+	Compressed bool
+}
+
+// SaveOutboundBuild freezes the built message in the claimed outbox row and
+// records its MIC and security on the message, in one transaction. It
+// returns ErrClaimLost when the claim is no longer held.
+func (s *Store) SaveOutboundBuild(ctx context.Context, it OutboxItem, b OutboundBuild) error {
+	hdr, err := json.Marshal(b.Headers)
+	if err != nil {
+		return fmt.Errorf("save build of outbox %d: %w", it.ID, err)
+	}
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, `
+UPDATE outbox SET headers = $4, body = $5, mic = $6, mic_alg = $7, built_at = now()
+ WHERE id = $1 AND claimed_by = $2 AND attempts = $3 AND status = 'pending' AND body IS NULL`,
+			it.ID, it.ClaimedBy, it.Attempts, hdr, b.Body, b.MIC, b.MICAlg)
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() == 0 {
+			return ErrClaimLost
+		}
+		if it.MessageID == 0 {
+			return nil
+		}
+		_, err = tx.Exec(ctx, `
+UPDATE messages SET mic = $2, mic_alg = $3, signed = $4, encrypted = $5, compressed = $6, status = 'sending', updated_at = now()
+ WHERE id = $1 AND status = 'queued'`, it.MessageID, b.MIC, b.MICAlg, b.Signed, b.Encrypted, b.Compressed)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("save build of outbox %d: %w", it.ID, err)
+	}
+	return nil
+}
+
+// Outbox row states.
+const (
+	OutboxPending = "pending"
+	OutboxDone    = "done"
+	OutboxFailed  = "failed"
+)
+
+// OutboxResult is the end of one attempt.
+type OutboxResult struct {
+	// State is OutboxDone, OutboxFailed or OutboxPending (retry after
+	// RetryIn, database clock).
+	State   string
+	RetryIn time.Duration
+	// HTTPStatus is the partner's status code, 0 when none came back.
+	HTTPStatus int
+	// Error is the reason of a failed attempt, for operators.
+	Error string
+	// Message, when set, updates the outbound message.
+	Message *MessageUpdate
+	// MDN, when set, is the MDN the partner returned; stored for the
+	// message unless one is stored already.
+	MDN *NewMDN
+}
+
+// MessageUpdate changes an outbound message's status.
+type MessageUpdate struct {
+	Status      string
+	Disposition string
+	Error       string
+	// Final marks delivered/failed/sent: completed_at is set and a final
+	// status is never overwritten.
+	Final bool
+	// MDNDueIn sets mdn_due_at from now (database clock) when positive.
+	MDNDueIn time.Duration
+}
+
+// NewMDN is an MDN to keep for non-repudiation.
+type NewMDN struct {
+	ContentType string
+	Headers     http.Header
+	Body        []byte
+	Disposition string
+	MIC         string
+	Signed      bool
+}
+
+// FinishOutbox records the end of the claimed attempt it: the outbox row's
+// state, the message's status and the MDN, in one short transaction. A
+// message already in a final status keeps it (the status moves to final
+// exactly once). It returns ErrClaimLost when the claim is no longer held.
+func (s *Store) FinishOutbox(ctx context.Context, it OutboxItem, r OutboxResult) error {
+	var status *int
+	if r.HTTPStatus != 0 {
+		status = &r.HTTPStatus
+	}
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var tag pgconn.CommandTag
+		var err error
+		switch r.State {
+		case OutboxPending:
+			tag, err = tx.Exec(ctx, `
+UPDATE outbox SET next_attempt_at = now() + $4 * interval '1 microsecond', claimed_by = '', claimed_until = NULL,
+                  last_error = $5, last_status = $6
+ WHERE id = $1 AND claimed_by = $2 AND attempts = $3 AND status = 'pending'`,
+				it.ID, it.ClaimedBy, it.Attempts, r.RetryIn.Microseconds(), r.Error, status)
+		case OutboxDone, OutboxFailed:
+			tag, err = tx.Exec(ctx, `
+UPDATE outbox SET status = $4, finished_at = now(), claimed_until = NULL, last_error = $5, last_status = $6
+ WHERE id = $1 AND claimed_by = $2 AND attempts = $3 AND status = 'pending'`,
+				it.ID, it.ClaimedBy, it.Attempts, r.State, r.Error, status)
+		default:
+			return fmt.Errorf("invalid outbox state %q", r.State)
+		}
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() == 0 {
+			return ErrClaimLost
+		}
+		if it.MessageID == 0 || it.Kind != OutboxKindMessage {
+			return nil
+		}
+		if r.MDN != nil {
+			hdr, err := json.Marshal(r.MDN.Headers)
+			if err != nil {
+				return err
+			}
+			if _, err := tx.Exec(ctx, `
+INSERT INTO mdns (message_id, content_type, headers, body, disposition, mic, signed)
+VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (message_id) DO NOTHING`,
+				it.MessageID, r.MDN.ContentType, hdr, r.MDN.Body, r.MDN.Disposition, r.MDN.MIC, r.MDN.Signed); err != nil {
+				return err
+			}
+		}
+		if u := r.Message; u != nil {
+			_, err = tx.Exec(ctx, `
+UPDATE messages
+   SET status = $2, disposition = $3, error = $4, attempts = $5, updated_at = now(),
+       completed_at = CASE WHEN $6::boolean THEN now() ELSE completed_at END,
+       mdn_due_at = CASE WHEN $7::bigint > 0 THEN now() + $7::bigint * interval '1 microsecond' ELSE mdn_due_at END
+ WHERE id = $1 AND status NOT IN ('delivered', 'failed', 'sent')`,
+				it.MessageID, u.Status, u.Disposition, u.Error, it.Attempts, u.Final, u.MDNDueIn.Microseconds())
+		} else {
+			_, err = tx.Exec(ctx, `UPDATE messages SET attempts = $2, updated_at = now() WHERE id = $1`, it.MessageID, it.Attempts)
+		}
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("finish outbox %d: %w", it.ID, err)
+	}
+	return nil
+}
+
+// OutboxStats counts pending rows that are due (next attempt in the past,
+// not claimed) and claimed (in flight on some replica).
+func (s *Store) OutboxStats(ctx context.Context) (due, claimed int64, err error) {
+	err = s.pool.QueryRow(ctx, `
+SELECT count(*) FILTER (WHERE next_attempt_at <= now()),
+       count(*) FILTER (WHERE claimed_until > now())
+  FROM outbox WHERE status = 'pending'`).Scan(&due, &claimed)
+	if err != nil {
+		return 0, 0, fmt.Errorf("outbox stats: %w", err)
+	}
+	return due, claimed, nil
+}
+
+// ListenOutbox calls wake after each notification on OutboxChannel until
+// ctx ends (nil) or the connection fails (an error; the caller may call
+// again). It holds one pool connection while it runs.
+func (s *Store) ListenOutbox(ctx context.Context, wake func()) error {
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("listen outbox: %w", err)
+	}
+	defer func() {
+		// The connection may be mid-wait after cancellation; do not hand it
+		// back to the pool in an unknown state.
+		_ = conn.Conn().Close(context.Background())
+		conn.Release()
+	}()
+	if _, err := conn.Exec(ctx, "LISTEN "+OutboxChannel); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("listen outbox: %w", err)
+	}
+	wake() // anything queued before LISTEN took effect
+	for {
+		if _, err := conn.Conn().WaitForNotification(ctx); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("listen outbox: %w", err)
+		}
+		wake()
+	}
+}
