@@ -29,8 +29,10 @@ type Error struct {
 	Err         error
 }
 
+// Error returns the disposition and the cause, for logs.
 func (e *Error) Error() string { return "as2: " + e.Disposition + ": " + e.Err.Error() }
 
+// Unwrap returns the cause, so errors.Is sees cms and as2 sentinels.
 func (e *Error) Unwrap() error { return e.Err }
 
 // Disposition returns the MDN disposition modifier for err: "" for nil,

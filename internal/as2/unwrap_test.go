@@ -258,3 +258,36 @@ func TestWrapBase64Body(t *testing.T) {
 		t.Errorf("body is not base64: %v", err)
 	}
 }
+
+// TestSignMultipartOpenSSL signs an MDN-like report the way the MDN
+// package will and checks it with openssl and VerifyMultipartSigned.
+func TestSignMultipartOpenSSL(t *testing.T) {
+	ids := openssltest.Keys(t)
+	report := []byte("Content-Type: multipart/report; report-type=disposition-notification; boundary=r\r\n\r\n" +
+		"--r\r\nContent-Type: text/plain\r\n\r\nok\r\n--r\r\nContent-Type: message/disposition-notification\r\n\r\n" +
+		"Disposition: automatic-action/MDN-sent-automatically; processed\r\n--r--\r\n")
+	ct, body, mic, err := as2.SignMultipart(report, ids.B.Key, ids.B.Cert, as2.SignOptions{Hash: crypto.SHA512})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(ct, "micalg=sha-512") {
+		t.Errorf("SignMultipart() content type %q lacks micalg=sha-512", ct)
+	}
+	full := append([]byte("Content-Type: "+ct+"\r\n\r\n"), body...)
+	dir := t.TempDir()
+	openssltest.Run(t, nil, "cms", "-verify", "-in", write(t, dir, full), "-CAfile", ids.B.CertPath, "-purpose", "any", "-out", write(t, dir, nil))
+	e, err := as2.ParseEntity(full, as2.Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	signed, v, err := as2.VerifyMultipartSigned(e, []*x509Cert{ids.B.Cert}, as2.Limits{})
+	if err != nil {
+		t.Fatalf("VerifyMultipartSigned() error = %v", err)
+	}
+	if !bytes.Equal(signed, report) || v.Hash != crypto.SHA512 || !as2.ComputeMIC(v.Hash, signed).Equal(mic) {
+		t.Errorf("VerifyMultipartSigned() = %q, %v", signed, v.Hash)
+	}
+	if _, _, err := as2.VerifyMultipartSigned(e, []*x509Cert{ids.A.Cert}, as2.Limits{}); as2.Disposition(err) != as2.DispositionAuthenticationFailed {
+		t.Errorf("VerifyMultipartSigned(wrong cert) disposition = %q, want authentication-failed", as2.Disposition(err))
+	}
+}

@@ -92,6 +92,8 @@ type Wrapped struct {
 	MIC MIC
 }
 
+var randReader = rand.Reader
+
 type part struct {
 	header Header
 	body   []byte
@@ -117,7 +119,7 @@ func Wrap(payload []byte, contentType, filename string, opts WrapOptions) (*Wrap
 	}
 	rnd := opts.Rand
 	if rnd == nil {
-		rnd = rand.Reader
+		rnd = randReader
 	}
 	micAlg := opts.MICAlg
 	if micAlg == 0 {
