@@ -126,6 +126,7 @@ func Require(t testing.TB) {
 // exit, and returns stdout.
 func Run(t testing.TB, stdin []byte, args ...string) []byte {
 	t.Helper()
+	Require(t)
 	out, err := TryRun(stdin, args...)
 	if err != nil {
 		t.Fatalf("openssl %v: %v", args, err)
