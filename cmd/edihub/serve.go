@@ -103,6 +103,10 @@ func serve(ctx context.Context, env *environment, o serveOptions) error {
 		buildInfo(),
 	)
 	httpMetrics := httpserver.NewMetrics(reg)
+	as2Handler, err := newReceiver(log, reg, store, cfg, o.maxBodyBytes)
+	if err != nil {
+		return err
+	}
 	elector, err := newElector(log, reg, store, o.leader)
 	if err != nil {
 		return err
@@ -118,6 +122,7 @@ func serve(ctx context.Context, env *environment, o serveOptions) error {
 			Metrics:      httpMetrics,
 			Version:      version(),
 			MaxBodyBytes: o.maxBodyBytes,
+			AS2:          as2Handler,
 			APIToken:     o.apiToken,
 		}),
 	})

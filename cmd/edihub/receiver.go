@@ -1,0 +1,37 @@
+package main
+
+import (
+	"crypto/rand"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+
+	"github.com/edihub/edihub/internal/as2/cms"
+	"github.com/edihub/edihub/internal/config"
+	"github.com/edihub/edihub/internal/postgres"
+	"github.com/edihub/edihub/internal/receiver"
+)
+
+// newReceiver builds the POST /as2 handler: AS2 messages and async MDNs.
+func newReceiver(log *zap.Logger, reg prometheus.Registerer, store *postgres.Store, cfg *config.File, maxBodyBytes int64) (http.Handler, error) {
+	st := cfg.Station
+	return receiver.New(receiver.Options{
+		Store:    store,
+		Partners: cfg,
+		Station: receiver.Station{
+			AS2ID: st.AS2ID,
+			Keys:  []cms.Recipient{{Cert: st.Certificate, Key: st.PrivateKey}},
+			Key:   st.PrivateKey,
+			Cert:  st.Certificate,
+		},
+		Logger:       log,
+		Registerer:   reg,
+		Now:          time.Now,
+		Rand:         rand.Reader,
+		NewMessageID: receiver.MessageIDs(st.AS2ID, rand.Reader),
+		MaxBodyBytes: maxBodyBytes,
+		ReportingUA:  "edihub " + version(),
+	})
+}

@@ -1,0 +1,557 @@
+// Package receiver is edihub's AS2 endpoint, POST /as2 on every replica.
+//
+// A request is either an asynchronous MDN a partner returns for a message
+// we sent (stored raw in the MDN inbox and answered at once; the leader's
+// MDN poller processes it) or an AS2 message. A message is unwrapped
+// (decrypted, decompressed, verified, its MIC computed), stored with its
+// payload and the MDN that answers it in one transaction, and only then
+// answered: with the MDN in the response (synchronous), or with an empty
+// 200 after the MDN was queued in the outbox (asynchronous). A repeated
+// Message-ID from the same partner is answered with the MDN stored the
+// first time, byte for byte, and delivered nothing (RFC 4130 §5.5).
+//
+// Every failure of the message itself is an MDN disposition with HTTP 200;
+// only requests that cannot be addressed (no AS2-From, AS2-To), bodies over
+// the limit (413), unreadable bodies (400) and an unavailable database
+// (503, so that the partner retries) are HTTP errors. Internal error text
+// is logged, never sent.
+package receiver
+
+import (
+	"bytes"
+	"context"
+	"crypto"
+	"crypto/rand"
+	"crypto/x509"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+
+	"github.com/edihub/edihub/internal/as2"
+	"github.com/edihub/edihub/internal/as2/cms"
+	"github.com/edihub/edihub/internal/config"
+	"github.com/edihub/edihub/internal/mdn"
+	"github.com/edihub/edihub/internal/postgres"
+)
+
+// Store is the storage the receiver needs; *postgres.Store implements it.
+type Store interface {
+	// SaveInbound stores a message, its payload, its MDN and the outbox
+	// row of an async MDN in one transaction; postgres.ErrDuplicateInbound
+	// when the partner's Message-ID is already stored.
+	SaveInbound(ctx context.Context, m *postgres.InboundMessage) (int64, error)
+	// InboundByMessageID finds a stored message and its MDN;
+	// postgres.ErrInboundNotFound when there is none.
+	InboundByMessageID(ctx context.Context, partner, messageID string) (*postgres.InboundRecord, error)
+	// RequeueInboundMDN queues a stored MDN to url again.
+	RequeueInboundMDN(ctx context.Context, id int64, url string) error
+	// SaveInboxMDN stores an async MDN raw.
+	SaveInboxMDN(ctx context.Context, m *postgres.InboxMDN) (int64, error)
+}
+
+// Partners finds a partner profile by its AS2 ID, case-sensitively;
+// *config.File implements it.
+type Partners interface {
+	Partner(as2ID string) (*config.Partner, bool)
+}
+
+// Station is our own AS2 identity.
+type Station struct {
+	// AS2ID is the name partners put in AS2-To.
+	AS2ID string
+	// Keys decrypt inbound messages (several during a key rollover).
+	Keys []cms.Recipient
+	// Key and Cert sign MDNs.
+	Key  crypto.Signer
+	Cert *x509.Certificate
+}
+
+// Options configure New. Store, Partners, Station (AS2ID, Keys, Key, Cert),
+// Logger and Registerer are required.
+type Options struct {
+	Store    Store
+	Partners Partners
+	Station  Station
+	Logger   *zap.Logger
+	// Registerer receives the receiver's metrics.
+	Registerer prometheus.Registerer
+	// Now is the clock (MDN Date and signing time, durations); nil means
+	// time.Now.
+	Now func() time.Time
+	// Rand supplies MIME boundaries; nil means crypto/rand.
+	Rand io.Reader
+	// NewMessageID returns the Message-ID of each MDN; nil means
+	// MessageIDs(Station.AS2ID, Rand).
+	NewMessageID func() string
+	// Limits bound the MIME and CMS parse.
+	Limits as2.Limits
+	// MaxBodyBytes is the body limit the router enforces, quoted in the
+	// 413 answer; 0 leaves the number out.
+	MaxBodyBytes int64
+	// ReportingUA is the MDN's Reporting-UA; empty means "edihub".
+	ReportingUA string
+}
+
+// Handler serves POST /as2. It is safe for concurrent use.
+type Handler struct {
+	o       Options
+	log     *zap.Logger
+	metrics *metrics
+}
+
+// New validates o and returns the handler, its metrics registered on
+// o.Registerer.
+func New(o Options) (*Handler, error) {
+	switch {
+	case o.Store == nil:
+		return nil, errors.New("receiver: no Store")
+	case o.Partners == nil:
+		return nil, errors.New("receiver: no Partners")
+	case o.Station.AS2ID == "":
+		return nil, errors.New("receiver: no station AS2 ID")
+	case len(o.Station.Keys) == 0:
+		return nil, errors.New("receiver: no station decryption key")
+	case o.Station.Key == nil || o.Station.Cert == nil:
+		return nil, errors.New("receiver: no station signing key and certificate")
+	case o.Logger == nil:
+		return nil, errors.New("receiver: no Logger")
+	case o.Registerer == nil:
+		return nil, errors.New("receiver: no Registerer")
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Rand == nil {
+		o.Rand = rand.Reader
+	}
+	if o.NewMessageID == nil {
+		o.NewMessageID = MessageIDs(o.Station.AS2ID, o.Rand)
+	}
+	if o.ReportingUA == "" {
+		o.ReportingUA = "edihub"
+	}
+	m, err := newMetrics(o.Registerer)
+	if err != nil {
+		return nil, err
+	}
+	return &Handler{o: o, log: o.Logger.Named("receiver"), metrics: m}, nil
+}
+
+// MessageIDs returns a Message-ID generator: "<edihub-" + 16 random hex
+// bytes + "@" + station + ">", the station name reduced to characters
+// allowed in a Message-ID. It panics only if rnd fails.
+func MessageIDs(station string, rnd io.Reader) func() string {
+	right := strings.Map(func(r rune) rune {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '.', r == '-', r == '_':
+			return r
+		}
+		return '_'
+	}, station)
+	return func() string {
+		var b [16]byte
+		if _, err := io.ReadFull(rnd, b[:]); err != nil {
+			panic(fmt.Sprintf("receiver: message ID randomness: %v", err))
+		}
+		return "<edihub-" + hex.EncodeToString(b[:]) + "@" + right + ">"
+	}
+}
+
+// Results counted in edihub_as2_messages_received_total besides
+// "processed" and the disposition modifiers.
+const (
+	resultProcessed   = "processed"
+	resultDuplicate   = "duplicate"
+	resultTooLarge    = "too-large"
+	resultBadRequest  = "bad-request"
+	resultUnavailable = "unavailable"
+	partnerUnknown    = "unknown"
+)
+
+// ServeHTTP receives one AS2 message or async MDN.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	partnerLabel := partnerUnknown
+	if from, err := as2.ParseAS2Name(r.Header.Get("AS2-From")); err == nil {
+		if p, ok := h.o.Partners.Partner(from); ok {
+			partnerLabel = p.AS2ID
+		}
+	}
+	body, err := readBody(r)
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			h.metrics.received.WithLabelValues(partnerLabel, resultTooLarge).Inc()
+			h.log.Warn("request body over the limit", zap.String("partner", partnerLabel), zap.Int64("limit", mbe.Limit))
+			http.Error(w, "request body too large: the limit is "+strconv.FormatInt(mbe.Limit, 10)+" bytes; send large files in smaller parts or ask the operator to raise EDIHUB_MAX_BODY_BYTES", http.StatusRequestEntityTooLarge)
+			return
+		}
+		h.metrics.received.WithLabelValues(partnerLabel, resultBadRequest).Inc()
+		h.log.Warn("request body unreadable", zap.String("partner", partnerLabel), zap.Error(err))
+		http.Error(w, "request body could not be read completely", http.StatusBadRequest)
+		return
+	}
+	h.metrics.bytes.WithLabelValues(partnerLabel).Add(float64(len(body)))
+	if mdn.IsMDN(r.Header, body) {
+		h.intake(w, r, body, partnerLabel)
+		return
+	}
+	res := h.receive(r.Context(), r.Header, body)
+	h.metrics.received.WithLabelValues(res.partner, res.result).Inc()
+	h.metrics.duration.Observe(time.Since(start).Seconds())
+	res.write(w)
+}
+
+// readBody reads the whole body once, into a buffer sized by
+// Content-Length when it is known.
+func readBody(r *http.Request) ([]byte, error) {
+	if r.ContentLength > 0 {
+		buf := make([]byte, r.ContentLength)
+		if _, err := io.ReadFull(r.Body, buf); err != nil {
+			return nil, err
+		}
+		return buf, nil
+	}
+	var b bytes.Buffer
+	if _, err := b.ReadFrom(r.Body); err != nil {
+		return nil, err
+	}
+	return b.Bytes(), nil
+}
+
+// response is what ServeHTTP writes.
+type response struct {
+	status  int
+	header  http.Header
+	body    []byte
+	text    string // a plain-text error answer
+	partner string // metric label
+	result  string
+}
+
+func (res *response) write(w http.ResponseWriter) {
+	if res.text != "" {
+		http.Error(w, res.text, res.status)
+		return
+	}
+	for k, v := range res.header {
+		w.Header()[k] = v
+	}
+	if res.body != nil {
+		w.Header().Set("Content-Length", strconv.Itoa(len(res.body)))
+	}
+	w.WriteHeader(res.status)
+	_, _ = w.Write(res.body)
+}
+
+func textResponse(status int, partner, result, text string) *response {
+	return &response{status: status, text: text, partner: partner, result: result}
+}
+
+// request holds the AS2 header fields of a message.
+type request struct {
+	from, to, messageID string
+	mdnWanted           bool
+	asyncURL            string
+	opts                as2.DispositionOptions
+	optsErr             error
+}
+
+func parseRequest(h http.Header) request {
+	rq := request{
+		messageID: h.Get("Message-ID"),
+		mdnWanted: len(h.Values("Disposition-Notification-To")) > 0,
+		asyncURL:  strings.TrimSpace(h.Get("Receipt-Delivery-Option")),
+	}
+	rq.from, _ = as2.ParseAS2Name(h.Get("AS2-From"))
+	rq.to, _ = as2.ParseAS2Name(h.Get("AS2-To"))
+	if v := h.Get("Disposition-Notification-Options"); v != "" {
+		rq.opts, rq.optsErr = as2.ParseDispositionOptions(v)
+	}
+	return rq
+}
+
+// mdnPlan is how the MDN is to be built: signed or not, and with which
+// digest, or the failure the request itself earns.
+type mdnPlan struct {
+	sign    bool
+	alg     crypto.Hash
+	micAlgs []crypto.Hash
+	failure string // "unsupported MIC-algorithms" etc., or ""
+}
+
+func planMDN(rq request) mdnPlan {
+	p := mdnPlan{micAlgs: rq.opts.SupportedMICAlgs()}
+	if len(p.micAlgs) > 0 {
+		p.alg = p.micAlgs[0]
+	}
+	if !rq.opts.SignedReceipt() {
+		if rq.opts.ProtocolImportance == "required" && len(rq.opts.Protocols) > 0 {
+			p.failure = "unsupported format"
+		}
+		return p
+	}
+	p.sign = true
+	if p.alg == 0 {
+		if rq.opts.MICAlgImportance == "required" && len(rq.opts.MICAlgs) > 0 {
+			// The receipt cannot be signed as asked; an unsigned
+			// failure says so.
+			p.sign = false
+			p.failure = mdn.UnsupportedMICAlgorithms
+		}
+		p.alg = crypto.SHA256
+	}
+	return p
+}
+
+func (h *Handler) receive(ctx context.Context, hdr http.Header, body []byte) *response {
+	rq := parseRequest(hdr)
+	if rq.from == "" || rq.to == "" {
+		h.log.Info("request without a valid AS2-From or AS2-To", zap.String("as2_from", hdr.Get("AS2-From")), zap.String("as2_to", hdr.Get("AS2-To")))
+		return textResponse(http.StatusBadRequest, partnerUnknown, resultBadRequest,
+			"AS2-From and AS2-To header fields are required (1 to 128 printable ASCII characters, quoted when they hold spaces)")
+	}
+	log := h.log.With(zap.String("as2_from", rq.from), zap.String("as2_to", rq.to), zap.String("message_id", rq.messageID))
+	partner, ok := h.o.Partners.Partner(rq.from)
+	if !ok || rq.to != h.o.Station.AS2ID {
+		log.Warn("unknown trading relationship")
+		if !rq.mdnWanted || rq.messageID == "" {
+			return textResponse(http.StatusForbidden, partnerUnknown, mdn.UnknownTradingRelationship,
+				"unknown trading relationship: no partner "+strconv.Quote(rq.from)+" configured for station "+strconv.Quote(rq.to))
+		}
+		// Unsigned, not stored, and in the response even when an async
+		// MDN was asked for: we send nothing to unknown parties' URLs.
+		res, err := h.mdnResponse(rq, mdnPlan{}, mdn.Errored(mdn.UnknownTradingRelationship), "")
+		if err != nil {
+			log.Error("build MDN", zap.Error(err))
+			return textResponse(http.StatusInternalServerError, partnerUnknown, resultUnavailable, "internal error")
+		}
+		res.partner, res.result = partnerUnknown, mdn.UnknownTradingRelationship
+		return res
+	}
+	log = log.With(zap.String("partner", partner.AS2ID))
+	plan := planMDN(rq)
+	if rq.messageID == "" {
+		log.Warn("message without Message-ID")
+		if !rq.mdnWanted || rq.asyncURL != "" {
+			return textResponse(http.StatusBadRequest, partner.AS2ID, resultBadRequest, "the Message-ID header field is required")
+		}
+		res, err := h.mdnResponse(rq, plan, mdn.Errored(as2.DispositionUnexpectedProcessing), "")
+		if err != nil {
+			log.Error("build MDN", zap.Error(err))
+			return textResponse(http.StatusInternalServerError, partner.AS2ID, resultUnavailable, "internal error")
+		}
+		res.partner, res.result = partner.AS2ID, as2.DispositionUnexpectedProcessing
+		return res
+	}
+
+	// A resend: answer what was answered the first time.
+	if rec, err := h.o.Store.InboundByMessageID(ctx, partner.AS2ID, rq.messageID); err == nil {
+		return h.duplicate(ctx, log, rq, plan, partner, rec)
+	} else if !errors.Is(err, postgres.ErrInboundNotFound) {
+		log.Error("look up message ID", zap.Error(err))
+		return unavailable(partner.AS2ID)
+	}
+
+	msg := &postgres.InboundMessage{
+		Partner: partner.AS2ID, AS2From: rq.from, AS2To: rq.to, MessageID: rq.messageID,
+		MDNMode: "none", MDNSigned: plan.sign,
+	}
+	if rq.mdnWanted {
+		msg.MDNMode = "sync"
+		if rq.asyncURL != "" {
+			msg.MDNMode, msg.MDNURL, msg.Outbox = "async", rq.asyncURL, true
+		}
+	}
+	disp, mic := h.unwrap(log, hdr, body, rq, plan, partner, msg)
+	msg.Disposition = disp.String()
+	var res *response
+	if rq.mdnWanted {
+		var err error
+		if res, err = h.mdnResponse(rq, plan, disp, mic); err != nil {
+			log.Error("build MDN", zap.Error(err))
+			return textResponse(http.StatusInternalServerError, partner.AS2ID, resultUnavailable, "internal error")
+		}
+		msg.MDN = &postgres.StoredMDN{Header: res.header, Body: res.body, Disposition: msg.Disposition, MIC: mic, Signed: plan.sign}
+	} else {
+		res = &response{status: http.StatusOK}
+	}
+	if _, err := h.o.Store.SaveInbound(ctx, msg); err != nil {
+		if errors.Is(err, postgres.ErrDuplicateInbound) {
+			// A concurrent identical post won the race.
+			rec, err := h.o.Store.InboundByMessageID(ctx, partner.AS2ID, rq.messageID)
+			if err != nil {
+				log.Error("read back the stored MDN", zap.Error(err))
+				return unavailable(partner.AS2ID)
+			}
+			return h.duplicate(ctx, log, rq, plan, partner, rec)
+		}
+		log.Error("store inbound message", zap.Error(err))
+		return unavailable(partner.AS2ID)
+	}
+	res.partner, res.result = partner.AS2ID, resultFor(disp)
+	if msg.Outbox {
+		// The MDN leaves through the outbox; the partner gets 200 now.
+		res = &response{status: http.StatusOK, partner: res.partner, result: res.result}
+	}
+	log.Info("message received", zap.String("disposition", msg.Disposition), zap.Int64("size", msg.PayloadSize), zap.String("mdn", msg.MDNMode))
+	return res
+}
+
+func unavailable(partner string) *response {
+	return textResponse(http.StatusServiceUnavailable, partner, resultUnavailable,
+		"the message could not be stored; nothing was accepted, please resend later")
+}
+
+func resultFor(d mdn.Disposition) string {
+	if d.Modifier == "" {
+		return resultProcessed
+	}
+	return d.Description()
+}
+
+// unwrap runs the receive pipeline and fills msg; it returns the
+// disposition and the MIC to report.
+func (h *Handler) unwrap(log *zap.Logger, hdr http.Header, body []byte, rq request, plan mdnPlan, partner *config.Partner, msg *postgres.InboundMessage) (mdn.Disposition, string) {
+	msg.Status = postgres.InboundError
+	if plan.failure != "" {
+		msg.Error = "MDN request cannot be honoured: " + plan.failure
+		log.Warn("MDN request cannot be honoured", zap.String("options", hdr.Get("Disposition-Notification-Options")))
+		return mdn.Failed(plan.failure), ""
+	}
+	m, err := as2.Unwrap(hdr, body, as2.UnwrapOptions{
+		Keys:         h.o.Station.Keys,
+		PartnerCerts: partner.Certificates,
+		MICAlgs:      plan.micAlgs,
+		Limits:       h.o.Limits,
+	})
+	if err == nil {
+		msg.Signed, msg.Encrypted, msg.Compressed = m.Signed, m.Encrypted, m.Compressed
+		switch {
+		case partner.RequireSigned && !m.Signed:
+			err = fmt.Errorf("%w: partner profile requires signed messages", as2.ErrInsufficientSecurity)
+		case partner.RequireEncrypted && !m.Encrypted:
+			err = fmt.Errorf("%w: partner profile requires encrypted messages", as2.ErrInsufficientSecurity)
+		}
+	}
+	if err != nil {
+		d := as2.Disposition(err)
+		msg.Error = err.Error()
+		log.Warn("message refused", zap.String("disposition", d), zap.Error(err))
+		return mdn.Errored(d), ""
+	}
+	msg.Status = postgres.InboundProcessed
+	msg.MIC = m.MIC.String()
+	msg.MICAlg = as2.MICAlgName(m.MIC.Alg)
+	msg.ContentType, msg.Filename = m.ContentType, m.Filename
+	msg.PayloadSize = int64(len(m.Payload))
+	msg.Payload = m.Payload
+	if msg.Payload == nil {
+		msg.Payload = []byte{}
+	}
+	return mdn.Processed(), msg.MIC
+}
+
+// mdnResponse builds the MDN and its HTTP header fields.
+func (h *Handler) mdnResponse(rq request, plan mdnPlan, d mdn.Disposition, mic string) (*response, error) {
+	now := h.o.Now()
+	hdr, body, err := mdn.Build(mdn.Report{
+		ReportingUA:       h.o.ReportingUA,
+		OriginalRecipient: rq.to,
+		FinalRecipient:    rq.to,
+		OriginalMessageID: rq.messageID,
+		Disposition:       d,
+		MIC:               mic,
+	}, mdn.BuildOptions{
+		Sign: plan.sign, MICAlg: plan.alg, Key: h.o.Station.Key, Cert: h.o.Station.Cert, Rand: h.o.Rand, Time: now,
+	})
+	if err != nil {
+		return nil, err
+	}
+	from, err := as2.FormatAS2Name(rq.to)
+	if err != nil {
+		return nil, err
+	}
+	to, err := as2.FormatAS2Name(rq.from)
+	if err != nil {
+		return nil, err
+	}
+	hdr.Set("AS2-Version", "1.2")
+	hdr.Set("AS2-From", from)
+	hdr.Set("AS2-To", to)
+	hdr.Set("Message-ID", h.o.NewMessageID())
+	hdr.Set("Date", now.UTC().Format(time.RFC1123Z))
+	hdr.Set("Subject", "Message Disposition Notification")
+	return &response{status: http.StatusOK, header: hdr, body: body}, nil
+}
+
+// duplicate answers a resend: the MDN stored the first time, byte for
+// byte; nothing is stored or delivered again.
+func (h *Handler) duplicate(ctx context.Context, log *zap.Logger, rq request, plan mdnPlan, partner *config.Partner, rec *postgres.InboundRecord) *response {
+	log.Info("duplicate message", zap.String("first_disposition", rec.Disposition))
+	if !rq.mdnWanted {
+		return &response{status: http.StatusOK, partner: partner.AS2ID, result: resultDuplicate}
+	}
+	if rec.MDN != nil {
+		if rq.asyncURL != "" {
+			if err := h.o.Store.RequeueInboundMDN(ctx, rec.ID, rq.asyncURL); err != nil {
+				log.Error("requeue MDN", zap.Error(err))
+				return unavailable(partner.AS2ID)
+			}
+			return &response{status: http.StatusOK, partner: partner.AS2ID, result: resultDuplicate}
+		}
+		return &response{status: http.StatusOK, header: rec.MDN.Header.Clone(), body: rec.MDN.Body, partner: partner.AS2ID, result: resultDuplicate}
+	}
+	if rq.asyncURL != "" {
+		// Nothing stored to send; the first receipt asked for none.
+		return &response{status: http.StatusOK, partner: partner.AS2ID, result: resultDuplicate}
+	}
+	// The first receipt asked for no MDN: a fresh warning, not stored.
+	mic := ""
+	if rec.Status == postgres.InboundProcessed {
+		mic = rec.MIC
+	}
+	res, err := h.mdnResponse(rq, plan, mdn.Warned(mdn.DuplicateDocument), mic)
+	if err != nil {
+		log.Error("build MDN", zap.Error(err))
+		return textResponse(http.StatusInternalServerError, partner.AS2ID, resultUnavailable, "internal error")
+	}
+	res.partner, res.result = partner.AS2ID, resultDuplicate
+	return res
+}
+
+// intake stores an async MDN raw and answers at once.
+func (h *Handler) intake(w http.ResponseWriter, r *http.Request, body []byte, partnerLabel string) {
+	in := &postgres.InboxMDN{Header: r.Header.Clone(), Body: body}
+	for _, k := range []string{"Authorization", "Proxy-Authorization", "Cookie"} {
+		in.Header.Del(k) // credentials stay out of the database
+	}
+	var err error
+	if in.AS2From, err = as2.ParseAS2Name(r.Header.Get("AS2-From")); err != nil {
+		in.AS2From = r.Header.Get("AS2-From")
+	}
+	if in.AS2To, err = as2.ParseAS2Name(r.Header.Get("AS2-To")); err != nil {
+		in.AS2To = r.Header.Get("AS2-To")
+	}
+	if m, err := mdn.Parse(r.Header, body, mdn.ParseOptions{Unverified: true, Limits: h.o.Limits}); err == nil {
+		in.OriginalMessageID = m.OriginalMessageID
+	}
+	log := h.log.With(zap.String("as2_from", in.AS2From), zap.String("original_message_id", in.OriginalMessageID))
+	id, err := h.o.Store.SaveInboxMDN(r.Context(), in)
+	if err != nil {
+		log.Error("store async MDN", zap.Error(err))
+		http.Error(w, "the MDN could not be stored; please resend later", http.StatusServiceUnavailable)
+		return
+	}
+	h.metrics.inbox.WithLabelValues(partnerLabel).Inc()
+	log.Info("async MDN received", zap.Int64("inbox_id", id))
+	w.WriteHeader(http.StatusOK)
+}
