@@ -1,0 +1,448 @@
+package leader
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/edihub/edihub/internal/postgres"
+)
+
+// journal records events from every party, in order.
+type journal struct {
+	mu sync.Mutex
+	ev []string
+}
+
+func (j *journal) add(format string, args ...any) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.ev = append(j.ev, fmt.Sprintf(format, args...))
+}
+
+func (j *journal) events() []string {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return slices.Clone(j.ev)
+}
+
+func (j *journal) index(e string) int { return slices.Index(j.events(), e) }
+
+// fakeLease is an in-memory backend: every acquisition succeeds with the
+// next token unless held; renewals fail as told.
+type fakeLease struct {
+	j         *journal
+	mu        sync.Mutex
+	token     int64
+	held      bool
+	renewErr  error
+	renewHang bool
+}
+
+func (f *fakeLease) kind() string { return "fake" }
+
+func (f *fakeLease) watch(ctx context.Context, _ func()) error { <-ctx.Done(); return nil }
+
+func (f *fakeLease) tryAcquire(context.Context) (attempt, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.held {
+		return attempt{holder: "other", retryIn: 10 * time.Millisecond}, nil
+	}
+	f.token++
+	f.held = true
+	f.j.add("acquire %d", f.token)
+	return attempt{acquired: true, token: f.token, holder: "me"}, nil
+}
+
+func (f *fakeLease) renew(ctx context.Context, token int64) error {
+	f.mu.Lock()
+	err, hang := f.renewErr, f.renewHang
+	f.mu.Unlock()
+	if hang {
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	if err != nil {
+		f.mu.Lock()
+		if errors.Is(err, errLost) {
+			f.held = false
+		}
+		f.mu.Unlock()
+		return err
+	}
+	return nil
+}
+
+func (f *fakeLease) release(_ context.Context, token int64) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.held = false
+	f.j.add("release %d", token)
+	return nil
+}
+
+func (f *fakeLease) set(renewErr error, hang bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.renewErr, f.renewHang = renewErr, hang
+}
+
+// fakeTerms opens terms like postgres.Store.OpenTerm, in memory.
+type fakeTerms struct {
+	j     *journal
+	mu    sync.Mutex
+	fence int64
+	stale bool // refuse every term as stale
+}
+
+func (t *fakeTerms) OpenTerm(_ context.Context, f postgres.Fence, holder string) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.stale || f.Token <= t.fence {
+		t.j.add("stale term %d", f.Token)
+		return fmt.Errorf("open term: %w", postgres.ErrStaleFence)
+	}
+	t.fence = f.Token
+	t.j.add("open term %d", f.Token)
+	return nil
+}
+
+// recordingWorker logs its start and stop with its term's token, and
+// tracks how many terms have workers running at once.
+type recordingWorker struct {
+	name    string
+	j       *journal
+	terms   *termCounter
+	fail    chan error    // a value makes Run return it
+	ignore  chan struct{} // when non-nil, Run ignores ctx until closed
+	started chan int64
+}
+
+type termCounter struct {
+	mu      sync.Mutex
+	running map[int64]int
+	maxSeen int
+}
+
+func (c *termCounter) enter(tok int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.running[tok]++
+	c.maxSeen = max(c.maxSeen, len(c.running))
+}
+
+func (c *termCounter) leave(tok int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.running[tok]--; c.running[tok] == 0 {
+		delete(c.running, tok)
+	}
+}
+
+func (w *recordingWorker) Run(ctx context.Context) error {
+	f, ok := FenceFrom(ctx)
+	if !ok {
+		return errors.New("no fence")
+	}
+	w.terms.enter(f.Token)
+	defer w.terms.leave(f.Token)
+	w.j.add("%s start %d", w.name, f.Token)
+	defer w.j.add("%s stop %d", w.name, f.Token)
+	if w.started != nil {
+		w.started <- f.Token
+	}
+	if w.ignore != nil {
+		<-w.ignore
+		return nil
+	}
+	select {
+	case <-ctx.Done():
+		return nil
+	case err := <-w.fail:
+		return err
+	}
+}
+
+type harness struct {
+	j       *journal
+	lease   *fakeLease
+	terms   *fakeTerms
+	counter *termCounter
+	a, b    *recordingWorker
+	e       *Elector
+	reg     *prometheus.Registry
+}
+
+func newHarness(t *testing.T) *harness {
+	t.Helper()
+	j := &journal{}
+	h := &harness{j: j, lease: &fakeLease{j: j}, terms: &fakeTerms{j: j}, counter: &termCounter{running: map[int64]int{}}, reg: prometheus.NewRegistry()}
+	h.a = &recordingWorker{name: "a", j: j, terms: h.counter, fail: make(chan error, 1), started: make(chan int64, 16)}
+	h.b = &recordingWorker{name: "b", j: j, terms: h.counter, fail: make(chan error, 1)}
+	o := Options{
+		LeaseName: "test", Identity: "me",
+		LeaseDuration: 400 * time.Millisecond, RenewDeadline: 200 * time.Millisecond, RetryPeriod: 20 * time.Millisecond,
+		WorkerStopTimeout: 300 * time.Millisecond,
+		Workers:           map[string]Worker{"a": h.a, "b": h.b},
+		Terms:             h.terms, Logger: zaptest.NewLogger(t), Registerer: h.reg,
+	}
+	if err := o.defaults(); err != nil {
+		t.Fatal(err)
+	}
+	e, err := newElector(o, h.lease)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.e = e
+	return h
+}
+
+// start runs the elector; the returned function cancels it and returns
+// Run's error.
+func (h *harness) start(t *testing.T) (stop func() error, done <-chan error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	ch := make(chan error, 1)
+	go func() { ch <- h.e.Run(ctx) }()
+	t.Cleanup(cancel)
+	return func() error {
+		cancel()
+		select {
+		case err := <-ch:
+			return err
+		case <-time.After(5 * time.Second):
+			t.Fatal("Run did not return after cancel")
+			return nil
+		}
+	}, ch
+}
+
+func waitStart(t *testing.T, w *recordingWorker) int64 {
+	t.Helper()
+	select {
+	case tok := <-w.started:
+		return tok
+	case <-time.After(5 * time.Second):
+		t.Fatalf("worker %s did not start", w.name)
+		return 0
+	}
+}
+
+func TestShutdownStopsWorkersThenReleases(t *testing.T) {
+	h := newHarness(t)
+	stop, _ := h.start(t)
+	tok := waitStart(t, h.a)
+	if st := h.e.Status(); !st.IsLeader || st.FencingToken != tok || st.Holder != "me" {
+		t.Errorf("Status while leading = %+v", st)
+	}
+	if got := testutil.ToFloat64(h.e.m.isLeader); got != 1 {
+		t.Errorf("edihub_leader_is_leader = %v, want 1", got)
+	}
+	if err := stop(); err != nil {
+		t.Fatalf("Run after cancel = %v, want nil", err)
+	}
+	rel := h.j.index(fmt.Sprintf("release %d", tok))
+	for _, w := range []string{"a", "b"} {
+		s := h.j.index(fmt.Sprintf("%s stop %d", w, tok))
+		if s < 0 || rel < 0 || s > rel {
+			t.Errorf("events %v: want %s stopped before the release", h.j.events(), w)
+		}
+	}
+	if st := h.e.Status(); st.IsLeader {
+		t.Errorf("Status after shutdown = %+v, want not leader", st)
+	}
+	if got := testutil.ToFloat64(h.e.m.transitions); got != 2 {
+		t.Errorf("transitions = %v, want 2", got)
+	}
+}
+
+func TestLossStopsWorkersAndCampaignsAgain(t *testing.T) {
+	h := newHarness(t)
+	stop, _ := h.start(t)
+	first := waitStart(t, h.a)
+	h.lease.set(fmt.Errorf("%w: taken", errLost), false)
+	// The lease is free again at once in the fake: the elector takes it
+	// back with a new token and a new term.
+	time.Sleep(50 * time.Millisecond)
+	h.lease.set(nil, false)
+	second := waitStart(t, h.a)
+	if second <= first {
+		t.Errorf("second term token %d, want > %d", second, first)
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	ev := h.j.events()
+	if slices.Contains(ev, fmt.Sprintf("release %d", first)) {
+		t.Errorf("events %v: a lost lease was released", ev)
+	}
+	for _, w := range []string{"a", "b"} {
+		s, o := h.j.index(fmt.Sprintf("%s stop %d", w, first)), h.j.index(fmt.Sprintf("open term %d", second))
+		if s < 0 || s > o {
+			t.Errorf("events %v: worker %s of term %d still running when term %d opened", ev, w, first, second)
+		}
+	}
+	if h.counter.maxSeen != 1 {
+		t.Errorf("workers of %d terms ran at once, want 1", h.counter.maxSeen)
+	}
+}
+
+func TestRenewDeadlineStepsDown(t *testing.T) {
+	tests := []struct {
+		name string
+		err  error
+		hang bool
+	}{
+		{name: "renewals fail", err: errors.New("connection refused")},
+		{name: "renewals hang", hang: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newHarness(t)
+			stop, _ := h.start(t)
+			tok := waitStart(t, h.a)
+			h.lease.set(tt.err, tt.hang)
+			cut := time.Now()
+			deadline := time.Now().Add(2 * time.Second)
+			for !slices.Contains(h.j.events(), fmt.Sprintf("a stop %d", tok)) {
+				if time.Now().After(deadline) {
+					t.Fatalf("workers still running 2s after renewals stopped working: %v", h.j.events())
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+			// renew deadline (200ms) after the last good renewal, which
+			// was at most a retry period (20ms) before the cut.
+			if took := time.Since(cut); took > 400*time.Millisecond {
+				t.Errorf("workers stopped %s after renewals broke, want about the renew deadline (200ms)", took)
+			}
+			if got := testutil.ToFloat64(h.e.m.renewFailures); got == 0 && !tt.hang {
+				t.Error("edihub_leader_renew_failures_total = 0")
+			}
+			h.lease.set(nil, false)
+			if err := stop(); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+func TestWorkerErrorStepsDown(t *testing.T) {
+	h := newHarness(t)
+	stop, _ := h.start(t)
+	first := waitStart(t, h.a)
+	began := time.Now()
+	h.a.fail <- errors.New("boom")
+	second := waitStart(t, h.a)
+	if second <= first {
+		t.Fatalf("token after step-down %d, want > %d", second, first)
+	}
+	// It paused (a retry period) before campaigning again.
+	if took := time.Since(began); took < 20*time.Millisecond {
+		t.Errorf("re-took the lease %s after the failure, want a pause of at least the retry period", took)
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	b, rel := h.j.index(fmt.Sprintf("b stop %d", first)), h.j.index(fmt.Sprintf("release %d", first))
+	if b < 0 || rel < 0 || b > rel {
+		t.Errorf("events %v: want worker b stopped, then the lease released", h.j.events())
+	}
+}
+
+func TestHungWorkerEndsRun(t *testing.T) {
+	h := newHarness(t)
+	h.b.ignore = make(chan struct{})
+	defer close(h.b.ignore) // let the hung goroutine end for goleak
+	_, done := h.start(t)
+	tok := waitStart(t, h.a)
+	h.lease.set(fmt.Errorf("%w: taken", errLost), false)
+	select {
+	case err := <-done:
+		if !errors.Is(err, ErrWorkersHung) || !strings.Contains(err.Error(), "[b]") {
+			t.Fatalf("Run = %v, want ErrWorkersHung naming b", err)
+		}
+	case <-time.After(3 * time.Second):
+		t.Fatal("Run did not return with a hung worker")
+	}
+	if slices.Contains(h.j.events(), fmt.Sprintf("open term %d", tok+1)) {
+		t.Errorf("events %v: a new term opened while a worker hung", h.j.events())
+	}
+}
+
+func TestStaleTermStartsNoWorkers(t *testing.T) {
+	h := newHarness(t)
+	h.terms.stale = true
+	stop, _ := h.start(t)
+	deadline := time.Now().Add(2 * time.Second)
+	for n := 0; n < 2; {
+		n = 0
+		for _, e := range h.j.events() {
+			if strings.HasPrefix(e, "stale term") {
+				n++
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("events %v: want two stale term attempts", h.j.events())
+		}
+		time.Sleep(5 * time.Millisecond)
+		// The fake lease stays held after a stale term (nothing released);
+		// free it as a successor's expiry would.
+		h.lease.mu.Lock()
+		h.lease.held = false
+		h.lease.mu.Unlock()
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range h.j.events() {
+		if strings.Contains(e, "start") || strings.HasPrefix(e, "release") {
+			t.Errorf("event %q after stale terms only", e)
+		}
+	}
+}
+
+func TestValidateTiming(t *testing.T) {
+	s := time.Second
+	tests := []struct {
+		name                        string
+		lease, renew, retry, stopTO time.Duration
+		wantField                   string
+	}{
+		{"defaults", 30 * s, 10 * s, 2 * s, 5 * s, ""},
+		{"zero lease", 0, 10 * s, 2 * s, 5 * s, "lease-duration"},
+		{"negative retry", 30 * s, 10 * s, -s, 5 * s, "retry-period"},
+		{"zero stop timeout", 30 * s, 10 * s, 2 * s, 0, "worker-stop-timeout"},
+		{"lease not above deadline", 10 * s, 10 * s, 2 * s, 5 * s, "lease-duration"},
+		{"deadline within jittered retry", 30 * s, 12 * s, 10 * s, 5 * s, "renew-deadline"},
+	}
+	for _, tt := range tests {
+		err := ValidateTiming(tt.lease, tt.renew, tt.retry, tt.stopTO)
+		var te *TimingError
+		switch {
+		case tt.wantField == "" && err != nil:
+			t.Errorf("%s: ValidateTiming = %v, want nil", tt.name, err)
+		case tt.wantField != "" && (!errors.As(err, &te) || te.Field != tt.wantField):
+			t.Errorf("%s: ValidateTiming = %v, want a TimingError on %s", tt.name, err, tt.wantField)
+		}
+	}
+}
+
+func TestFenceFrom(t *testing.T) {
+	if _, ok := FenceFrom(context.Background()); ok {
+		t.Error("FenceFrom(Background) ok = true")
+	}
+	want := postgres.Fence{Lease: "l", Token: 7}
+	if got, ok := FenceFrom(WithFence(context.Background(), want)); !ok || got != want {
+		t.Errorf("FenceFrom = %v, %v; want %v, true", got, ok, want)
+	}
+}
+
