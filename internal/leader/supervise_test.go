@@ -445,4 +445,3 @@ func TestFenceFrom(t *testing.T) {
 		t.Errorf("FenceFrom = %v, %v; want %v, true", got, ok, want)
 	}
 }
-
