@@ -101,12 +101,12 @@ func TestDispatchProfiles(t *testing.T) {
 				t.Errorf("Content-Length %d, body %d bytes", r.length, len(r.body))
 			}
 			for name, want := range map[string]string{
-				"AS2-Version": "1.2",
-				"AS2-From":    `"EDIHUB TEST"`,
-				"AS2-To":      `"ACME CORP"`,
-				"Message-ID":  q.MessageID,
+				"AS2-Version":                      "1.2",
+				"AS2-From":                         `"EDIHUB TEST"`,
+				"AS2-To":                           `"ACME CORP"`,
+				"Message-ID":                       q.MessageID,
 				"Disposition-Notification-Options": "signed-receipt-protocol=optional, pkcs7-signature; signed-receipt-micalg=optional, " + tt.wantAlg,
-				"Mime-Version": "1.0",
+				"Mime-Version":                     "1.0",
 			} {
 				if v := r.header.Values(name); len(v) != 1 || v[0] != want {
 					t.Errorf("header %s = %q, want %q", name, v, want)
