@@ -1,0 +1,151 @@
+package receiver_test
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/base64"
+	"net/http"
+	"net/textproto"
+	"strings"
+	"testing"
+
+	"github.com/edihub/edihub/internal/as2/cms"
+)
+
+// doc is an X12 document ending in a bare LF, the classic MIC pitfall.
+const doc = "ISA*00*          *00*          *ZZ*SENDER         *ZZ*RECEIVER       *260101*1200*U*00401*000000001*0*P*>~\n" +
+	"GS*PO*SENDER*RECEIVER*20260101*1200*1*X*004010~\nST*850*0001~\nBEG*00*SA*PO-1**20260101~\nSE*3*0001~\nGE*1*1~\nIEA*1*000000001~\n"
+
+// opensslMessage is an AS2 request body built by openssl (compression by
+// cms.Compress: this openssl has no zlib) with what its MIC covers.
+type opensslMessage struct {
+	header    http.Header // the MIME fields that travel as HTTP fields
+	body      []byte
+	micFile   string // file holding the bytes the MIC covers
+	micDigest string // openssl dgst name
+}
+
+type build struct {
+	sign, enc, comp, cte string
+	// signer and recipient default to the partner (A) and station (B).
+	signer, recipient *identity
+	payload           string
+}
+
+func innerMIME(cte, payload string) []byte {
+	body := payload
+	if cte == "base64" {
+		body = base64.StdEncoding.EncodeToString([]byte(payload)) + "\r\n"
+	}
+	return []byte("Content-Type: application/EDI-X12\r\nContent-Transfer-Encoding: " + cte +
+		"\r\nContent-Disposition: attachment; filename=\"order 1.edi\"\r\n\r\n" + body)
+}
+
+func compressedEntity(t testing.TB, ent []byte, cte string) []byte {
+	t.Helper()
+	der, err := cms.Compress(ent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := der
+	if cte == "base64" {
+		body = []byte(base64.StdEncoding.EncodeToString(der) + "\r\n")
+	}
+	return append([]byte("Content-Type: application/pkcs7-mime; smime-type=compressed-data; name=smime.p7z\r\n"+
+		"Content-Transfer-Encoding: "+cte+"\r\n\r\n"), body...)
+}
+
+func buildOpenSSL(t testing.TB, b build) opensslMessage {
+	t.Helper()
+	if b.signer == nil {
+		b.signer = idA
+	}
+	if b.recipient == nil {
+		b.recipient = idB
+	}
+	if b.payload == "" {
+		b.payload = doc
+	}
+	if b.comp == "" {
+		b.comp = "none"
+	}
+	if b.cte == "" {
+		b.cte = "binary"
+	}
+	dir := t.TempDir()
+	inner := innerMIME(b.cte, b.payload)
+	cur := inner
+	m := opensslMessage{micFile: writeFile(t, dir, inner), micDigest: "sha256"}
+	if b.comp != "none" && (b.sign == "" || b.comp == "before") {
+		cur = compressedEntity(t, cur, b.cte)
+		m.micFile = writeFile(t, dir, cur)
+		if b.sign == "" && b.enc == "" {
+			// Unsigned, unencrypted, compressed: the MIC covers the
+			// uncompressed entity (RFC 5402 §4).
+			m.micFile = writeFile(t, dir, inner)
+		}
+	}
+	if b.sign != "" {
+		in := writeFile(t, dir, cur)
+		m.micFile, m.micDigest = in, b.sign
+		cur = runOpenSSL(t, nil, "cms", "-sign", "-in", in, "-signer", b.signer.certPath, "-inkey", b.signer.keyPath,
+			"-md", b.sign, "-binary", "-crlfeol")
+		if b.comp == "after" {
+			cur = compressedEntity(t, cur, b.cte)
+		}
+	}
+	if b.enc != "" {
+		in := writeFile(t, dir, cur)
+		if b.sign == "" {
+			m.micFile = in
+		}
+		args := []string{"cms", "-encrypt", "-in", in, "-binary", "-outform", "DER"}
+		switch b.enc {
+		case "aes256-oaep-sha256":
+			args = append(args, "-aes256", "-recip", b.recipient.certPath, "-keyopt", "rsa_padding_mode:oaep", "-keyopt", "rsa_oaep_md:sha256")
+		case "aes128-gcm":
+			args = append(args, "-aes-128-gcm", b.recipient.certPath)
+		default:
+			args = append(args, "-"+b.enc, b.recipient.certPath)
+		}
+		der := runOpenSSL(t, nil, args...)
+		smimeType := "enveloped-data"
+		if strings.HasSuffix(b.enc, "gcm") {
+			smimeType = "authEnveloped-data"
+		}
+		m.header = http.Header{"Content-Type": {"application/pkcs7-mime; smime-type=" + smimeType + "; name=\"smime.p7m\""}}
+		m.body = der
+		if b.cte == "base64" {
+			m.header.Set("Content-Transfer-Encoding", "base64")
+			m.body = []byte(base64.StdEncoding.EncodeToString(der))
+		}
+		return m
+	}
+	// Unencrypted: the top entity's header fields travel as HTTP fields.
+	r := textproto.NewReader(bufio.NewReader(bytes.NewReader(cur)))
+	h, err := r.ReadMIMEHeader()
+	if err != nil {
+		t.Fatalf("split top entity: %v", err)
+	}
+	m.header = http.Header(h)
+	i := bytes.Index(cur, []byte("\r\n\r\n"))
+	m.body = cur[i+4:]
+	return m
+}
+
+// dgst is the MIC openssl computes over file: "base64, sha-256".
+func dgst(t testing.TB, alg, file string) string {
+	t.Helper()
+	sum := runOpenSSL(t, nil, "dgst", "-"+alg, "-binary", file)
+	name := map[string]string{"sha1": "sha-1", "sha256": "sha-256", "sha384": "sha-384", "sha512": "sha-512"}[alg]
+	return base64.StdEncoding.EncodeToString(sum) + ", " + name
+}
+
+// request merges the AS2 fields and the message's MIME fields.
+func request(as2 http.Header, m opensslMessage) http.Header {
+	h := as2.Clone()
+	for k, v := range m.header {
+		h[k] = v
+	}
+	return h
+}

@@ -1,0 +1,394 @@
+package receiver_test
+
+import (
+	"bytes"
+	"context"
+	"crypto"
+	"crypto/x509"
+	"encoding/pem"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+
+	"github.com/edihub/edihub/internal/as2"
+	"github.com/edihub/edihub/internal/as2/cms"
+	"github.com/edihub/edihub/internal/config"
+	"github.com/edihub/edihub/internal/httpserver"
+	"github.com/edihub/edihub/internal/mdn"
+	"github.com/edihub/edihub/internal/postgres"
+	"github.com/edihub/edihub/internal/postgres/pgtest"
+	"github.com/edihub/edihub/internal/receiver"
+)
+
+func TestMain(m *testing.M) {
+	code := pgtest.Main(m)
+	if keyDir != "" {
+		os.RemoveAll(keyDir)
+	}
+	os.Exit(code)
+}
+
+// Names used throughout: the station, and partners whose names need
+// quoting on the wire.
+const (
+	station       = "EDIHUB HUB"
+	partnerACME   = "ACME CORP"
+	partnerQuoted = `Q "Quoted" \ Co`
+	partnerStrict = "STRICT"
+)
+
+// identity is a throwaway key pair made by openssl.
+type identity struct {
+	keyPath, certPath string
+	key               crypto.Signer
+	cert              *x509.Certificate
+}
+
+var (
+	keysOnce sync.Once
+	keyDir   string
+	// idA signs as the partner, idB is the station, idC a stranger.
+	idA, idB, idC *identity
+	keysErr       error
+)
+
+func keys(t testing.TB) {
+	t.Helper()
+	if _, err := exec.LookPath("openssl"); err != nil {
+		t.Fatalf("openssl is required on PATH for the receiver tests: %v", err)
+	}
+	keysOnce.Do(func() {
+		if keyDir, keysErr = os.MkdirTemp("", "edihub-receiver-"); keysErr != nil {
+			return
+		}
+		var wg sync.WaitGroup
+		errs := make([]error, 3)
+		for i, dst := range []**identity{&idA, &idB, &idC} {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				*dst, errs[i] = newIdentity(keyDir, string(rune('a'+i)))
+			}()
+		}
+		wg.Wait()
+		for _, err := range errs {
+			if err != nil {
+				keysErr = err
+			}
+		}
+	})
+	if keysErr != nil {
+		t.Fatalf("openssl keys: %v", keysErr)
+	}
+}
+
+func newIdentity(dir, name string) (*identity, error) {
+	id := &identity{keyPath: filepath.Join(dir, name+".key"), certPath: filepath.Join(dir, name+".crt")}
+	out, err := exec.Command("openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", id.keyPath,
+		"-out", id.certPath, "-days", "365", "-subj", "/CN=as2-"+name).CombinedOutput()
+	if err != nil {
+		return nil, fmt.Errorf("openssl req: %v: %s", err, out)
+	}
+	kp, err := os.ReadFile(id.keyPath)
+	if err != nil {
+		return nil, err
+	}
+	blk, _ := pem.Decode(kp)
+	if blk == nil {
+		return nil, fmt.Errorf("%s: no PEM", id.keyPath)
+	}
+	k, err := x509.ParsePKCS8PrivateKey(blk.Bytes)
+	if err != nil {
+		return nil, err
+	}
+	id.key = k.(crypto.Signer)
+	cp, err := os.ReadFile(id.certPath)
+	if err != nil {
+		return nil, err
+	}
+	if blk, _ = pem.Decode(cp); blk == nil {
+		return nil, fmt.Errorf("%s: no PEM", id.certPath)
+	}
+	id.cert, err = x509.ParseCertificate(blk.Bytes)
+	return id, err
+}
+
+// runOpenSSL runs openssl and returns stdout, failing the test on error.
+func runOpenSSL(t testing.TB, stdin []byte, args ...string) []byte {
+	t.Helper()
+	out, err := tryOpenSSL(stdin, args...)
+	if err != nil {
+		t.Fatalf("openssl %v: %v", args, err)
+	}
+	return out
+}
+
+func tryOpenSSL(stdin []byte, args ...string) ([]byte, error) {
+	cmd := exec.Command("openssl", args...)
+	cmd.Stdin = bytes.NewReader(stdin)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return nil, fmt.Errorf("%v: %s", err, stderr.Bytes())
+	}
+	return stdout.Bytes(), nil
+}
+
+var fileSeq atomic.Int64
+
+func writeFile(t testing.TB, dir string, b []byte) string {
+	t.Helper()
+	p := filepath.Join(dir, fmt.Sprintf("f%d", fileSeq.Add(1)))
+	if err := os.WriteFile(p, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// env is a receiver behind the real router on a real listener, over a
+// fresh database.
+type env struct {
+	url     string
+	store   *postgres.Store
+	db      *pgxpool.Pool
+	reg     *prometheus.Registry
+	cfg     *config.File
+	handler *receiver.Handler
+}
+
+type envOptions struct {
+	maxBody int64
+	// wrap replaces the store the receiver sees.
+	wrap func(receiver.Store) receiver.Store
+}
+
+var testTime = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+
+func newEnv(t testing.TB, eo envOptions) *env {
+	t.Helper()
+	keys(t)
+	url := pgtest.URL(t)
+	ctx := context.Background()
+	store, err := postgres.Open(ctx, url, postgres.Options{MaxConns: 24})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(store.Close)
+	db, err := pgxpool.New(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(db.Close)
+	yaml := fmt.Sprintf(`station: {as2_id: %q, private_key: b.key, certificate: b.crt}
+partners:
+  - {as2_id: %q, url: "http://127.0.0.1:9/as2", certificate: a.crt}
+  - {as2_id: %q, url: "http://127.0.0.1:9/as2", certificate: a.crt}
+  - {as2_id: %q, url: "http://127.0.0.1:9/as2", certificate: a.crt, require_signed: true, require_encrypted: true}
+`, station, partnerACME, partnerQuoted, partnerStrict)
+	cfg, err := config.Parse([]byte(yaml), keyDir, "test.yaml", config.Options{Now: func() time.Time { return testTime }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rs receiver.Store = store
+	if eo.wrap != nil {
+		rs = eo.wrap(store)
+	}
+	var seq atomic.Int64
+	reg := prometheus.NewRegistry()
+	h, err := receiver.New(receiver.Options{
+		Store:    rs,
+		Partners: cfg,
+		Station: receiver.Station{
+			AS2ID: station,
+			Keys:  []cms.Recipient{{Cert: idB.cert, Key: idB.key.(crypto.Decrypter)}},
+			Key:   idB.key, Cert: idB.cert,
+		},
+		Logger:       zap.NewNop(),
+		Registerer:   reg,
+		Now:          func() time.Time { return testTime },
+		NewMessageID: func() string { return fmt.Sprintf("<mdn-%d@edihub.test>", seq.Add(1)) },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if eo.maxBody == 0 {
+		eo.maxBody = 64 << 20
+	}
+	srv := httptest.NewServer(httpserver.NewRouter(httpserver.RouterOptions{
+		Logger: zap.NewNop(), Metrics: httpserver.NewMetrics(prometheus.NewRegistry()), MaxBodyBytes: eo.maxBody, AS2: h,
+	}))
+	t.Cleanup(srv.Close)
+	return &env{url: srv.URL + "/as2", store: store, db: db, reg: reg, cfg: cfg, handler: h}
+}
+
+// as2Header returns the AS2 fields of a request from → to asking for a
+// sync MDN, signed when micalg is not empty.
+func as2Header(from, to, messageID, micalg string) http.Header {
+	f, _ := as2.FormatAS2Name(from)
+	tt, _ := as2.FormatAS2Name(to)
+	h := http.Header{}
+	h.Set("AS2-Version", "1.2")
+	h.Set("AS2-From", f)
+	h.Set("AS2-To", tt)
+	h.Set("Message-ID", messageID)
+	h.Set("Disposition-Notification-To", "mdn@partner.example")
+	if micalg != "" {
+		h.Set("Disposition-Notification-Options", "signed-receipt-protocol=optional, pkcs7-signature; signed-receipt-micalg=optional, "+micalg)
+	}
+	return h
+}
+
+type reply struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+// post sends one request; chunked hides the length from the client.
+func post(t testing.TB, url string, h http.Header, body []byte, chunked bool) reply {
+	t.Helper()
+	var rd io.Reader = bytes.NewReader(body)
+	if chunked {
+		rd = io.MultiReader(rd)
+	}
+	req, err := http.NewRequest(http.MethodPost, url, rd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header = h.Clone()
+	if chunked {
+		req.ContentLength = -1
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("POST: %v", err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return reply{status: resp.StatusCode, header: resp.Header, body: b}
+}
+
+// parseMDN parses and verifies (when signed) an MDN reply.
+func parseMDN(t testing.TB, r reply) *mdn.MDN {
+	t.Helper()
+	if r.status != http.StatusOK {
+		t.Fatalf("status %d, body %q", r.status, r.body)
+	}
+	m, err := mdn.Parse(r.header, r.body, mdn.ParseOptions{PartnerCerts: []*x509.Certificate{idB.cert}})
+	if err != nil {
+		t.Fatalf("mdn.Parse() error = %v\n%s", err, r.body)
+	}
+	return m
+}
+
+// opensslVerifyMDN checks a signed MDN with openssl cms -verify, the parts
+// split per RFC 2046 (AS2.md: cms -verify on the whole MIME fails on some
+// correct messages).
+func opensslVerifyMDN(t testing.TB, r reply) {
+	t.Helper()
+	ct := r.header.Get("Content-Type")
+	if !strings.HasPrefix(ct, "multipart/signed") {
+		t.Fatalf("MDN Content-Type = %q, want multipart/signed", ct)
+	}
+	top, err := as2.ParseEntity(append([]byte("Content-Type: "+ct+"\r\n\r\n"), r.body...), as2.Limits{})
+	if err != nil || len(top.Parts) != 2 {
+		t.Fatalf("split MDN: %v (%d parts)", err, len(top.Parts))
+	}
+	sig, err := top.Parts[1].DecodedBody()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	part1 := writeFile(t, dir, top.Parts[0].Raw)
+	sigFile := writeFile(t, dir, sig)
+	runOpenSSL(t, nil, "cms", "-verify", "-inform", "DER", "-in", sigFile, "-content", part1, "-binary",
+		"-CAfile", idB.certPath, "-purpose", "any", "-out", filepath.Join(dir, "out"))
+}
+
+// row is what the messages table holds about one inbound message.
+type row struct {
+	Status, Disposition, MIC string
+	Signed, Encrypted        bool
+	Compressed               bool
+	MDNMode                  string
+	Payloads                 int
+}
+
+func (e *env) row(t testing.TB, partner, messageID string) (row, bool) {
+	t.Helper()
+	var r row
+	err := e.db.QueryRow(context.Background(), `
+SELECT m.status, m.disposition, m.mic, m.signed, m.encrypted, m.compressed, m.mdn_mode,
+       (SELECT count(*) FROM payloads p WHERE p.message_id = m.id)
+  FROM messages m WHERE m.partner = $1 AND m.direction = 'inbound' AND m.message_id = $2`, partner, messageID).
+		Scan(&r.Status, &r.Disposition, &r.MIC, &r.Signed, &r.Encrypted, &r.Compressed, &r.MDNMode, &r.Payloads)
+	if err != nil {
+		return r, false
+	}
+	return r, true
+}
+
+func (e *env) payload(t testing.TB, partner, messageID string) []byte {
+	t.Helper()
+	var b []byte
+	err := e.db.QueryRow(context.Background(), `
+SELECT p.data FROM payloads p JOIN messages m ON m.id = p.message_id
+ WHERE m.partner = $1 AND m.direction = 'inbound' AND m.message_id = $2`, partner, messageID).Scan(&b)
+	if err != nil {
+		t.Fatalf("payload of %s: %v", messageID, err)
+	}
+	return b
+}
+
+func (e *env) count(t testing.TB, query string, args ...any) int {
+	t.Helper()
+	var n int
+	if err := e.db.QueryRow(context.Background(), query, args...).Scan(&n); err != nil {
+		t.Fatalf("%s: %v", query, err)
+	}
+	return n
+}
+
+func (e *env) received(partner, result string) float64 {
+	return metricValue(e.reg, "edihub_as2_messages_received_total", map[string]string{"partner": partner, "result": result})
+}
+
+func metricValue(reg *prometheus.Registry, name string, labels map[string]string) float64 {
+	mfs, err := reg.Gather()
+	if err != nil {
+		return -1
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	next:
+		for _, m := range mf.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if labels[lp.GetName()] != lp.GetValue() {
+					continue next
+				}
+			}
+			if c := m.GetCounter(); c != nil {
+				return c.GetValue()
+			}
+		}
+	}
+	return 0
+}
