@@ -25,10 +25,10 @@ import (
 // manifest's Role to user EdihubUser as well.
 const EdihubUserBinding = "edihub-leader-election-test-user"
 
-// decodeManifest decodes every object of a multi-document YAML file,
+// DecodeManifest decodes every object of a multi-document YAML file,
 // strictly: an unknown or misspelt field is an error, as it would be for
 // kubectl apply --validate=strict.
-func decodeManifest(path string) ([]runtime.Object, error) {
+func DecodeManifest(path string) ([]runtime.Object, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
@@ -65,7 +65,7 @@ func decodeManifest(path string) ([]runtime.Object, error) {
 // subject user EdihubUser, the identity the tests' edihub token carries. It
 // returns the bound Role.
 func applyRBAC(ctx context.Context, cs kubernetes.Interface, path, ns string) (*rbacv1.Role, error) {
-	objs, err := decodeManifest(path)
+	objs, err := DecodeManifest(path)
 	if err != nil {
 		return nil, err
 	}
