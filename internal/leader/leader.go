@@ -413,6 +413,29 @@ func (e *Elector) lead(ctx context.Context, token int64, acquiredAt time.Time) (
 	tick := time.NewTicker(e.o.RetryPeriod)
 	defer tick.Stop()
 
+	// renew renews once; it returns why leadership ended, or "".
+	renew := func() string {
+		start := time.Now()
+		rctx, cancel := context.WithDeadline(ctx, lastRenew.Add(e.o.RenewDeadline))
+		err := e.b.renew(rctx, token)
+		cancel()
+		e.m.renewDuration.Observe(time.Since(start).Seconds())
+		switch {
+		case err == nil:
+			lastRenew = start
+			deadline.Reset(time.Until(lastRenew.Add(e.o.RenewDeadline)))
+		case ctx.Err() != nil:
+			// shutting down; the loop sees ctx end next
+		case errors.Is(err, errLost):
+			e.m.renewFailures.Inc()
+			return "lease lost: " + err.Error()
+		default:
+			e.m.renewFailures.Inc()
+			log.Warn("lease renewal failed", zap.Error(err), zap.Duration("left", time.Until(lastRenew.Add(e.o.RenewDeadline))))
+		}
+		return ""
+	}
+
 	var reason string
 	release, pause := false, false
 loop:
@@ -434,24 +457,14 @@ loop:
 			reason = fmt.Sprintf("lease not renewed for the renew deadline (%s)", e.o.RenewDeadline)
 			break loop
 		case <-tick.C:
-			start := time.Now()
-			rctx, cancel := context.WithDeadline(ctx, lastRenew.Add(e.o.RenewDeadline))
-			err := e.b.renew(rctx, token)
-			cancel()
-			e.m.renewDuration.Observe(time.Since(start).Seconds())
-			switch {
-			case err == nil:
-				lastRenew = start
-				deadline.Reset(time.Until(lastRenew.Add(e.o.RenewDeadline)))
-			case ctx.Err() != nil:
-				// shutting down; the next iteration says so
-			case errors.Is(err, errLost):
-				e.m.renewFailures.Inc()
-				reason = "lease lost: " + err.Error()
+			if reason = renew(); reason != "" {
 				break loop
-			default:
-				e.m.renewFailures.Inc()
-				log.Warn("lease renewal failed", zap.Error(err), zap.Duration("left", time.Until(lastRenew.Add(e.o.RenewDeadline))))
+			}
+		case <-e.changed:
+			// The watch saw the lease change hands or vanish: renew now
+			// to find out, rather than at the next tick.
+			if reason = renew(); reason != "" {
+				break loop
 			}
 		}
 	}

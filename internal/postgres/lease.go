@@ -142,3 +142,13 @@ func (s *Store) ListenLeaseReleases(ctx context.Context, name string, fn func())
 		}
 	}
 }
+
+// DeleteLeaseForTest removes the lease row, as an operator might by hand.
+// Tests of the elector use it to check that tokens keep increasing; edihub
+// itself never deletes the row.
+func (s *Store) DeleteLeaseForTest(ctx context.Context, name string) error {
+	if _, err := s.pool.Exec(ctx, `DELETE FROM leader_leases WHERE name = $1`, name); err != nil {
+		return fmt.Errorf("delete lease %s: %w", name, err)
+	}
+	return nil
+}
