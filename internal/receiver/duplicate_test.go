@@ -1,0 +1,304 @@
+package receiver_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/edihub/edihub/internal/mdn"
+	"github.com/edihub/edihub/internal/postgres"
+	"github.com/edihub/edihub/internal/receiver"
+)
+
+// mdnHeaders are the MDN response fields a resend must get back unchanged.
+var mdnHeaders = []string{"Content-Type", "Mime-Version", "As2-Version", "As2-From", "As2-To", "Message-Id", "Date", "Subject"}
+
+func sameMDN(t *testing.T, got, want reply) {
+	t.Helper()
+	if !bytes.Equal(got.body, want.body) {
+		t.Errorf("resend MDN body differs from the first:\n got %q\nwant %q", got.body, want.body)
+	}
+	for _, k := range mdnHeaders {
+		if got.header.Get(k) != want.header.Get(k) {
+			t.Errorf("resend MDN header %s = %q, want %q", k, got.header.Get(k), want.header.Get(k))
+		}
+	}
+}
+
+// TestReceiveDuplicate resends a message: the MDN stored the first time
+// comes back byte-identical, and nothing is stored twice.
+func TestReceiveDuplicate(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	m := buildOpenSSL(t, build{sign: "sha256", enc: "aes256"})
+	h := request(as2Header(partnerACME, station, "<dup@partner.example>", "sha-256"), m)
+	first := post(t, e.url, h, m.body, false)
+	parseMDN(t, first)
+	opensslVerifyMDN(t, first)
+	second := post(t, e.url, h, m.body, true)
+	sameMDN(t, second, first)
+	if n := e.count(t, `SELECT count(*) FROM payloads`); n != 1 {
+		t.Errorf("%d payloads, want 1", n)
+	}
+	if n := e.count(t, `SELECT count(*) FROM messages`); n != 1 {
+		t.Errorf("%d messages, want 1", n)
+	}
+	if n := e.received(partnerACME, "duplicate"); n != 1 {
+		t.Errorf("duplicate count = %v, want 1", n)
+	}
+}
+
+// TestReceiveDuplicateOfFailure: a Message-ID is consumed by its first
+// receipt even when that failed; the resend gets the stored error MDN.
+func TestReceiveDuplicateOfFailure(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	bad := buildOpenSSL(t, build{sign: "sha256", enc: "aes256", recipient: idC})
+	good := buildOpenSSL(t, build{sign: "sha256", enc: "aes256"})
+	first := post(t, e.url, request(as2Header(partnerACME, station, "<again@x>", "sha-256"), bad), bad.body, false)
+	if got := parseMDN(t, first); got.Disposition != mdn.Errored("decryption-failed") {
+		t.Fatalf("first = %q", got.Disposition)
+	}
+	second := post(t, e.url, request(as2Header(partnerACME, station, "<again@x>", "sha-256"), good), good.body, false)
+	sameMDN(t, second, first)
+	if n := e.count(t, `SELECT count(*) FROM payloads`); n != 0 {
+		t.Errorf("%d payloads, want 0", n)
+	}
+}
+
+// TestReceiveDuplicateAfterNoMDN: the first receipt asked for no MDN, the
+// resend does: a fresh duplicate-document warning, with the stored MIC.
+func TestReceiveDuplicateAfterNoMDN(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	m := buildOpenSSL(t, build{sign: "sha256"})
+	h := request(as2Header(partnerACME, station, "<quiet@x>", "sha-256"), m)
+	h.Del("Disposition-Notification-To")
+	if r := post(t, e.url, h, m.body, false); r.status != 200 || len(r.body) != 0 {
+		t.Fatalf("first = %d %q", r.status, r.body)
+	}
+	r := post(t, e.url, request(as2Header(partnerACME, station, "<quiet@x>", "sha-256"), m), m.body, false)
+	got := parseMDN(t, r)
+	if got.Disposition != mdn.Warned(mdn.DuplicateDocument) || got.MIC != dgst(t, m.micDigest, m.micFile) {
+		t.Errorf("resend MDN = %q %q", got.Disposition, got.MIC)
+	}
+	if !got.Disposition.Successful() {
+		t.Errorf("duplicate-document warning is not successful")
+	}
+}
+
+// TestReceiveConcurrentDuplicates posts the same message from many
+// goroutines at once: one is stored, all get the same MDN.
+func TestReceiveConcurrentDuplicates(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	m := buildOpenSSL(t, build{sign: "sha256", enc: "aes128"})
+	h := request(as2Header(partnerACME, station, "<race@x>", "sha-256"), m)
+	const n = 12
+	replies := make([]reply, n)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			replies[i] = post(t, e.url, h, m.body, i%2 == 0)
+		}()
+	}
+	close(start)
+	wg.Wait()
+	for i := range n {
+		if got := parseMDN(t, replies[i]); got.Disposition != mdn.Processed() {
+			t.Errorf("reply %d: %q", i, got.Disposition)
+		}
+		sameMDN(t, replies[i], replies[0])
+	}
+	if c := e.count(t, `SELECT count(*) FROM payloads`); c != 1 {
+		t.Errorf("%d payloads, want 1", c)
+	}
+	if d := e.received(partnerACME, "duplicate"); d != n-1 {
+		t.Errorf("duplicates counted %v, want %d", d, n-1)
+	}
+}
+
+// raceStore hides the first lookup so that two identical posts both pass
+// the duplicate check and meet at the unique constraint.
+type raceStore struct {
+	receiver.Store
+	mu     sync.Mutex
+	misses int
+}
+
+func (s *raceStore) InboundByMessageID(ctx context.Context, partner, id string) (*postgres.InboundRecord, error) {
+	s.mu.Lock()
+	if s.misses > 0 {
+		s.misses--
+		s.mu.Unlock()
+		return nil, postgres.ErrInboundNotFound
+	}
+	s.mu.Unlock()
+	return s.Store.InboundByMessageID(ctx, partner, id)
+}
+
+// TestReceiveDuplicateAtInsert covers the race the pre-check cannot see:
+// the insert reports the duplicate, the stored MDN is read back.
+func TestReceiveDuplicateAtInsert(t *testing.T) {
+	rs := &raceStore{misses: 1}
+	e := newEnv(t, envOptions{wrap: func(s receiver.Store) receiver.Store { rs.Store = s; return rs }})
+	m := buildOpenSSL(t, build{sign: "sha256"})
+	h := request(as2Header(partnerACME, station, "<insert-race@x>", "sha-256"), m)
+	first := post(t, e.url, h, m.body, false)
+	parseMDN(t, first)
+	rs.mu.Lock()
+	rs.misses = 1
+	rs.mu.Unlock()
+	second := post(t, e.url, h, m.body, false)
+	sameMDN(t, second, first)
+	if c := e.count(t, `SELECT count(*) FROM messages`); c != 1 {
+		t.Errorf("%d messages, want 1", c)
+	}
+}
+
+// TestReceiveCrashBeforeCommit makes the transaction fail after the
+// message row was inserted (a trigger on the MDN insert): the partner gets
+// 503, nothing partial remains; the resend after the fault is processed.
+// A commit whose answer is lost is then resent and gets the same MDN.
+func TestReceiveCrashBeforeCommit(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	ctx := context.Background()
+	if _, err := e.db.Exec(ctx, `
+CREATE FUNCTION test_fail() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'injected fault'; END $$;
+CREATE TRIGGER test_fail BEFORE INSERT ON mdns FOR EACH ROW EXECUTE FUNCTION test_fail();`); err != nil {
+		t.Fatal(err)
+	}
+	m := buildOpenSSL(t, build{sign: "sha256", enc: "aes256"})
+	h := request(as2Header(partnerACME, station, "<crash@x>", "sha-256"), m)
+	r := post(t, e.url, h, m.body, false)
+	if r.status != http.StatusServiceUnavailable || strings.Contains(string(r.body), "injected") {
+		t.Fatalf("reply = %d %q, want 503 without internals", r.status, r.body)
+	}
+	for _, table := range []string{"messages", "payloads", "mdns", "outbox"} {
+		if n := e.count(t, `SELECT count(*) FROM `+table); n != 0 {
+			t.Errorf("%d rows in %s after the failed transaction, want 0", n, table)
+		}
+	}
+	if _, err := e.db.Exec(ctx, `DROP TRIGGER test_fail ON mdns`); err != nil {
+		t.Fatal(err)
+	}
+	first := post(t, e.url, h, m.body, false) // the partner retries
+	if got := parseMDN(t, first); got.Disposition != mdn.Processed() {
+		t.Fatalf("retry = %q", got.Disposition)
+	}
+	// The answer to that was lost on the way; the partner resends.
+	again := post(t, e.url, h, m.body, false)
+	sameMDN(t, again, first)
+	if n := e.count(t, `SELECT count(*) FROM payloads`); n != 1 {
+		t.Errorf("%d payloads, want 1", n)
+	}
+}
+
+// TestReceiveCancelMidTransaction: the client gives up while the
+// transaction is in progress; the request context ends, the transaction
+// rolls back, nothing is stored.
+func TestReceiveCancelMidTransaction(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	ctx := context.Background()
+	if _, err := e.db.Exec(ctx, `
+CREATE FUNCTION test_slow() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN PERFORM pg_sleep(3); RETURN NEW; END $$;
+CREATE TRIGGER test_slow BEFORE INSERT ON mdns FOR EACH ROW EXECUTE FUNCTION test_slow();`); err != nil {
+		t.Fatal(err)
+	}
+	m := buildOpenSSL(t, build{sign: "sha256"})
+	h := request(as2Header(partnerACME, station, "<cancel@x>", "sha-256"), m)
+	rctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(rctx, http.MethodPost, e.url, bytes.NewReader(m.body))
+	req.Header = h
+	if _, err := http.DefaultClient.Do(req); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("POST error = %v, want the client's deadline", err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for e.received(partnerACME, "unavailable") == 0 && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if e.received(partnerACME, "unavailable") != 1 {
+		t.Fatalf("the handler did not give up on the cancelled request")
+	}
+	if n := e.count(t, `SELECT count(*) FROM messages`); n != 0 {
+		t.Errorf("%d messages after the cancelled request, want 0", n)
+	}
+}
+
+// TestReceiveAsyncMDN asks for an async MDN: 200 at once, the MDN queued in
+// the outbox in the same transaction.
+func TestReceiveAsyncMDN(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	var got []*http.Request
+	listener := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { got = append(got, r) }))
+	defer listener.Close()
+	m := buildOpenSSL(t, build{sign: "sha512", enc: "aes256"})
+	h := request(as2Header(partnerACME, station, "<async@x>", "sha-512, sha-256"), m)
+	h.Set("Receipt-Delivery-Option", listener.URL+"/mdn")
+	r := post(t, e.url, h, m.body, false)
+	if r.status != http.StatusOK || len(r.body) != 0 {
+		t.Fatalf("reply = %d %q, want 200 without body", r.status, r.body)
+	}
+	var (
+		kind, url, status string
+		hdrJSON, body     []byte
+	)
+	if err := e.db.QueryRow(context.Background(), `
+SELECT o.kind, o.url, o.status, o.headers, o.body FROM outbox o JOIN messages m ON m.id = o.message_id
+ WHERE m.message_id = '<async@x>' AND o.next_attempt_at <= now()`).Scan(&kind, &url, &status, &hdrJSON, &body); err != nil {
+		t.Fatalf("outbox row: %v", err)
+	}
+	var hdr http.Header
+	if err := json.Unmarshal(hdrJSON, &hdr); err != nil {
+		t.Fatal(err)
+	}
+	if kind != "mdn" || url != listener.URL+"/mdn" || status != "pending" {
+		t.Errorf("outbox row = %s %s %s", kind, url, status)
+	}
+	want := map[string]string{"AS2-From": `"EDIHUB HUB"`, "AS2-To": `"ACME CORP"`, "AS2-Version": "1.2", "Mime-Version": "1.0"}
+	gotH := map[string]string{}
+	for k := range want {
+		gotH[k] = hdr.Get(k)
+	}
+	if diff := cmp.Diff(want, gotH); diff != "" {
+		t.Errorf("outbox headers (-want +got):\n%s", diff)
+	}
+	mr := reply{status: 200, header: hdr, body: body}
+	md := parseMDN(t, mr)
+	opensslVerifyMDN(t, mr)
+	if md.Disposition != mdn.Processed() || md.MIC != dgst(t, m.micDigest, m.micFile) || !strings.Contains(hdr.Get("Content-Type"), "micalg=sha-512") {
+		t.Errorf("async MDN = %q %q %q", md.Disposition, md.MIC, hdr.Get("Content-Type"))
+	}
+	if row, _ := e.row(t, partnerACME, "<async@x>"); row.MDNMode != "async" || row.Payloads != 1 {
+		t.Errorf("row = %+v", row)
+	}
+	// A resend asking for an async MDN queues the stored one again.
+	if r := post(t, e.url, h, m.body, false); r.status != 200 {
+		t.Fatalf("resend = %d", r.status)
+	}
+	var bodies [][]byte
+	rows, err := e.db.Query(context.Background(), `SELECT body FROM outbox ORDER BY id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var b []byte
+		if err := rows.Scan(&b); err != nil {
+			t.Fatal(err)
+		}
+		bodies = append(bodies, b)
+	}
+	if len(bodies) != 2 || !bytes.Equal(bodies[0], bodies[1]) {
+		t.Errorf("outbox after the resend: %d rows, identical %v", len(bodies), len(bodies) == 2 && bytes.Equal(bodies[0], bodies[1]))
+	}
+}
