@@ -60,6 +60,7 @@ func commands() []command {
 	return []command{
 		{name: "serve", summary: "run a replica: AS2 receiver, dispatcher, API, ops endpoints", flags: serveFlags},
 		{name: "migrate", summary: "apply pending database migrations and exit", flags: migrateFlags},
+		{name: "status", summary: "show who leads, with which fencing token, as each replica sees it", flags: statusFlags},
 		{name: "version", summary: "print the version and exit", flags: versionFlags},
 	}
 }
