@@ -1,0 +1,327 @@
+package api_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/json"
+	"encoding/pem"
+	"fmt"
+	"io"
+	"math/big"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/edihub/edihub/internal/api"
+	"github.com/edihub/edihub/internal/config"
+	"github.com/edihub/edihub/internal/httpserver"
+	"github.com/edihub/edihub/internal/outbox"
+	"github.com/edihub/edihub/internal/postgres"
+	"github.com/edihub/edihub/internal/postgres/pgtest"
+)
+
+func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
+
+const token = "s3cret-token"
+
+func writeIdentity(t *testing.T, dir, name string) (keyPath, certPath string) {
+	t.Helper()
+	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: name},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour * 24)}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kd, _ := x509.MarshalPKCS8PrivateKey(key)
+	keyPath, certPath = filepath.Join(dir, name+".key"), filepath.Join(dir, name+".crt")
+	_ = os.WriteFile(keyPath, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kd}), 0o600)
+	_ = os.WriteFile(certPath, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644)
+	return keyPath, certPath
+}
+
+type env struct {
+	url   string
+	store *postgres.Store
+	cfg   *config.File
+}
+
+func setup(t *testing.T) *env {
+	t.Helper()
+	dir := t.TempDir()
+	sk, sc := writeIdentity(t, dir, "station")
+	_, pc := writeIdentity(t, dir, "partner")
+	y := fmt.Sprintf(`station: {as2_id: EDIHUB, private_key: %q, certificate: %q}
+partners:
+  - {as2_id: "ACME CORP", url: "http://127.0.0.1:1/as2", certificate: %q, mdn: sync, mdn_signed: true, sign: sha-256}
+  - {as2_id: "GLOBEX", url: "http://127.0.0.1:1/as2", certificate: %q, mdn: none}
+`, sk, sc, pc, pc)
+	path := filepath.Join(dir, "edihub.yaml")
+	if err := os.WriteFile(path, []byte(y), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Load(path, config.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := pgtest.Store(t)
+	q, err := outbox.NewQueue(outbox.QueueOptions{Store: st, Config: cfg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := zaptest.NewLogger(t)
+	h, err := api.New(api.Options{Queue: q, Store: st, Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(httpserver.NewRouter(httpserver.RouterOptions{
+		Logger: log, Metrics: httpserver.NewMetrics(prometheus.NewRegistry()), MaxBodyBytes: 1 << 20, API: h, APIToken: token,
+	}))
+	t.Cleanup(srv.Close)
+	return &env{url: srv.URL, store: st, cfg: cfg}
+}
+
+type response struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+func (e *env) do(t *testing.T, method, path, ct string, body []byte, tok string) response {
+	t.Helper()
+	req, err := http.NewRequest(method, e.url+path, bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ct != "" {
+		req.Header.Set("Content-Type", ct)
+	}
+	if tok != "" {
+		req.Header.Set("Authorization", "Bearer "+tok)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return response{resp.StatusCode, resp.Header, b}
+}
+
+func decode[T any](t *testing.T, r response) T {
+	t.Helper()
+	var v T
+	if err := json.Unmarshal(r.body, &v); err != nil {
+		t.Fatalf("JSON %s: %v", r.body, err)
+	}
+	return v
+}
+
+func TestAuthRequired(t *testing.T) {
+	e := setup(t)
+	for _, tok := range []string{"", "wrong"} {
+		for _, c := range []struct{ method, path string }{{"POST", "/api/v1/messages?partner=GLOBEX"}, {"GET", "/api/v1/messages"}, {"GET", "/api/v1/messages/1"}, {"GET", "/api/v1/messages/1/payload"}} {
+			if r := e.do(t, c.method, c.path, "", []byte("x"), tok); r.status != http.StatusUnauthorized {
+				t.Errorf("%s %s with token %q = %d, want 401", c.method, c.path, tok, r.status)
+			}
+		}
+	}
+}
+
+// TestRoundTrip: enqueue, read the status, the payload and, once the
+// dispatcher recorded it, the MDN.
+func TestRoundTrip(t *testing.T) {
+	e := setup(t)
+	doc := []byte("ISA*00*~\nIEA*1*000000001~")
+	r := e.do(t, "POST", "/api/v1/messages?partner=ACME+CORP&filename=po+%231.x12", "application/EDI-X12", doc, token)
+	if r.status != http.StatusAccepted {
+		t.Fatalf("POST = %d %s, want 202", r.status, r.body)
+	}
+	q := decode[api.Queued](t, r)
+	if q.ID <= 0 || q.Status != "queued" || !strings.HasPrefix(q.MessageID, "<") || !strings.HasSuffix(q.MessageID, "@EDIHUB>") {
+		t.Errorf("queued = %+v", q)
+	}
+	if loc := r.header.Get("Location"); loc != fmt.Sprintf("/api/v1/messages/%d", q.ID) || q.Location != loc {
+		t.Errorf("Location %q, body location %q", loc, q.Location)
+	}
+
+	m := decode[api.Message](t, e.do(t, "GET", q.Location, "", nil, token))
+	want := api.Message{ID: q.ID, Direction: "outbound", Partner: "ACME CORP", AS2From: "EDIHUB", AS2To: "ACME CORP",
+		MessageID: q.MessageID, Status: "queued", ContentType: "application/EDI-X12", Filename: "po #1.x12",
+		Size: int64(len(doc)), MDNMode: "sync", MDNSigned: true, Location: q.Location}
+	if diff := cmp.Diff(want, m, cmpIgnoreTimes); diff != "" {
+		t.Errorf("GET message (-want +got):\n%s", diff)
+	}
+
+	p := e.do(t, "GET", q.Location+"/payload", "", nil, token)
+	if p.status != 200 || !bytes.Equal(p.body, doc) || p.header.Get("Content-Type") != "application/EDI-X12" ||
+		p.header.Get("Content-Disposition") != `attachment; filename="po #1.x12"` {
+		t.Errorf("payload = %d %q, headers %v", p.status, p.body, p.header)
+	}
+	if r := e.do(t, "GET", q.Location+"/mdn", "", nil, token); r.status != 404 {
+		t.Errorf("MDN before any = %d, want 404", r.status)
+	}
+
+	// Play the dispatcher: claim, build, finish with an MDN.
+	ctx := context.Background()
+	items, err := e.store.ClaimOutbox(ctx, "test", time.Minute, 10)
+	if err != nil || len(items) != 1 {
+		t.Fatalf("ClaimOutbox = %d items, %v", len(items), err)
+	}
+	if err := e.store.SaveOutboundBuild(ctx, items[0], postgres.OutboundBuild{Headers: http.Header{"Message-ID": {q.MessageID}}, Body: []byte("built"), MIC: "abc=, sha-256", MICAlg: "sha-256", Signed: true}); err != nil {
+		t.Fatal(err)
+	}
+	rawMDN := []byte("--b\r\nContent-Type: text/plain\r\n\r\nthe MDN\r\n--b--\r\n")
+	if err := e.store.FinishOutbox(ctx, items[0], postgres.OutboxResult{State: postgres.OutboxDone, HTTPStatus: 200,
+		Message: &postgres.MessageUpdate{Status: "delivered", Disposition: "automatic-action/MDN-sent-automatically; processed", Final: true},
+		MDN:     &postgres.NewMDN{ContentType: `multipart/report; boundary="b"`, Body: rawMDN, Signed: true, Disposition: "processed"}}); err != nil {
+		t.Fatal(err)
+	}
+	m = decode[api.Message](t, e.do(t, "GET", q.Location, "", nil, token))
+	if m.Status != "delivered" || m.MIC != "abc=, sha-256" || m.Attempts != 1 || m.CompletedAt == nil || !m.Signed {
+		t.Errorf("after delivery: %+v", m)
+	}
+	d := e.do(t, "GET", q.Location+"/mdn", "", nil, token)
+	if d.status != 200 || !bytes.Equal(d.body, rawMDN) || d.header.Get("Content-Type") != `multipart/report; boundary="b"` {
+		t.Errorf("MDN = %d %q %v", d.status, d.body, d.header)
+	}
+}
+
+var cmpIgnoreTimes = cmp.FilterPath(func(p cmp.Path) bool {
+	switch p.Last().String() {
+	case ".CreatedAt", ".UpdatedAt", ".CompletedAt", ".MDNDueAt":
+		return true
+	}
+	return false
+}, cmp.Ignore())
+
+func TestEnqueueErrors(t *testing.T) {
+	e := setup(t)
+	tests := []struct {
+		name, path, ct string
+		body           []byte
+		wantStatus     int
+		wantParam      string
+		wantText       string
+	}{
+		{"no partner", "/api/v1/messages", "", []byte("x"), 400, "partner", "partner"},
+		{"unknown partner", "/api/v1/messages?partner=acme+corp", "", []byte("x"), 404, "partner", `unknown partner \"acme corp\"`},
+		{"empty body", "/api/v1/messages?partner=GLOBEX", "", nil, 400, "", "empty"},
+		{"bad content type", "/api/v1/messages?partner=GLOBEX", "not a type", []byte("x"), 400, "Content-Type", "not a MIME type"},
+		{"bad filename", "/api/v1/messages?partner=GLOBEX&filename=..%2Fetc%2Fpasswd", "", []byte("x"), 400, "filename", "filename"},
+		{"too large", "/api/v1/messages?partner=GLOBEX", "", bytes.Repeat([]byte("x"), 2<<20), 413, "", "limit"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := e.do(t, "POST", tt.path, tt.ct, tt.body, token)
+			if r.status != tt.wantStatus || !strings.Contains(string(r.body), tt.wantText) {
+				t.Fatalf("POST %s = %d %s, want %d mentioning %q", tt.path, r.status, r.body, tt.wantStatus, tt.wantText)
+			}
+			if tt.wantParam != "" {
+				if got := decode[map[string]string](t, r)["parameter"]; got != tt.wantParam {
+					t.Errorf("parameter = %q, want %q", got, tt.wantParam)
+				}
+			}
+		})
+	}
+	// Default content type.
+	r := e.do(t, "POST", "/api/v1/messages?partner=GLOBEX", "", []byte("bytes"), token)
+	if r.status != 202 {
+		t.Fatalf("POST = %d %s", r.status, r.body)
+	}
+	m := decode[api.Message](t, e.do(t, "GET", decode[api.Queued](t, r).Location, "", nil, token))
+	if m.ContentType != "application/octet-stream" || m.MDNMode != "none" {
+		t.Errorf("content type %q, mdn %q", m.ContentType, m.MDNMode)
+	}
+}
+
+func TestListPaginationAndFilters(t *testing.T) {
+	e := setup(t)
+	var acme, globex []int64
+	for i := range 7 {
+		partner := "GLOBEX"
+		if i%2 == 0 {
+			partner = "ACME+CORP"
+		}
+		r := e.do(t, "POST", "/api/v1/messages?partner="+partner, "text/plain", fmt.Appendf(nil, "doc %d", i), token)
+		id := decode[api.Queued](t, r).ID
+		if i%2 == 0 {
+			acme = append([]int64{id}, acme...)
+		} else {
+			globex = append([]int64{id}, globex...)
+		}
+	}
+	// Page through ACME CORP, 3 at a time, newest first.
+	var got []int64
+	cursor := ""
+	for pages := 0; ; pages++ {
+		if pages > 5 {
+			t.Fatal("pagination does not end")
+		}
+		path := "/api/v1/messages?partner=ACME+CORP&direction=outbound&limit=3"
+		if cursor != "" {
+			path += "&cursor=" + cursor
+		}
+		l := decode[api.List](t, e.do(t, "GET", path, "", nil, token))
+		for _, m := range l.Messages {
+			got = append(got, m.ID)
+		}
+		if l.NextCursor == "" {
+			break
+		}
+		cursor = l.NextCursor
+	}
+	if diff := cmp.Diff(acme, got); diff != "" {
+		t.Errorf("ACME CORP pages (-want +got):\n%s", diff)
+	}
+	l := decode[api.List](t, e.do(t, "GET", "/api/v1/messages", "", nil, token))
+	if len(l.Messages) != 7 || l.NextCursor != "" || l.Messages[0].ID != max(acme[0], globex[0]) {
+		t.Errorf("unfiltered list: %d messages, cursor %q", len(l.Messages), l.NextCursor)
+	}
+	for path, want := range map[string]int{
+		"/api/v1/messages?direction=inbound":                                              0,
+		"/api/v1/messages?status=queued&partner=GLOBEX":                                   3,
+		"/api/v1/messages?status=delivered":                                               0,
+		"/api/v1/messages?since=" + time.Now().Add(-time.Hour).UTC().Format(time.RFC3339): 7,
+		"/api/v1/messages?until=" + time.Now().Add(-time.Hour).UTC().Format(time.RFC3339): 0,
+	} {
+		if l := decode[api.List](t, e.do(t, "GET", path, "", nil, token)); len(l.Messages) != want {
+			t.Errorf("GET %s = %d messages, want %d", path, len(l.Messages), want)
+		}
+	}
+	for path, param := range map[string]string{
+		"/api/v1/messages?limit=0":            "limit",
+		"/api/v1/messages?limit=501":          "limit",
+		"/api/v1/messages?limit=ten":          "limit",
+		"/api/v1/messages?since=yesterday":    "since",
+		"/api/v1/messages?until=2026-13-01":   "until",
+		"/api/v1/messages?direction=sideways": "direction",
+		"/api/v1/messages?cursor=abc":         "cursor",
+		"/api/v1/messages?colour=red":         "colour",
+	} {
+		r := e.do(t, "GET", path, "", nil, token)
+		if r.status != 400 || decode[map[string]string](t, r)["parameter"] != param || !strings.Contains(string(r.body), param) {
+			t.Errorf("GET %s = %d %s, want 400 naming %q", path, r.status, r.body, param)
+		}
+	}
+	for _, path := range []string{"/api/v1/messages/999999", "/api/v1/messages/abc", "/api/v1/messages/999999/payload", "/api/v1/messages/999999/mdn"} {
+		if r := e.do(t, "GET", path, "", nil, token); r.status != 404 {
+			t.Errorf("GET %s = %d, want 404", path, r.status)
+		}
+	}
+}
