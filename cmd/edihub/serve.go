@@ -29,6 +29,7 @@ type serveOptions struct {
 	apiToken     string
 	dbMaxConns   int
 	leader       leaderOptions
+	outbound     outboundOptions
 }
 
 func serveFlags(fs *flagSet) func(context.Context, *environment) error {
@@ -44,6 +45,7 @@ func serveFlags(fs *flagSet) func(context.Context, *environment) error {
 	fs.String(&o.apiToken, "api-token", "", "bearer token the REST API requires; empty disables the API")
 	fs.Int(&o.dbMaxConns, "db-max-conns", 20, "largest number of database connections this replica opens")
 	o.leader.flags(fs)
+	o.outbound.flags(fs)
 	return func(ctx context.Context, env *environment) error { return serve(ctx, env, o) }
 }
 
@@ -64,6 +66,9 @@ func (o serveOptions) validate() error {
 		return fmt.Errorf("EDIHUB_DB_MAX_CONNS (-db-max-conns) must be at least 2, got %d", o.dbMaxConns)
 	}
 	if err := o.leader.validate(); err != nil {
+		return err
+	}
+	if err := o.outbound.validate(); err != nil {
 		return err
 	}
 	return o.log.validate()
@@ -111,6 +116,10 @@ func serve(ctx context.Context, env *environment, o serveOptions) error {
 	if err != nil {
 		return err
 	}
+	out, err := newOutbound(log, reg, store, cfg, o)
+	if err != nil {
+		return err
+	}
 
 	as2Srv, err := httpserver.Listen(httpserver.Options{
 		Name:         "as2",
@@ -123,6 +132,7 @@ func serve(ctx context.Context, env *environment, o serveOptions) error {
 			Version:      version(),
 			MaxBodyBytes: o.maxBodyBytes,
 			AS2:          as2Handler,
+			API:          out.api,
 			APIToken:     o.apiToken,
 		}),
 	})
@@ -156,6 +166,7 @@ func serve(ctx context.Context, env *environment, o serveOptions) error {
 		defer stopHTTP()
 		return elector.Run(gctx)
 	})
+	g.Go(func() error { return out.dispatcher.Run(gctx) })
 	g.Go(func() error { return as2Srv.Run(httpCtx) })
 	g.Go(func() error { return opsSrv.Run(httpCtx) })
 	err = g.Wait()

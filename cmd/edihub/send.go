@@ -1,0 +1,76 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/edihub/edihub/internal/config"
+	"github.com/edihub/edihub/internal/outbox"
+)
+
+// sendFlags defines edihub send: it queues a file for a partner directly in
+// the database (EDIHUB_DATABASE_URL), so it works with no replica running;
+// any replica's dispatcher sends it, woken by LISTEN/NOTIFY. It needs the
+// configuration (EDIHUB_CONFIG) for the partner profile and the station's
+// AS2 ID, like serve.
+func sendFlags(fs *flagSet) func(context.Context, *environment) error {
+	var url, cfgPath, partner, contentType, filename string
+	fs.String(&url, "database-url", "", "PostgreSQL connection URL, e.g. postgres://edihub:secret@db:5432/edihub?sslmode=verify-full")
+	fs.String(&cfgPath, "config", "", "path of the station and partner YAML file (see docs/configuration.md)")
+	fs.String(&partner, "partner", "", "AS2 ID of the partner to send to, exactly as configured (case-sensitive)")
+	fs.String(&contentType, "content-type", "application/octet-stream", "Content-Type of the document, e.g. application/EDI-X12 or application/EDIFACT")
+	fs.String(&filename, "filename", "", "file name sent in Content-Disposition; default: the base name of FILE")
+	return func(ctx context.Context, env *environment) error {
+		if len(env.args) != 1 {
+			return errors.New("send: want exactly one FILE argument after the flags: edihub send -partner ID [-content-type T] [-filename F] FILE")
+		}
+		if partner == "" {
+			return errors.New("send: no partner: give -partner with the partner's AS2 ID")
+		}
+		if url == "" {
+			return errors.New("no database: set EDIHUB_DATABASE_URL (or -database-url) to a PostgreSQL URL such as postgres://edihub:secret@localhost:5432/edihub")
+		}
+		if cfgPath == "" {
+			return errors.New("no station configuration: set EDIHUB_CONFIG (or -config) to the path of the station and partner YAML file")
+		}
+		path := env.args[0]
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return fmt.Errorf("send: %w", err)
+		}
+		if filename == "" {
+			filename = filepath.Base(path)
+		}
+		cfg, err := config.Load(cfgPath, config.Options{Now: time.Now})
+		if err != nil {
+			return err
+		}
+		store, err := openStore(ctx, zap.NewNop(), url, 2, false)
+		if err != nil {
+			return err
+		}
+		defer store.Close()
+		q, err := outbox.NewQueue(outbox.QueueOptions{Store: store, Config: cfg})
+		if err != nil {
+			return err
+		}
+		res, err := q.Enqueue(ctx, outbox.Document{Partner: partner, ContentType: contentType, Filename: filename, Payload: data})
+		if err != nil {
+			return fmt.Errorf("send: %w", err)
+		}
+		enc := json.NewEncoder(env.stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(map[string]any{
+			"id": res.ID, "message_id": res.MessageID, "status": res.Status,
+			"location": "/api/v1/messages/" + strconv.FormatInt(res.ID, 10),
+		})
+	}
+}
