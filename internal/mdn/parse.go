@@ -176,8 +176,8 @@ func decodeCMS(p *as2.Entity) ([]byte, error) {
 }
 
 // IsMDN reports whether an AS2 request carries an MDN rather than a
-// message: a multipart/report with report-type=disposition-notification,
-// or a multipart/signed whose first part is one. Only the header of the
+// message: a multipart/report with report-type=disposition-notification
+// (or without report-type), or a multipart/signed whose first part is one. Only the header of the
 // first part is looked at, within a few KiB; the body is not parsed.
 func IsMDN(h http.Header, body []byte) bool {
 	mt, params, err := mime.ParseMediaType(h.Get("Content-Type"))
@@ -241,6 +241,9 @@ func IsMDN(h http.Header, body []byte) bool {
 	return mt == "multipart/report" && isDNReport(params)
 }
 
+// isDNReport accepts report-type=disposition-notification and, leniently,
+// a multipart/report without report-type; other report types are not MDNs.
 func isDNReport(params map[string]string) bool {
-	return strings.EqualFold(strings.TrimSpace(params["report-type"]), "disposition-notification")
+	rt, ok := params["report-type"]
+	return !ok || strings.EqualFold(strings.TrimSpace(rt), "disposition-notification")
 }
