@@ -3,9 +3,10 @@ GO ?= go
 
 .PHONY: run test build vet fmt controlplane bench clean
 
-## run: start PostgreSQL, three replicas and their logs (Ctrl-C stops all)
+## run: start PostgreSQL, a kube-apiserver (unless EDIHUB_LEADER_BACKEND=postgres), three replicas and their logs (Ctrl-C stops all)
 run: build
 	@scripts/deps.sh
+	@if [ "$${EDIHUB_LEADER_BACKEND:-kubernetes}" = kubernetes ]; then scripts/controlplane-build.sh; fi
 	./bin/edihub-localstack
 
 ## test: vet, unit + integration tests (race), short fuzzing, summary

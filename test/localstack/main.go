@@ -31,6 +31,7 @@ import (
 
 	"github.com/edihub/edihub/internal/pgserver"
 	"github.com/edihub/edihub/test/cluster"
+	"github.com/edihub/edihub/test/controlplane"
 )
 
 func main() {
@@ -47,6 +48,7 @@ type options struct {
 	state    string
 	replicas int
 	pgPort   int
+	backend  string
 }
 
 func run(ctx context.Context) error {
@@ -55,7 +57,15 @@ func run(ctx context.Context) error {
 	flag.StringVar(&o.state, "state", ".local", "directory for the stack's state (database, keys, config)")
 	flag.IntVar(&o.replicas, "replicas", 3, "number of replicas (AS2/API on 127.0.0.1:8081.., ops on 127.0.0.1:9091..)")
 	flag.IntVar(&o.pgPort, "pg-port", 55432, "port of the private PostgreSQL on 127.0.0.1")
+	backend := os.Getenv("EDIHUB_LEADER_BACKEND")
+	if backend == "" {
+		backend = "kubernetes"
+	}
+	flag.StringVar(&o.backend, "leader-backend", backend, "leader election backend: kubernetes (a local kube-apiserver and etcd) or postgres (default: $EDIHUB_LEADER_BACKEND, else kubernetes)")
 	flag.Parse()
+	if o.backend != "kubernetes" && o.backend != "postgres" {
+		return fmt.Errorf("-leader-backend (EDIHUB_LEADER_BACKEND) must be kubernetes or postgres, got %q", o.backend)
+	}
 
 	state, err := filepath.Abs(o.state)
 	if err != nil {
@@ -71,6 +81,7 @@ func run(ctx context.Context) error {
 			Name:     fmt.Sprintf("replica-%d", i),
 			HTTPAddr: fmt.Sprintf("127.0.0.1:%d", 8080+i),
 			OpsAddr:  fmt.Sprintf("127.0.0.1:%d", 9090+i),
+			Env:      []string{fmt.Sprintf("EDIHUB_IDENTITY=replica-%d", i)},
 		}
 		specs = append(specs, s)
 		addrs = append(addrs, s.HTTPAddr, s.OpsAddr)
@@ -103,6 +114,26 @@ func run(ctx context.Context) error {
 		return err
 	}
 
+	leaderEnv := []string{"EDIHUB_LEADER_BACKEND=" + o.backend}
+	if o.backend == "kubernetes" {
+		// A fresh control plane each run: the Lease needs no history.
+		dir := filepath.Join(state, "controlplane")
+		_ = os.RemoveAll(dir)
+		say("starting kube-apiserver and etcd in %s", dir)
+		cp, err := controlplane.Start(ctx, dir, controlplane.Options{Logf: func(f string, a ...any) { say(f, a...) }})
+		if err != nil {
+			return fmt.Errorf("%w (or run with EDIHUB_LEADER_BACKEND=postgres)", err)
+		}
+		defer func() {
+			say("stopping the control plane")
+			_ = cp.Close()
+		}()
+		leaderEnv = append(leaderEnv, "EDIHUB_KUBECONFIG="+cp.EdihubKubeconfig, "EDIHUB_LEASE_NAMESPACE="+cp.Namespace)
+		say("leader election on Lease %s/edihub-leader (kubectl --kubeconfig %s get lease -n %s)", cp.Namespace, cp.AdminKubeconfig, cp.Namespace)
+	} else {
+		say("leader election on the lease row in PostgreSQL")
+	}
+
 	say("applying migrations")
 	mig := exec.CommandContext(ctx, o.binary, "migrate")
 	mig.Env = append(os.Environ(), "EDIHUB_DATABASE_URL="+dbURL)
@@ -113,13 +144,13 @@ func run(ctx context.Context) error {
 
 	c, err := cluster.Start(cluster.Options{
 		Binary: o.binary,
-		Env: []string{
+		Env: append([]string{
 			"EDIHUB_DATABASE_URL=" + dbURL,
 			"EDIHUB_CONFIG=" + cfgPath,
 			"EDIHUB_LOG_FORMAT=console",
 			"EDIHUB_API_TOKEN=" + token,
 			"EDIHUB_SHUTDOWN_TIMEOUT=5s",
-		},
+		}, leaderEnv...),
 		Replicas: specs,
 		Output:   os.Stdout,
 		OnExit: func(r *cluster.Replica, err error) {
@@ -143,6 +174,7 @@ func run(ctx context.Context) error {
 	for _, r := range c.Replicas() {
 		say("  %-10s AS2/API http://%s   ops http://%s (/readyz /metrics)", r.Spec.Name, r.Spec.HTTPAddr, r.Spec.OpsAddr)
 	}
+	say("  leader     edihub status -ops-urls %s   (kill the leader's process to see a takeover)", opsURLs(c))
 	say("  config     %s", cfgPath)
 	say("  API token  in %s", filepath.Join(state, "api-token"))
 	fmt.Println()
@@ -299,4 +331,12 @@ func ensureToken(path string) (string, error) {
 	}
 	t := hex.EncodeToString(b[:])
 	return t, os.WriteFile(path, []byte(t+"\n"), 0o600)
+}
+
+func opsURLs(c *cluster.Cluster) string {
+	var us []string
+	for _, r := range c.Replicas() {
+		us = append(us, "http://"+r.Spec.OpsAddr)
+	}
+	return strings.Join(us, ",")
 }
