@@ -1,0 +1,374 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/json"
+	"encoding/pem"
+	"fmt"
+	"io"
+	"math/big"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/edihub/edihub/internal/postgres/pgtest"
+)
+
+// hubStation is one edihub station of the hub-to-hub tests: a full serve
+// (the same run main calls) with its own database, keys and config.
+type hubStation struct {
+	name     string // AS2 ID
+	dir      string
+	dbURL    string
+	as2Addr  string
+	opsAddr  string
+	token    string
+	logs     *hubLog
+	stop     func()
+	keyPath  string
+	certPath string
+}
+
+type hubLog struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *hubLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *hubLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+func hubFreeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+func newHubStation(t *testing.T, name string) *hubStation {
+	t.Helper()
+	s := &hubStation{name: name, dir: t.TempDir(), dbURL: pgtest.URL(t), as2Addr: hubFreeAddr(t), opsAddr: hubFreeAddr(t),
+		token: "token-" + strings.ReplaceAll(name, " ", "-"), logs: &hubLog{}}
+	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: name},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour)}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kd, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.keyPath, s.certPath = filepath.Join(s.dir, "station.key"), filepath.Join(s.dir, "station.crt")
+	if err := os.WriteFile(s.keyPath, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kd}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(s.certPath, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func (s *hubStation) as2URL() string { return "http://" + s.as2Addr + "/as2" }
+
+// start writes the config naming peer as the only partner, with profile
+// lines, and runs serve until the test ends.
+func (s *hubStation) start(t *testing.T, peer *hubStation, profile ...string) {
+	t.Helper()
+	cfg := fmt.Sprintf("station: {as2_id: %q, private_key: station.key, certificate: station.crt, async_mdn_url: %q}\npartners:\n  - as2_id: %q\n    url: %q\n    certificate: %q\n",
+		s.name, s.as2URL(), peer.name, peer.as2URL(), peer.certPath)
+	for _, l := range profile {
+		cfg += "    " + l + "\n"
+	}
+	path := filepath.Join(s.dir, "edihub.yaml")
+	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	getenv := env(
+		"EDIHUB_DATABASE_URL", s.dbURL, "EDIHUB_CONFIG", path,
+		"EDIHUB_HTTP_ADDR", s.as2Addr, "EDIHUB_OPS_ADDR", s.opsAddr,
+		"EDIHUB_API_TOKEN", s.token, "EDIHUB_LEADER_BACKEND", "postgres",
+		"EDIHUB_IDENTITY", strings.ReplaceAll(s.name, " ", "-"), "EDIHUB_SHUTDOWN_TIMEOUT", "5s",
+		"EDIHUB_RETRY_BACKOFF", "200ms", "EDIHUB_RETRY_BACKOFF_MAX", "1s", "EDIHUB_LOG_LEVEL", "debug",
+	)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, []string{"serve"}, getenv, io.Discard, s.logs) }()
+	var once sync.Once
+	s.stop = func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Errorf("%s: serve returned %v", s.name, err)
+				}
+			case <-time.After(30 * time.Second):
+				t.Errorf("%s: serve did not stop within 30s", s.name)
+			}
+		})
+	}
+	t.Cleanup(func() {
+		s.stop()
+		if t.Failed() {
+			t.Logf("%s log:\n%s", s.name, s.logs.String())
+		}
+	})
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		select {
+		case err := <-done:
+			t.Fatalf("%s: serve exited early: %v\n%s", s.name, err, s.logs.String())
+		default:
+		}
+		if resp, err := http.Get("http://" + s.as2Addr + "/"); err == nil {
+			resp.Body.Close()
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("%s did not start:\n%s", s.name, s.logs.String())
+}
+
+func (s *hubStation) api(t *testing.T, method, path, ct string, body []byte, out any) int {
+	t.Helper()
+	req, err := http.NewRequest(method, "http://"+s.as2Addr+path, bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+s.token)
+	if ct != "" {
+		req.Header.Set("Content-Type", ct)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if out != nil {
+		if bp, ok := out.(*[]byte); ok {
+			*bp = b
+		} else if err := json.Unmarshal(b, out); err != nil {
+			t.Fatalf("%s %s: %v: %s", method, path, err, b)
+		}
+	}
+	return resp.StatusCode
+}
+
+type hubMessage struct {
+	ID          int64  `json:"id"`
+	Direction   string `json:"direction"`
+	Partner     string `json:"partner"`
+	MessageID   string `json:"message_id"`
+	Status      string `json:"status"`
+	Disposition string `json:"disposition"`
+	MIC         string `json:"mic"`
+	Error       string `json:"error"`
+	Location    string `json:"location"`
+	Filename    string `json:"filename"`
+	ContentType string `json:"content_type"`
+}
+
+// send queues doc at s for peer through the API and waits for one of the
+// final statuses.
+func (s *hubStation) send(t *testing.T, peer *hubStation, doc []byte, ct, filename string, want ...string) hubMessage {
+	t.Helper()
+	var q hubMessage
+	path := "/api/v1/messages?partner=" + url.QueryEscape(peer.name) + "&filename=" + url.QueryEscape(filename)
+	if c := s.api(t, "POST", path, ct, doc, &q); c != http.StatusAccepted {
+		t.Fatalf("%s: POST %s = %d", s.name, path, c)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	var m hubMessage
+	for time.Now().Before(deadline) {
+		s.api(t, "GET", q.Location, "", nil, &m)
+		for _, w := range want {
+			if m.Status == w {
+				return m
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("%s: message to %s has status %q (error %q), want one of %v", s.name, peer.name, m.Status, m.Error, want)
+	return m
+}
+
+// received finds the inbound message with messageID at s.
+func (s *hubStation) received(t *testing.T, messageID string) hubMessage {
+	t.Helper()
+	var l struct{ Messages []hubMessage }
+	s.api(t, "GET", "/api/v1/messages?direction=inbound&limit=500", "", nil, &l)
+	for _, m := range l.Messages {
+		if m.MessageID == messageID {
+			return m
+		}
+	}
+	t.Fatalf("%s has no inbound message %s (has %+v)", s.name, messageID, l.Messages)
+	return hubMessage{}
+}
+
+// TestHubToHub runs two edihub stations, each the other's partner, and
+// exchanges documents in both directions with signed synchronous MDNs:
+// delivered at the sender, received byte-exact at the receiver, with the
+// same MIC on both sides.
+func TestHubToHub(t *testing.T) {
+	a, b := newHubStation(t, "HUB ALPHA"), newHubStation(t, "HUB-BRAVO")
+	a.start(t, b, "sign: sha-256", "encrypt: aes256-cbc", "compress: true", "mdn: sync", "mdn_signed: true")
+	b.start(t, a, "sign: sha-512", "encrypt: aes128-gcm", "key_encryption: rsa-oaep-sha256", "transfer_encoding: base64",
+		"chunked: true", "compress: true", "compress_order: after-signing", "mdn: sync", "mdn_signed: true")
+
+	for _, tt := range []struct {
+		from, to *hubStation
+		doc      []byte
+		ct, name string
+	}{
+		{a, b, []byte("ISA*00*          *00*~\nGS*PO*ALPHA*BRAVO~\nlast line without CRLF\n"), "application/EDI-X12", "po-1.x12"},
+		{b, a, bytes.Repeat([]byte("UNH+1+ORDERS:D:96A:UN'\r\n"), 2000), "application/EDIFACT", "orders 2.edi"},
+		{a, b, []byte{0, 1, 2, 0xff, '\n', '\r', 0x80}, "application/octet-stream", ""},
+	} {
+		sent := tt.from.send(t, tt.to, tt.doc, tt.ct, tt.name, "delivered", "failed")
+		if sent.Status != "delivered" || !strings.Contains(sent.Disposition, "processed") {
+			t.Fatalf("%s → %s: status %q, disposition %q, error %q", tt.from.name, tt.to.name, sent.Status, sent.Disposition, sent.Error)
+		}
+		got := tt.to.received(t, sent.MessageID)
+		if got.Partner != tt.from.name || got.MIC != sent.MIC || got.Filename != tt.name {
+			t.Errorf("%s received %+v; sender MIC %q", tt.to.name, got, sent.MIC)
+		}
+		var payload []byte
+		if c := tt.to.api(t, "GET", got.Location+"/payload", "", nil, &payload); c != 200 || !bytes.Equal(payload, tt.doc) {
+			t.Errorf("%s payload = %d, %d bytes, want %d bytes byte-exact", tt.to.name, c, len(payload), len(tt.doc))
+		}
+		var mdnRaw []byte
+		if c := tt.from.api(t, "GET", sent.Location+"/mdn", "", nil, &mdnRaw); c != 200 || !bytes.Contains(mdnRaw, []byte(sent.MessageID)) {
+			t.Errorf("%s stored MDN = %d, %d bytes, without the Message-ID", tt.from.name, c, len(mdnRaw))
+		}
+	}
+}
+
+// TestHubToHubAsyncMDN: with an async MDN requested, the sender records
+// awaiting-mdn and the receiver posts the MDN to the sender's /as2, where
+// it lands in the MDN inbox (processing it is the leader's MDN poller).
+func TestHubToHubAsyncMDN(t *testing.T) {
+	a, b := newHubStation(t, "HUB ALPHA"), newHubStation(t, "HUB-BRAVO")
+	a.start(t, b, "sign: sha-256", "encrypt: aes256-cbc", "mdn: async", "mdn_signed: true")
+	b.start(t, a, "sign: sha-256", "mdn: async")
+
+	sent := a.send(t, b, []byte("async please"), "application/EDI-X12", "a.x12", "awaiting-mdn", "failed")
+	if sent.Status != "awaiting-mdn" || sent.MIC == "" {
+		t.Fatalf("status %q (error %q), MIC %q; want awaiting-mdn with a MIC", sent.Status, sent.Error, sent.MIC)
+	}
+	got := b.received(t, sent.MessageID)
+	if got.MIC != sent.MIC {
+		t.Errorf("receiver MIC %q, sender %q", got.MIC, sent.MIC)
+	}
+
+	conn, err := pgx.Connect(context.Background(), a.dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var n int
+		var body []byte
+		err := conn.QueryRow(context.Background(),
+			`SELECT count(*), coalesce((array_agg(body))[1], ''::bytea) FROM mdn_inbox WHERE original_message_id = $1`,
+			sent.MessageID).Scan(&n, &body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == 1 {
+			if !bytes.Contains(body, []byte("processed")) {
+				t.Errorf("inbox MDN lacks a processed disposition: %.300q", body)
+			}
+			break
+		}
+		if n > 1 || time.Now().After(deadline) {
+			t.Fatalf("%d MDNs for %s in %s's mdn_inbox, want 1", n, sent.MessageID, a.name)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestSendCommand queues a file with edihub send (straight into the
+// database) while a station runs; its dispatcher delivers it.
+func TestSendCommand(t *testing.T) {
+	a, b := newHubStation(t, "HUB ALPHA"), newHubStation(t, "HUB-BRAVO")
+	a.start(t, b, "sign: sha-256", "encrypt: aes256-cbc", "mdn: sync", "mdn_signed: true")
+	b.start(t, a, "mdn: sync")
+	doc := []byte("ST*850*0001~\n")
+	file := filepath.Join(t.TempDir(), "order 850.x12")
+	if err := os.WriteFile(file, doc, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	getenv := env("EDIHUB_DATABASE_URL", a.dbURL, "EDIHUB_CONFIG", filepath.Join(a.dir, "edihub.yaml"))
+	out, errOut, err := runCmd(t, getenv, "send", "--partner", b.name, "--content-type", "application/EDI-X12", file)
+	if err != nil {
+		t.Fatalf("edihub send = %v: %s", err, errOut)
+	}
+	var q hubMessage
+	if err := json.Unmarshal([]byte(out), &q); err != nil || q.ID == 0 || q.Status != "queued" || q.Location == "" {
+		t.Fatalf("edihub send printed %q (%v)", out, err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	var m hubMessage
+	for m.Status != "delivered" && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+		a.api(t, "GET", q.Location, "", nil, &m)
+	}
+	if m.Status != "delivered" || m.Filename != "order 850.x12" || m.ContentType != "application/EDI-X12" {
+		t.Fatalf("sent with edihub send: %+v", m)
+	}
+	var payload []byte
+	b.api(t, "GET", b.received(t, m.MessageID).Location+"/payload", "", nil, &payload)
+	if !bytes.Equal(payload, doc) {
+		t.Errorf("received %q, want %q", payload, doc)
+	}
+
+	for _, tt := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"unknown partner", []string{"send", "-partner", "NOBODY", file}, `unknown partner "NOBODY"`},
+		{"no file", []string{"send", "-partner", b.name}, "FILE"},
+		{"missing file", []string{"send", "-partner", b.name, file + ".missing"}, "no such file"},
+		{"no partner", []string{"send", file}, "-partner"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			_, _, err := runCmd(t, getenv, tt.args...)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("edihub %v = %v, want an error mentioning %q", tt.args, err, tt.want)
+			}
+		})
+	}
+}
