@@ -1,0 +1,110 @@
+package postgres_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/edihub/edihub/internal/postgres"
+	"github.com/edihub/edihub/internal/postgres/pgtest"
+)
+
+func enqueueN(t *testing.T, st *postgres.Store, n int) []postgres.Enqueued {
+	t.Helper()
+	var out []postgres.Enqueued
+	for i := range n {
+		e, err := st.EnqueueOutbound(context.Background(), postgres.NewOutbound{
+			Partner: "P", AS2From: "S", AS2To: "P", MessageID: fmt.Sprintf("<%d@s>", i), ContentType: "text/plain",
+			MDNMode: "sync", URL: "http://p.example/as2", MaxAttempts: 3, Payload: []byte("x"),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, e)
+	}
+	return out
+}
+
+// TestClaimOutboxConcurrent: concurrent claimers never get the same row.
+func TestClaimOutboxConcurrent(t *testing.T) {
+	st := pgtest.Store(t)
+	enqueueN(t, st, 60)
+	var mu sync.Mutex
+	seen := map[int64]string{}
+	var wg sync.WaitGroup
+	for w := range 6 {
+		wg.Go(func() {
+			by := fmt.Sprintf("w%d", w)
+			for {
+				items, err := st.ClaimOutbox(context.Background(), by, time.Minute, 4)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if len(items) == 0 {
+					return
+				}
+				mu.Lock()
+				for _, it := range items {
+					if prev, dup := seen[it.ID]; dup {
+						t.Errorf("outbox %d claimed by %s and %s", it.ID, prev, by)
+					}
+					seen[it.ID] = by
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if len(seen) != 60 {
+		t.Errorf("claimed %d rows, want 60", len(seen))
+	}
+}
+
+// TestClaimExpiry: an expired claim is taken over; the old holder's writes
+// are refused with ErrClaimLost, and a final status is written once.
+func TestClaimExpiry(t *testing.T) {
+	ctx := context.Background()
+	st := pgtest.Store(t)
+	e := enqueueN(t, st, 1)[0]
+	a, err := st.ClaimOutbox(ctx, "a", 200*time.Millisecond, 10)
+	if err != nil || len(a) != 1 || a[0].Attempts != 1 || a[0].Built() {
+		t.Fatalf("first claim = %+v, %v", a, err)
+	}
+	if again, _ := st.ClaimOutbox(ctx, "b", time.Minute, 10); len(again) != 0 {
+		t.Fatalf("claimed a held row: %+v", again)
+	}
+	time.Sleep(300 * time.Millisecond)
+	b, err := st.ClaimOutbox(ctx, "b", time.Minute, 10)
+	if err != nil || len(b) != 1 || b[0].Attempts != 2 {
+		t.Fatalf("claim after expiry = %+v, %v", b, err)
+	}
+	build := postgres.OutboundBuild{Headers: http.Header{"Message-ID": {"<0@s>"}}, Body: []byte("built"), MIC: "m, sha-256", MICAlg: "sha-256"}
+	if err := st.SaveOutboundBuild(ctx, a[0], build); !errors.Is(err, postgres.ErrClaimLost) {
+		t.Errorf("SaveOutboundBuild by the expired holder = %v, want ErrClaimLost", err)
+	}
+	if err := st.SaveOutboundBuild(ctx, b[0], build); err != nil {
+		t.Fatal(err)
+	}
+	done := postgres.OutboxResult{State: postgres.OutboxDone, Message: &postgres.MessageUpdate{Status: "delivered", Final: true}}
+	if err := st.FinishOutbox(ctx, a[0], done); !errors.Is(err, postgres.ErrClaimLost) {
+		t.Errorf("FinishOutbox by the expired holder = %v, want ErrClaimLost", err)
+	}
+	if err := st.FinishOutbox(ctx, b[0], done); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.FinishOutbox(ctx, b[0], postgres.OutboxResult{State: postgres.OutboxFailed, Message: &postgres.MessageUpdate{Status: "failed", Final: true}}); !errors.Is(err, postgres.ErrClaimLost) {
+		t.Errorf("second FinishOutbox = %v, want ErrClaimLost", err)
+	}
+	m, err := st.Message(ctx, e.ID)
+	if err != nil || m.Status != "delivered" || m.Attempts != 2 || m.MIC != "m, sha-256" || m.CompletedAt == nil {
+		t.Errorf("message = %+v, %v", m, err)
+	}
+	if _, err := st.EnqueueOutbound(ctx, postgres.NewOutbound{Partner: "P", MessageID: "<0@s>", URL: "http://x", Payload: []byte("x"), MDNMode: "none"}); !errors.Is(err, postgres.ErrDuplicateMessageID) {
+		t.Errorf("duplicate Message-ID = %v, want ErrDuplicateMessageID", err)
+	}
+}
