@@ -267,7 +267,7 @@ type request struct {
 
 func parseRequest(h http.Header) request {
 	rq := request{
-		messageID: h.Get("Message-ID"),
+		messageID: messageID(h.Get("Message-ID")),
 		mdnWanted: len(h.Values("Disposition-Notification-To")) > 0,
 		asyncURL:  strings.TrimSpace(h.Get("Receipt-Delivery-Option")),
 	}
@@ -277,6 +277,18 @@ func parseRequest(h http.Header) request {
 		rq.opts, rq.optsErr = as2.ParseDispositionOptions(v)
 	}
 	return rq
+}
+
+// messageID returns the Message-ID as received (net/http already trimmed
+// it), or "" when it holds control characters no MDN could echo.
+func messageID(v string) string {
+	v = strings.TrimSpace(v)
+	for i := 0; i < len(v); i++ {
+		if v[i] < 0x20 || v[i] == 0x7f {
+			return ""
+		}
+	}
+	return v
 }
 
 // mdnPlan is how the MDN is to be built: signed or not, and with which
