@@ -272,6 +272,29 @@ func TestHubToHub(t *testing.T) {
 			t.Errorf("%s stored MDN = %d, %d bytes, without the Message-ID", tt.from.name, c, len(mdnRaw))
 		}
 	}
+	m := a.metrics(t)
+	for _, want := range []string{
+		`edihub_as2_messages_sent_total{partner="HUB-BRAVO",result="delivered"} 2`,
+		`edihub_outbox_due 0`,
+		`edihub_outbox_in_flight 0`,
+		`edihub_as2_send_duration_seconds_count{partner="HUB-BRAVO"} 2`,
+	} {
+		if !strings.Contains(m, want) {
+			t.Errorf("%s /metrics lacks %s", a.name, want)
+		}
+	}
+}
+
+// hubMetrics returns the station's /metrics text.
+func (s *hubStation) metrics(t *testing.T) string {
+	t.Helper()
+	resp, err := http.Get("http://" + s.opsAddr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return string(b)
 }
 
 // TestHubToHubAsyncMDN: with an async MDN requested, the sender records
