@@ -214,7 +214,7 @@ func Unwrap(h http.Header, body []byte, opts UnwrapOptions) (*Message, error) {
 			case compressedMIC != nil:
 				m.MIC = ComputeMIC(micAlg, compressedMIC)
 			default:
-				m.MIC = ComputeMIC(micAlg, plainEntity(top))
+				m.MIC = plainMIC(micAlg, top)
 			}
 			return m, nil
 		}
@@ -233,13 +233,15 @@ func stageFor(smimeType string) stage {
 	return stageDecrypt
 }
 
-// plainEntity rebuilds the MIME entity of an unsigned, unencrypted,
-// uncompressed message from its HTTP header fields.
-func plainEntity(top *Entity) []byte {
-	b := make([]byte, 0, len(top.Body)+256)
-	b = writeHeader(b, top.Header)
-	b = append(b, '\r', '\n')
-	return append(b, top.Body...)
+// plainMIC digests the MIME entity of an unsigned, unencrypted,
+// uncompressed message as rebuilt from its HTTP header fields, without
+// copying the body (which may be hundreds of MiB).
+func plainMIC(alg crypto.Hash, top *Entity) MIC {
+	h := alg.New()
+	h.Write(writeHeader(nil, top.Header))
+	h.Write([]byte{'\r', '\n'})
+	h.Write(top.Body)
+	return MIC{Alg: alg, Digest: h.Sum(nil)}
 }
 
 // verifyMultipart verifies a multipart/signed entity and returns the signed
