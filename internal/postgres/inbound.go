@@ -76,41 +76,132 @@ type InboundRecord struct {
 	MDN *StoredMDN
 }
 
+// largePayload is the size from which SaveInbound streams the payload to
+// the server in pieces (a large object turned into bytea server-side)
+// instead of one bind parameter, which pgx would copy whole into its
+// write buffer (and grow it by doubling).
+const largePayload = 8 << 20
+
+// loChunk is the piece size of a streamed payload.
+const loChunk = 1 << 20
+
 // SaveInbound stores m: the message row, the payload, the MDN and the
-// outbox row, in one transaction. It returns the message row's id, or
+// outbox row, atomically. It returns the message row's id, or
 // ErrDuplicateInbound when the partner's Message-ID is already stored (a
 // concurrent identical insert waits for the other transaction and then
 // reports the duplicate, or succeeds if that one rolled back).
+//
+// Up to largePayload the whole write is one statement (one round trip);
+// above it, one transaction that streams the payload.
 func (s *Store) SaveInbound(ctx context.Context, m *InboundMessage) (int64, error) {
-	var id int64
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		err := tx.QueryRow(ctx, `
+	var hdr []byte
+	if m.MDN != nil {
+		var err error
+		if hdr, err = json.Marshal(m.MDN.Header); err != nil {
+			return 0, fmt.Errorf("save inbound message: encode MDN header: %w", err)
+		}
+	}
+	var (
+		id  int64
+		err error
+	)
+	if len(m.Payload) <= largePayload {
+		id, err = s.saveInboundOneStatement(ctx, m, hdr)
+	} else {
+		id, err = s.saveInboundStreamed(ctx, m, hdr)
+	}
+	switch {
+	case err == nil:
+		return id, nil
+	case errors.Is(err, ErrDuplicateInbound), isUniqueViolation(err):
+		return 0, ErrDuplicateInbound
+	}
+	return 0, fmt.Errorf("save inbound message: %w", err)
+}
+
+const insertMessage = `
 INSERT INTO messages (direction, partner, as2_from, as2_to, message_id, status, content_type, filename,
                       payload_size, signed, encrypted, compressed, mic, mic_alg, mdn_mode, mdn_signed, mdn_url,
                       disposition, error, attempts, completed_at)
 VALUES ('inbound', $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, 1, now())
 ON CONFLICT (partner, direction, message_id) DO NOTHING
-RETURNING id`,
-			m.Partner, m.AS2From, m.AS2To, m.MessageID, m.Status, m.ContentType, m.Filename,
-			m.PayloadSize, m.Signed, m.Encrypted, m.Compressed, m.MIC, m.MICAlg, m.MDNMode, m.MDNSigned, m.MDNURL,
-			m.Disposition, m.Error).Scan(&id)
+RETURNING id`
+
+func messageArgs(m *InboundMessage) []any {
+	return []any{m.Partner, m.AS2From, m.AS2To, m.MessageID, m.Status, m.ContentType, m.Filename,
+		m.PayloadSize, m.Signed, m.Encrypted, m.Compressed, m.MIC, m.MICAlg, m.MDNMode, m.MDNSigned, m.MDNURL,
+		m.Disposition, m.Error}
+}
+
+// saveInboundOneStatement writes everything in one statement, which
+// PostgreSQL runs atomically.
+func (s *Store) saveInboundOneStatement(ctx context.Context, m *InboundMessage, hdr []byte) (int64, error) {
+	var mdnBody []byte
+	var mdnCT, mdnDisp, mdnMIC string
+	var mdnSigned bool
+	if m.MDN != nil {
+		mdnBody, mdnCT, mdnDisp, mdnMIC, mdnSigned = m.MDN.Body, m.MDN.Header.Get("Content-Type"), m.MDN.Disposition, m.MDN.MIC, m.MDN.Signed
+	} else {
+		hdr = []byte("{}")
+	}
+	args := append(messageArgs(m),
+		m.Payload != nil, m.Payload, // $19, $20
+		m.MDN != nil, mdnCT, string(hdr), mdnBody, mdnDisp, mdnMIC, mdnSigned, // $21..$27
+		m.MDN != nil && m.Outbox) // $28
+	var id int64
+	err := s.pool.QueryRow(ctx, `
+WITH m AS (`+insertMessage+`),
+p AS (INSERT INTO payloads (message_id, data) SELECT id, $20::bytea FROM m WHERE $19::boolean),
+d AS (INSERT INTO mdns (message_id, content_type, headers, body, disposition, mic, signed)
+      SELECT id, $22::text, $23::jsonb, $24::bytea, $25::text, $26::text, $27::boolean FROM m WHERE $21::boolean),
+o AS (INSERT INTO outbox (kind, message_id, partner, url, headers, body, status, next_attempt_at)
+      SELECT 'mdn', id, $1, $16, $23::jsonb, $24::bytea, 'pending', now() FROM m WHERE $28::boolean)
+SELECT id FROM m`, args...).Scan(&id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, ErrDuplicateInbound
+	}
+	return id, err
+}
+
+// saveInboundStreamed writes a large payload in pieces into a large object
+// and copies it into payloads server-side, in one transaction with the rest.
+func (s *Store) saveInboundStreamed(ctx context.Context, m *InboundMessage, hdr []byte) (int64, error) {
+	var id int64
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		err := tx.QueryRow(ctx, insertMessage, messageArgs(m)...).Scan(&id)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return ErrDuplicateInbound
 		}
 		if err != nil {
 			return fmt.Errorf("insert message: %w", err)
 		}
-		if m.Payload != nil {
-			if _, err := tx.Exec(ctx, `INSERT INTO payloads (message_id, data) VALUES ($1, $2)`, id, m.Payload); err != nil {
-				return fmt.Errorf("insert payload: %w", err)
+		los := tx.LargeObjects()
+		oid, err := los.Create(ctx, 0)
+		if err != nil {
+			return fmt.Errorf("create large object: %w", err)
+		}
+		lo, err := los.Open(ctx, oid, pgx.LargeObjectModeWrite)
+		if err != nil {
+			return fmt.Errorf("open large object: %w", err)
+		}
+		for p := m.Payload; len(p) > 0; {
+			n := min(len(p), loChunk)
+			if _, err := lo.Write(p[:n]); err != nil {
+				return fmt.Errorf("write payload: %w", err)
 			}
+			p = p[n:]
+		}
+		if err := lo.Close(); err != nil {
+			return fmt.Errorf("close large object: %w", err)
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO payloads (message_id, data) VALUES ($1, lo_get($2))`, id, oid); err != nil {
+			return fmt.Errorf("insert payload: %w", err)
+		}
+		if err := los.Unlink(ctx, oid); err != nil {
+			return fmt.Errorf("unlink large object: %w", err)
 		}
 		if m.MDN == nil {
 			return nil
-		}
-		hdr, err := json.Marshal(m.MDN.Header)
-		if err != nil {
-			return fmt.Errorf("encode MDN header: %w", err)
 		}
 		if _, err := tx.Exec(ctx, `
 INSERT INTO mdns (message_id, content_type, headers, body, disposition, mic, signed)
@@ -119,22 +210,11 @@ VALUES ($1, $2, $3, $4, $5, $6, $7)`,
 			return fmt.Errorf("insert MDN: %w", err)
 		}
 		if m.Outbox {
-			if err := queueMDN(ctx, tx, id, m.Partner, m.MDNURL, string(hdr), m.MDN.Body); err != nil {
-				return err
-			}
+			return queueMDN(ctx, tx, id, m.Partner, m.MDNURL, string(hdr), m.MDN.Body)
 		}
 		return nil
 	})
-	if err != nil {
-		if isUniqueViolation(err) {
-			return 0, ErrDuplicateInbound
-		}
-		if errors.Is(err, ErrDuplicateInbound) {
-			return 0, err
-		}
-		return 0, fmt.Errorf("save inbound message: %w", err)
-	}
-	return id, nil
+	return id, err
 }
 
 func queueMDN(ctx context.Context, tx pgx.Tx, messageRowID int64, partner, url, header string, body []byte) error {

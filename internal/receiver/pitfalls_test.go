@@ -1,6 +1,7 @@
 package receiver_test
 
 import (
+	"bytes"
 	"context"
 	"crypto"
 	"crypto/x509"
@@ -125,5 +126,33 @@ SELECT as2_from, original_message_id, headers, body, coalesce(processed_at::text
 	}
 	if n := metricValue(e.reg, "edihub_as2_mdn_inbox_received_total", map[string]string{"partner": partnerACME}); n != 2 {
 		t.Errorf("inbox counter = %v, want 2", n)
+	}
+}
+
+// TestReceiveLargePayload goes through the streamed store path (above 8
+// MiB), chunked and with Content-Length, and a resend of it.
+func TestReceiveLargePayload(t *testing.T) {
+	e := newEnv(t, envOptions{maxBody: 64 << 20})
+	payload := make([]byte, 9<<20+17)
+	for i := range payload {
+		payload[i] = byte(i*7 + i>>11)
+	}
+	for _, chunked := range []bool{false, true} {
+		id := "<large-" + map[bool]string{false: "cl", true: "chunked"}[chunked] + "@x>"
+		h := as2Header(partnerACME, station, id, "sha-256")
+		h.Set("Content-Type", "application/octet-stream")
+		r := post(t, e.url, h, payload, chunked)
+		got := parseMDN(t, r)
+		if got.Disposition != mdn.Processed() {
+			t.Fatalf("%s: %q", id, got.Disposition)
+		}
+		if p := e.payload(t, partnerACME, id); !bytes.Equal(p, payload) {
+			t.Errorf("%s: stored payload differs (%d bytes, want %d)", id, len(p), len(payload))
+		}
+		again := post(t, e.url, h, payload, chunked)
+		sameMDN(t, again, r)
+	}
+	if n := e.count(t, `SELECT count(*) FROM pg_largeobject_metadata`); n != 0 {
+		t.Errorf("%d large objects left behind", n)
 	}
 }
