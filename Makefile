@@ -22,6 +22,10 @@ build:
 controlplane:
 	@scripts/controlplane-build.sh
 
+## bench: receive throughput vs the RSA bound, peak RSS for a 200 MB payload
+bench:
+	$(GO) run ./test/bench
+
 vet:
 	$(GO) vet ./...
 

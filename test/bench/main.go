@@ -1,0 +1,539 @@
+// Command bench measures the AS2 receiver ("make bench"):
+//
+//   - throughput: 4 KiB payloads signed (SHA-256) and encrypted (AES-256-CBC,
+//     RSA-2048), signed sync MDN requested, N concurrent senders over real
+//     HTTP into the real handler and a real PostgreSQL, next to the RSA-2048
+//     private-key operations per second Go does in the same run (each such
+//     message costs two: decryption and the MDN signature);
+//   - peak memory: the receiver in a separate process receives one large
+//     payload (plain, and signed + encrypted); its VmHWM is read from
+//     /proc/<pid>/status.
+//
+// Without -database-url a throwaway PostgreSQL (fsync off) is started from
+// the machine's binaries. Figures are printed, never asserted.
+package main
+
+import (
+	"bufio"
+	"context"
+	"crypto"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math/big"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"runtime/pprof"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+
+	"github.com/edihub/edihub/internal/as2"
+	"github.com/edihub/edihub/internal/as2/cms"
+	"github.com/edihub/edihub/internal/config"
+	"github.com/edihub/edihub/internal/httpserver"
+	"github.com/edihub/edihub/internal/mdn"
+	"github.com/edihub/edihub/internal/pgserver"
+	"github.com/edihub/edihub/internal/postgres"
+	"github.com/edihub/edihub/internal/receiver"
+)
+
+const (
+	stationID = "EDIHUB"
+	partnerID = "BENCH PARTNER"
+)
+
+func main() {
+	if err := run(context.Background(), os.Args[1:], os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+type options struct {
+	databaseURL string
+	duration    time.Duration
+	senders     int
+	payload     int
+	rssBytes    int64
+	child       string // keys directory: run as the RSS child
+	cpuProfile  string
+}
+
+func run(ctx context.Context, args []string, out io.Writer) error {
+	var o options
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.StringVar(&o.databaseURL, "database-url", os.Getenv("EDIHUB_BENCH_DATABASE_URL"), "PostgreSQL to use; empty starts a throwaway server")
+	fs.DurationVar(&o.duration, "duration", 10*time.Second, "how long the throughput run lasts")
+	fs.IntVar(&o.senders, "senders", 16, "concurrent senders")
+	fs.IntVar(&o.payload, "payload", 4096, "payload bytes of the throughput run")
+	fs.Int64Var(&o.rssBytes, "rss-bytes", 200<<20, "payload bytes of the peak-memory run; 0 skips it")
+	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the throughput run to this file")
+	fs.StringVar(&o.child, "rss-child", "", "internal: run the receiver for the peak-memory run with the keys in this directory")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if o.child != "" {
+		return child(ctx, o)
+	}
+	if o.databaseURL == "" {
+		dir, err := os.MkdirTemp("", "edihub-bench-pg-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+		srv, err := pgserver.New(pgserver.Options{Dir: dir, Settings: map[string]string{
+			"fsync": "off", "synchronous_commit": "off", "full_page_writes": "off", "shared_buffers": "256MB", "max_connections": "100",
+		}})
+		if err != nil {
+			return err
+		}
+		if err := srv.Start(ctx); err != nil {
+			return err
+		}
+		defer srv.Stop()
+		o.databaseURL = srv.URL("postgres")
+		fmt.Fprintln(out, "PostgreSQL: throwaway server, fsync off (set -database-url for a real one)")
+	}
+	store, err := postgres.Open(ctx, o.databaseURL, postgres.Options{MaxConns: int32(o.senders + 4)})
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	if _, err := store.Migrate(ctx); err != nil {
+		return err
+	}
+	partner, err := newIdentity("as2-bench-partner")
+	if err != nil {
+		return err
+	}
+	st, err := newIdentity("as2-bench-station")
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "machine: %d CPUs, GOMAXPROCS %d, %s\n\n", runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.Version())
+	if err := throughput(ctx, out, o, store, partner, st); err != nil {
+		return err
+	}
+	if o.rssBytes > 0 {
+		if err := peakRSS(ctx, out, o, partner, st); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+type identity struct {
+	key  *rsa.PrivateKey
+	cert *x509.Certificate
+}
+
+func newIdentity(cn string) (*identity, error) {
+	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		return nil, err
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: cn},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		return nil, err
+	}
+	cert, err := x509.ParseCertificate(der)
+	return &identity{key: key, cert: cert}, err
+}
+
+// partners is a one-partner Partners.
+type partners map[string]*config.Partner
+
+func (p partners) Partner(id string) (*config.Partner, bool) { v, ok := p[id]; return v, ok }
+
+func newHandler(store receiver.Store, partner, st *identity) (http.Handler, error) {
+	h, err := receiver.New(receiver.Options{
+		Store:    store,
+		Partners: partners{partnerID: {AS2ID: partnerID, Certificates: []*x509.Certificate{partner.cert}}},
+		Station: receiver.Station{AS2ID: stationID, Keys: []cms.Recipient{{Cert: st.cert, Key: st.key}},
+			Key: st.key, Cert: st.cert},
+		Logger: zap.NewNop(), Registerer: prometheus.NewRegistry(),
+	})
+	if err != nil {
+		return nil, err
+	}
+	return httpserver.NewRouter(httpserver.RouterOptions{
+		Logger: zap.NewNop(), Metrics: httpserver.NewMetrics(prometheus.NewRegistry()), MaxBodyBytes: 1 << 30, AS2: h,
+	}), nil
+}
+
+func serveOn(h http.Handler) (string, func(), error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", nil, err
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	go srv.Serve(ln)
+	return "http://" + ln.Addr().String() + "/as2", func() { srv.Close() }, nil
+}
+
+func wrap(payload []byte, partner, st *identity, sign bool) (*as2.Wrapped, error) {
+	o := as2.WrapOptions{Encrypt: cms.AES256CBC, RecipientCert: st.cert}
+	if sign {
+		o.Sign, o.SignerKey, o.SignerCert = crypto.SHA256, partner.key, partner.cert
+	}
+	return as2.Wrap(payload, "application/EDI-X12", "bench.edi", o)
+}
+
+func header(w *as2.Wrapped, messageID string) http.Header {
+	h := w.Header.Clone()
+	h.Set("AS2-Version", "1.2")
+	h.Set("AS2-From", `"`+partnerID+`"`)
+	h.Set("AS2-To", stationID)
+	h.Set("Message-ID", messageID)
+	h.Set("Disposition-Notification-To", "bench@example")
+	h.Set("Disposition-Notification-Options", mdn.RequestOptions(crypto.SHA256))
+	return h
+}
+
+func throughput(ctx context.Context, out io.Writer, o options, store *postgres.Store, partner, st *identity) error {
+	h, err := newHandler(store, partner, st)
+	if err != nil {
+		return err
+	}
+	url, stop, err := serveOn(h)
+	if err != nil {
+		return err
+	}
+	defer stop()
+	payload := make([]byte, o.payload)
+	for i := range payload {
+		payload[i] = byte('A' + i%26)
+	}
+	w, err := wrap(payload, partner, st, true)
+	if err != nil {
+		return err
+	}
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: o.senders}}
+	run := strconv.FormatInt(time.Now().UnixNano(), 36)
+	var (
+		seq      atomic.Int64
+		mu       sync.Mutex
+		lat      []time.Duration
+		failures atomic.Int64
+		firstErr atomic.Value
+	)
+	send := func() error {
+		id := fmt.Sprintf("<bench-%s-%d@partner>", run, seq.Add(1))
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(string(w.Body)))
+		if err != nil {
+			return err
+		}
+		req.Header = header(w, id)
+		t0 := time.Now()
+		resp, err := client.Do(req)
+		if err != nil {
+			return err
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		d := time.Since(t0)
+		if err != nil {
+			return err
+		}
+		m, err := mdn.Parse(resp.Header, body, mdn.ParseOptions{PartnerCerts: []*x509.Certificate{st.cert}, RequireSigned: true})
+		if err != nil {
+			return err
+		}
+		if !m.Disposition.Successful() || !m.MICMatches(w.MIC) {
+			return fmt.Errorf("MDN %s MIC %q", m.Disposition, m.MIC)
+		}
+		mu.Lock()
+		lat = append(lat, d)
+		mu.Unlock()
+		return nil
+	}
+	// Warm up connections and the pool.
+	for range o.senders {
+		if err := send(); err != nil {
+			return fmt.Errorf("warm-up: %w", err)
+		}
+	}
+	lat = lat[:0]
+	// RSA speed is measured before and after the run and averaged: on a
+	// shared machine it drifts.
+	opsBefore := rsaOpsPerSecond(st.key, 3*time.Second)
+	if o.cpuProfile != "" {
+		f, err := os.Create(o.cpuProfile)
+		if err != nil {
+			return err
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer f.Close()
+	}
+	deadline := time.Now().Add(o.duration)
+	start := time.Now()
+	var wg sync.WaitGroup
+	for range o.senders {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(deadline) {
+				if err := send(); err != nil {
+					failures.Add(1)
+					firstErr.CompareAndSwap(nil, err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	if o.cpuProfile != "" {
+		pprof.StopCPUProfile()
+	}
+	if n := failures.Load(); n > 0 {
+		return fmt.Errorf("%d messages failed, first: %v", n, firstErr.Load())
+	}
+	slices.Sort(lat)
+	pct := func(p float64) time.Duration { return lat[min(len(lat)-1, int(float64(len(lat))*p))] }
+	rate := float64(len(lat)) / elapsed.Seconds()
+
+	opsAfter := rsaOpsPerSecond(st.key, 3*time.Second)
+	ops := (opsBefore + opsAfter) / 2
+	bound := ops / 2
+	fmt.Fprintf(out, "Receive throughput: %d B payload, signed SHA-256, encrypted AES-256-CBC/RSA-2048, signed sync MDN, %d senders, %s\n",
+		o.payload, o.senders, o.duration)
+	fmt.Fprintf(out, "  %-40s %10d\n", "messages", len(lat))
+	fmt.Fprintf(out, "  %-40s %10.1f\n", "messages/s", rate)
+	fmt.Fprintf(out, "  %-40s %10s\n", "latency p50", pct(0.50).Round(10*time.Microsecond))
+	fmt.Fprintf(out, "  %-40s %10s\n", "latency p99", pct(0.99).Round(10*time.Microsecond))
+	fmt.Fprintf(out, "  %-40s %10.1f  (before %.0f, after %.0f)\n", "RSA-2048 private-key ops/s (all cores)", ops, opsBefore, opsAfter)
+	fmt.Fprintf(out, "  %-40s %10.1f\n", "crypto bound (ops/s / 2) messages/s", bound)
+	fmt.Fprintf(out, "  %-40s %9.0f%%  (target >= 70%%)\n\n", "throughput / crypto bound", 100*rate/bound)
+	return nil
+}
+
+// rsaOpsPerSecond measures RSA-2048 PKCS#1 v1.5 signatures per second on
+// GOMAXPROCS goroutines.
+func rsaOpsPerSecond(key *rsa.PrivateKey, d time.Duration) float64 {
+	digest := make([]byte, 32)
+	var n atomic.Int64
+	deadline := time.Now().Add(d)
+	start := time.Now()
+	var wg sync.WaitGroup
+	for range runtime.GOMAXPROCS(0) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(deadline) {
+				if _, err := rsa.SignPKCS1v15(nil, key, crypto.SHA256, digest); err == nil {
+					n.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return float64(n.Load()) / time.Since(start).Seconds()
+}
+
+// peakRSS runs the receiver in a child process and posts one large
+// message per variant to a fresh child, reading the child's VmHWM.
+func peakRSS(ctx context.Context, out io.Writer, o options, partner, st *identity) error {
+	dir, err := os.MkdirTemp("", "edihub-bench-keys-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	for name, id := range map[string]*identity{"partner": partner, "station": st} {
+		kb, _ := x509.MarshalPKCS8PrivateKey(id.key)
+		if err := os.WriteFile(filepath.Join(dir, name+".key"), pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kb}), 0o600); err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(dir, name+".crt"), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: id.cert.Raw}), 0o600); err != nil {
+			return err
+		}
+	}
+	payload := make([]byte, o.rssBytes)
+	for i := range payload {
+		payload[i] = byte('A' + i%26)
+	}
+	memLimit := o.rssBytes * 5 / 2
+	fmt.Fprintf(out, "Peak RSS of the receiver process receiving a %d MiB payload (signed sync MDN requested)\n", o.rssBytes>>20)
+	fmt.Fprintf(out, "  %-38s %9s %11s %18s %28s\n", "variant", "body MiB", "RSS before", "VmHWM MiB (x)", fmt.Sprintf("VmHWM, GOMEMLIMIT=%dMiB (x)", memLimit>>20))
+	for _, v := range []struct {
+		name       string
+		enc, sign  bool
+		contentLen bool
+	}{
+		{"plain, Content-Length", false, false, true},
+		{"plain, chunked", false, false, false},
+		{"signed + AES-256-CBC, Content-Length", true, true, true},
+	} {
+		var body []byte
+		var h http.Header
+		mic := as2.MIC{}
+		if v.enc {
+			w, err := wrap(payload, partner, st, v.sign)
+			if err != nil {
+				return err
+			}
+			body, h, mic = w.Body, header(w, "<rss-"+v.name+"@bench>"), w.MIC
+		} else {
+			body = payload
+			h = header(&as2.Wrapped{Header: http.Header{"Content-Type": {"application/octet-stream"}}}, "<rss-"+v.name+"@bench>")
+		}
+		before, hwm, err := oneRSSRun(ctx, o, dir, h, body, v.contentLen, mic, nil)
+		if err != nil {
+			return fmt.Errorf("%s: %w", v.name, err)
+		}
+		h.Set("Message-ID", "<rss-limited-"+v.name+"@bench>")
+		_, hwmLimited, err := oneRSSRun(ctx, o, dir, h, body, v.contentLen, mic, []string{"GOMEMLIMIT=" + strconv.FormatInt(memLimit, 10)})
+		if err != nil {
+			return fmt.Errorf("%s: %w", v.name, err)
+		}
+		mib := func(n int64) float64 { return float64(n) / (1 << 20) }
+		fmt.Fprintf(out, "  %-38s %9.1f %11.1f %11.1f (%4.2f) %21.1f (%4.2f)\n", v.name, mib(int64(len(body))), mib(before),
+			mib(hwm), float64(hwm)/float64(o.rssBytes), mib(hwmLimited), float64(hwmLimited)/float64(o.rssBytes))
+		body = nil
+		runtime.GC()
+	}
+	return nil
+}
+
+func oneRSSRun(ctx context.Context, o options, keyDir string, h http.Header, body []byte, contentLen bool, mic as2.MIC, env []string) (before, hwm int64, err error) {
+	self, err := os.Executable()
+	if err != nil {
+		return 0, 0, err
+	}
+	cmd := exec.CommandContext(ctx, self, "-rss-child", keyDir, "-database-url", o.databaseURL)
+	cmd.Stderr = os.Stderr
+	cmd.Env = append(os.Environ(), env...)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return 0, 0, err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return 0, 0, err
+	}
+	if err := cmd.Start(); err != nil {
+		return 0, 0, err
+	}
+	defer func() {
+		stdin.Close()
+		_ = cmd.Wait()
+	}()
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil {
+		return 0, 0, fmt.Errorf("child: %w", err)
+	}
+	url := strings.TrimSpace(line)
+	before, _ = procStatus(cmd.Process.Pid, "VmRSS")
+	var rd io.Reader = strings.NewReader(string(body))
+	if !contentLen {
+		rd = io.MultiReader(rd)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, rd)
+	if err != nil {
+		return 0, 0, err
+	}
+	req.Header = h.Clone()
+	if !contentLen {
+		req.ContentLength = -1
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, 0, err
+	}
+	rb, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	m, err := mdn.Parse(resp.Header, rb, mdn.ParseOptions{Unverified: true})
+	if err != nil {
+		return 0, 0, fmt.Errorf("reply %d: %w: %.200s", resp.StatusCode, err, rb)
+	}
+	if !m.Disposition.Successful() || (!mic.IsZero() && !m.MICMatches(mic)) {
+		return 0, 0, fmt.Errorf("MDN %s", m.Disposition)
+	}
+	hwm, err = procStatus(cmd.Process.Pid, "VmHWM")
+	return before, hwm, err
+}
+
+// procStatus reads a "kB" field of /proc/<pid>/status, in bytes.
+func procStatus(pid int, field string) (int64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, field+":"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			return kb << 10, err
+		}
+	}
+	return 0, errors.New(field + " not in /proc status")
+}
+
+// child serves the receiver until stdin closes, printing its URL first.
+func child(ctx context.Context, o options) error {
+	load := func(name string) (*identity, error) {
+		kp, err := os.ReadFile(filepath.Join(o.child, name+".key"))
+		if err != nil {
+			return nil, err
+		}
+		blk, _ := pem.Decode(kp)
+		k, err := x509.ParsePKCS8PrivateKey(blk.Bytes)
+		if err != nil {
+			return nil, err
+		}
+		cp, err := os.ReadFile(filepath.Join(o.child, name+".crt"))
+		if err != nil {
+			return nil, err
+		}
+		blk, _ = pem.Decode(cp)
+		c, err := x509.ParseCertificate(blk.Bytes)
+		return &identity{key: k.(*rsa.PrivateKey), cert: c}, err
+	}
+	partner, err := load("partner")
+	if err != nil {
+		return err
+	}
+	st, err := load("station")
+	if err != nil {
+		return err
+	}
+	store, err := postgres.Open(ctx, o.databaseURL, postgres.Options{MaxConns: 4})
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	h, err := newHandler(store, partner, st)
+	if err != nil {
+		return err
+	}
+	url, stop, err := serveOn(h)
+	if err != nil {
+		return err
+	}
+	defer stop()
+	fmt.Println(url)
+	_, _ = io.Copy(io.Discard, os.Stdin)
+	return nil
+}
