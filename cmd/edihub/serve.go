@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -26,6 +27,7 @@ type serveOptions struct {
 	migrate      bool
 	maxBodyBytes int64
 	drainTimeout time.Duration
+	drainDelay   time.Duration
 	apiToken     string
 	dbMaxConns   int
 	leader       leaderOptions
@@ -42,6 +44,7 @@ func serveFlags(fs *flagSet) func(context.Context, *environment) error {
 	fs.Bool(&o.migrate, "migrate", false, "apply pending database migrations before serving (otherwise an outdated schema stops the start)")
 	fs.Int64(&o.maxBodyBytes, "max-body-bytes", 100<<20, "largest request body accepted on the AS2 and API listener, in bytes")
 	fs.Duration(&o.drainTimeout, "shutdown-timeout", 20*time.Second, "how long shutdown waits for in-flight HTTP requests")
+	fs.Duration(&o.drainDelay, "shutdown-delay", 0, "on SIGTERM, how long to keep serving HTTP (with /readyz failing) after the lease is released, so load balancers stop sending traffic before the listeners close; 5s suits Kubernetes")
 	fs.String(&o.apiToken, "api-token", "", "bearer token the REST API requires; empty disables the API")
 	fs.Int(&o.dbMaxConns, "db-max-conns", 20, "largest number of database connections this replica opens")
 	o.leader.flags(fs)
@@ -61,6 +64,9 @@ func (o serveOptions) validate() error {
 	}
 	if o.drainTimeout <= 0 {
 		return fmt.Errorf("EDIHUB_SHUTDOWN_TIMEOUT (-shutdown-timeout) must be positive, got %s", o.drainTimeout)
+	}
+	if o.drainDelay < 0 {
+		return fmt.Errorf("EDIHUB_SHUTDOWN_DELAY (-shutdown-delay) must not be negative, got %s", o.drainDelay)
 	}
 	if o.dbMaxConns < 2 {
 		return fmt.Errorf("EDIHUB_DB_MAX_CONNS (-db-max-conns) must be at least 2, got %d", o.dbMaxConns)
@@ -108,6 +114,7 @@ func serve(ctx context.Context, env *environment, o serveOptions) error {
 		buildInfo(),
 	)
 	httpMetrics := httpserver.NewMetrics(reg)
+	var draining atomic.Bool
 	as2Handler, err := newReceiver(log, reg, store, cfg, o.maxBodyBytes)
 	if err != nil {
 		return err
@@ -148,7 +155,7 @@ func serve(ctx context.Context, env *environment, o serveOptions) error {
 			Logger:   log,
 			Metrics:  httpMetrics,
 			Gatherer: reg,
-			Ready:    store.Ping,
+			Ready:    readiness(store, &draining),
 			Leader:   leaderHandler(elector),
 		}),
 	})
@@ -164,7 +171,18 @@ func serve(ctx context.Context, env *environment, o serveOptions) error {
 	defer stopHTTP()
 	g.Go(func() error {
 		defer stopHTTP()
-		return elector.Run(gctx)
+		err := elector.Run(gctx)
+		if err == nil && ctx.Err() != nil && o.drainDelay > 0 {
+			// Stopping on a signal: keep answering while endpoints and
+			// load balancers catch up, with /readyz already failing.
+			draining.Store(true)
+			log.Info("serving on before draining", zap.Duration("delay", o.drainDelay))
+			select {
+			case <-time.After(o.drainDelay):
+			case <-httpCtx.Done():
+			}
+		}
+		return err
 	})
 	g.Go(func() error { return out.dispatcher.Run(gctx) })
 	g.Go(func() error { return as2Srv.Run(httpCtx) })
@@ -204,6 +222,17 @@ func openStore(ctx context.Context, log *zap.Logger, url string, maxConns int, m
 		return nil, fmt.Errorf("%w (is the database at EDIHUB_DATABASE_URL reachable?)", err)
 	}
 	return store, nil
+}
+
+// readiness answers /readyz: the database must answer, and a replica that
+// is shutting down is not ready. Leadership plays no part.
+func readiness(store *postgres.Store, draining *atomic.Bool) func(context.Context) error {
+	return func(ctx context.Context) error {
+		if draining.Load() {
+			return httpserver.ErrShuttingDown
+		}
+		return store.Ping(ctx)
+	}
 }
 
 func buildInfo() prometheus.Collector {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/subtle"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"strings"
 	"time"
@@ -26,6 +27,10 @@ type OpsOptions struct {
 	Leader http.Handler
 }
 
+// ErrShuttingDown is returned by a Ready function while the replica drains:
+// /readyz then says so instead of blaming the database.
+var ErrShuttingDown = errors.New("shutting down")
+
 // readyTimeout bounds the readiness probe's database check, well below
 // kubelet's default probe timeout.
 const readyTimeout = 2 * time.Second
@@ -43,8 +48,13 @@ func NewOpsRouter(opts OpsOptions) http.Handler {
 		ctx, cancel := context.WithTimeout(r.Context(), readyTimeout)
 		defer cancel()
 		if err := opts.Ready(ctx); err != nil {
-			log.Warn("not ready", zap.Error(err))
-			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "unavailable", "reason": "database unreachable"})
+			reason := "database unreachable"
+			if errors.Is(err, ErrShuttingDown) {
+				reason = "shutting down"
+			} else {
+				log.Warn("not ready", zap.Error(err))
+			}
+			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "unavailable", "reason": reason})
 			return
 		}
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
