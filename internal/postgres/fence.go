@@ -58,8 +58,12 @@ ON CONFLICT (lease) DO UPDATE
 			s.fenceRejections.Inc()
 			return ErrStaleFence
 		}
+		// opened_at is taken now, after the UPDATE got the fence row's
+		// lock, not at the start of the transaction: every fenced write
+		// of an older term committed before it, so an audit may call any
+		// older-token write stamped later than opened_at stale.
 		_, err = tx.Exec(ctx, `
-INSERT INTO leader_terms (lease, token, holder) VALUES ($1, $2, $3)
+INSERT INTO leader_terms (lease, token, holder, opened_at) VALUES ($1, $2, $3, clock_timestamp())
 ON CONFLICT (lease, token) DO NOTHING`, f.Lease, f.Token, holder)
 		return err
 	})
@@ -139,9 +143,11 @@ func (s *Store) Heartbeats(ctx context.Context, lease string) ([]Beat, error) {
 
 // Term is one opened leadership term, from leader_terms.
 type Term struct {
-	Lease    string
-	Token    int64
-	Holder   string
+	Lease  string
+	Token  int64
+	Holder string
+	// OpenedAt is when the term took the fence (database clock), after
+	// every fenced write of older terms committed.
 	OpenedAt time.Time
 }
 
