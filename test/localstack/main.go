@@ -172,7 +172,7 @@ func run(ctx context.Context) error {
 	fmt.Println()
 	say("stack is up (Ctrl-C stops it):")
 	for _, r := range c.Replicas() {
-		say("  %-10s AS2/API http://%s   ops http://%s (/readyz /metrics)", r.Spec.Name, r.Spec.HTTPAddr, r.Spec.OpsAddr)
+		say("  %-10s AS2/API http://%s   ops http://%s   pid %d", r.Spec.Name, r.Spec.HTTPAddr, r.Spec.OpsAddr, r.PID())
 	}
 	say("  leader     edihub status -ops-urls %s   (kill the leader's process to see a takeover)", opsURLs(c))
 	say("  config     %s", cfgPath)
