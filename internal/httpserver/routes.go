@@ -145,6 +145,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false) // Message-IDs are <...@...>: keep them readable
 	enc.SetIndent("", "  ")
 	_ = enc.Encode(v)
 }

@@ -90,9 +90,12 @@ func run(ctx context.Context) error {
 		return fmt.Errorf("%w: another stack may be running; stop it, or free these ports", err)
 	}
 
-	dbURL := os.Getenv("EDIHUB_DATABASE_URL")
+	dbURL, demoURL := os.Getenv("EDIHUB_DATABASE_URL"), ""
 	if dbURL == "" {
-		pg, url, err := startPostgres(ctx, filepath.Join(state, "postgres"), o.pgPort)
+		if err := cluster.CheckFree(demoSpec.HTTPAddr, demoSpec.OpsAddr); err != nil {
+			return fmt.Errorf("%w: the demo partner station wants these ports; free them", err)
+		}
+		pg, urls, err := startPostgres(ctx, filepath.Join(state, "postgres"), o.pgPort, "edihub", "edihub_demo")
 		if err != nil {
 			return err
 		}
@@ -100,9 +103,9 @@ func run(ctx context.Context) error {
 			say("stopping PostgreSQL")
 			_ = pg.Stop()
 		}()
-		dbURL = url
+		dbURL, demoURL = urls[0], urls[1]
 	} else {
-		say("using the database at EDIHUB_DATABASE_URL")
+		say("using the database at EDIHUB_DATABASE_URL (no demo partner station: it needs a database of its own)")
 	}
 
 	cfgPath, err := ensureStation(state)
@@ -135,11 +138,39 @@ func run(ctx context.Context) error {
 	}
 
 	say("applying migrations")
-	mig := exec.CommandContext(ctx, o.binary, "migrate")
-	mig.Env = append(os.Environ(), "EDIHUB_DATABASE_URL="+dbURL)
-	mig.Stdout, mig.Stderr = os.Stdout, os.Stderr
-	if err := mig.Run(); err != nil {
-		return fmt.Errorf("edihub migrate: %w", err)
+	for _, url := range []string{dbURL, demoURL} {
+		if url == "" {
+			continue
+		}
+		mig := exec.CommandContext(ctx, o.binary, "migrate")
+		mig.Env = append(os.Environ(), "EDIHUB_DATABASE_URL="+url)
+		mig.Stdout, mig.Stderr = os.Stdout, os.Stderr
+		if err := mig.Run(); err != nil {
+			return fmt.Errorf("edihub migrate: %w", err)
+		}
+	}
+	if demoURL != "" {
+		// The demo partner: a second station with its own database, the
+		// hub's configured partner, so documents sent to DEMO PARTNER are
+		// delivered and answered with a signed MDN.
+		demo, err := cluster.Start(cluster.Options{
+			Binary: o.binary,
+			Env: []string{
+				"EDIHUB_DATABASE_URL=" + demoURL,
+				"EDIHUB_CONFIG=" + filepath.Join(state, "demo", "edihub.yaml"),
+				"EDIHUB_LOG_FORMAT=console",
+				"EDIHUB_LOG_LEVEL=warn",
+				"EDIHUB_API_TOKEN=" + token,
+				"EDIHUB_SHUTDOWN_TIMEOUT=5s",
+				"EDIHUB_LEADER_BACKEND=postgres",
+			},
+			Replicas: []cluster.ReplicaSpec{demoSpec},
+			Output:   os.Stdout,
+		})
+		if err != nil {
+			return err
+		}
+		defer func() { _ = demo.Stop(7 * time.Second) }()
 	}
 
 	c, err := cluster.Start(cluster.Options{
@@ -175,6 +206,9 @@ func run(ctx context.Context) error {
 		say("  %-10s AS2/API http://%s   ops http://%s   pid %d", r.Spec.Name, r.Spec.HTTPAddr, r.Spec.OpsAddr, r.PID())
 	}
 	say("  leader     edihub status -ops-urls %s   (kill the leader's process to see a takeover)", opsURLs(c))
+	if demoURL != "" {
+		say("  demo       DEMO PARTNER station on http://%s (the hub's partner; warnings only in the log)", demoSpec.HTTPAddr)
+	}
 	say("  config     %s", cfgPath)
 	say("  API token  in %s", filepath.Join(state, "api-token"))
 	fmt.Println()
@@ -185,40 +219,55 @@ func run(ctx context.Context) error {
 	return err
 }
 
+// demoSpec is the demo partner station, the hub's configured partner.
+var demoSpec = cluster.ReplicaSpec{Name: "demo", HTTPAddr: "127.0.0.1:8090", OpsAddr: "127.0.0.1:9190"}
+
 func say(format string, args ...any) {
 	fmt.Printf("localstack | "+format+"\n", args...)
 }
 
-func startPostgres(ctx context.Context, dir string, port int) (*pgserver.Server, string, error) {
+// startPostgres starts the private server and creates the databases that
+// do not exist yet; it returns their URLs in order.
+func startPostgres(ctx context.Context, dir string, port int, dbs ...string) (*pgserver.Server, []string, error) {
 	if err := cluster.CheckFree(fmt.Sprintf("127.0.0.1:%d", port)); err != nil {
-		return nil, "", fmt.Errorf("%w: the private PostgreSQL wants this port; run with -pg-port N or set EDIHUB_DATABASE_URL", err)
+		return nil, nil, fmt.Errorf("%w: the private PostgreSQL wants this port; run with -pg-port N or set EDIHUB_DATABASE_URL", err)
 	}
 	say("starting PostgreSQL in %s on 127.0.0.1:%d", dir, port)
 	pg, err := pgserver.New(pgserver.Options{Dir: dir, Port: port})
 	if err != nil {
-		return nil, "", err
+		return nil, nil, err
 	}
 	if err := pg.Start(ctx); err != nil {
-		return nil, "", err
+		return nil, nil, err
 	}
-	c, err := pgx.Connect(ctx, pg.URL("postgres"))
+	urls, err := createDatabases(ctx, pg, dbs)
 	if err != nil {
 		_ = pg.Stop()
-		return nil, "", err
+		return nil, nil, err
+	}
+	return pg, urls, nil
+}
+
+func createDatabases(ctx context.Context, pg *pgserver.Server, dbs []string) ([]string, error) {
+	c, err := pgx.Connect(ctx, pg.URL("postgres"))
+	if err != nil {
+		return nil, err
 	}
 	defer c.Close(ctx)
-	var exists bool
-	if err := c.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = 'edihub')").Scan(&exists); err != nil {
-		_ = pg.Stop()
-		return nil, "", err
-	}
-	if !exists {
-		if _, err := c.Exec(ctx, "CREATE DATABASE edihub"); err != nil {
-			_ = pg.Stop()
-			return nil, "", err
+	var urls []string
+	for _, db := range dbs {
+		var exists bool
+		if err := c.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)", db).Scan(&exists); err != nil {
+			return nil, err
 		}
+		if !exists {
+			if _, err := c.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{db}.Sanitize()); err != nil {
+				return nil, err
+			}
+		}
+		urls = append(urls, pg.URL(db))
 	}
-	return pg, pg.URL("edihub"), nil
+	return urls, nil
 }
 
 // ensureStation writes, once, a development station (EDIHUB) and a demo
