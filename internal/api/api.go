@@ -13,7 +13,6 @@ package api
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -26,6 +25,7 @@ import (
 	"github.com/go-chi/chi/v5"
 	"go.uber.org/zap"
 
+	"github.com/edihub/edihub/internal/httpserver"
 	"github.com/edihub/edihub/internal/outbox"
 	"github.com/edihub/edihub/internal/postgres"
 )
@@ -197,7 +197,7 @@ func (h *handler) enqueue(w http.ResponseWriter, r *http.Request) {
 	h.log.Info("queued", zap.String("partner", partner), zap.Int64("id", res.ID), zap.String("message_id", res.MessageID), zap.Int("size", len(body)))
 	loc := h.location(res.ID)
 	w.Header().Set("Location", loc)
-	writeJSON(w, http.StatusAccepted, Queued{ID: res.ID, MessageID: res.MessageID, Status: res.Status, Location: loc})
+	httpserver.WriteJSON(w, http.StatusAccepted, Queued{ID: res.ID, MessageID: res.MessageID, Status: res.Status, Location: loc})
 }
 
 func (h *handler) list(w http.ResponseWriter, r *http.Request) {
@@ -265,7 +265,7 @@ func (h *handler) list(w http.ResponseWriter, r *http.Request) {
 		}
 		out.Messages = append(out.Messages, h.view(m))
 	}
-	writeJSON(w, http.StatusOK, out)
+	httpserver.WriteJSON(w, http.StatusOK, out)
 }
 
 // id parses {id}, answering 404 itself when it is not a message id.
@@ -302,7 +302,7 @@ func (h *handler) get(w http.ResponseWriter, r *http.Request) {
 		h.readErr(w, id, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, h.view(m))
+	httpserver.WriteJSON(w, http.StatusOK, h.view(m))
 }
 
 func (h *handler) payload(w http.ResponseWriter, r *http.Request) {
@@ -355,14 +355,5 @@ func raw(w http.ResponseWriter, ct, disposition string, b []byte) {
 }
 
 func writeError(w http.ResponseWriter, status int, param, msg string) {
-	writeJSON(w, status, apiError{Error: msg, Parameter: param})
-}
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	enc := json.NewEncoder(w)
-	enc.SetEscapeHTML(false) // Message-IDs are <...@...>: keep them readable
-	enc.SetIndent("", "  ")
-	_ = enc.Encode(v)
+	httpserver.WriteJSON(w, status, apiError{Error: msg, Parameter: param})
 }
