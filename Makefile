@@ -1,7 +1,7 @@
 # edihub: "make run" starts the local stack, "make test" runs every test.
 GO ?= go
 
-.PHONY: run test build vet fmt controlplane bench clean
+.PHONY: run test build vet fmt controlplane bench clean failover-report
 
 ## run: start PostgreSQL, a kube-apiserver (unless EDIHUB_LEADER_BACKEND=postgres), three replicas and their logs (Ctrl-C stops all)
 run: build
@@ -25,6 +25,12 @@ controlplane:
 ## bench: receive throughput vs the RSA bound, peak RSS for a 200 MB payload
 bench:
 	$(GO) run ./test/bench
+
+## failover-report: measure failover against real replicas, kube-apiserver and PostgreSQL (>= 10 trials each, both backends, about 12 minutes) and print the tables with their targets
+failover-report:
+	@scripts/deps.sh
+	@scripts/controlplane-build.sh
+	$(GO) run ./test/failover/cmd/report
 
 vet:
 	$(GO) vet ./...

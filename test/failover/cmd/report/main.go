@@ -1,0 +1,395 @@
+// Command report measures edihub's failover figures against real parts and
+// prints them next to their targets (make failover-report): three built
+// edihub replicas with production timings, a real kube-apiserver (each
+// replica behind its own TCP proxy) or the Postgres lease row, and a real
+// PostgreSQL. One cluster per backend is reused across trials; a killed or
+// stopped replica is started again before the next trial.
+//
+// "Workers running" is the successor's first accepted heartbeat (its
+// leader-gated worker's first fenced write), by the database clock on this
+// host; the signal times are taken on the same host.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/edihub/edihub/internal/pgserver"
+	"github.com/edihub/edihub/internal/postgres"
+	"github.com/edihub/edihub/test/controlplane"
+	"github.com/edihub/edihub/test/failover"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "failover-report:", err)
+		os.Exit(1)
+	}
+}
+
+// Targets (issue 3).
+const (
+	crashMax     = 33 * time.Second
+	crashP50     = 31 * time.Second
+	gracefulMax  = time.Second
+	partitionMax = 12 * time.Second
+	// step bounds every wait of a trial, so a broken build fails instead
+	// of hanging.
+	step = 2 * time.Minute
+)
+
+type options struct {
+	trials, partitions int
+	backends           []failover.Backend
+	logDir             string
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	var o options
+	fs := flag.NewFlagSet("failover-report", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.IntVar(&o.trials, "trials", 10, "crash and graceful trials per backend (at least 10 for the targets)")
+	fs.IntVar(&o.partitions, "partition-trials", 3, "partition trials per backend")
+	backends := fs.String("backends", "kubernetes,postgres", "comma-separated leader backends to measure")
+	fs.StringVar(&o.logDir, "log-dir", "", "directory to keep the replicas' logs in (one file per backend); default: discarded")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	for _, b := range strings.Split(*backends, ",") {
+		switch failover.Backend(b) {
+		case failover.Kubernetes, failover.Postgres:
+			o.backends = append(o.backends, failover.Backend(b))
+		default:
+			return fmt.Errorf("-backends: unknown backend %q (kubernetes, postgres)", b)
+		}
+	}
+	if o.trials < 1 || o.partitions < 0 {
+		return errors.New("-trials must be at least 1 and -partition-trials not negative")
+	}
+	logf := func(format string, a ...any) {
+		fmt.Fprintf(stderr, time.Now().Format("15:04:05")+" "+format+"\n", a...)
+	}
+
+	dir, err := os.MkdirTemp("", "edihub-failover-report-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	logf("building edihub")
+	bin, err := failover.BuildBinary(ctx, dir)
+	if err != nil {
+		return err
+	}
+	pg, err := pgserver.New(pgserver.Options{Dir: filepath.Join(dir, "pg"), Settings: map[string]string{"fsync": "off", "synchronous_commit": "off"}})
+	if err != nil {
+		return err
+	}
+	if err := pg.Start(ctx); err != nil {
+		return err
+	}
+	defer pg.Stop()
+
+	results := make([]result, len(o.backends))
+	errs := make([]error, len(o.backends))
+	var wg sync.WaitGroup
+	for i, b := range o.backends {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			blogf := func(format string, a ...any) { logf(string(b)+": "+format, a...) }
+			results[i], errs[i] = measureBackend(ctx, b, bin, pg, dir, o, blogf)
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	missed := false
+	for _, r := range results {
+		missed = r.print(stdout, o) || missed
+	}
+	if missed {
+		return errors.New("targets missed (see the tables)")
+	}
+	return nil
+}
+
+// measureBackend prepares the database (and control plane) of one backend
+// and runs its trials.
+func measureBackend(ctx context.Context, b failover.Backend, bin string, pg *pgserver.Server, dir string, o options, logf func(string, ...any)) (result, error) {
+	bdir := filepath.Join(dir, string(b))
+	if err := os.MkdirAll(bdir, 0o755); err != nil {
+		return result{}, err
+	}
+	dbURL, err := createDatabase(ctx, pg, "edihub_"+string(b))
+	if err != nil {
+		return result{}, err
+	}
+	fo := failover.Options{Binary: bin, Backend: b, DatabaseURL: dbURL, Dir: bdir}
+	if o.logDir != "" {
+		if err := os.MkdirAll(o.logDir, 0o755); err != nil {
+			return result{}, err
+		}
+		f, err := os.Create(filepath.Join(o.logDir, string(b)+".log"))
+		if err != nil {
+			return result{}, err
+		}
+		defer f.Close()
+		fo.Output = f
+	}
+	if b == failover.Kubernetes {
+		logf("starting kube-apiserver and etcd")
+		cp, err := controlplane.Start(ctx, filepath.Join(bdir, "controlplane"), controlplane.Options{})
+		if err != nil {
+			return result{}, err
+		}
+		defer cp.Close()
+		fo.Kubeconfig, fo.Namespace, fo.APIServer = cp.EdihubKubeconfig, cp.Namespace, strings.TrimPrefix(cp.URL, "https://")
+	}
+	return measure(ctx, fo, o, logf)
+}
+
+func createDatabase(ctx context.Context, pg *pgserver.Server, name string) (string, error) {
+	c, err := pgx.Connect(ctx, pg.URL("postgres"))
+	if err != nil {
+		return "", err
+	}
+	_, err = c.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize())
+	c.Close(ctx)
+	if err != nil {
+		return "", fmt.Errorf("create database %s: %w", name, err)
+	}
+	url := pg.URL(name)
+	st, err := postgres.Open(ctx, url, postgres.Options{MaxConns: 2})
+	if err != nil {
+		return "", err
+	}
+	defer st.Close()
+	if _, err := st.Migrate(ctx); err != nil {
+		return "", err
+	}
+	return url, nil
+}
+
+// result is one backend's measurements.
+type result struct {
+	backend                    failover.Backend
+	crash, graceful, partition []time.Duration
+	terms, writes              int
+	verdict                    failover.Verdict
+}
+
+// measure runs the trials on one cluster.
+func measure(ctx context.Context, fo failover.Options, o options, logf func(string, ...any)) (res result, err error) {
+	res.backend = fo.Backend
+	cl, err := failover.Start(ctx, fo)
+	if err != nil {
+		return res, err
+	}
+	defer func() {
+		if cerr := cl.Close(); cerr != nil && err == nil {
+			err = cerr
+		}
+	}()
+	wctx, cancel := context.WithTimeout(ctx, step)
+	defer cancel()
+	if err := cl.WaitReady(wctx); err != nil {
+		return res, err
+	}
+	ev, cur, err := cl.WaitNewLeader(wctx, time.Time{})
+	if err != nil {
+		return res, err
+	}
+	if _, err := cl.FirstBeat(wctx, ev.Token); err != nil {
+		return res, err
+	}
+	logf("%s leads (token %d)", cur.Spec.Name, ev.Token)
+	token := ev.Token
+
+	// takeover waits for a new leader after since and its first write.
+	takeover := func(ctx context.Context, since time.Time, old *failover.Replica) (*failover.Replica, int64, time.Time, error) {
+		became, next, err := cl.WaitNewLeader(ctx, since, old)
+		if err != nil {
+			return nil, 0, time.Time{}, err
+		}
+		beat, err := cl.FirstBeat(ctx, became.Token)
+		if err != nil {
+			return nil, 0, time.Time{}, err
+		}
+		return next, became.Token, beat.At, nil
+	}
+	restart := func(ctx context.Context, r *failover.Replica) error {
+		if err := r.Wait(ctx); err != nil && ctx.Err() != nil {
+			return err
+		}
+		if err := r.Start(); err != nil {
+			return err
+		}
+		return r.WaitReady(ctx)
+	}
+	// settle lets followers see a few renewals of the current term.
+	settle := func() bool {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(3 * time.Second):
+			return true
+		}
+	}
+
+	trial := func(kind string, i int, fn func(ctx context.Context) error) error {
+		if !settle() {
+			return ctx.Err()
+		}
+		tctx, cancel := context.WithTimeout(ctx, step)
+		defer cancel()
+		if err := fn(tctx); err != nil {
+			return fmt.Errorf("%s trial %d: %w", kind, i, err)
+		}
+		return nil
+	}
+	for i := 1; i <= o.trials; i++ {
+		err := trial("crash", i, func(ctx context.Context) error {
+			killed, err := cur.Kill(ctx)
+			if err != nil {
+				return err
+			}
+			next, tok, first, err := takeover(ctx, killed, cur)
+			if err != nil {
+				return err
+			}
+			d := first.Sub(killed)
+			res.crash = append(res.crash, d)
+			logf("crash %d/%d: SIGKILL %s → %s's workers running after %v", i, o.trials, cur.Spec.Name, next.Spec.Name, d.Round(time.Millisecond))
+			if err := restart(ctx, cur); err != nil {
+				return err
+			}
+			cur, token = next, tok
+			return nil
+		})
+		if err != nil {
+			return res, err
+		}
+	}
+	for i := 1; i <= o.trials; i++ {
+		err := trial("graceful", i, func(ctx context.Context) error {
+			termed, err := cur.Terminate(ctx)
+			if err != nil {
+				return err
+			}
+			next, tok, first, err := takeover(ctx, termed, cur)
+			if err != nil {
+				return err
+			}
+			d := first.Sub(termed)
+			res.graceful = append(res.graceful, d)
+			logf("graceful %d/%d: SIGTERM %s → %s's workers running after %v", i, o.trials, cur.Spec.Name, next.Spec.Name, d.Round(time.Millisecond))
+			if err := cur.Wait(ctx); err != nil {
+				return fmt.Errorf("%s after SIGTERM: %w", cur.Spec.Name, err)
+			}
+			if err := restart(ctx, cur); err != nil {
+				return err
+			}
+			cur, token = next, tok
+			return nil
+		})
+		if err != nil {
+			return res, err
+		}
+	}
+	for i := 1; i <= o.partitions; i++ {
+		err := trial("partition", i, func(ctx context.Context) error {
+			cut := cur.Cut()
+			defer cur.Restore()
+			lost, err := cl.WaitEvent(ctx, cut, func(e failover.Event) bool {
+				return e.Replica == cur.Spec.Name && e.Token == token && (e.Msg == failover.MsgLost || e.Msg == failover.MsgReleased)
+			})
+			if err != nil {
+				return fmt.Errorf("%s did not step down: %w", cur.Spec.Name, err)
+			}
+			d := lost.Time.Sub(cut)
+			res.partition = append(res.partition, d)
+			next, tok, first, err := takeover(ctx, cut, cur)
+			if err != nil {
+				return err
+			}
+			logf("partition %d/%d: cut %s → its workers stopped after %v; %s's workers running after %v", i, o.partitions, cur.Spec.Name, d.Round(time.Millisecond), next.Spec.Name, first.Sub(cut).Round(time.Millisecond))
+			cur.Restore()
+			cur, token = next, tok
+			return nil
+		})
+		if err != nil {
+			return res, err
+		}
+	}
+
+	hctx, hcancel := context.WithTimeout(ctx, time.Minute)
+	defer hcancel()
+	h, err := cl.History(hctx)
+	if err != nil {
+		return res, err
+	}
+	res.terms, res.writes, res.verdict = len(h.Terms), len(h.Beats), failover.Check(h)
+	if err := res.verdict.Err(); err != nil {
+		logf("history: %v", err)
+	}
+	if err := res.verdict.OverlapErr(); err != nil {
+		logf("history: %v", err)
+	}
+	return res, nil
+}
+
+// print writes the backend's table and reports whether a target was missed.
+func (r result) print(w io.Writer, o options) (missed bool) {
+	mark := func(ok bool) string {
+		if ok {
+			return "met"
+		}
+		missed = true
+		return "MISSED"
+	}
+	crash, graceful, partition := failover.StatsOf(r.crash), failover.StatsOf(r.graceful), failover.StatsOf(r.partition)
+	stale := len(r.verdict.Stale) + len(r.verdict.Interleaved) + len(r.verdict.Unknown)
+	overlapping := len(r.verdict.Overlapping)
+	fmt.Fprintf(w, "\n### %s backend\n\n", r.backend)
+	fmt.Fprintf(w, "3 replicas; lease %v, renew deadline %v, retry period %v; workers running = the successor's first accepted fenced write\n\n",
+		failover.LeaseDuration, failover.RenewDeadline, failover.RetryPeriod)
+	fmt.Fprintln(w, "| figure | target | measured (min / p50 / max) | |")
+	fmt.Fprintln(w, "|---|---|---|---|")
+	fmt.Fprintf(w, "| crash failover (SIGKILL → successor's workers running), %d trials | max ≤ 33 s, p50 ≤ 31 s | %s | %s |\n",
+		crash.N, span(crash), mark(crash.N >= 10 && crash.Max <= crashMax && crash.P50 <= crashP50))
+	fmt.Fprintf(w, "| graceful handoff (SIGTERM → successor's workers running), %d trials | max ≤ 1 s | %s | %s |\n",
+		graceful.N, span(graceful), mark(graceful.N >= 10 && graceful.Max <= gracefulMax))
+	fmt.Fprintf(w, "| partitioned leader's workers stopped after the cut, %d trials | ≤ 12 s | %s | %s |\n",
+		partition.N, span(partition), mark(partition.N > 0 && partition.Max <= partitionMax))
+	fmt.Fprintf(w, "| accepted stale writes, overlapping terms | 0, 0 | %d, %d (%d terms, %d accepted writes checked) | %s |\n",
+		stale, overlapping, r.terms, r.writes, mark(stale == 0 && overlapping == 0))
+	return missed
+}
+
+func span(s failover.Stats) string {
+	if s.N == 0 {
+		return "no trials"
+	}
+	f := func(d time.Duration) string {
+		if d < time.Second {
+			return fmt.Sprintf("%d ms", d.Milliseconds())
+		}
+		return fmt.Sprintf("%.2f s", d.Seconds())
+	}
+	return f(s.Min) + " / " + f(s.P50) + " / " + f(s.Max)
+}
