@@ -94,7 +94,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	pg, err := pgserver.New(pgserver.Options{Dir: filepath.Join(dir, "pg"), Settings: map[string]string{"fsync": "off", "synchronous_commit": "off"}})
+	// Its own directory: pgserver hands it to the postgres user when run
+	// as root, which dir (private to us) would not let it reach.
+	pgDir, err := os.MkdirTemp("", "edihub-failover-report-pg-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(pgDir)
+	pg, err := pgserver.New(pgserver.Options{Dir: pgDir, Settings: map[string]string{"fsync": "off", "synchronous_commit": "off"}})
 	if err != nil {
 		return err
 	}
