@@ -20,11 +20,11 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/edihub/edihub/internal/pgserver"
 	"github.com/edihub/edihub/internal/postgres"
@@ -110,19 +110,22 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	defer pg.Stop()
 
+	// The backends run side by side, each on its own cluster and
+	// database; the first error stops the others.
 	results := make([]result, len(o.backends))
-	errs := make([]error, len(o.backends))
-	var wg sync.WaitGroup
+	g, gctx := errgroup.WithContext(ctx)
 	for i, b := range o.backends {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		g.Go(func() error {
 			blogf := func(format string, a ...any) { logf(string(b)+": "+format, a...) }
-			results[i], errs[i] = measureBackend(ctx, b, bin, pg, dir, o, blogf)
-		}()
+			r, err := measureBackend(gctx, b, bin, pg, dir, o, blogf)
+			if err != nil {
+				return fmt.Errorf("%s: %w", b, err)
+			}
+			results[i] = r
+			return nil
+		})
 	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
+	if err := g.Wait(); err != nil {
 		return err
 	}
 	missed := false
@@ -160,7 +163,11 @@ func measureBackend(ctx context.Context, b failover.Backend, bin string, pg *pgs
 	}
 	if b == failover.Kubernetes {
 		logf("starting kube-apiserver and etcd")
-		cp, err := controlplane.Start(ctx, filepath.Join(bdir, "controlplane"), controlplane.Options{})
+		cpDir := filepath.Join(bdir, "controlplane")
+		if err := os.MkdirAll(cpDir, 0o700); err != nil {
+			return result{}, err
+		}
+		cp, err := controlplane.Start(ctx, cpDir, controlplane.Options{})
 		if err != nil {
 			return result{}, err
 		}
