@@ -335,8 +335,13 @@ func decodeTransfer(cte string, body []byte) ([]byte, error) {
 }
 
 // decodeBase64 decodes base64 ignoring whitespace and tolerating missing
-// padding.
+// padding, into one buffer when the input has no whitespace but line
+// breaks (which the decoder skips).
 func decodeBase64(b []byte) ([]byte, error) {
+	out := make([]byte, base64.StdEncoding.DecodedLen(len(b)))
+	if n, err := base64.StdEncoding.Decode(out, b); err == nil {
+		return out[:n], nil
+	}
 	clean := make([]byte, 0, len(b))
 	for _, c := range b {
 		switch c {
@@ -345,11 +350,12 @@ func decodeBase64(b []byte) ([]byte, error) {
 			clean = append(clean, c)
 		}
 	}
-	out := make([]byte, base64.StdEncoding.DecodedLen(len(clean)))
 	n, err := base64.StdEncoding.Decode(out, clean)
 	if err != nil {
 		trimmed := bytes.TrimRight(clean, "=")
-		out = make([]byte, base64.RawStdEncoding.DecodedLen(len(trimmed)))
+		if need := base64.RawStdEncoding.DecodedLen(len(trimmed)); need > len(out) {
+			out = make([]byte, need)
+		}
 		if n, err = base64.RawStdEncoding.Decode(out, trimmed); err != nil {
 			return nil, err
 		}

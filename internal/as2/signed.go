@@ -25,7 +25,11 @@ func VerifyMultipartSigned(e *Entity, certs []*x509.Certificate, lim Limits) ([]
 			return nil, nil, classify(stageVerify, err)
 		}
 	}
-	return verifyMultipart(e, certs)
+	v, err := verifyMultipart(e, certs)
+	if err != nil {
+		return nil, nil, err
+	}
+	return v.Content, v, nil
 }
 
 // SignOptions configures SignMultipart.

@@ -53,6 +53,11 @@ type UnwrapOptions struct {
 	UnsignedMIC MICScope
 	// Limits bound the parse.
 	Limits Limits
+	// InPlace lets Unwrap decrypt into body instead of a copy, so that a
+	// large message is held once: the caller owns body and does not use
+	// it after Unwrap returns (its bytes are then undefined). The
+	// Message's Payload may alias body either way.
+	InPlace bool
 }
 
 // Message is the result of Unwrap.
@@ -94,7 +99,7 @@ type Message struct {
 //   - else: per opts.UnsignedMIC.
 //
 // Every error is an *Error whose Disposition is the MDN modifier to send.
-// body is not modified; the Message may alias it.
+// body is not modified unless opts.InPlace; the Message may alias it.
 func Unwrap(h http.Header, body []byte, opts UnwrapOptions) (*Message, error) {
 	lim := opts.Limits.withDefaults()
 	top := &Entity{Body: body}
@@ -112,9 +117,22 @@ func Unwrap(h http.Header, body []byte, opts UnwrapOptions) (*Message, error) {
 	}
 
 	m := &Message{}
-	var signedMIC, encryptedMIC, compressedMIC []byte
-	signedHash := crypto.Hash(0)
+	// The MIC inputs: a signed layer's MIC is the verifier's digest; the
+	// bytes of an encrypted or compressed layer are digested only when
+	// needed, or before a decryption in place would overwrite them.
+	var signedMIC, encryptedMIC, compressedMIC MIC
+	var encryptedRaw, compressedRaw []byte
+	digestPending := func() {
+		if encryptedRaw != nil {
+			encryptedMIC, encryptedRaw = ComputeMIC(micAlg, encryptedRaw), nil
+		}
+		if compressedRaw != nil {
+			compressedMIC, compressedRaw = ComputeMIC(micAlg, compressedRaw), nil
+		}
+	}
+	encryptedSeen, compressedSeen := false, false
 	ent := top
+	owned := opts.InPlace // ent's bytes may be overwritten
 	for depth := 0; ; depth++ {
 		if depth > lim.MaxDepth {
 			return nil, classify(stageMIME, fmt.Errorf("%w: more than %d S/MIME layers", ErrLimit, lim.MaxDepth))
@@ -129,19 +147,19 @@ func Unwrap(h http.Header, body []byte, opts UnwrapOptions) (*Message, error) {
 					return nil, classify(stageVerify, err)
 				}
 			}
-			signed, v, err := verifyMultipart(ent, opts.PartnerCerts)
+			v, err := verifyMultipart(ent, opts.PartnerCerts)
 			if err != nil {
 				return nil, err
 			}
 			m.Signed = true
 			m.Layers = append(m.Layers, LayerSigned)
-			if signedMIC == nil {
-				signedMIC, signedHash, m.Signer = signed, v.Hash, v.Signer
+			if signedMIC.IsZero() {
+				signedMIC, m.Signer = MIC{Alg: v.Hash, Digest: v.Digest}, v.Signer
 			}
 			ent = ent.Parts[0]
 
 		case mt == "application/pkcs7-mime" || mt == "application/x-pkcs7-mime":
-			der, err := cmsBody(ent)
+			der, fresh, err := cmsBody(ent)
 			if err != nil {
 				return nil, classify(stageFor(params["smime-type"]), err)
 			}
@@ -154,14 +172,21 @@ func Unwrap(h http.Header, body []byte, opts UnwrapOptions) (*Message, error) {
 			switch typ {
 			case cms.TypeEnvelopedData, cms.TypeAuthEnvelopedData:
 				s = stageDecrypt
-				if inner, err = cms.Decrypt(der, opts.Keys); err != nil {
+				if owned || fresh {
+					digestPending() // they may alias der
+					inner, err = cms.DecryptInPlace(der, opts.Keys)
+				} else {
+					inner, err = cms.Decrypt(der, opts.Keys)
+				}
+				if err != nil {
 					return nil, classify(s, fmt.Errorf("decrypt: %w", err))
 				}
 				m.Encrypted = true
 				m.Layers = append(m.Layers, LayerEncrypted)
-				if encryptedMIC == nil {
-					encryptedMIC = inner
+				if !encryptedSeen {
+					encryptedSeen, encryptedRaw = true, inner
 				}
+				owned = true
 			case cms.TypeCompressedData:
 				s = stageDecompress
 				if inner, err = cms.Decompress(der, lim.MaxDecompressedSize); err != nil {
@@ -169,9 +194,10 @@ func Unwrap(h http.Header, body []byte, opts UnwrapOptions) (*Message, error) {
 				}
 				m.Compressed = true
 				m.Layers = append(m.Layers, LayerCompressed)
-				if compressedMIC == nil {
-					compressedMIC = inner
+				if !compressedSeen {
+					compressedSeen, compressedRaw = true, inner
 				}
+				owned = true
 			case cms.TypeSignedData:
 				s = stageVerify
 				v, err := cms.Verify(der, nil, opts.PartnerCerts)
@@ -181,9 +207,10 @@ func Unwrap(h http.Header, body []byte, opts UnwrapOptions) (*Message, error) {
 				inner = v.Content
 				m.Signed = true
 				m.Layers = append(m.Layers, LayerSigned)
-				if signedMIC == nil {
-					signedMIC, signedHash, m.Signer = inner, v.Hash, v.Signer
+				if signedMIC.IsZero() {
+					signedMIC, m.Signer = MIC{Alg: v.Hash, Digest: v.Digest}, v.Signer
 				}
+				owned = owned || fresh // the content aliases der or is new
 			default:
 				return nil, classify(stageFor(params["smime-type"]), fmt.Errorf("%w: CMS content type %v", cms.ErrContentType, typ))
 			}
@@ -205,14 +232,16 @@ func Unwrap(h http.Header, body []byte, opts UnwrapOptions) (*Message, error) {
 			}
 			m.Filename = filename(ent.Header.Get("Content-Disposition"))
 			switch {
-			case signedMIC != nil:
-				m.MIC = ComputeMIC(signedHash, signedMIC)
-			case encryptedMIC != nil:
-				m.MIC = ComputeMIC(micAlg, encryptedMIC)
+			case !signedMIC.IsZero():
+				m.MIC = signedMIC
+			case encryptedSeen:
+				digestPending()
+				m.MIC = encryptedMIC
 			case opts.UnsignedMIC == MICContentOnly:
 				m.MIC = ComputeMIC(micAlg, payload)
-			case compressedMIC != nil:
-				m.MIC = ComputeMIC(micAlg, compressedMIC)
+			case compressedSeen:
+				digestPending()
+				m.MIC = compressedMIC
 			default:
 				m.MIC = plainMIC(micAlg, top)
 			}
@@ -244,43 +273,44 @@ func plainMIC(alg crypto.Hash, top *Entity) MIC {
 	return MIC{Alg: alg, Digest: h.Sum(nil)}
 }
 
-// verifyMultipart verifies a multipart/signed entity and returns the signed
-// bytes: the first part exactly as received or, when only that verifies,
-// its CRLF-canonical form (a partner whose transport turned CRLF into LF).
-func verifyMultipart(ent *Entity, certs []*x509.Certificate) ([]byte, *cms.Verified, error) {
+// verifyMultipart verifies a multipart/signed entity over its first part
+// exactly as received or, when only that verifies, over its CRLF-canonical
+// form (a partner whose transport turned CRLF into LF). The Verified's
+// Digest is then that of the bytes that verified: the MIC.
+func verifyMultipart(ent *Entity, certs []*x509.Certificate) (*cms.Verified, error) {
 	if len(ent.Parts) < 2 {
-		return nil, nil, classify(stageVerify, fmt.Errorf("%w: multipart/signed with %d parts", ErrMalformedMIME, len(ent.Parts)))
+		return nil, classify(stageVerify, fmt.Errorf("%w: multipart/signed with %d parts", ErrMalformedMIME, len(ent.Parts)))
 	}
-	sig, err := cmsBody(ent.Parts[1])
+	sig, _, err := cmsBody(ent.Parts[1])
 	if err != nil {
-		return nil, nil, classify(stageVerify, fmt.Errorf("signature part: %w", err))
+		return nil, classify(stageVerify, fmt.Errorf("signature part: %w", err))
 	}
 	signed := ent.Parts[0].Raw
 	v, err := cms.Verify(sig, signed, certs)
 	if err != nil && hasBareLF(signed) && (errors.Is(err, cms.ErrSignature) || errors.Is(err, cms.ErrDigestMismatch)) {
-		canon := toCRLF(signed)
-		if v2, err2 := cms.Verify(sig, canon, certs); err2 == nil {
-			return canon, v2, nil
+		if v2, err2 := cms.Verify(sig, toCRLF(signed), certs); err2 == nil {
+			return v2, nil
 		}
 	}
 	if err != nil {
-		return nil, nil, classify(stageVerify, fmt.Errorf("verify: %w", err))
+		return nil, classify(stageVerify, fmt.Errorf("verify: %w", err))
 	}
-	return signed, v, nil
+	return v, nil
 }
 
 // cmsBody returns the DER of an application/pkcs7-* entity, undoing its
 // transfer encoding, and base64 even when the Content-Transfer-Encoding
-// field went missing.
-func cmsBody(e *Entity) ([]byte, error) {
+// field went missing. fresh reports a new buffer, not a slice of e.Body.
+func cmsBody(e *Entity) (der []byte, fresh bool, err error) {
 	b, err := e.DecodedBody()
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
+	fresh = e.TransferEncoding() != "binary" && e.TransferEncoding() != "7bit" && e.TransferEncoding() != "8bit"
 	if len(b) > 0 && b[0] != 0x30 && isBase64Text(b) {
 		if d, err := decodeBase64(b); err == nil {
-			return d, nil
+			return d, true, nil
 		}
 	}
-	return b, nil
+	return b, fresh, nil
 }

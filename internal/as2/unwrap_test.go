@@ -20,6 +20,61 @@ func stationOpts(ids *openssltest.Identities) as2.UnwrapOptions {
 	return as2.UnwrapOptions{
 		Keys:         []cms.Recipient{{Cert: ids.B.Cert, Key: ids.B.Key.(crypto.Decrypter)}},
 		PartnerCerts: []*x509Cert{ids.A.Cert},
+		InPlace:      true, // as the receiver does
+	}
+}
+
+// TestUnwrapInPlace checks that decrypting in place leaves the MIC of
+// every layering intact (a layer's bytes may hold a later layer's
+// ciphertext) and that without InPlace the body stays as it was.
+func TestUnwrapInPlace(t *testing.T) {
+	ids := openssltest.Keys(t)
+	payload := bytes.Repeat([]byte("ST*850*0001~BEG*00*SA*PO-1**20260101~\n"), 300)
+	encrypt := func(t *testing.T, b []byte, ct string, o as2.WrapOptions) *as2.Wrapped {
+		t.Helper()
+		w, err := as2.Wrap(b, ct, "", o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return w
+	}
+	enc := as2.WrapOptions{Encrypt: cms.AES256CBC, RecipientCert: ids.B.Cert}
+	sign := as2.WrapOptions{Sign: crypto.SHA256, SignerKey: ids.A.Key, SignerCert: ids.A.Cert}
+	inner := encrypt(t, payload, "application/EDI-X12", as2.WrapOptions{Encrypt: cms.AES128GCM, RecipientCert: ids.B.Cert})
+	innerCT := inner.Header.Get("Content-Type")
+	b64 := enc
+	b64.TransferEncoding = as2.Base64
+	tests := []struct {
+		name   string
+		give   *as2.Wrapped
+		layers string
+	}{
+		{"encrypted", encrypt(t, payload, "application/EDI-X12", enc), "[encrypted]"},
+		{"encrypted base64", encrypt(t, payload, "application/EDI-X12", b64), "[encrypted]"},
+		{"encrypted twice", encrypt(t, inner.Body, innerCT, enc), "[encrypted encrypted]"},
+		{"signed over encrypted", encrypt(t, inner.Body, innerCT, sign), "[signed encrypted]"},
+	}
+	for _, tt := range tests {
+		for _, inPlace := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/in place %v", tt.name, inPlace), func(t *testing.T) {
+				o := stationOpts(ids)
+				o.InPlace = inPlace
+				body := bytes.Clone(tt.give.Body)
+				got, err := as2.Unwrap(tt.give.Header, body, o)
+				if err != nil {
+					t.Fatalf("Unwrap() error = %v", err)
+				}
+				if !bytes.Equal(got.Payload, payload) || fmt.Sprint(got.Layers) != tt.layers {
+					t.Errorf("Unwrap() = payload of %d bytes, layers %v; want %d bytes, %s", len(got.Payload), got.Layers, len(payload), tt.layers)
+				}
+				if !got.MIC.Equal(tt.give.MIC) {
+					t.Errorf("Unwrap().MIC = %v, want %v", got.MIC, tt.give.MIC)
+				}
+				if !inPlace && !bytes.Equal(body, tt.give.Body) {
+					t.Error("Unwrap() without InPlace modified the body")
+				}
+			})
+		}
 	}
 }
 

@@ -478,6 +478,7 @@ func (h *Handler) unwrap(log *zap.Logger, hdr http.Header, body []byte, rq reque
 		PartnerCerts: partner.Certificates,
 		MICAlgs:      plan.micAlgs,
 		Limits:       h.o.Limits,
+		InPlace:      true, // body is ours and unused afterwards: a large message is held once
 	})
 	if err == nil {
 		msg.Signed, msg.Encrypted, msg.Compressed = m.Signed, m.Encrypted, m.Compressed

@@ -1,6 +1,7 @@
 package cms
 
 import (
+	"encoding/asn1"
 	"errors"
 	"fmt"
 )
@@ -269,5 +270,101 @@ const (
 	tagSet         = 0x31
 	tagContext0    = 0xa0 // [0] constructed
 	tagContext1    = 0xa1 // [1] constructed
+	tagContext2    = 0xa2 // [2] constructed
 	tagContext0Pri = 0x80 // [0] primitive
 )
+
+// berElement is one BER element located in its input, nothing copied.
+type berElement struct {
+	tag     byte   // first identifier octet
+	full    []byte // identifier, length, content and end-of-contents octets
+	content []byte // content octets, end-of-contents octets excluded
+}
+
+// next splits the element at the start of b from the bytes after it. The
+// end of an indefinite-length element is found by walking its children;
+// definite lengths are skipped, so the walk costs no more than the
+// elements of indefinite length hold.
+func (p *berParser) next(b []byte, depth int) (berElement, []byte, error) {
+	if depth > maxBERDepth {
+		return berElement{}, nil, errors.New("ber: nesting too deep")
+	}
+	h, err := p.header(b)
+	if err != nil {
+		return berElement{}, nil, err
+	}
+	if !h.indefinite {
+		end := h.size + h.length
+		return berElement{tag: b[0], full: b[:end], content: b[h.size:end]}, b[end:], nil
+	}
+	body := b[h.size:]
+	for len(body) < 2 || body[0] != 0 || body[1] != 0 {
+		if _, body, err = p.next(body, depth+1); err != nil {
+			return berElement{}, nil, err
+		}
+	}
+	n := len(b) - h.size - len(body)
+	return berElement{tag: b[0], full: b[:h.size+n+2], content: b[h.size : h.size+n]}, body[2:], nil
+}
+
+// children returns the elements of a constructed element's content.
+func (p *berParser) children(e berElement, depth int) ([]berElement, error) {
+	var out []berElement
+	for c := e.content; len(c) > 0; {
+		k, rest, err := p.next(c, depth+1)
+		if err != nil {
+			return nil, err
+		}
+		out, c = append(out, k), rest
+	}
+	return out, nil
+}
+
+// walkSegments calls fn with the content of each primitive OCTET STRING
+// segment of a constructed string's content c, in order.
+func (p *berParser) walkSegments(c []byte, depth int, fn func([]byte)) error {
+	for len(c) > 0 {
+		s, rest, err := p.next(c, depth+1)
+		if err != nil {
+			return err
+		}
+		switch s.tag {
+		case tagOctetString:
+			fn(s.content)
+		case tagOctetString | 0x20:
+			if err := p.walkSegments(s.content, depth+1, fn); err != nil {
+				return err
+			}
+		default:
+			return errors.New("ber: constructed OCTET STRING holds another type")
+		}
+		c = rest
+	}
+	return nil
+}
+
+// gather returns the value of a string encoded as constructed segments in
+// one buffer of exactly its size plus spare capacity.
+func (p *berParser) gather(e berElement, spare int) ([]byte, error) {
+	n := 0
+	if err := p.walkSegments(e.content, 0, func(s []byte) { n += len(s) }); err != nil {
+		return nil, err
+	}
+	out := make([]byte, 0, n+spare)
+	if err := p.walkSegments(e.content, 0, func(s []byte) { out = append(out, s...) }); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// unmarshal normalises a (small) element and decodes it into v.
+func (e berElement) unmarshal(v any, params string) error {
+	der, err := normalize(e.full)
+	if err != nil {
+		return err
+	}
+	if _, err := asn1.UnmarshalWithParams(der, v, params); err != nil {
+		return fmt.Errorf("%w: %w", ErrMalformed, err)
+	}
+	return nil
+}

@@ -5,6 +5,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/asn1"
+	"errors"
 	"fmt"
 	"math/big"
 )
@@ -63,22 +64,41 @@ func parseContentInfo(b []byte) (contentInfo, error) {
 }
 
 // Identify reports the content type of a DER or BER encoded ContentInfo.
-// It returns ErrMalformed when b is not a ContentInfo.
+// It returns ErrMalformed when b does not start like a ContentInfo. It
+// reads the content type only: nothing is copied, and the content is
+// checked by whoever parses it.
 func Identify(b []byte) (Type, error) {
-	ci, err := parseContentInfo(b)
+	var p berParser
+	ci, _, err := p.next(b, 0)
+	if err == nil && ci.tag != tagSequence {
+		err = fmt.Errorf("%w: content info is not a SEQUENCE", ErrMalformed)
+	}
+	var first berElement
+	if err == nil {
+		if first, _, err = p.next(ci.content, 1); err == nil && first.tag != 0x06 {
+			err = fmt.Errorf("%w: content info without a content type", ErrMalformed)
+		}
+	}
+	var ct asn1.ObjectIdentifier
+	if err == nil {
+		err = first.unmarshal(&ct, "")
+	}
 	if err != nil {
+		if !errors.Is(err, ErrMalformed) {
+			err = fmt.Errorf("%w: content info: %w", ErrMalformed, err)
+		}
 		return TypeUnknown, err
 	}
 	switch {
-	case ci.ContentType.Equal(oidData):
+	case ct.Equal(oidData):
 		return TypeData, nil
-	case ci.ContentType.Equal(oidSignedData):
+	case ct.Equal(oidSignedData):
 		return TypeSignedData, nil
-	case ci.ContentType.Equal(oidEnvelopedData):
+	case ct.Equal(oidEnvelopedData):
 		return TypeEnvelopedData, nil
-	case ci.ContentType.Equal(oidAuthEnvelopedData):
+	case ct.Equal(oidAuthEnvelopedData):
 		return TypeAuthEnvelopedData, nil
-	case ci.ContentType.Equal(oidCompressedData):
+	case ct.Equal(oidCompressedData):
 		return TypeCompressedData, nil
 	}
 	return TypeUnknown, nil

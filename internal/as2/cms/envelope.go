@@ -1,6 +1,7 @@
 package cms
 
 import (
+	"bytes"
 	"crypto"
 	"crypto/aes"
 	"crypto/cipher"
@@ -114,30 +115,6 @@ func cipherByOID(oid asn1.ObjectIdentifier) (cipherInfo, bool) {
 	return cipherInfo{}, false
 }
 
-type encryptedContentInfo struct {
-	ContentType      asn1.ObjectIdentifier
-	Algorithm        pkix.AlgorithmIdentifier
-	EncryptedContent asn1.RawValue `asn1:"optional,tag:0"`
-}
-
-type envelopedData struct {
-	Version          int
-	OriginatorInfo   asn1.RawValue   `asn1:"optional,tag:0"`
-	RecipientInfos   []asn1.RawValue `asn1:"set"`
-	EncryptedContent encryptedContentInfo
-	UnprotectedAttrs asn1.RawValue `asn1:"optional,tag:1"`
-}
-
-type authEnvelopedData struct {
-	Version          int
-	OriginatorInfo   asn1.RawValue   `asn1:"optional,tag:0"`
-	RecipientInfos   []asn1.RawValue `asn1:"set"`
-	EncryptedContent encryptedContentInfo
-	AuthAttrs        asn1.RawValue `asn1:"optional,tag:1"`
-	MAC              []byte
-	UnauthAttrs      asn1.RawValue `asn1:"optional,tag:2"`
-}
-
 type keyTransRecipientInfo struct {
 	Version      int
 	RID          asn1.RawValue
@@ -158,79 +135,225 @@ type gcmParams struct {
 
 // Decrypt decrypts an EnvelopedData or AuthEnvelopedData ContentInfo for
 // the first recipient whose certificate the message names, and returns
-// the content. Errors wrap ErrMalformed, ErrContentType,
-// ErrUnsupportedAlgorithm, ErrNoRecipient or ErrDecryption.
+// the content. b is not modified; the content is a new buffer. Errors wrap
+// ErrMalformed, ErrContentType, ErrUnsupportedAlgorithm, ErrNoRecipient or
+// ErrDecryption.
 func Decrypt(b []byte, recipients []Recipient) ([]byte, error) {
-	ci, err := parseContentInfo(b)
-	if err != nil {
-		return nil, err
-	}
-	switch {
-	case ci.ContentType.Equal(oidEnvelopedData):
-		var ed envelopedData
-		if _, err := asn1.Unmarshal(ci.Content.Bytes, &ed); err != nil {
-			return nil, fmt.Errorf("%w: enveloped data: %w", ErrMalformed, err)
-		}
-		return decryptContent(ed.RecipientInfos, ed.EncryptedContent, recipients, nil)
-	case ci.ContentType.Equal(oidAuthEnvelopedData):
-		var ad authEnvelopedData
-		if _, err := asn1.Unmarshal(ci.Content.Bytes, &ad); err != nil {
-			return nil, fmt.Errorf("%w: auth enveloped data: %w", ErrMalformed, err)
-		}
-		return decryptContent(ad.RecipientInfos, ad.EncryptedContent, recipients, &ad)
-	}
-	return nil, fmt.Errorf("%w: %v is not enveloped data", ErrContentType, ci.ContentType)
+	return decrypt(b, recipients, false)
 }
 
-func decryptContent(ris []asn1.RawValue, eci encryptedContentInfo, recipients []Recipient, ad *authEnvelopedData) ([]byte, error) {
-	ciph, ok := cipherByOID(eci.Algorithm.Algorithm)
+// DecryptInPlace is Decrypt for a caller that owns b and does not need it
+// afterwards: the content is decrypted where the ciphertext lies in b and
+// the result aliases b, so a large message is not held twice. Only
+// content encoded in BER segments is gathered into one new buffer first.
+// The bytes of b are undefined after DecryptInPlace returns, error or not.
+func DecryptInPlace(b []byte, recipients []Recipient) ([]byte, error) {
+	return decrypt(b, recipients, true)
+}
+
+// envelope is an EnvelopedData or AuthEnvelopedData located in its input
+// without normalising (copying) the whole structure: only the small
+// fields are decoded, the encrypted content is a slice of the input.
+type envelope struct {
+	auth       bool
+	ris        []asn1.RawValue
+	alg        pkix.AlgorithmIdentifier
+	ciphertext []byte // nil when absent
+	gathered   bool   // ciphertext is a new buffer, not a slice of the input
+	authAttrs  []byte // DER of [1] authAttrs, nil when absent
+	mac        []byte // a copy
+}
+
+// gcmTagSpace is spare capacity for appending a GCM tag to the ciphertext.
+const gcmTagSpace = 16
+
+func parseEnvelope(b []byte) (*envelope, error) {
+	malformed := func(what string, err error) error {
+		if errors.Is(err, ErrMalformed) {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+		if err != nil {
+			return fmt.Errorf("%w: %s: %w", ErrMalformed, what, err)
+		}
+		return fmt.Errorf("%w: %s", ErrMalformed, what)
+	}
+	var p berParser
+	ci, _, err := p.next(b, 0) // bytes after the ContentInfo are ignored
+	if err != nil || ci.tag != tagSequence {
+		return nil, malformed("content info", err)
+	}
+	kids, err := p.children(ci, 0)
+	if err != nil || len(kids) == 0 {
+		return nil, malformed("content info", err)
+	}
+	var ct asn1.ObjectIdentifier
+	if err := kids[0].unmarshal(&ct, ""); err != nil {
+		return nil, malformed("content type", err)
+	}
+	env := &envelope{}
+	switch {
+	case ct.Equal(oidEnvelopedData):
+	case ct.Equal(oidAuthEnvelopedData):
+		env.auth = true
+	default:
+		return nil, fmt.Errorf("%w: %v is not enveloped data", ErrContentType, ct)
+	}
+	if len(kids) != 2 || kids[1].tag != tagContext0 {
+		return nil, malformed("enveloped data: no content", nil)
+	}
+	inner, err := p.children(kids[1], 1)
+	if err != nil || len(inner) != 1 || inner[0].tag != tagSequence {
+		return nil, malformed("enveloped data", err)
+	}
+	fields, err := p.children(inner[0], 2)
+	if err != nil {
+		return nil, malformed("enveloped data", err)
+	}
+	take := func(tag byte) (berElement, bool) {
+		if len(fields) > 0 && fields[0].tag == tag {
+			f := fields[0]
+			fields = fields[1:]
+			return f, true
+		}
+		return berElement{}, false
+	}
+	if _, ok := take(tagInteger); !ok {
+		return nil, malformed("enveloped data: version", nil)
+	}
+	take(tagContext0) // originatorInfo
+	set, ok := take(tagSet)
 	if !ok {
-		return nil, fmt.Errorf("%w: content encryption %v", ErrUnsupportedAlgorithm, eci.Algorithm.Algorithm)
+		return nil, malformed("enveloped data: recipient infos", nil)
 	}
-	if !ciph.gcm && ad != nil {
-		return nil, fmt.Errorf("%w: cipher %s in AuthEnvelopedData", ErrUnsupportedAlgorithm, ciph.name)
+	if err := set.unmarshal(&env.ris, "set"); err != nil {
+		return nil, malformed("recipient infos", err)
 	}
-	if ciph.gcm && ad == nil {
-		// Non-standard but seen in the wild (e.g. smallstep/pkcs7): GCM in
-		// EnvelopedData with the tag appended to the ciphertext.
-		ad = &authEnvelopedData{}
+	eciElem, ok := take(tagSequence)
+	if !ok {
+		return nil, malformed("encrypted content info", nil)
 	}
-	ciphertext, err := octets(eci.EncryptedContent)
+	eci, err := p.children(eciElem, 3)
+	if err != nil || len(eci) < 2 || len(eci) > 3 {
+		return nil, malformed("encrypted content info", err)
+	}
+	var inner0 asn1.ObjectIdentifier
+	if err := eci[0].unmarshal(&inner0, ""); err != nil {
+		return nil, malformed("encrypted content type", err)
+	}
+	if err := eci[1].unmarshal(&env.alg, ""); err != nil {
+		return nil, malformed("content encryption algorithm", err)
+	}
+	if len(eci) == 3 {
+		switch ec := eci[2]; ec.tag {
+		case tagContext0Pri:
+			env.ciphertext = ec.content
+		case tagContext0:
+			if env.ciphertext, err = p.gather(ec, gcmTagSpace); err != nil {
+				return nil, malformed("encrypted content", err)
+			}
+			env.gathered = true
+		default:
+			return nil, malformed("encrypted content", nil)
+		}
+	}
+	if env.auth {
+		if a, ok := take(tagContext1); ok {
+			if env.authAttrs, err = normalize(a.full); err != nil {
+				return nil, malformed("authenticated attributes", err)
+			}
+		}
+		m, ok := take(tagOctetString)
+		if !ok {
+			m, ok = take(tagOctetString | 0x20)
+		}
+		if !ok {
+			return nil, malformed("auth enveloped data: mac", nil)
+		}
+		if err := m.unmarshal(&env.mac, ""); err != nil {
+			return nil, malformed("mac", err)
+		}
+		env.mac = bytes.Clone(env.mac)
+		take(tagContext2) // unauthAttrs
+	} else {
+		take(tagContext1) // unprotectedAttrs
+	}
+	if len(fields) > 0 {
+		return nil, malformed("enveloped data: unexpected trailing field", nil)
+	}
+	return env, nil
+}
+
+func decrypt(b []byte, recipients []Recipient, inPlace bool) ([]byte, error) {
+	env, err := parseEnvelope(b)
 	if err != nil {
 		return nil, err
 	}
-	var lastErr error
-	for _, raw := range ris {
+	ciph, ok := cipherByOID(env.alg.Algorithm)
+	if !ok {
+		return nil, fmt.Errorf("%w: content encryption %v", ErrUnsupportedAlgorithm, env.alg.Algorithm)
+	}
+	if !ciph.gcm && env.auth {
+		return nil, fmt.Errorf("%w: cipher %s in AuthEnvelopedData", ErrUnsupportedAlgorithm, ciph.name)
+	}
+	// Non-standard but seen in the wild (e.g. smallstep/pkcs7): GCM in
+	// EnvelopedData with the tag appended to the ciphertext; openGCM
+	// handles a missing mac.
+
+	// The candidates are the (recipient info, key) pairs whose certificate
+	// the message names; usually one. Each but the last is tried on a copy
+	// of the ciphertext, since a failed attempt leaves garbage behind.
+	type candidate struct {
+		ktri keyTransRecipientInfo
+		key  crypto.Decrypter
+	}
+	var cands []candidate
+	var parseErr error
+	for _, raw := range env.ris {
 		if raw.Class != asn1.ClassUniversal || raw.Tag != asn1.TagSequence {
 			continue // kari, kekri, pwri, ori: not for RSA keys
 		}
 		var ktri keyTransRecipientInfo
 		if _, err := asn1.Unmarshal(raw.FullBytes, &ktri); err != nil {
-			return nil, fmt.Errorf("%w: recipient info: %w", ErrMalformed, err)
+			parseErr = fmt.Errorf("%w: recipient info: %w", ErrMalformed, err)
+			break
 		}
 		for _, r := range recipients {
-			if r.Key == nil || !matchesCert(ktri.RID, r.Cert) {
-				continue
+			if r.Key != nil && matchesCert(ktri.RID, r.Cert) {
+				cands = append(cands, candidate{ktri, r.Key})
 			}
-			cek, err := unwrapKey(ktri, r.Key, ciph.keyLen)
-			if err != nil {
-				lastErr = err
-				continue
-			}
-			var plain []byte
-			if ad != nil {
-				plain, err = openGCM(cek, eci.Algorithm, ciphertext, ad)
-			} else {
-				plain, err = openCBC(ciph, cek, eci.Algorithm, ciphertext)
-			}
-			if err != nil {
-				lastErr = err
-				continue
-			}
-			return plain, nil
 		}
 	}
-	if lastErr != nil {
+	buf := env.ciphertext
+	if !inPlace && !env.gathered && buf != nil {
+		buf = append(make([]byte, 0, len(buf)+gcmTagSpace), buf...)
+	}
+	var lastErr error
+	for i, c := range cands {
+		cek, err := unwrapKey(c.ktri, c.key, ciph.keyLen)
+		if err != nil {
+			lastErr = err
+			continue
+		}
+		work := buf
+		if i < len(cands)-1 && buf != nil {
+			work = append(make([]byte, 0, len(buf)+gcmTagSpace), buf...)
+		}
+		var plain []byte
+		if ciph.gcm {
+			plain, err = openGCM(cek, env.alg, work, env)
+		} else {
+			plain, err = openCBC(ciph, cek, env.alg, work)
+		}
+		if err != nil {
+			lastErr = err
+			continue
+		}
+		return plain, nil
+	}
+	switch {
+	case parseErr != nil:
+		return nil, parseErr
+	case lastErr != nil:
 		return nil, lastErr
 	}
 	return nil, ErrNoRecipient
@@ -314,7 +437,8 @@ func newBlock(c cipherInfo, key []byte) (cipher.Block, error) {
 	return aes.NewCipher(key)
 }
 
-func openCBC(c cipherInfo, key []byte, alg pkix.AlgorithmIdentifier, ciphertext []byte) ([]byte, error) {
+// openCBC decrypts buf in place and strips the padding by reslicing.
+func openCBC(c cipherInfo, key []byte, alg pkix.AlgorithmIdentifier, buf []byte) ([]byte, error) {
 	block, err := newBlock(c, key)
 	if err != nil {
 		return nil, fmt.Errorf("%w: content key: %w", ErrDecryption, err)
@@ -324,39 +448,39 @@ func openCBC(c cipherInfo, key []byte, alg pkix.AlgorithmIdentifier, ciphertext 
 		return nil, fmt.Errorf("%w: CBC initialisation vector", ErrMalformed)
 	}
 	bs := block.BlockSize()
-	if len(ciphertext) == 0 || len(ciphertext)%bs != 0 {
-		return nil, fmt.Errorf("%w: ciphertext length %d", ErrDecryption, len(ciphertext))
+	if len(buf) == 0 || len(buf)%bs != 0 {
+		return nil, fmt.Errorf("%w: ciphertext length %d", ErrDecryption, len(buf))
 	}
-	plain := make([]byte, len(ciphertext))
-	cipher.NewCBCDecrypter(block, iv).CryptBlocks(plain, ciphertext)
-	pad := int(plain[len(plain)-1])
+	cipher.NewCBCDecrypter(block, iv).CryptBlocks(buf, buf)
+	pad := int(buf[len(buf)-1])
 	if pad == 0 || pad > bs {
 		return nil, fmt.Errorf("%w: bad padding", ErrDecryption)
 	}
-	want := make([]byte, pad)
-	for i := range want {
+	var want [aes.BlockSize]byte
+	for i := range pad {
 		want[i] = byte(pad)
 	}
-	if subtle.ConstantTimeCompare(plain[len(plain)-pad:], want) != 1 {
+	if subtle.ConstantTimeCompare(buf[len(buf)-pad:], want[:pad]) != 1 {
 		return nil, fmt.Errorf("%w: bad padding", ErrDecryption)
 	}
-	return plain[:len(plain)-pad], nil
+	return buf[:len(buf)-pad], nil
 }
 
-// openGCM decrypts AuthEnvelopedData content. Partners differ in how they
-// encode the tag: the standard puts it in mac with aes-ICVlen in the
-// parameters; some omit mac and append the tag to the ciphertext, some
-// declare an ICV length that does not match mac. The bytes actually present
-// win over the declared length.
-func openGCM(key []byte, alg pkix.AlgorithmIdentifier, ciphertext []byte, ad *authEnvelopedData) ([]byte, error) {
+// openGCM decrypts AuthEnvelopedData content in buf, in place. Partners
+// differ in how they encode the tag: the standard puts it in mac with
+// aes-ICVlen in the parameters; some omit mac and append the tag to the
+// ciphertext, some declare an ICV length that does not match mac. The
+// bytes actually present win over the declared length. A tag from mac is
+// written after the ciphertext when buf has the capacity (the bytes after
+// the ciphertext were already decoded), so that the AEAD opens in place.
+func openGCM(key []byte, alg pkix.AlgorithmIdentifier, buf []byte, env *envelope) ([]byte, error) {
 	var p gcmParams
 	if _, err := asn1.Unmarshal(alg.Parameters.FullBytes, &p); err != nil {
 		return nil, fmt.Errorf("%w: GCM parameters: %w", ErrMalformed, err)
 	}
-	tag := ad.MAC
-	if len(tag) == 0 && p.ICVLen >= 12 && p.ICVLen <= 16 && len(ciphertext) >= p.ICVLen {
-		tag = ciphertext[len(ciphertext)-p.ICVLen:]
-		ciphertext = ciphertext[:len(ciphertext)-p.ICVLen]
+	tag := env.mac
+	if len(tag) == 0 && p.ICVLen >= 12 && p.ICVLen <= 16 && len(buf) >= p.ICVLen {
+		tag = buf[len(buf)-p.ICVLen:]
 	}
 	if len(tag) < 12 || len(tag) > 16 {
 		return nil, fmt.Errorf("%w: GCM tag length %d", ErrUnsupportedAlgorithm, len(tag))
@@ -378,11 +502,18 @@ func openGCM(key []byte, alg pkix.AlgorithmIdentifier, ciphertext []byte, ad *au
 		return nil, fmt.Errorf("%w: GCM: %w", ErrUnsupportedAlgorithm, err)
 	}
 	var aad []byte
-	if len(ad.AuthAttrs.FullBytes) > 0 {
-		aad = append([]byte{tagSet}, ad.AuthAttrs.FullBytes[1:]...)
+	if len(env.authAttrs) > 0 {
+		aad = append([]byte{tagSet}, env.authAttrs[1:]...)
 	}
-	sealed := make([]byte, 0, len(ciphertext)+len(tag))
-	sealed = append(append(sealed, ciphertext...), tag...)
+	var sealed []byte
+	switch {
+	case len(env.mac) == 0:
+		sealed = buf // the tag follows the ciphertext already
+	case cap(buf)-len(buf) >= len(tag):
+		sealed = append(buf, tag...)
+	default:
+		sealed = append(append(make([]byte, 0, len(buf)+len(tag)), buf...), tag...)
+	}
 	plain, err := aead.Open(sealed[:0], p.Nonce, sealed, aad)
 	if err != nil {
 		return nil, fmt.Errorf("%w: GCM: %w", ErrDecryption, err)

@@ -1,6 +1,7 @@
 package cms
 
 import (
+	"bytes"
 	"crypto"
 	"crypto/rand"
 	"crypto/rsa"
@@ -45,21 +46,17 @@ func TestGCMNonStandardEncodings(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ci, err := parseContentInfo(std)
+	ad, err := parseEnvelope(std)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var ad authEnvelopedData
-	if _, err := asn1.Unmarshal(ci.Content.Bytes, &ad); err != nil {
-		t.Fatal(err)
-	}
 	var p gcmParams
-	if _, err := asn1.Unmarshal(ad.EncryptedContent.Algorithm.Parameters.FullBytes, &p); err != nil {
+	if _, err := asn1.Unmarshal(ad.alg.Parameters.FullBytes, &p); err != nil {
 		t.Fatal(err)
 	}
-	ct := ad.EncryptedContent.EncryptedContent.Bytes
+	ct := ad.ciphertext
 	var ris [][]byte
-	for _, ri := range ad.RecipientInfos {
+	for _, ri := range ad.ris {
 		ris = append(ris, ri.FullBytes)
 	}
 	riSet := tlv(tagSet, ris...)
@@ -72,31 +69,37 @@ func TestGCMNonStandardEncodings(t *testing.T) {
 		}
 		return wrapContentInfo(envelope, tlv(tagSequence, ver, riSet, eci, tlv(tagOctetString, mac)))
 	}
-	withTag := append(append([]byte{}, ct...), ad.MAC...)
+	withTag := append(append([]byte{}, ct...), ad.mac...)
 	tests := []struct {
 		name string
 		give []byte
 		want error
 	}{
 		{"standard", std, nil},
-		{"declared ICV length 12, tag 16", build(oidAuthEnvelopedData, 12, ct, ad.MAC), nil},
+		{"declared ICV length 12, tag 16", build(oidAuthEnvelopedData, 12, ct, ad.mac), nil},
 		{"empty mac, tag appended", build(oidAuthEnvelopedData, 16, withTag, nil), nil},
 		{"GCM in EnvelopedData, tag appended", build(oidEnvelopedData, 16, withTag, nil), nil},
-		{"truncated tag", build(oidAuthEnvelopedData, 16, ct, ad.MAC[:8]), ErrUnsupportedAlgorithm},
+		{"truncated tag", build(oidAuthEnvelopedData, 16, ct, ad.mac[:8]), ErrUnsupportedAlgorithm},
 		{"wrong tag", build(oidAuthEnvelopedData, 16, ct, make([]byte, 16)), ErrDecryption},
 	}
+	decrypters := []struct {
+		name string
+		fn   func([]byte, []Recipient) ([]byte, error)
+	}{{"Decrypt", Decrypt}, {"DecryptInPlace", DecryptInPlace}}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			got, err := Decrypt(tt.give, []Recipient{{Cert: cert, Key: crypto.Decrypter(key)}})
-			if tt.want != nil {
-				if !errors.Is(err, tt.want) {
-					t.Errorf("Decrypt() error = %v, want %v", err, tt.want)
+		for _, d := range decrypters {
+			t.Run(tt.name+"/"+d.name, func(t *testing.T) {
+				got, err := d.fn(bytes.Clone(tt.give), []Recipient{{Cert: cert, Key: crypto.Decrypter(key)}})
+				if tt.want != nil {
+					if !errors.Is(err, tt.want) {
+						t.Errorf("%s() error = %v, want %v", d.name, err, tt.want)
+					}
+					return
 				}
-				return
-			}
-			if err != nil || string(got) != string(plain) {
-				t.Errorf("Decrypt() = %q, %v; want %q", got, err, plain)
-			}
-		})
+				if err != nil || string(got) != string(plain) {
+					t.Errorf("%s() = %q, %v; want %q", d.name, got, err, plain)
+				}
+			})
+		}
 	}
 }

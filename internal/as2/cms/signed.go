@@ -70,6 +70,9 @@ type Verified struct {
 	// Content is the signed content: the detached content passed in, or
 	// the encapsulated content of an attached signature.
 	Content []byte
+	// Digest is the digest of Content under Hash, computed once for the
+	// verification: the MIC of a signed AS2 message.
+	Digest []byte
 	// SigningTime is the signing-time attribute, zero when absent.
 	SigningTime time.Time
 }
@@ -147,7 +150,7 @@ func Verify(b []byte, content []byte, certs []*x509.Certificate) (*Verified, err
 		for _, cert := range ordered {
 			v, err := verifySigner(si, sd.EncapContentInfo.EContentType, h, digests[h], cert)
 			if err == nil {
-				v.Content = content
+				v.Content, v.Digest = content, digests[h]
 				return v, nil
 			}
 			best = worse(best, err)
