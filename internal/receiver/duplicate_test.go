@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -127,39 +128,35 @@ func TestReceiveConcurrentDuplicates(t *testing.T) {
 	}
 }
 
-// raceStore hides the first lookup so that two identical posts both pass
-// the duplicate check and meet at the unique constraint.
-type raceStore struct {
+// lookupStore counts the Message-ID lookups.
+type lookupStore struct {
 	receiver.Store
-	mu     sync.Mutex
-	misses int
+	lookups atomic.Int64
 }
 
-func (s *raceStore) InboundByMessageID(ctx context.Context, partner, id string) (*postgres.InboundRecord, error) {
-	s.mu.Lock()
-	if s.misses > 0 {
-		s.misses--
-		s.mu.Unlock()
-		return nil, postgres.ErrInboundNotFound
-	}
-	s.mu.Unlock()
+func (s *lookupStore) InboundByMessageID(ctx context.Context, partner, id string) (*postgres.InboundRecord, error) {
+	s.lookups.Add(1)
 	return s.Store.InboundByMessageID(ctx, partner, id)
 }
 
-// TestReceiveDuplicateAtInsert covers the race the pre-check cannot see:
-// the insert reports the duplicate, the stored MDN is read back.
+// TestReceiveDuplicateAtInsert: a new message is stored without a lookup
+// first (one statement); a resend is found by the insert's unique
+// constraint, and the stored MDN is read back.
 func TestReceiveDuplicateAtInsert(t *testing.T) {
-	rs := &raceStore{misses: 1}
-	e := newEnv(t, envOptions{wrap: func(s receiver.Store) receiver.Store { rs.Store = s; return rs }})
+	ls := &lookupStore{}
+	e := newEnv(t, envOptions{wrap: func(s receiver.Store) receiver.Store { ls.Store = s; return ls }})
 	m := buildOpenSSL(t, build{sign: "sha256"})
 	h := request(as2Header(partnerACME, station, "<insert-race@x>", "sha-256"), m)
 	first := post(t, e.url, h, m.body, false)
 	parseMDN(t, first)
-	rs.mu.Lock()
-	rs.misses = 1
-	rs.mu.Unlock()
+	if n := ls.lookups.Load(); n != 0 {
+		t.Errorf("first receipt: %d Message-ID lookups, want 0", n)
+	}
 	second := post(t, e.url, h, m.body, false)
 	sameMDN(t, second, first)
+	if n := ls.lookups.Load(); n != 1 {
+		t.Errorf("resend: %d Message-ID lookups in all, want 1", n)
+	}
 	if c := e.count(t, `SELECT count(*) FROM messages`); c != 1 {
 		t.Errorf("%d messages, want 1", c)
 	}

@@ -399,14 +399,9 @@ func (h *Handler) receive(ctx context.Context, hdr http.Header, body []byte) *re
 		return res
 	}
 
-	// A resend: answer what was answered the first time.
-	if rec, err := h.o.Store.InboundByMessageID(ctx, partner.AS2ID, rq.messageID); err == nil {
-		return h.duplicate(ctx, log, rq, plan, partner, rec)
-	} else if !errors.Is(err, postgres.ErrInboundNotFound) {
-		log.Error("look up message ID", zap.Error(err))
-		return unavailable(partner.AS2ID)
-	}
-
+	// A resend is found by the insert, not looked up first: a new message
+	// then costs one statement, and a resend (rare) an unwrap and an MDN
+	// signature that are thrown away.
 	msg := &postgres.InboundMessage{
 		Partner: partner.AS2ID, AS2From: rq.from, AS2To: rq.to, MessageID: rq.messageID,
 		MDNMode: "none", MDNSigned: plan.sign,
@@ -432,7 +427,8 @@ func (h *Handler) receive(ctx context.Context, hdr http.Header, body []byte) *re
 	}
 	if _, err := h.o.Store.SaveInbound(ctx, msg); err != nil {
 		if errors.Is(err, postgres.ErrDuplicateInbound) {
-			// A concurrent identical post won the race.
+			// A resend, or a concurrent identical post that won the race:
+			// answer what was answered the first time.
 			rec, err := h.o.Store.InboundByMessageID(ctx, partner.AS2ID, rq.messageID)
 			if err != nil {
 				log.Error("read back the stored MDN", zap.Error(err))
