@@ -90,6 +90,7 @@ func serve(ctx context.Context, env *environment, o serveOptions) error {
 		return err
 	}
 	defer func() { _ = log.Sync() }()
+	applyMemoryLimit(log, env.getenv, cgroupMemoryMax)
 
 	cfg, err := config.Load(o.configPath, config.Options{Now: time.Now})
 	if err != nil {
