@@ -16,6 +16,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -255,12 +256,14 @@ func measure(ctx context.Context, fo failover.Options, o options, logf func(stri
 		}
 		return r.WaitReady(ctx)
 	}
-	// settle lets followers see a few renewals of the current term.
+	// settle lets followers see a few renewals of the current term, and
+	// lets the next signal fall anywhere within the leader's renewal
+	// cycle (one retry period), so the trials cover every phase.
 	settle := func() bool {
 		select {
 		case <-ctx.Done():
 			return false
-		case <-time.After(3 * time.Second):
+		case <-time.After(3*time.Second + rand.N(failover.RetryPeriod)):
 			return true
 		}
 	}
