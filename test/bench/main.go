@@ -15,6 +15,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto"
 	"crypto/rand"
@@ -75,6 +76,7 @@ type options struct {
 	rssBytes    int64
 	child       string // keys directory: run as the RSS child
 	cpuProfile  string
+	memProfile  string
 }
 
 func run(ctx context.Context, args []string, out io.Writer) error {
@@ -86,6 +88,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	fs.IntVar(&o.payload, "payload", 4096, "payload bytes of the throughput run")
 	fs.Int64Var(&o.rssBytes, "rss-bytes", 200<<20, "payload bytes of the peak-memory run; 0 skips it")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the throughput run to this file")
+	fs.StringVar(&o.memProfile, "memprofile", "", "write an allocation profile of the throughput run to this file")
 	fs.StringVar(&o.child, "rss-child", "", "internal: run the receiver for the peak-memory run with the keys in this directory")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -242,7 +245,7 @@ func throughput(ctx context.Context, out io.Writer, o options, store *postgres.S
 	)
 	send := func() error {
 		id := fmt.Sprintf("<bench-%s-%d@partner>", run, seq.Add(1))
-		req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(string(w.Body)))
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(w.Body))
 		if err != nil {
 			return err
 		}
@@ -315,6 +318,11 @@ func throughput(ctx context.Context, out io.Writer, o options, store *postgres.S
 	if o.cpuProfile != "" {
 		pprof.StopCPUProfile()
 	}
+	if o.memProfile != "" {
+		if err := writeHeapProfile(o.memProfile); err != nil {
+			return err
+		}
+	}
 	if n := failures.Load(); n > 0 {
 		return fmt.Errorf("%d messages failed, first: %v", n, firstErr.Load())
 	}
@@ -343,6 +351,17 @@ func throughput(ctx context.Context, out io.Writer, o options, store *postgres.S
 	fmt.Fprintln(out, "   RSA ops/s is measured with GOMAXPROCS goroutines in this process before and after the run)")
 	fmt.Fprintln(out)
 	return nil
+}
+
+// writeHeapProfile writes the allocations since the start (alloc_space,
+// alloc_objects) to path.
+func writeHeapProfile(path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return pprof.Lookup("allocs").WriteTo(f, 0)
 }
 
 // cpuTimes is a snapshot of CPU time in clock ticks: the machine's busy

@@ -25,6 +25,13 @@ type berNode struct {
 // form. Bytes after the first element are ignored: partners append CRLF or
 // padding after the DER now and then.
 func normalize(b []byte) ([]byte, error) {
+	// Most input is DER already: check that without building the tree.
+	var check berParser
+	if n, der, err := check.der(b, 0); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrMalformed, err)
+	} else if der {
+		return b[:n], nil
+	}
 	p := berParser{}
 	n, rest, err := p.parse(b, 0)
 	if err != nil {
@@ -106,6 +113,36 @@ func (p *berParser) header(b []byte) (berHeader, error) {
 		return berHeader{}, errTruncated
 	}
 	return h, nil
+}
+
+// der reports whether the element at the start of b is in the form
+// normalize produces (definite minimal lengths, no constructed OCTET
+// STRING) and its encoded size, allocating nothing. It stops at the first
+// element that is not; parse then takes over and checks the rest.
+func (p *berParser) der(b []byte, depth int) (int, bool, error) {
+	if depth > maxBERDepth {
+		return 0, false, errors.New("ber: nesting too deep")
+	}
+	if p.nodes++; p.nodes > maxBERNodes {
+		return 0, false, errors.New("ber: too many elements")
+	}
+	h, err := p.header(b)
+	if err != nil {
+		return 0, false, err
+	}
+	if p.changed || b[0] == 0x24 {
+		return 0, false, nil
+	}
+	if h.constructed {
+		for body := b[h.size : h.size+h.length]; len(body) > 0; {
+			n, der, err := p.der(body, depth+1)
+			if err != nil || !der {
+				return 0, false, err
+			}
+			body = body[n:]
+		}
+	}
+	return h.size + h.length, true, nil
 }
 
 func (p *berParser) parse(b []byte, depth int) (*berNode, []byte, error) {
