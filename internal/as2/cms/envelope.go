@@ -284,6 +284,7 @@ func parseEnvelope(b []byte) (*envelope, error) {
 }
 
 func decrypt(b []byte, recipients []Recipient, inPlace bool) ([]byte, error) {
+	b = b[:len(b):len(b)] // a GCM tag written in place stays within b
 	env, err := parseEnvelope(b)
 	if err != nil {
 		return nil, err
