@@ -44,7 +44,7 @@ while IFS= read -r pkg; do
 			fuzz_failed=$((fuzz_failed + 1))
 		fi
 	done
-done < <(go list -f '{{if .TestGoFiles}}{{.ImportPath}}{{end}}' ./... | while read -r p; do
+done < <(go list -f '{{if or .TestGoFiles .XTestGoFiles}}{{.ImportPath}}{{end}}' ./... | while read -r p; do
 	d="$(go list -f '{{.Dir}}' "$p")"
 	grep -lq '^func Fuzz' "$d"/*_test.go 2>/dev/null && echo "$p"
 done)
