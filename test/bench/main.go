@@ -552,6 +552,7 @@ func peakRSS(ctx context.Context, out io.Writer, o options, partner, st *identit
 		{"plain, Content-Length", false, false, true},
 		{"plain, chunked", false, false, false},
 		{"signed + AES-256-CBC, Content-Length", true, true, true},
+		{"signed + AES-256-CBC, chunked", true, true, false},
 	} {
 		var body []byte
 		var h http.Header
