@@ -3,15 +3,9 @@ package main
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"crypto/rsa"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/json"
-	"encoding/pem"
 	"fmt"
 	"io"
-	"math/big"
 	"net"
 	"net/http"
 	"net/url"
@@ -24,6 +18,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/edihub/edihub/internal/devpki"
 	"github.com/edihub/edihub/internal/postgres/pgtest"
 )
 
@@ -73,25 +68,12 @@ func newHubStation(t *testing.T, name string) *hubStation {
 	t.Helper()
 	s := &hubStation{name: name, dir: t.TempDir(), dbURL: pgtest.URL(t), as2Addr: hubFreeAddr(t), opsAddr: hubFreeAddr(t),
 		token: "token-" + strings.ReplaceAll(name, " ", "-"), logs: &hubLog{}}
-	key, err := rsa.GenerateKey(rand.Reader, 2048)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: name},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour)}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kd, err := x509.MarshalPKCS8PrivateKey(key)
+	id, err := devpki.New(name, devpki.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	s.keyPath, s.certPath = filepath.Join(s.dir, "station.key"), filepath.Join(s.dir, "station.crt")
-	if err := os.WriteFile(s.keyPath, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kd}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(s.certPath, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644); err != nil {
+	if err := id.WriteFiles(s.keyPath, s.certPath); err != nil {
 		t.Fatal(err)
 	}
 	return s

@@ -3,13 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"crypto/rsa"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"flag"
-	"math/big"
 	"os"
 	"path/filepath"
 	"strings"
@@ -17,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edihub/edihub/internal/devpki"
 	"github.com/edihub/edihub/internal/postgres/pgtest"
 )
 
@@ -193,18 +188,11 @@ var (
 func writeConfig(t *testing.T, partnerExtra string) string {
 	t.Helper()
 	keyOnce.Do(func() {
-		key, err := rsa.GenerateKey(rand.Reader, 2048)
+		id, err := devpki.New("test", devpki.Options{})
 		if err != nil {
 			panic(err)
 		}
-		tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test"},
-			NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour)}
-		der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-		if err != nil {
-			panic(err)
-		}
-		keyPEM = pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(key)})
-		certPEM = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+		keyPEM, certPEM = id.KeyPEM(), id.CertPEM()
 	})
 	dir := t.TempDir()
 	for name, b := range map[string][]byte{"station.key": keyPEM, "station.crt": certPEM, "partner.crt": certPEM} {

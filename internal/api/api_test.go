@@ -3,15 +3,9 @@ package api_test
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"crypto/rsa"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/json"
-	"encoding/pem"
 	"fmt"
 	"io"
-	"math/big"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -26,6 +20,7 @@ import (
 
 	"github.com/edihub/edihub/internal/api"
 	"github.com/edihub/edihub/internal/config"
+	"github.com/edihub/edihub/internal/devpki"
 	"github.com/edihub/edihub/internal/httpserver"
 	"github.com/edihub/edihub/internal/outbox"
 	"github.com/edihub/edihub/internal/postgres"
@@ -38,20 +33,14 @@ const token = "s3cret-token"
 
 func writeIdentity(t *testing.T, dir, name string) (keyPath, certPath string) {
 	t.Helper()
-	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	id, err := devpki.New(name, devpki.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: name},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour * 24)}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kd, _ := x509.MarshalPKCS8PrivateKey(key)
 	keyPath, certPath = filepath.Join(dir, name+".key"), filepath.Join(dir, name+".crt")
-	_ = os.WriteFile(keyPath, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kd}), 0o600)
-	_ = os.WriteFile(certPath, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644)
+	if err := id.WriteFiles(keyPath, certPath); err != nil {
+		t.Fatal(err)
+	}
 	return keyPath, certPath
 }
 

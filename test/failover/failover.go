@@ -18,16 +18,10 @@ package failover
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"crypto/rsa"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/json"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
-	"math/big"
 	"net/http"
 	"net/url"
 	"os"
@@ -41,6 +35,7 @@ import (
 
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/edihub/edihub/internal/devpki"
 	"github.com/edihub/edihub/internal/postgres"
 	"github.com/edihub/edihub/test/cluster"
 	"github.com/edihub/edihub/test/netproxy"
@@ -538,29 +533,13 @@ func proxiedKubeconfig(src, dst, proxy string) (string, error) {
 
 // writeStation writes a station key, certificate and config into dir.
 func writeStation(dir string) (string, error) {
-	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	id, err := devpki.New("EDIHUB", devpki.Options{})
 	if err != nil {
 		return "", err
 	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: "EDIHUB"},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(7 * 24 * time.Hour),
-		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
-		BasicConstraintsValid: true,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		return "", err
-	}
-	pkcs8, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		return "", err
-	}
-	crt := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+	crt := id.CertPEM()
 	files := map[string][]byte{
-		"station.key": pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: pkcs8}),
+		"station.key": id.KeyPEM(),
 		"station.crt": crt,
 		"partner.crt": crt,
 		"edihub.yaml": []byte(`station: {as2_id: "EDIHUB", private_key: station.key, certificate: station.crt}

@@ -10,15 +10,10 @@ package main
 import (
 	"context"
 	"crypto/rand"
-	"crypto/rsa"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/hex"
-	"encoding/pem"
 	"errors"
 	"flag"
 	"fmt"
-	"math/big"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -29,6 +24,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/edihub/edihub/internal/devpki"
 	"github.com/edihub/edihub/internal/pgserver"
 	"github.com/edihub/edihub/test/cluster"
 	"github.com/edihub/edihub/test/controlplane"
@@ -336,34 +332,11 @@ func ensureKeyPair(dir, base, cn string) error {
 		return nil
 	}
 	say("generating a development key and certificate for %q", cn)
-	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	id, err := devpki.New(cn, devpki.Options{})
 	if err != nil {
 		return err
 	}
-	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 62))
-	if err != nil {
-		return err
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          serial,
-		Subject:               pkix.Name{CommonName: cn, Organization: []string{"edihub development"}},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().AddDate(2, 0, 0),
-		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
-		BasicConstraintsValid: true,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		return err
-	}
-	pkcs8, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		return err
-	}
-	if err := os.WriteFile(keyPath, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: pkcs8}), 0o600); err != nil {
-		return err
-	}
-	return os.WriteFile(crtPath, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644)
+	return id.WriteFiles(keyPath, crtPath)
 }
 
 func ensureToken(path string) (string, error) {
