@@ -305,8 +305,9 @@ func throughput(ctx context.Context, out io.Writer, o options, store *postgres.S
 		}
 	}
 	lat, replies = lat[:0], replies[:0]
-	// RSA speed is measured before and after the run and averaged: on a
-	// shared machine it drifts.
+	// RSA speed is measured before and after the run and the faster figure
+	// is the bound: other load on a shared machine only ever slows it, and
+	// the higher bound is the stricter target.
 	opsBefore, busyBefore, err := rsaOpsPerSecond(st.key, 3*time.Second, o.pgDataDir)
 	if err != nil {
 		return err
@@ -364,7 +365,7 @@ func throughput(ctx context.Context, out io.Writer, o options, store *postgres.S
 	if err != nil {
 		return err
 	}
-	ops := (opsBefore + opsAfter) / 2
+	ops := max(opsBefore, opsAfter)
 	bound := ops / 2
 	fmt.Fprintf(out, "Receive throughput: %d B payload, signed SHA-256, encrypted AES-256-CBC/RSA-2048, signed sync MDN, %d senders, %s\n",
 		o.payload, o.senders, o.duration)
@@ -372,7 +373,7 @@ func throughput(ctx context.Context, out io.Writer, o options, store *postgres.S
 	fmt.Fprintf(out, "  %-40s %10.1f\n", "messages/s", rate)
 	fmt.Fprintf(out, "  %-40s %10s\n", "latency p50", pct(0.50).Round(10*time.Microsecond))
 	fmt.Fprintf(out, "  %-40s %10s\n", "latency p99", pct(0.99).Round(10*time.Microsecond))
-	fmt.Fprintf(out, "  %-40s %10.1f  (before %.0f, after %.0f)\n", "RSA-2048 private-key ops/s (decrypt+sign)", ops, opsBefore, opsAfter)
+	fmt.Fprintf(out, "  %-40s %10.1f  (the faster of before %.0f, after %.0f)\n", "RSA-2048 private-key ops/s (decrypt+sign)", ops, opsBefore, opsAfter)
 	fmt.Fprintf(out, "  %-40s %10s  (before %.2f, after %.2f)\n", "CPU cores others used while measuring RSA", "", busyBefore, busyAfter)
 	fmt.Fprintf(out, "  %-40s %10.1f\n", "crypto bound (ops/s / 2) messages/s", bound)
 	fmt.Fprintf(out, "  %-40s %9.0f%%  (target >= 70%%)\n", "throughput / crypto bound", 100*rate/bound)
