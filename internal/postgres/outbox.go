@@ -19,7 +19,7 @@ const (
 )
 
 // OutboxChannel is the LISTEN/NOTIFY channel an insert into the outbox
-// signals (migration 00020).
+// signals (migration 00003).
 const OutboxChannel = "edihub_outbox"
 
 // ErrDuplicateMessageID reports an outbound message whose Message-ID is
