@@ -455,6 +455,9 @@ func (p *parser) partner(field string, raw *rawPartner, st *Station) (Partner, e
 		}
 		pa.AsyncMDNURL = st.AsyncMDNURL
 	}
+	if pa.MDN == MDNAsync {
+		p.warn(field+".mdn", "async MDNs from this partner are stored in the MDN inbox but not yet applied (the MDN poller is not implemented in this version), so messages to it stay awaiting-mdn; use mdn: sync until then")
+	}
 
 	pa.Timeout = DefaultTimeout
 	if raw.Timeout != "" {
