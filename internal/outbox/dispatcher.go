@@ -69,7 +69,9 @@ type Options struct {
 	// Listener, when set, wakes the dispatcher as soon as work is queued.
 	Listener Listener
 	// Client posts to partners; nil means a client with a cloned default
-	// transport. Per-request timeouts come from the partner profiles.
+	// transport. Per-request timeouts come from the partner profiles. The
+	// dispatcher uses a copy that never follows redirects: a 3xx is a
+	// final failure (see send).
 	Client *http.Client
 	// Workers bounds concurrent sends (DefaultWorkers).
 	Workers int
@@ -151,6 +153,12 @@ func NewDispatcher(o Options) (*Dispatcher, error) {
 	if o.Client == nil {
 		o.Client = &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
 	}
+	// Following a redirect would turn the POST into a GET (301, 302, 303)
+	// and could record a partner's status page as a delivery; the partner's
+	// URL must be fixed in the configuration instead.
+	c := *o.Client
+	c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	o.Client = &c
 	var longest time.Duration
 	for _, p := range o.Config.Partners {
 		longest = max(longest, p.Timeout)
@@ -393,6 +401,15 @@ func (d *Dispatcher) send(ctx context.Context, it postgres.OutboxItem, p *config
 	case c == http.StatusRequestTimeout, c == http.StatusTooManyRequests, c >= 500:
 		a.retryable = true
 		a.err = fmt.Errorf("partner answered HTTP %d", c)
+		return a
+	case c >= 300 && c <= 399:
+		// Final: the same URL gets the same answer. Redirects are not
+		// followed (see NewDispatcher).
+		loc := resp.Header.Get("Location")
+		if loc == "" {
+			loc = "(no Location)"
+		}
+		a.err = fmt.Errorf("partner answered HTTP %d redirecting to %s; edihub does not follow redirects: update partner %q's url in the configuration (now %s)", c, loc, it.Partner, it.URL)
 		return a
 	case c < 200 || c > 299:
 		a.err = fmt.Errorf("partner answered HTTP %d", c)

@@ -177,3 +177,34 @@ func buildOpts(signer *identity) mdn.BuildOptions {
 	}
 	return mdn.BuildOptions{Sign: true, Key: signer.key, Cert: signer.cert}
 }
+
+// TestDispatchRedirectIsFinal: a partner answering 301 (say, http moved to
+// https) is not followed: following would turn the POST into a GET and,
+// with mdn none, record the 200 of a status page as sent. The message fails
+// at once, and the error names the new location and the fix.
+func TestDispatchRedirectIsFinal(t *testing.T) {
+	st := pgtest.Store(t)
+	statusPage := newPartner(t, func(int, request) (int, http.Header, []byte) { return 200, nil, []byte("<html>status</html>") })
+	moved := statusPage.URL + "/as2"
+	partner := newPartner(t, func(int, request) (int, http.Header, []byte) {
+		return http.StatusMovedPermanently, http.Header{"Location": {moved}}, nil
+	})
+	cfg := loadConfig(t, partnerYAML{id: "MOVED", url: partner.URL + "/as2", extra: []string{"mdn: none", "max_attempts: 5"}})
+	q := enqueue(t, st, cfg, "MOVED", []byte("hello"), "", "")
+	startDispatcher(t, dispatcherOpts(t, st, cfg, "d1"))
+	m := waitStatus(t, st, q.ID, "sent", "failed")
+	if m.Status != "failed" {
+		t.Fatalf("status %q, want failed", m.Status)
+	}
+	for _, want := range []string{"HTTP 301", moved, "url"} {
+		if !strings.Contains(m.Error, want) {
+			t.Errorf("error %q does not contain %q", m.Error, want)
+		}
+	}
+	if n := len(partner.requests()); n != 1 || m.Attempts != 1 {
+		t.Errorf("partner got %d requests, %d attempts; want 1 (a redirect is final)", n, m.Attempts)
+	}
+	if n := len(statusPage.requests()); n != 0 {
+		t.Errorf("the redirect was followed: the new location got %d requests", n)
+	}
+}
