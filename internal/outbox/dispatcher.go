@@ -313,6 +313,12 @@ func (d *Dispatcher) process(ctx context.Context, it postgres.OutboxItem) {
 					d.finish(ctx, log, it, p, attempt{err: err})
 					return
 				}
+				if errors.Is(err, postgres.ErrMessageNotFound) {
+					// The message or its payload is gone (deleted by
+					// hand, purged): no attempt can ever build it.
+					d.finish(ctx, log, it, p, attempt{err: fmt.Errorf("nothing to send: %w", err)})
+					return
+				}
 				if ctx.Err() == nil && !errors.Is(err, postgres.ErrClaimLost) {
 					log.Warn("store built message; the claim expires and the message is built again", zap.Error(err))
 				}

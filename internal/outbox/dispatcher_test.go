@@ -7,10 +7,13 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/edihub/edihub/internal/mdn"
+	"github.com/edihub/edihub/internal/postgres"
 	"github.com/edihub/edihub/internal/postgres/pgtest"
 )
 
@@ -206,5 +209,62 @@ func TestDispatchRedirectIsFinal(t *testing.T) {
 	}
 	if n := len(statusPage.requests()); n != 0 {
 		t.Errorf("the redirect was followed: the new location got %d requests", n)
+	}
+}
+
+// TestDispatchGivesUpOnPoisonItem: an item whose every attempt was claimed
+// and never finished (each one killed its dispatcher) is failed at the next
+// claim, not sent again.
+func TestDispatchGivesUpOnPoisonItem(t *testing.T) {
+	ctx := context.Background()
+	st := pgtest.Store(t)
+	partner := newPartner(t, func(int, request) (int, http.Header, []byte) { return 204, nil, nil })
+	cfg := loadConfig(t, partnerYAML{id: "POISON", url: partner.URL, extra: []string{"mdn: none", "max_attempts: 2"}})
+	q := enqueue(t, st, cfg, "POISON", []byte("hello"), "", "")
+	for n := 1; n <= 2; n++ {
+		if items, err := st.ClaimOutbox(ctx, fmt.Sprintf("killed-%d", n), time.Microsecond, 10); err != nil || len(items) != 1 {
+			t.Fatalf("claim %d = %d items, %v", n, len(items), err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	startDispatcher(t, dispatcherOpts(t, st, cfg, "d1"))
+	m := waitStatus(t, st, q.ID, "sent", "failed")
+	if m.Status != "failed" || !strings.Contains(m.Error, "gave up after 2 attempts") {
+		t.Errorf("status %q, error %q; want failed, gave up after 2 attempts", m.Status, m.Error)
+	}
+	if n := len(partner.requests()); n != 0 {
+		t.Errorf("partner got %d requests, want 0", n)
+	}
+}
+
+// TestDispatchMissingPayloadIsFinal: a message whose payload is gone cannot
+// be built by any attempt: it fails at once instead of being claimed until
+// max_attempts runs out by claim expiry.
+func TestDispatchMissingPayloadIsFinal(t *testing.T) {
+	ctx := context.Background()
+	url := pgtest.URL(t)
+	st, err := postgres.Open(ctx, url, postgres.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.Close)
+	partner := newPartner(t, func(int, request) (int, http.Header, []byte) { return 204, nil, nil })
+	cfg := loadConfig(t, partnerYAML{id: "GONE", url: partner.URL, extra: []string{"mdn: none", "max_attempts: 5"}})
+	q := enqueue(t, st, cfg, "GONE", []byte("hello"), "", "")
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, `DELETE FROM payloads WHERE message_id = $1`, q.ID); err != nil {
+		t.Fatal(err)
+	}
+	startDispatcher(t, dispatcherOpts(t, st, cfg, "d1"))
+	m := waitStatus(t, st, q.ID, "sent", "failed")
+	if m.Status != "failed" || m.Attempts != 1 || !strings.Contains(m.Error, "not found") {
+		t.Errorf("status %q, attempts %d, error %q; want failed at the first attempt", m.Status, m.Attempts, m.Error)
+	}
+	if n := len(partner.requests()); n != 0 {
+		t.Errorf("partner got %d requests, want 0", n)
 	}
 }

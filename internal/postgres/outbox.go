@@ -122,14 +122,39 @@ func (it *OutboxItem) Built() bool { return it.Body != nil }
 // selected FOR UPDATE SKIP LOCKED, so concurrent dispatchers never claim
 // the same row, and each claim counts one attempt. A claim that is never
 // finished comes back when it expires.
+//
+// A due row that has used all its attempts (attempts >= max_attempts) is
+// not claimed: its last claim expired without an outcome (a crash, an OOM
+// kill or a shutdown during the build or the send), so the same statement
+// fails it and its message, with an error saying so. Otherwise an item
+// that kills its dispatcher would be claimed forever.
 func (s *Store) ClaimOutbox(ctx context.Context, by string, lease time.Duration, limit int) ([]OutboxItem, error) {
 	if limit <= 0 {
 		return nil, nil
 	}
 	rows, err := s.pool.Query(ctx, `
-WITH due AS (
+WITH exhausted AS (
     SELECT id FROM outbox
-     WHERE status = 'pending' AND next_attempt_at <= now()
+     WHERE status = 'pending' AND next_attempt_at <= now() AND attempts >= max_attempts
+     ORDER BY next_attempt_at, id
+     LIMIT 100
+     FOR UPDATE SKIP LOCKED
+), gave_up AS (
+    UPDATE outbox o
+       SET status = 'failed', finished_at = now(), claimed_until = NULL,
+           last_error = format('gave up after %s attempts; the last one did not finish (crash or shutdown)', o.attempts)
+                        || CASE WHEN o.last_error <> '' THEN '; the one before failed: ' || o.last_error ELSE '' END
+      FROM exhausted
+     WHERE o.id = exhausted.id
+ RETURNING o.kind, o.message_id, o.attempts, o.last_error
+), failed_messages AS (
+    UPDATE messages m
+       SET status = 'failed', error = g.last_error, attempts = g.attempts, updated_at = now(), completed_at = now()
+      FROM gave_up g
+     WHERE g.kind = 'message' AND m.id = g.message_id AND m.status NOT IN ('delivered', 'failed', 'sent')
+), due AS (
+    SELECT id FROM outbox
+     WHERE status = 'pending' AND next_attempt_at <= now() AND attempts < max_attempts
      ORDER BY next_attempt_at, id
      LIMIT $3
      FOR UPDATE SKIP LOCKED

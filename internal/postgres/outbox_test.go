@@ -108,3 +108,41 @@ func TestClaimExpiry(t *testing.T) {
 		t.Errorf("duplicate Message-ID = %v, want ErrDuplicateMessageID", err)
 	}
 }
+
+// TestClaimGivesUpOnExhaustedRow: a row whose last allowed attempt was
+// claimed and never finished (the dispatcher crashed or was killed) is not
+// claimed again when the claim expires: the next claim fails it and its
+// message, saying why, in the same statement.
+func TestClaimGivesUpOnExhaustedRow(t *testing.T) {
+	ctx := context.Background()
+	st := pgtest.Store(t)
+	e := enqueueN(t, st, 1)[0] // max_attempts 3
+	var last postgres.OutboxItem
+	for n := 1; n <= 3; n++ {
+		items, err := st.ClaimOutbox(ctx, fmt.Sprintf("crashed-%d", n), time.Microsecond, 10)
+		if err != nil || len(items) != 1 || items[0].Attempts != n {
+			t.Fatalf("claim %d = %+v, %v", n, items, err)
+		}
+		last = items[0]
+		time.Sleep(5 * time.Millisecond) // the claim expires unfinished
+	}
+	items, err := st.ClaimOutbox(ctx, "next", time.Minute, 10)
+	if err != nil || len(items) != 0 {
+		t.Fatalf("claim after the last attempt = %+v, %v; want nothing", items, err)
+	}
+	m, err := st.Message(ctx, e.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Status != "failed" || m.CompletedAt == nil || m.Attempts != 3 ||
+		m.Error != "gave up after 3 attempts; the last one did not finish (crash or shutdown)" {
+		t.Errorf("message status %q, error %q, attempts %d, completed %v", m.Status, m.Error, m.Attempts, m.CompletedAt)
+	}
+	if due, claimed, err := st.OutboxStats(ctx); err != nil || due != 0 || claimed != 0 {
+		t.Errorf("outbox stats due %d claimed %d, %v; want the row out of the queue", due, claimed, err)
+	}
+	done := postgres.OutboxResult{State: postgres.OutboxDone, Message: &postgres.MessageUpdate{Status: "sent", Final: true}}
+	if err := st.FinishOutbox(ctx, last, done); !errors.Is(err, postgres.ErrClaimLost) {
+		t.Errorf("FinishOutbox by the last, expired claim = %v, want ErrClaimLost", err)
+	}
+}
