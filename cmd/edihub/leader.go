@@ -177,3 +177,19 @@ func leaderHandler(e *leader.Elector) http.Handler {
 		httpserver.WriteJSON(w, http.StatusOK, e.Status())
 	})
 }
+
+// exitIfWorkersHung ends the process with status 1, at once, when the
+// elector's Run returned leader.ErrWorkersHung: a leader-gated worker is
+// still running after leadership ended, and a follower will take the lease
+// when it expires. Draining HTTP and the dispatcher first (up to
+// -shutdown-timeout each) would let the hung worker act alongside the next
+// leader for that long. Better a restart than a second leader. exit is
+// os.Exit outside tests; any other error returns normally.
+func exitIfWorkersHung(log *zap.Logger, err error, exit func(code int)) {
+	if !errors.Is(err, leader.ErrWorkersHung) {
+		return
+	}
+	log.Error("exiting now without draining: better a restart than a second leader", zap.Error(err))
+	_ = log.Sync()
+	exit(1)
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"sync/atomic"
 	"time"
 
@@ -26,12 +27,14 @@ type serveOptions struct {
 	opsAddr      string
 	migrate      bool
 	maxBodyBytes int64
-	drainTimeout time.Duration
-	drainDelay   time.Duration
-	apiToken     string
-	dbMaxConns   int
-	leader       leaderOptions
-	outbound     outboundOptions
+	// as2ReadTimeout bounds reading one AS2 request body.
+	as2ReadTimeout time.Duration
+	drainTimeout   time.Duration
+	drainDelay     time.Duration
+	apiToken       string
+	dbMaxConns     int
+	leader         leaderOptions
+	outbound       outboundOptions
 }
 
 func serveFlags(fs *flagSet) func(context.Context, *environment) error {
@@ -43,6 +46,7 @@ func serveFlags(fs *flagSet) func(context.Context, *environment) error {
 	fs.String(&o.opsAddr, "ops-addr", ":9090", "address of the ops listener (/metrics, /healthz, /readyz, /leader)")
 	fs.Bool(&o.migrate, "migrate", false, "apply pending database migrations before serving (otherwise an outdated schema stops the start)")
 	fs.Int64(&o.maxBodyBytes, "max-body-bytes", 100<<20, "largest request body accepted on the AS2 and API listener, in bytes")
+	fs.Duration(&o.as2ReadTimeout, "as2-read-timeout", 5*time.Minute, "how long a partner may take to send the body of one AS2 request (after its header); slower requests get HTTP 408 and nothing is stored")
 	fs.Duration(&o.drainTimeout, "shutdown-timeout", 20*time.Second, "how long shutdown waits for in-flight HTTP requests")
 	fs.Duration(&o.drainDelay, "shutdown-delay", 0, "on SIGTERM, how long to keep serving HTTP (with /readyz failing) after the lease is released, so load balancers stop sending traffic before the listeners close; 5s suits Kubernetes")
 	fs.String(&o.apiToken, "api-token", "", "bearer token the REST API requires; empty disables the API")
@@ -61,6 +65,9 @@ func (o serveOptions) validate() error {
 	}
 	if o.maxBodyBytes <= 0 {
 		return fmt.Errorf("EDIHUB_MAX_BODY_BYTES (-max-body-bytes) must be positive, got %d", o.maxBodyBytes)
+	}
+	if o.as2ReadTimeout <= 0 {
+		return fmt.Errorf("EDIHUB_AS2_READ_TIMEOUT (-as2-read-timeout) must be positive, got %s; set it to a duration such as 5m", o.as2ReadTimeout)
 	}
 	if o.drainTimeout <= 0 {
 		return fmt.Errorf("EDIHUB_SHUTDOWN_TIMEOUT (-shutdown-timeout) must be positive, got %s", o.drainTimeout)
@@ -116,7 +123,7 @@ func serve(ctx context.Context, env *environment, o serveOptions) error {
 	)
 	httpMetrics := httpserver.NewMetrics(reg)
 	var draining atomic.Bool
-	as2Handler, err := newReceiver(log, reg, store, cfg, o.maxBodyBytes)
+	as2Handler, err := newReceiver(log, reg, store, cfg, o)
 	if err != nil {
 		return err
 	}
@@ -173,6 +180,7 @@ func serve(ctx context.Context, env *environment, o serveOptions) error {
 	g.Go(func() error {
 		defer stopHTTP()
 		err := elector.Run(gctx)
+		exitIfWorkersHung(log, err, os.Exit)
 		if err == nil && ctx.Err() != nil && o.drainDelay > 0 {
 			// Stopping on a signal: keep answering while endpoints and
 			// load balancers catch up, with /readyz already failing.

@@ -30,7 +30,7 @@ var timings = leader.Options{
 	LeaseDuration:     5 * time.Second,
 	RenewDeadline:     3 * time.Second,
 	RetryPeriod:       time.Second,
-	WorkerStopTimeout: 2 * time.Second,
+	WorkerStopTimeout: 900 * time.Millisecond, // 3 + 1 + 0.9 < 5 (ValidateTiming)
 }
 
 // replica is one elector with a heartbeat worker, running in this process.
@@ -301,9 +301,10 @@ func TestPostgresElection(t *testing.T) {
 // a holder that vanished without releasing stands for a crashed leader.
 func TestTakeoverAtExpiry(t *testing.T) {
 	o := timings
-	// Polls come every 3-3.6 s: a poll-driven takeover would come at 6 s
+	// Polls come every 2-2.4 s: a poll-driven takeover would come at 6 s
 	// or later, a timed one at 5 s.
-	o.LeaseDuration, o.RenewDeadline, o.RetryPeriod = 5*time.Second, 4*time.Second, 3*time.Second
+	o.LeaseDuration, o.RenewDeadline, o.RetryPeriod = 5*time.Second, 2500*time.Millisecond, 2*time.Second
+	o.WorkerStopTimeout = 400 * time.Millisecond
 	tests := []struct {
 		name    string
 		abandon func(t *testing.T) (build newElector, store *postgres.Store, abandonedAt time.Time)
@@ -339,7 +340,7 @@ func TestTakeoverAtExpiry(t *testing.T) {
 			build, store, abandoned := tt.abandon(t)
 			var once sync.Once
 			rs := startReplicas(t, store, 1, func(t *testing.T, oo leader.Options) *leader.Elector {
-				oo.LeaseDuration, oo.RenewDeadline, oo.RetryPeriod = o.LeaseDuration, o.RenewDeadline, o.RetryPeriod
+				oo.LeaseDuration, oo.RenewDeadline, oo.RetryPeriod, oo.WorkerStopTimeout = o.LeaseDuration, o.RenewDeadline, o.RetryPeriod, o.WorkerStopTimeout
 				once.Do(func() {})
 				return build(t, oo)
 			})

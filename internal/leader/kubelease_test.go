@@ -148,7 +148,7 @@ func TestKubernetesElectorsOnFakeClientset(t *testing.T) {
 		e, err := NewKubernetes(KubernetesOptions{Leases: cs.CoordinationV1(), Namespace: "ns"}, Options{
 			LeaseName: "edihub-leader", Identity: fmt.Sprintf("r%d", i),
 			LeaseDuration: 2 * time.Second, RenewDeadline: time.Second, RetryPeriod: 100 * time.Millisecond,
-			WorkerStopTimeout: time.Second,
+			WorkerStopTimeout: 800 * time.Millisecond,
 			Terms:             terms, Logger: zaptest.NewLogger(t), Registerer: prometheus.NewRegistry(),
 		})
 		if err != nil {

@@ -136,7 +136,10 @@ func (e *TimingError) Error() string { return e.Field + ": " + e.Reason }
 // ValidateTiming checks the timings like client-go's leader election does:
 // all positive, leaseDuration > renewDeadline > retryPeriod × 1.2 (the
 // leader must have several tries at renewing before its deadline, and must
-// stop leading well before followers consider the lease expired).
+// stop leading well before followers consider the lease expired). It also
+// requires renewDeadline + retryPeriod + workerStopTimeout < leaseDuration:
+// an old leader's workers must have stopped (or its process exited) before
+// a follower may take the lease (docs/leadership.md, "Timelines").
 func ValidateTiming(leaseDuration, renewDeadline, retryPeriod, workerStopTimeout time.Duration) error {
 	switch {
 	case leaseDuration <= 0:
@@ -151,6 +154,9 @@ func ValidateTiming(leaseDuration, renewDeadline, retryPeriod, workerStopTimeout
 		return &TimingError{"lease-duration", fmt.Sprintf("must be greater than the renew deadline (%s <= %s)", leaseDuration, renewDeadline)}
 	case float64(renewDeadline) <= jitterFactor*float64(retryPeriod):
 		return &TimingError{"renew-deadline", fmt.Sprintf("must be greater than %.1f × the retry period (%s <= %.1f × %s)", jitterFactor, renewDeadline, jitterFactor, retryPeriod)}
+	case renewDeadline+retryPeriod+workerStopTimeout >= leaseDuration:
+		return &TimingError{"worker-stop-timeout", fmt.Sprintf("renew deadline + retry period + worker stop timeout must be less than the lease duration (%s + %s + %s >= %s), so that the old leader's workers have stopped before a follower may take the lease; lower it to less than %s or raise the lease duration",
+			renewDeadline, retryPeriod, workerStopTimeout, leaseDuration, leaseDuration-renewDeadline-retryPeriod)}
 	}
 	return nil
 }

@@ -192,7 +192,7 @@ func newHarness(t *testing.T) *harness {
 	o := Options{
 		LeaseName: "test", Identity: "me",
 		LeaseDuration: 400 * time.Millisecond, RenewDeadline: 200 * time.Millisecond, RetryPeriod: 20 * time.Millisecond,
-		WorkerStopTimeout: 300 * time.Millisecond,
+		WorkerStopTimeout: 150 * time.Millisecond,
 		Workers:           map[string]Worker{"a": h.a, "b": h.b},
 		Terms:             h.terms, Logger: zaptest.NewLogger(t), Registerer: h.reg,
 	}
@@ -423,6 +423,8 @@ func TestValidateTiming(t *testing.T) {
 		{"zero stop timeout", 30 * s, 10 * s, 2 * s, 0, "worker-stop-timeout"},
 		{"lease not above deadline", 10 * s, 10 * s, 2 * s, 5 * s, "lease-duration"},
 		{"deadline within jittered retry", 30 * s, 12 * s, 10 * s, 5 * s, "renew-deadline"},
+		{"workers may outlive the lease", 30 * s, 20 * s, 2 * s, 8 * s, "worker-stop-timeout"},
+		{"workers stop just in time", 30 * s, 20 * s, 2 * s, 8*s - time.Millisecond, ""},
 	}
 	for _, tt := range tests {
 		err := ValidateTiming(tt.lease, tt.renew, tt.retry, tt.stopTO)
