@@ -15,7 +15,7 @@ import (
 )
 
 // newReceiver builds the POST /as2 handler: AS2 messages and async MDNs.
-func newReceiver(log *zap.Logger, reg prometheus.Registerer, store *postgres.Store, cfg *config.File, maxBodyBytes int64) (http.Handler, error) {
+func newReceiver(log *zap.Logger, reg prometheus.Registerer, store *postgres.Store, cfg *config.File, o serveOptions) (http.Handler, error) {
 	st := cfg.Station
 	return receiver.New(receiver.Options{
 		Store:    store,
@@ -31,7 +31,8 @@ func newReceiver(log *zap.Logger, reg prometheus.Registerer, store *postgres.Sto
 		Now:          time.Now,
 		Rand:         rand.Reader,
 		NewMessageID: receiver.MessageIDs(st.AS2ID, rand.Reader),
-		MaxBodyBytes: maxBodyBytes,
+		MaxBodyBytes: o.maxBodyBytes,
+		ReadTimeout:  o.as2ReadTimeout,
 		ReportingUA:  "edihub " + version(),
 	})
 }

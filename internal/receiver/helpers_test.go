@@ -171,6 +171,8 @@ type env struct {
 
 type envOptions struct {
 	maxBody int64
+	// readTimeout is the receiver's body read timeout; 0 the default.
+	readTimeout time.Duration
 	// wrap replaces the store the receiver sees.
 	wrap func(receiver.Store) receiver.Store
 }
@@ -220,6 +222,7 @@ partners:
 		Registerer:   reg,
 		Now:          func() time.Time { return testTime },
 		NewMessageID: func() string { return fmt.Sprintf("<mdn-%d@edihub.test>", seq.Add(1)) },
+		ReadTimeout:  eo.readTimeout,
 	})
 	if err != nil {
 		t.Fatal(err)

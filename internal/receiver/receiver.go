@@ -11,9 +11,11 @@
 // first time, byte for byte, and delivered nothing (RFC 4130 §5.5).
 //
 // Every failure of the message itself is an MDN disposition with HTTP 200;
-// only requests that cannot be addressed (no AS2-From, AS2-To), bodies over
-// the limit (413), unreadable bodies (400) and an unavailable database
-// (503, so that the partner retries) are HTTP errors. Internal error text
+// only requests that cannot be addressed (no AS2-From, AS2-To), requests
+// from unknown parties without an MDN request (403, answered before the
+// body is read, MDNs included), bodies over the limit (413), bodies not
+// received within the read timeout (408), unreadable bodies (400) and an
+// unavailable database (503, so that the partner retries) are HTTP errors. Internal error text
 // is logged, never sent.
 package receiver
 
@@ -26,7 +28,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"os"
 	"runtime"
 	"strconv"
 	"strings"
@@ -98,7 +102,14 @@ type Options struct {
 	MaxBodyBytes int64
 	// ReportingUA is the MDN's Reporting-UA; empty means "edihub".
 	ReportingUA string
+	// ReadTimeout bounds reading a request body, from the end of its
+	// header; a body not received in time is answered 408 and nothing is
+	// stored. 0 means DefaultReadTimeout.
+	ReadTimeout time.Duration
 }
+
+// DefaultReadTimeout is the ReadTimeout of Options that set none.
+const DefaultReadTimeout = 5 * time.Minute
 
 // Handler serves POST /as2. It is safe for concurrent use.
 type Handler struct {
@@ -134,6 +145,9 @@ func New(o Options) (*Handler, error) {
 	}
 	if o.NewMessageID == nil {
 		o.NewMessageID = MessageIDs(o.Station.AS2ID, o.Rand)
+	}
+	if o.ReadTimeout <= 0 {
+		o.ReadTimeout = DefaultReadTimeout
 	}
 	if o.ReportingUA == "" {
 		o.ReportingUA = "edihub"
@@ -173,30 +187,45 @@ const (
 	resultTooLarge    = "too-large"
 	resultBadRequest  = "bad-request"
 	resultUnavailable = "unavailable"
+	resultTimeout     = "timeout"
 	partnerUnknown    = "unknown"
 )
 
-// ServeHTTP receives one AS2 message or async MDN.
+// ServeHTTP receives one AS2 message or async MDN. The sender is
+// identified before the body is read: a request from an unknown
+// AS2-From/AS2-To pair is refused without reading it, and the body must
+// arrive within Options.ReadTimeout.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
-	partnerLabel := partnerUnknown
-	if from, err := as2.ParseAS2Name(r.Header.Get("AS2-From")); err == nil {
-		if p, ok := h.o.Partners.Partner(from); ok {
-			partnerLabel = p.AS2ID
-		}
+	rq := parseRequest(r.Header)
+	partner, res := h.address(r.Header, rq)
+	if res != nil {
+		// The body stays unread: close the connection rather than let
+		// net/http wait for it.
+		w.Header().Set("Connection", "close")
+		h.metrics.received.WithLabelValues(res.partner, res.result).Inc()
+		h.metrics.duration.Observe(time.Since(start).Seconds())
+		res.write(w)
+		return
 	}
-	body, err := readBody(r)
+	partnerLabel := partner.AS2ID
+	body, err := h.readBody(w, r)
 	if err != nil {
 		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
+		switch {
+		case errors.As(err, &mbe):
 			h.metrics.received.WithLabelValues(partnerLabel, resultTooLarge).Inc()
 			h.log.Warn("request body over the limit", zap.String("partner", partnerLabel), zap.Int64("limit", mbe.Limit))
 			http.Error(w, "request body too large: the limit is "+strconv.FormatInt(mbe.Limit, 10)+" bytes; send large files in smaller parts or ask the operator to raise EDIHUB_MAX_BODY_BYTES", http.StatusRequestEntityTooLarge)
-			return
+		case isTimeout(err):
+			h.metrics.received.WithLabelValues(partnerLabel, resultTimeout).Inc()
+			h.log.Warn("request body not received in time", zap.String("partner", partnerLabel), zap.Duration("timeout", h.o.ReadTimeout))
+			http.Error(w, "request body not received within "+h.o.ReadTimeout.String()+"; nothing was accepted, please resend", http.StatusRequestTimeout)
+		default:
+			h.metrics.received.WithLabelValues(partnerLabel, resultBadRequest).Inc()
+			h.log.Warn("request body unreadable", zap.String("partner", partnerLabel), zap.Error(err))
+			http.Error(w, "request body could not be read completely", http.StatusBadRequest)
 		}
-		h.metrics.received.WithLabelValues(partnerLabel, resultBadRequest).Inc()
-		h.log.Warn("request body unreadable", zap.String("partner", partnerLabel), zap.Error(err))
-		http.Error(w, "request body could not be read completely", http.StatusBadRequest)
 		return
 	}
 	h.metrics.bytes.WithLabelValues(partnerLabel).Add(float64(len(body)))
@@ -204,23 +233,75 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.intake(w, r, body, partnerLabel)
 		return
 	}
-	res := h.receive(r.Context(), r.Header, body)
+	res = h.receive(r.Context(), r.Header, body, rq, partner)
 	h.metrics.received.WithLabelValues(res.partner, res.result).Inc()
 	h.metrics.duration.Observe(time.Since(start).Seconds())
 	res.write(w)
 }
 
-// readBody reads the whole body once, into a buffer sized by
-// Content-Length when it is known. A chunked body is read in pieces of
-// growing size and joined once, so it peaks at twice its size instead of
-// the up to three times of a doubling buffer.
+// address finds the partner of a request from its header alone, for
+// messages and async MDNs alike: anyone else's body is never read. A nil
+// partner comes with the answer to send.
+func (h *Handler) address(hdr http.Header, rq request) (*config.Partner, *response) {
+	if rq.from == "" || rq.to == "" {
+		h.log.Info("request without a valid AS2-From or AS2-To", zap.String("as2_from", hdr.Get("AS2-From")), zap.String("as2_to", hdr.Get("AS2-To")))
+		return nil, textResponse(http.StatusBadRequest, partnerUnknown, resultBadRequest,
+			"AS2-From and AS2-To header fields are required (1 to 128 printable ASCII characters, quoted when they hold spaces)")
+	}
+	partner, ok := h.o.Partners.Partner(rq.from)
+	if ok && rq.to == h.o.Station.AS2ID {
+		return partner, nil
+	}
+	log := h.log.With(zap.String("as2_from", rq.from), zap.String("as2_to", rq.to), zap.String("message_id", rq.messageID))
+	log.Warn("unknown trading relationship")
+	if !rq.mdnWanted || rq.messageID == "" {
+		return nil, textResponse(http.StatusForbidden, partnerUnknown, mdn.UnknownTradingRelationship,
+			"unknown trading relationship: no partner "+strconv.Quote(rq.from)+" configured for station "+strconv.Quote(rq.to))
+	}
+	// Not stored, and in the response even when an async MDN was asked
+	// for: we send nothing to unknown parties' URLs.
+	res, err := h.mdnResponse(rq, mdnPlan{}, mdn.Errored(mdn.UnknownTradingRelationship), "")
+	if err != nil {
+		log.Error("build MDN", zap.Error(err))
+		return nil, textResponse(http.StatusInternalServerError, partnerUnknown, resultUnavailable, "internal error")
+	}
+	res.partner, res.result = partnerUnknown, mdn.UnknownTradingRelationship
+	return nil, res
+}
+
+// isTimeout reports a body read that hit the read deadline.
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.Is(err, os.ErrDeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())
+}
+
+// readBody reads the body within Options.ReadTimeout and then clears the
+// deadline (it would otherwise cancel the request's context while the
+// message is processed). After an error the connection is closed.
+func (h *Handler) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
+	rc := http.NewResponseController(w)
+	if err := rc.SetReadDeadline(time.Now().Add(h.o.ReadTimeout)); err != nil && !errors.Is(err, http.ErrNotSupported) {
+		return nil, fmt.Errorf("set read deadline: %w", err)
+	}
+	body, err := readBody(r)
+	if err != nil {
+		// The deadline stays: net/http must not wait for the rest.
+		w.Header().Set("Connection", "close")
+		return nil, err
+	}
+	_ = rc.SetReadDeadline(time.Time{})
+	return body, nil
+}
+
+// readBody reads the whole body once. With a Content-Length the buffer
+// starts at firstRead bytes and doubles up to exactly Content-Length, so
+// that a client claiming a large body gets memory only for what it sent
+// (at most twice that). A chunked body is read in pieces of growing size
+// and joined once, so it peaks at twice its size instead of the up to
+// three times of a doubling buffer.
 func readBody(r *http.Request) ([]byte, error) {
 	if r.ContentLength > 0 {
-		buf := make([]byte, r.ContentLength)
-		if _, err := io.ReadFull(r.Body, buf); err != nil {
-			return nil, err
-		}
-		return buf, nil
+		return readLength(r.Body, r.ContentLength)
 	}
 	var pieces [][]byte
 	total, size := 0, 32<<10
@@ -252,6 +333,38 @@ func readBody(r *http.Request) ([]byte, error) {
 		runtime.GC()
 	}
 	return out, nil
+}
+
+// firstRead is the buffer a body with a Content-Length starts in.
+const firstRead = 64 << 10
+
+// readLength reads a body of exactly n bytes into a buffer that doubles
+// as the bytes arrive, capped at n.
+func readLength(body io.Reader, n int64) ([]byte, error) {
+	buf := make([]byte, min(n, firstRead))
+	got := 0
+	for {
+		m, err := io.ReadFull(body, buf[got:])
+		got += m
+		if err == io.EOF {
+			err = io.ErrUnexpectedEOF
+		}
+		if err != nil {
+			return nil, err
+		}
+		if int64(got) == n {
+			break
+		}
+		next := make([]byte, min(int64(len(buf))*2, n))
+		copy(next, buf)
+		buf = next
+	}
+	if n >= collectAfterJoin {
+		// As after a chunked join: the smaller buffers were live when
+		// the last one was allocated.
+		runtime.GC()
+	}
+	return buf, nil
 }
 
 // collectAfterJoin is the chunked body size from which readBody collects
@@ -371,32 +484,8 @@ func planMDN(rq request) mdnPlan {
 	return p
 }
 
-func (h *Handler) receive(ctx context.Context, hdr http.Header, body []byte) *response {
-	rq := parseRequest(hdr)
-	if rq.from == "" || rq.to == "" {
-		h.log.Info("request without a valid AS2-From or AS2-To", zap.String("as2_from", hdr.Get("AS2-From")), zap.String("as2_to", hdr.Get("AS2-To")))
-		return textResponse(http.StatusBadRequest, partnerUnknown, resultBadRequest,
-			"AS2-From and AS2-To header fields are required (1 to 128 printable ASCII characters, quoted when they hold spaces)")
-	}
-	log := h.log.With(zap.String("as2_from", rq.from), zap.String("as2_to", rq.to), zap.String("message_id", rq.messageID))
-	partner, ok := h.o.Partners.Partner(rq.from)
-	if !ok || rq.to != h.o.Station.AS2ID {
-		log.Warn("unknown trading relationship")
-		if !rq.mdnWanted || rq.messageID == "" {
-			return textResponse(http.StatusForbidden, partnerUnknown, mdn.UnknownTradingRelationship,
-				"unknown trading relationship: no partner "+strconv.Quote(rq.from)+" configured for station "+strconv.Quote(rq.to))
-		}
-		// Unsigned, not stored, and in the response even when an async
-		// MDN was asked for: we send nothing to unknown parties' URLs.
-		res, err := h.mdnResponse(rq, mdnPlan{}, mdn.Errored(mdn.UnknownTradingRelationship), "")
-		if err != nil {
-			log.Error("build MDN", zap.Error(err))
-			return textResponse(http.StatusInternalServerError, partnerUnknown, resultUnavailable, "internal error")
-		}
-		res.partner, res.result = partnerUnknown, mdn.UnknownTradingRelationship
-		return res
-	}
-	log = log.With(zap.String("partner", partner.AS2ID))
+func (h *Handler) receive(ctx context.Context, hdr http.Header, body []byte, rq request, partner *config.Partner) *response {
+	log := h.log.With(zap.String("as2_from", rq.from), zap.String("as2_to", rq.to), zap.String("message_id", rq.messageID), zap.String("partner", partner.AS2ID))
 	plan := planMDN(rq)
 	if rq.messageID == "" {
 		log.Warn("message without Message-ID")
