@@ -50,6 +50,13 @@ type TermOpener interface {
 	OpenTerm(ctx context.Context, f postgres.Fence, holder string) error
 }
 
+// termReader reads the lease's current term from the fence; a TermOpener
+// that implements it (*postgres.Store does) lets the elector explain a
+// refused term.
+type termReader interface {
+	CurrentTerm(ctx context.Context, lease string) (postgres.Term, error)
+}
+
 // ErrWorkersHung is returned by Elector.Run when workers did not stop
 // within Options.WorkerStopTimeout after leadership ended. The process must
 // exit: a restart is better than a second leader.
@@ -385,6 +392,9 @@ func (e *Elector) lead(ctx context.Context, token int64, acquiredAt time.Time) (
 		// A successor opened a newer term while we were between taking
 		// the lease and opening ours: the lease is not ours any more.
 		log.Warn("stepped down", zap.String("reason", "stale term: a newer term opened before ours"))
+		if e.b.kind() == "kubernetes" {
+			e.explainStaleTerm(ctx, log, token)
+		}
 		return leadOutcome{pause: true}, nil
 	case err != nil:
 		if ctx.Err() != nil {
@@ -488,6 +498,40 @@ loop:
 		log.Warn("lost leadership", zap.String("reason", reason))
 	}
 	return leadOutcome{pause: pause, lasted: time.Since(began)}, nil
+}
+
+// explainStaleTerm logs what an operator needs when a Kubernetes term was
+// refused: the fence's token in PostgreSQL, ours (the resourceVersion of
+// the Lease write that made us leader) and the remedy. Once, it is a
+// successor that opened its term first. When it repeats, the Lease's
+// resourceVersions fell below the fence (etcd restored from a backup, the
+// Lease moved to another cluster) and no replica can lead until the fence
+// row is deleted.
+func (e *Elector) explainStaleTerm(ctx context.Context, log *zap.Logger, token int64) {
+	r, ok := e.o.Terms.(termReader)
+	if !ok {
+		return
+	}
+	rctx, cancel := context.WithTimeout(ctx, e.o.RenewDeadline)
+	defer cancel()
+	cur, err := r.CurrentTerm(rctx, e.o.LeaseName)
+	if err != nil {
+		log.Warn("cannot read the fence to explain the stale term", zap.Error(err))
+		return
+	}
+	if cur.Token <= token {
+		return // the fence moved back meanwhile (reset by an operator?)
+	}
+	log.Error("term refused: the fencing token in PostgreSQL is above the Lease's resourceVersion",
+		zap.Int64("fence_token", cur.Token),
+		zap.String("fence_holder", cur.Holder),
+		zap.Time("fence_opened_at", cur.OpenedAt),
+		zap.Int64("our_token", token),
+		zap.String("remedy", fmt.Sprintf("once, this is a successor that opened its term first and needs nothing. "+
+			"If it repeats, no replica can lead: etcd was restored from a backup or the cluster changed, so Lease resourceVersions "+
+			"(now %d) are below leader_fence.token (%d). Make sure no edihub replica of the old cluster or before the restore still runs "+
+			"(holder %q), then run: DELETE FROM leader_fence WHERE lease = '%s'; (docs/leadership.md, \"Recovering after an etcd restore\")",
+			token, cur.Token, cur.Holder, e.o.LeaseName)))
 }
 
 // await waits for the running workers up to the stop timeout.

@@ -167,3 +167,23 @@ func (s *Store) Terms(ctx context.Context, lease string) ([]Term, error) {
 	}
 	return terms, nil
 }
+
+// ErrNoTerm reports a lease for which no term has opened (no leader_fence
+// row).
+var ErrNoTerm = errors.New("no leadership term has opened")
+
+// CurrentTerm returns the lease's current term as the fence records it
+// (leader_fence: the highest token opened, its holder and when), or
+// ErrNoTerm. It is for diagnostics; fenced writes check the fence
+// themselves.
+func (s *Store) CurrentTerm(ctx context.Context, lease string) (Term, error) {
+	t := Term{Lease: lease}
+	err := s.pool.QueryRow(ctx, `SELECT token, holder, opened_at FROM leader_fence WHERE lease = $1`, lease).Scan(&t.Token, &t.Holder, &t.OpenedAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Term{}, fmt.Errorf("read fence of %s: %w", lease, ErrNoTerm)
+	}
+	if err != nil {
+		return Term{}, fmt.Errorf("read fence of %s: %w", lease, err)
+	}
+	return t, nil
+}

@@ -243,3 +243,22 @@ func TestFencedWritesUnderConcurrentTermOpens(t *testing.T) {
 		t.Errorf("%d beats stored, %d accepted", len(beats), accepted.Load())
 	}
 }
+
+// TestCurrentTerm reads the fence: ErrNoTerm before any term, then the
+// highest term opened.
+func TestCurrentTerm(t *testing.T) {
+	ctx := context.Background()
+	st := pgtest.Store(t)
+	if _, err := st.CurrentTerm(ctx, "l"); !errors.Is(err, postgres.ErrNoTerm) {
+		t.Fatalf("CurrentTerm before any term = %v, want ErrNoTerm", err)
+	}
+	for _, tok := range []int64{7, 9} {
+		if err := st.OpenTerm(ctx, postgres.Fence{Lease: "l", Token: tok}, "h"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cur, err := st.CurrentTerm(ctx, "l")
+	if err != nil || cur.Lease != "l" || cur.Token != 9 || cur.Holder != "h" || cur.OpenedAt.IsZero() {
+		t.Errorf("CurrentTerm = %+v, %v; want token 9 held by h", cur, err)
+	}
+}
