@@ -293,23 +293,34 @@ func (h *Handler) readBody(w http.ResponseWriter, r *http.Request) ([]byte, erro
 	return body, nil
 }
 
-// readBody reads the whole body once. With a Content-Length the buffer
-// starts at firstRead bytes and doubles up to exactly Content-Length, so
-// that a client claiming a large body gets memory only for what it sent
-// (at most twice that). A chunked body is read in pieces of growing size
-// and joined once, so it peaks at twice its size instead of the up to
-// three times of a doubling buffer.
+// readBody reads the whole body once, in pieces of growing size (capped
+// at what Content-Length says is left) joined once: a client claiming a
+// large body gets memory only for what it sent, and a large body peaks at
+// twice its size instead of the up to three times of a doubling buffer.
 func readBody(r *http.Request) ([]byte, error) {
+	left := int64(-1) // unknown: chunked
 	if r.ContentLength > 0 {
-		return readLength(r.Body, r.ContentLength)
+		left = r.ContentLength
 	}
 	var pieces [][]byte
 	total, size := 0, 32<<10
 	for {
+		if left >= 0 {
+			size = int(min(int64(size), left))
+		}
 		buf := make([]byte, size)
 		n, err := fill(r.Body, buf)
 		pieces = append(pieces, buf[:n])
 		total += n
+		if left >= 0 {
+			left -= int64(n)
+			if left == 0 && (err == nil || err == io.EOF) {
+				break
+			}
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+		}
 		if err == io.EOF {
 			break
 		}
@@ -335,39 +346,7 @@ func readBody(r *http.Request) ([]byte, error) {
 	return out, nil
 }
 
-// firstRead is the buffer a body with a Content-Length starts in.
-const firstRead = 64 << 10
-
-// readLength reads a body of exactly n bytes into a buffer that doubles
-// as the bytes arrive, capped at n.
-func readLength(body io.Reader, n int64) ([]byte, error) {
-	buf := make([]byte, min(n, firstRead))
-	got := 0
-	for {
-		m, err := io.ReadFull(body, buf[got:])
-		got += m
-		if err == io.EOF {
-			err = io.ErrUnexpectedEOF
-		}
-		if err != nil {
-			return nil, err
-		}
-		if int64(got) == n {
-			break
-		}
-		next := make([]byte, min(int64(len(buf))*2, n))
-		copy(next, buf)
-		buf = next
-	}
-	if n >= collectAfterJoin {
-		// As after a chunked join: the smaller buffers were live when
-		// the last one was allocated.
-		runtime.GC()
-	}
-	return buf, nil
-}
-
-// collectAfterJoin is the chunked body size from which readBody collects
+// collectAfterJoin is the body size from which readBody collects
 // garbage after joining the pieces: a blocking collection costs a few
 // milliseconds, a body this large twice its size in heap headroom.
 const collectAfterJoin = 32 << 20
