@@ -75,17 +75,17 @@ func TestReceiveNegative(t *testing.T) {
 		{
 			name: "unknown partner", from: "NOBODY",
 			give: func() ([]byte, http.Header) { return good.body, good.header },
-			want: mdn.Errored(mdn.UnknownTradingRelationship), result: mdn.UnknownTradingRelationship, partner: "unknown",
+			want: mdn.Errored(mdn.UnknownTradingRelationship), signed: true, result: mdn.UnknownTradingRelationship, partner: "unknown",
 		},
 		{
 			name: "wrong station", to: "SOMEONE ELSE",
 			give: func() ([]byte, http.Header) { return good.body, good.header },
-			want: mdn.Errored(mdn.UnknownTradingRelationship), result: mdn.UnknownTradingRelationship, partner: "unknown",
+			want: mdn.Errored(mdn.UnknownTradingRelationship), signed: true, result: mdn.UnknownTradingRelationship, partner: "unknown",
 		},
 		{
 			name: "AS2 names compared case-sensitively", from: "acme corp",
 			give: func() ([]byte, http.Header) { return good.body, good.header },
-			want: mdn.Errored(mdn.UnknownTradingRelationship), result: mdn.UnknownTradingRelationship, partner: "unknown",
+			want: mdn.Errored(mdn.UnknownTradingRelationship), signed: true, result: mdn.UnknownTradingRelationship, partner: "unknown",
 		},
 		{
 			name: "unsupported micalg", opts: "signed-receipt-protocol=required, pkcs7-signature; signed-receipt-micalg=required, md5",

@@ -259,8 +259,10 @@ func (h *Handler) address(hdr http.Header, rq request) (*config.Partner, *respon
 			"unknown trading relationship: no partner "+strconv.Quote(rq.from)+" configured for station "+strconv.Quote(rq.to))
 	}
 	// Not stored, and in the response even when an async MDN was asked
-	// for: we send nothing to unknown parties' URLs.
-	res, err := h.mdnResponse(rq, mdnPlan{}, mdn.Errored(mdn.UnknownTradingRelationship), "")
+	// for: we send nothing to unknown parties' URLs. Signed with the
+	// station key when a signed receipt was asked for, like every error.
+	plan := planMDN(rq)
+	res, err := h.mdnResponse(rq, mdnPlan{sign: plan.sign, alg: plan.alg}, mdn.Errored(mdn.UnknownTradingRelationship), "")
 	if err != nil {
 		log.Error("build MDN", zap.Error(err))
 		return nil, textResponse(http.StatusInternalServerError, partnerUnknown, resultUnavailable, "internal error")
