@@ -9,6 +9,7 @@ import (
 	"mime"
 	"mime/quotedprintable"
 	"strings"
+	"unicode"
 )
 
 // ErrMalformedMIME means a MIME entity could not be parsed.
@@ -136,12 +137,25 @@ func (p *mimeParser) entity(raw []byte, depth int) (*Entity, error) {
 
 func (p *mimeParser) header(raw []byte) (Header, []byte, error) {
 	var h Header
+	// A folded field's continuation lines are collected in cont and
+	// joined once, when the next field starts or the header ends: joining
+	// per line would copy the value again for every line.
+	var cont strings.Builder
+	folded := false
+	unfold := func() {
+		if folded {
+			h[len(h)-1].Value = strings.TrimSpace(cont.String())
+			cont.Reset()
+			folded = false
+		}
+	}
 	rest := raw
 	for {
 		if consumed := len(raw) - len(rest); consumed > p.lim.MaxHeaderBytes {
 			return nil, nil, fmt.Errorf("%w: header block over %d bytes", ErrLimit, p.lim.MaxHeaderBytes)
 		}
 		if len(rest) == 0 {
+			unfold()
 			return h, rest, nil // all header, empty body
 		}
 		var line []byte
@@ -152,16 +166,23 @@ func (p *mimeParser) header(raw []byte) (Header, []byte, error) {
 		}
 		line = bytes.TrimSuffix(line, []byte{'\r'})
 		if len(line) == 0 {
+			unfold()
 			return h, rest, nil
 		}
 		if line[0] == ' ' || line[0] == '\t' {
 			if len(h) == 0 {
 				return nil, nil, fmt.Errorf("%w: continuation line before the first header field", ErrMalformedMIME)
 			}
-			last := &h[len(h)-1]
-			last.Value = strings.TrimSpace(last.Value + string(line))
+			if !folded {
+				cont.WriteString(h[len(h)-1].Value)
+				folded = true
+			}
+			// The same value as trimming after each line: the value so
+			// far has no trailing space, and leading space goes at the end.
+			cont.Write(bytes.TrimRightFunc(line, unicode.IsSpace))
 			continue
 		}
+		unfold()
 		colon := bytes.IndexByte(line, ':')
 		if colon <= 0 {
 			return nil, nil, fmt.Errorf("%w: header line without a field name", ErrMalformedMIME)

@@ -2,6 +2,8 @@ package as2_test
 
 import (
 	"errors"
+	"fmt"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -147,5 +149,75 @@ func TestParseEntityLimits(t *testing.T) {
 				t.Errorf("ParseEntity() error = %v, want %v", err, tt.want)
 			}
 		})
+	}
+}
+
+// foldedHeader is a header whose X-Long field has n continuation lines.
+func foldedHeader(n int) ([]byte, string) {
+	var b, want strings.Builder
+	b.WriteString("Content-Type: text/plain\r\nX-Long: v0\r\n")
+	want.WriteString("v0")
+	for i := 1; i <= n; i++ {
+		fmt.Fprintf(&b, " \tv%d \r\n", i)
+		fmt.Fprintf(&want, " \tv%d", i)
+	}
+	b.WriteString("\t \r\nX-After: a\r\n\r\nbody")
+	return []byte(b.String()), want.String()
+}
+
+func TestParseEntityManyContinuationLines(t *testing.T) {
+	raw, want := foldedHeader(20000)
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	e, err := as2.ParseEntity(raw, as2.Limits{MaxHeaderBytes: len(raw)})
+	runtime.ReadMemStats(&after)
+	if err != nil {
+		t.Fatalf("ParseEntity() error = %v", err)
+	}
+	// Unfolding line by line copies the value once per line (quadratic:
+	// hundreds of MiB here); joined once it is a few times the input.
+	if got := after.TotalAlloc - before.TotalAlloc; got > 16*uint64(len(raw)) {
+		t.Errorf("ParseEntity(%d bytes, 20000 continuation lines) allocated %d bytes, want at most %d", len(raw), got, 16*len(raw))
+	}
+	if got := e.Header.Get("X-Long"); got != want {
+		t.Errorf("X-Long = %d bytes %.40q..., want %d bytes %.40q...", len(got), got, len(want), want)
+	}
+	if got := e.Header.Get("X-After"); got != "a" {
+		t.Errorf("X-After = %q, want %q", got, "a")
+	}
+	if string(e.Body) != "body" {
+		t.Errorf("Body = %q, want %q", e.Body, "body")
+	}
+}
+
+func TestParseEntityFoldedValues(t *testing.T) {
+	tests := []struct {
+		give string
+		want string
+	}{
+		{"X: a\r\n b\r\n\r\n", "a b"},
+		{"X:\r\n b\r\n\r\n", "b"},
+		{"X: a  \r\n   \r\n c \r\n\r\n", "a c"},
+		{"X: a\r\n\tb\r\n  c", "a\tb  c"},
+	}
+	for _, tt := range tests {
+		e, err := as2.ParseEntity([]byte(tt.give), as2.Limits{})
+		if err != nil {
+			t.Fatalf("ParseEntity(%q) error = %v", tt.give, err)
+		}
+		if got := e.Header.Get("X"); got != tt.want {
+			t.Errorf("ParseEntity(%q) X = %q, want %q", tt.give, got, tt.want)
+		}
+	}
+}
+
+func BenchmarkParseEntityContinuationLines(b *testing.B) {
+	raw, _ := foldedHeader(20000)
+	lim := as2.Limits{MaxHeaderBytes: len(raw)}
+	b.SetBytes(int64(len(raw)))
+	for b.Loop() {
+		if _, err := as2.ParseEntity(raw, lim); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
