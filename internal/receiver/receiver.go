@@ -30,6 +30,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"runtime"
 	"strconv"
@@ -491,11 +492,12 @@ func (h *Handler) receive(ctx context.Context, hdr http.Header, body []byte, rq 
 	}
 	if rq.mdnWanted {
 		msg.MDNMode = "sync"
-		if rq.asyncURL != "" {
-			msg.MDNMode, msg.MDNURL, msg.Outbox = "async", rq.asyncURL, true
-		}
 	}
 	disp, mic := h.unwrap(log, hdr, body, rq, plan, partner, msg)
+	asyncURL := h.asyncURL(log, rq, msg.Signed)
+	if asyncURL != "" {
+		msg.MDNMode, msg.MDNURL, msg.Outbox = "async", asyncURL, true
+	}
 	msg.Disposition = disp.String()
 	var res *response
 	if rq.mdnWanted {
@@ -517,7 +519,7 @@ func (h *Handler) receive(ctx context.Context, hdr http.Header, body []byte, rq 
 				log.Error("read back the stored MDN", zap.Error(err))
 				return unavailable(partner.AS2ID)
 			}
-			return h.duplicate(ctx, log, rq, plan, partner, rec)
+			return h.duplicate(ctx, log, rq, plan, partner, rec, asyncURL)
 		}
 		log.Error("store inbound message", zap.Error(err))
 		return unavailable(partner.AS2ID)
@@ -529,6 +531,27 @@ func (h *Handler) receive(ctx context.Context, hdr http.Header, body []byte, rq 
 	}
 	log.Info("message received", zap.String("disposition", msg.Disposition), zap.Int64("size", msg.PayloadSize), zap.String("mdn", msg.MDNMode))
 	return res
+}
+
+// asyncURL is the URL an asynchronous MDN goes to, or "" for an answer in
+// the response: Receipt-Delivery-Option is honoured only for a message
+// whose signature verified against the partner's certificates (anyone can
+// put a partner's name in AS2-From; only the partner can make us post to
+// a URL) and only for an http or https URL with a host.
+func (h *Handler) asyncURL(log *zap.Logger, rq request, verified bool) string {
+	if !rq.mdnWanted || rq.asyncURL == "" {
+		return ""
+	}
+	if !verified {
+		log.Warn("Receipt-Delivery-Option of a message without a verified signature ignored; MDN sent in the response")
+		return ""
+	}
+	u, err := url.Parse(rq.asyncURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		log.Warn("Receipt-Delivery-Option is not an http or https URL; MDN sent in the response", zap.String("receipt_delivery_option", rq.asyncURL))
+		return ""
+	}
+	return rq.asyncURL
 }
 
 func unavailable(partner string) *response {
@@ -620,15 +643,16 @@ func (h *Handler) mdnResponse(rq request, plan mdnPlan, d mdn.Disposition, mic s
 }
 
 // duplicate answers a resend: the MDN stored the first time, byte for
-// byte; nothing is stored or delivered again.
-func (h *Handler) duplicate(ctx context.Context, log *zap.Logger, rq request, plan mdnPlan, partner *config.Partner, rec *postgres.InboundRecord) *response {
+// byte; nothing is stored or delivered again. asyncURL is where the
+// resend's own verified request wants its MDN, or "".
+func (h *Handler) duplicate(ctx context.Context, log *zap.Logger, rq request, plan mdnPlan, partner *config.Partner, rec *postgres.InboundRecord, asyncURL string) *response {
 	log.Info("duplicate message", zap.String("first_disposition", rec.Disposition))
 	if !rq.mdnWanted {
 		return &response{status: http.StatusOK, partner: partner.AS2ID, result: resultDuplicate}
 	}
 	if rec.MDN != nil {
-		if rq.asyncURL != "" {
-			if err := h.o.Store.RequeueInboundMDN(ctx, rec.ID, rq.asyncURL); err != nil {
+		if asyncURL != "" {
+			if err := h.o.Store.RequeueInboundMDN(ctx, rec.ID, asyncURL); err != nil {
 				log.Error("requeue MDN", zap.Error(err))
 				return unavailable(partner.AS2ID)
 			}
@@ -636,7 +660,7 @@ func (h *Handler) duplicate(ctx context.Context, log *zap.Logger, rq request, pl
 		}
 		return &response{status: http.StatusOK, header: rec.MDN.Header.Clone(), body: rec.MDN.Body, partner: partner.AS2ID, result: resultDuplicate}
 	}
-	if rq.asyncURL != "" {
+	if asyncURL != "" {
 		// Nothing stored to send; the first receipt asked for none.
 		return &response{status: http.StatusOK, partner: partner.AS2ID, result: resultDuplicate}
 	}
