@@ -124,6 +124,7 @@ func TestServeRejectsBadSettings(t *testing.T) {
 		{"no config", []string{"EDIHUB_DATABASE_URL", "postgres://x@127.0.0.1:1/x"}, []string{"EDIHUB_CONFIG"}},
 		{"bad duration", []string{"EDIHUB_SHUTDOWN_TIMEOUT", "soon"}, []string{"EDIHUB_SHUTDOWN_TIMEOUT", "-shutdown-timeout"}},
 		{"bad bool", []string{"EDIHUB_MIGRATE", "perhaps"}, []string{"EDIHUB_MIGRATE"}},
+		{"negative decompression limit", []string{"EDIHUB_DATABASE_URL", "postgres://x@127.0.0.1:1/x", "EDIHUB_CONFIG", cfg, "EDIHUB_MAX_DECOMPRESSED_BYTES", "-1"}, []string{"EDIHUB_MAX_DECOMPRESSED_BYTES", "-max-decompressed-bytes"}},
 		{"zero AS2 read timeout", []string{"EDIHUB_DATABASE_URL", "postgres://x@127.0.0.1:1/x", "EDIHUB_CONFIG", cfg, "EDIHUB_AS2_READ_TIMEOUT", "0s"}, []string{"EDIHUB_AS2_READ_TIMEOUT", "-as2-read-timeout", "positive"}},
 		{"bad log format", []string{"EDIHUB_DATABASE_URL", "postgres://x@127.0.0.1:1/x", "EDIHUB_CONFIG", cfg, "EDIHUB_LOG_FORMAT", "xml"}, []string{"EDIHUB_LOG_FORMAT", "json or console"}},
 		{"secret not echoed", []string{"EDIHUB_DB_MAX_CONNS", "many", "EDIHUB_API_TOKEN", "tok3n"}, []string{"EDIHUB_DB_MAX_CONNS"}},
@@ -143,6 +144,21 @@ func TestServeRejectsBadSettings(t *testing.T) {
 				t.Errorf("serve error leaks a secret: %q", err)
 			}
 		})
+	}
+}
+
+func TestDecompressionLimit(t *testing.T) {
+	tests := []struct {
+		give serveOptions
+		want int64
+	}{
+		{serveOptions{maxBodyBytes: 100 << 20}, 400 << 20},
+		{serveOptions{maxBodyBytes: 100 << 20, maxDecompressedBytes: 1 << 30}, 1 << 30},
+	}
+	for _, tt := range tests {
+		if got := tt.give.decompressionLimit(); got != tt.want {
+			t.Errorf("decompressionLimit(body %d, set %d) = %d, want %d", tt.give.maxBodyBytes, tt.give.maxDecompressedBytes, got, tt.want)
+		}
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
+	"github.com/edihub/edihub/internal/as2"
 	"github.com/edihub/edihub/internal/as2/cms"
 	"github.com/edihub/edihub/internal/config"
 	"github.com/edihub/edihub/internal/postgres"
@@ -33,6 +34,7 @@ func newReceiver(log *zap.Logger, reg prometheus.Registerer, store *postgres.Sto
 		NewMessageID: receiver.MessageIDs(st.AS2ID, rand.Reader),
 		MaxBodyBytes: o.maxBodyBytes,
 		ReadTimeout:  o.as2ReadTimeout,
+		Limits:       as2.Limits{MaxDecompressedSize: o.decompressionLimit()},
 		ReportingUA:  "edihub " + version(),
 	})
 }

@@ -29,12 +29,15 @@ type serveOptions struct {
 	maxBodyBytes int64
 	// as2ReadTimeout bounds reading one AS2 request body.
 	as2ReadTimeout time.Duration
-	drainTimeout   time.Duration
-	drainDelay     time.Duration
-	apiToken       string
-	dbMaxConns     int
-	leader         leaderOptions
-	outbound       outboundOptions
+	// maxDecompressedBytes bounds the decompressed bytes of one message;
+	// 0 means 4 × maxBodyBytes (see decompressionLimit).
+	maxDecompressedBytes int64
+	drainTimeout         time.Duration
+	drainDelay           time.Duration
+	apiToken             string
+	dbMaxConns           int
+	leader               leaderOptions
+	outbound             outboundOptions
 }
 
 func serveFlags(fs *flagSet) func(context.Context, *environment) error {
@@ -46,6 +49,7 @@ func serveFlags(fs *flagSet) func(context.Context, *environment) error {
 	fs.String(&o.opsAddr, "ops-addr", ":9090", "address of the ops listener (/metrics, /healthz, /readyz, /leader)")
 	fs.Bool(&o.migrate, "migrate", false, "apply pending database migrations before serving (otherwise an outdated schema stops the start)")
 	fs.Int64(&o.maxBodyBytes, "max-body-bytes", 100<<20, "largest request body accepted on the AS2 and API listener, in bytes")
+	fs.Int64(&o.maxDecompressedBytes, "max-decompressed-bytes", 0, "largest number of bytes one AS2 message may decompress to, all compressed layers together (decompression-failed above it); 0 means 4 × max-body-bytes")
 	fs.Duration(&o.as2ReadTimeout, "as2-read-timeout", 5*time.Minute, "how long a partner may take to send the body of one AS2 request (after its header); slower requests get HTTP 408 and nothing is stored")
 	fs.Duration(&o.drainTimeout, "shutdown-timeout", 20*time.Second, "how long shutdown waits for in-flight HTTP requests")
 	fs.Duration(&o.drainDelay, "shutdown-delay", 0, "on SIGTERM, how long to keep serving HTTP (with /readyz failing) after the lease is released, so load balancers stop sending traffic before the listeners close; 5s suits Kubernetes")
@@ -66,6 +70,9 @@ func (o serveOptions) validate() error {
 	if o.maxBodyBytes <= 0 {
 		return fmt.Errorf("EDIHUB_MAX_BODY_BYTES (-max-body-bytes) must be positive, got %d", o.maxBodyBytes)
 	}
+	if o.maxDecompressedBytes < 0 {
+		return fmt.Errorf("EDIHUB_MAX_DECOMPRESSED_BYTES (-max-decompressed-bytes) must not be negative, got %d; 0 means 4 × EDIHUB_MAX_BODY_BYTES", o.maxDecompressedBytes)
+	}
 	if o.as2ReadTimeout <= 0 {
 		return fmt.Errorf("EDIHUB_AS2_READ_TIMEOUT (-as2-read-timeout) must be positive, got %s; set it to a duration such as 5m", o.as2ReadTimeout)
 	}
@@ -85,6 +92,14 @@ func (o serveOptions) validate() error {
 		return err
 	}
 	return o.log.validate()
+}
+
+// decompressionLimit is the decompressed bytes one message may reach.
+func (o serveOptions) decompressionLimit() int64 {
+	if o.maxDecompressedBytes > 0 {
+		return o.maxDecompressedBytes
+	}
+	return 4 * o.maxBodyBytes
 }
 
 // serve runs one replica until ctx ends, then shuts down in order.

@@ -29,7 +29,8 @@ type Limits struct {
 	MaxDepth int
 	// MaxParts bounds the body parts of one parsed entity, all levels (256).
 	MaxParts int
-	// MaxDecompressedSize bounds each decompressed layer (512 MiB).
+	// MaxDecompressedSize bounds the decompressed bytes of one message,
+	// all compressed layers together (512 MiB).
 	MaxDecompressedSize int64
 }
 

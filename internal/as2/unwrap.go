@@ -131,6 +131,8 @@ func Unwrap(h http.Header, body []byte, opts UnwrapOptions) (*Message, error) {
 		}
 	}
 	encryptedSeen, compressedSeen := false, false
+	// Nested compressed layers share one budget: each may be held at once.
+	decompressBudget := lim.MaxDecompressedSize
 	ent := top
 	owned := opts.InPlace // ent's bytes may be overwritten
 	for depth := 0; ; depth++ {
@@ -189,9 +191,13 @@ func Unwrap(h http.Header, body []byte, opts UnwrapOptions) (*Message, error) {
 				owned = true
 			case cms.TypeCompressedData:
 				s = stageDecompress
-				if inner, err = cms.Decompress(der, lim.MaxDecompressedSize); err != nil {
+				if decompressBudget <= 0 { // 0 would mean Decompress's default
+					return nil, classify(s, fmt.Errorf("decompress: %w: %w: more than %d bytes in all", cms.ErrDecompression, cms.ErrTooLarge, lim.MaxDecompressedSize))
+				}
+				if inner, err = cms.Decompress(der, decompressBudget); err != nil {
 					return nil, classify(s, fmt.Errorf("decompress: %w", err))
 				}
+				decompressBudget -= int64(len(inner))
 				m.Compressed = true
 				m.Layers = append(m.Layers, LayerCompressed)
 				if !compressedSeen {

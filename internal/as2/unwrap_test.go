@@ -187,6 +187,13 @@ func TestUnwrapErrors(t *testing.T) {
 	}
 	nestedH, nestedBody := splitEntity(t, nested)
 
+	// Two compressed layers of 600 KB each (random, so incompressible):
+	// each under a 1 MiB limit, together over it.
+	noise := make([]byte, 600<<10)
+	rand.Read(noise)
+	twice := compressedEntity(t, compressedEntity(t, append([]byte("Content-Type: application/octet-stream\r\n\r\n"), noise...), "binary"), "binary")
+	twiceH, twiceBody := splitEntity(t, twice)
+
 	tests := []struct {
 		name    string
 		header  http.Header
@@ -205,6 +212,7 @@ func TestUnwrapErrors(t *testing.T) {
 		{"garbage claiming encryption", enveloped, garbage, as2.Limits{}, as2.DispositionDecryptionFailed, cms.ErrMalformed},
 		{"garbage claiming compression", compressed, garbage, as2.Limits{}, as2.DispositionDecompressionFailed, cms.ErrMalformed},
 		{"zip bomb", compressed, bomb, as2.Limits{MaxDecompressedSize: 1 << 20}, as2.DispositionDecompressionFailed, cms.ErrTooLarge},
+		{"compressed layers over the limit together", http.Header(twiceH), twiceBody, as2.Limits{MaxDecompressedSize: 1 << 20}, as2.DispositionDecompressionFailed, cms.ErrTooLarge},
 		{"too many layers", http.Header(nestedH), nestedBody, as2.Limits{MaxDepth: 8}, as2.DispositionUnexpectedProcessing, as2.ErrLimit},
 		{"no content type", http.Header{}, []byte(doc), as2.Limits{}, as2.DispositionUnexpectedProcessing, as2.ErrMalformedMIME},
 		{"bad payload base64", http.Header{"Content-Type": {"text/plain"}, "Content-Transfer-Encoding": {"base64"}}, []byte("*"), as2.Limits{}, as2.DispositionUnexpectedProcessing, as2.ErrMalformedMIME},

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 )
 
 // DefaultMaxDecompressedSize is the limit Decompress applies when the
@@ -40,8 +41,8 @@ func Compress(content []byte) ([]byte, error) {
 	return wrapContentInfo(oidCompressedData, cd), nil
 }
 
-// Decompress inflates a CompressedData ContentInfo. Output larger than
-// maxSize bytes (DefaultMaxDecompressedSize when maxSize <= 0) stops the
+// Decompress inflates a CompressedData ContentInfo into a buffer that never
+// grows past maxSize+1 bytes. Output larger than maxSize bytes (DefaultMaxDecompressedSize when maxSize <= 0) stops the
 // inflation with an error wrapping both ErrDecompression and ErrTooLarge.
 // Other errors wrap ErrMalformed, ErrContentType, ErrUnsupportedAlgorithm
 // or ErrDecompression.
@@ -94,16 +95,28 @@ func inflate(z []byte, maxSize int64) ([]byte, error) {
 		r = zr
 	}
 	defer r.Close()
-	var out bytes.Buffer
-	// Most EDI compresses 5-20x; grow gradually rather than trusting a
-	// ratio, the limit caps the worst case.
-	out.Grow(int(min(int64(len(z))*4, maxSize)))
-	n, err := io.Copy(&out, io.LimitReader(r, maxSize+1))
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrDecompression, err)
+	// Most EDI compresses 5-20x; start at 4x and double, but never past
+	// maxSize+1 bytes: a bomb gets at most the limit, not twice it.
+	out := make([]byte, 0, min(int64(len(z))*4+512, maxSize+1))
+	for {
+		if len(out) == cap(out) {
+			if int64(len(out)) > maxSize {
+				return nil, fmt.Errorf("%w: %w: more than %d bytes", ErrDecompression, ErrTooLarge, maxSize)
+			}
+			out = slices.Grow(out, int(min(int64(cap(out)), maxSize+1-int64(cap(out)))))
+			out = out[:len(out):min(cap(out), int(maxSize+1))]
+		}
+		n, err := r.Read(out[len(out):cap(out)])
+		out = out[:len(out)+n]
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrDecompression, err)
+		}
 	}
-	if n > maxSize {
+	if int64(len(out)) > maxSize {
 		return nil, fmt.Errorf("%w: %w: more than %d bytes", ErrDecompression, ErrTooLarge, maxSize)
 	}
-	return out.Bytes(), nil
+	return out, nil
 }
