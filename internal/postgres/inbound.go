@@ -101,6 +101,32 @@ func (s *Store) SaveInbound(ctx context.Context, m *InboundMessage) (int64, erro
 			return 0, fmt.Errorf("save inbound message: encode MDN header: %w", err)
 		}
 	}
+	id, err := s.saveInbound(ctx, m, hdr)
+	if errors.Is(err, ErrDuplicateInbound) {
+		// Only a message we processed is a duplicate. A stored failure
+		// (say authentication-failed before the operator loaded the
+		// partner's new certificate) must not refuse the partner's resend
+		// forever: the resend replaces it. Should the process die between
+		// the delete and the insert, the partner's next resend is simply
+		// new; it had no successful MDN either way.
+		replaced, derr := s.deleteFailedInbound(ctx, m)
+		if derr != nil {
+			return 0, fmt.Errorf("save inbound message: replace a failed receipt: %w", derr)
+		}
+		if replaced {
+			id, err = s.saveInbound(ctx, m, hdr)
+		}
+	}
+	switch {
+	case err == nil:
+		return id, nil
+	case errors.Is(err, ErrDuplicateInbound):
+		return 0, ErrDuplicateInbound
+	}
+	return 0, fmt.Errorf("save inbound message: %w", err)
+}
+
+func (s *Store) saveInbound(ctx context.Context, m *InboundMessage, hdr []byte) (int64, error) {
 	var (
 		id  int64
 		err error
@@ -110,13 +136,21 @@ func (s *Store) SaveInbound(ctx context.Context, m *InboundMessage) (int64, erro
 	} else {
 		id, err = s.saveInboundStreamed(ctx, m, hdr)
 	}
-	switch {
-	case err == nil:
-		return id, nil
-	case errors.Is(err, ErrDuplicateInbound), isUniqueViolation(err):
-		return 0, ErrDuplicateInbound
+	if isUniqueViolation(err) {
+		err = ErrDuplicateInbound
 	}
-	return 0, fmt.Errorf("save inbound message: %w", err)
+	return id, err
+}
+
+// deleteFailedInbound deletes the stored receipt of m's Message-ID when it
+// failed (its MDN and any queued async MDN go with it). It reports whether
+// there was one.
+func (s *Store) deleteFailedInbound(ctx context.Context, m *InboundMessage) (bool, error) {
+	tag, err := s.pool.Exec(ctx, `DELETE FROM messages WHERE partner = $1 AND direction = 'inbound' AND message_id = $2 AND status = 'error'`, m.Partner, m.MessageID)
+	if err != nil {
+		return false, err
+	}
+	return tag.RowsAffected() > 0, nil
 }
 
 const insertMessage = `

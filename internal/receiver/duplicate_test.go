@@ -67,10 +67,23 @@ func TestReceiveDuplicateOfFailure(t *testing.T) {
 	if got := parseMDN(t, first); got.Disposition != mdn.Errored("decryption-failed") {
 		t.Fatalf("first = %q", got.Disposition)
 	}
+	// The partner fixes its side and resends under the same Message-ID: a
+	// failed receipt is no duplicate, the resend is processed.
 	second := post(t, e.url, request(as2Header(partnerACME, station, "<again@x>", "sha-256"), good), good.body, false)
-	sameMDN(t, second, first)
-	if n := e.count(t, `SELECT count(*) FROM payloads`); n != 0 {
-		t.Errorf("%d payloads, want 0", n)
+	if got := parseMDN(t, second); !got.Disposition.Successful() || got.Disposition.Modifier != "" {
+		t.Fatalf("resend after a failure = %q, want processed", got.Disposition)
+	}
+	if n := e.count(t, `SELECT count(*) FROM payloads`); n != 1 {
+		t.Errorf("%d payloads, want 1", n)
+	}
+	if n := e.count(t, `SELECT count(*) FROM messages WHERE message_id = '<again@x>'`); n != 1 {
+		t.Errorf("%d message rows for the Message-ID, want 1", n)
+	}
+	// Now it is processed: a third post is a duplicate with the stored MDN.
+	third := post(t, e.url, request(as2Header(partnerACME, station, "<again@x>", "sha-256"), good), good.body, false)
+	sameMDN(t, third, second)
+	if n := e.count(t, `SELECT count(*) FROM payloads`); n != 1 {
+		t.Errorf("%d payloads after the duplicate, want 1", n)
 	}
 }
 
