@@ -11,7 +11,7 @@ import (
 
 	"github.com/edihub/edihub/internal/as2"
 	"github.com/edihub/edihub/internal/as2/cms"
-	"github.com/edihub/edihub/internal/as2/internal/openssltest"
+	"github.com/edihub/edihub/internal/openssltest"
 )
 
 // fuzzSeeds are AS2 bodies built by openssl plus Wrap outputs.

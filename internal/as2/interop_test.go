@@ -20,7 +20,7 @@ import (
 
 	"github.com/edihub/edihub/internal/as2"
 	"github.com/edihub/edihub/internal/as2/cms"
-	"github.com/edihub/edihub/internal/as2/internal/openssltest"
+	"github.com/edihub/edihub/internal/openssltest"
 )
 
 func TestMain(m *testing.M) {

@@ -88,7 +88,7 @@ func buildOpenSSL(t testing.TB, b build) opensslMessage {
 	if b.sign != "" {
 		in := writeFile(t, dir, cur)
 		m.micFile, m.micDigest = in, b.sign
-		cur = runOpenSSL(t, nil, "cms", "-sign", "-in", in, "-signer", b.signer.certPath, "-inkey", b.signer.keyPath,
+		cur = runOpenSSL(t, nil, "cms", "-sign", "-in", in, "-signer", b.signer.CertPath, "-inkey", b.signer.KeyPath,
 			"-md", b.sign, "-binary", "-crlfeol")
 		if b.comp == "after" {
 			cur = compressedEntity(t, cur, b.cte)
@@ -102,11 +102,11 @@ func buildOpenSSL(t testing.TB, b build) opensslMessage {
 		args := []string{"cms", "-encrypt", "-in", in, "-binary", "-outform", "DER"}
 		switch b.enc {
 		case "aes256-oaep-sha256":
-			args = append(args, "-aes256", "-recip", b.recipient.certPath, "-keyopt", "rsa_padding_mode:oaep", "-keyopt", "rsa_oaep_md:sha256")
+			args = append(args, "-aes256", "-recip", b.recipient.CertPath, "-keyopt", "rsa_padding_mode:oaep", "-keyopt", "rsa_oaep_md:sha256")
 		case "aes128-gcm":
-			args = append(args, "-aes-128-gcm", b.recipient.certPath)
+			args = append(args, "-aes-128-gcm", b.recipient.CertPath)
 		default:
-			args = append(args, "-"+b.enc, b.recipient.certPath)
+			args = append(args, "-"+b.enc, b.recipient.CertPath)
 		}
 		der := runOpenSSL(t, nil, args...)
 		smimeType := "enveloped-data"

@@ -64,10 +64,10 @@ func FuzzHandler(f *testing.F) {
 	f.Add(s.header.Get("Content-Type"), "base64", "ACME CORP", "EDIHUB HUB", "x", "", s.body)
 	f.Add("multipart/report; boundary=b", "", "ACME CORP", "EDIHUB HUB", "", "", []byte("--b\r\n\r\n--b--"))
 	f.Add("application/pkcs7-mime; smime-type=compressed-data", "", `"Q \"Quoted\" \\ Co"`, `"EDIHUB HUB"`, "<c>", "signed-receipt-micalg=required, md5", []byte{0x30, 0x80, 0, 0})
-	yaml := `station: {as2_id: "EDIHUB HUB", private_key: b.key, certificate: b.crt}
+	yaml := `station: {as2_id: "EDIHUB HUB", private_key: as2-b.key, certificate: as2-b.crt}
 partners:
-  - {as2_id: "ACME CORP", url: "http://127.0.0.1:9/as2", certificate: a.crt}
-  - {as2_id: 'Q "Quoted" \ Co', url: "http://127.0.0.1:9/as2", certificate: a.crt}
+  - {as2_id: "ACME CORP", url: "http://127.0.0.1:9/as2", certificate: as2-a.crt}
+  - {as2_id: 'Q "Quoted" \ Co', url: "http://127.0.0.1:9/as2", certificate: as2-a.crt}
 `
 	cfg, err := config.Parse([]byte(yaml), keyDir, "fuzz.yaml", config.Options{Now: func() time.Time { return testTime }})
 	if err != nil {
@@ -76,8 +76,8 @@ partners:
 	h, err := receiver.New(receiver.Options{
 		Store:    &memStore{msgs: map[string]*postgres.InboundMessage{}},
 		Partners: cfg,
-		Station: receiver.Station{AS2ID: station, Keys: []cms.Recipient{{Cert: idB.cert, Key: idB.key.(crypto.Decrypter)}},
-			Key: idB.key, Cert: idB.cert},
+		Station: receiver.Station{AS2ID: station, Keys: []cms.Recipient{{Cert: idB.Cert, Key: idB.Key.(crypto.Decrypter)}},
+			Key: idB.Key, Cert: idB.Cert},
 		Logger: zap.NewNop(), Registerer: prometheus.NewRegistry(),
 		Limits: as2.Limits{MaxDecompressedSize: 1 << 20},
 	})

@@ -5,16 +5,13 @@ import (
 	"context"
 	"crypto"
 	"crypto/x509"
-	"encoding/pem"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -28,6 +25,7 @@ import (
 	"github.com/edihub/edihub/internal/config"
 	"github.com/edihub/edihub/internal/httpserver"
 	"github.com/edihub/edihub/internal/mdn"
+	"github.com/edihub/edihub/internal/openssltest"
 	"github.com/edihub/edihub/internal/postgres"
 	"github.com/edihub/edihub/internal/postgres/pgtest"
 	"github.com/edihub/edihub/internal/receiver"
@@ -35,9 +33,7 @@ import (
 
 func TestMain(m *testing.M) {
 	code := pgtest.Main(m)
-	if keyDir != "" {
-		os.RemoveAll(keyDir)
-	}
+	openssltest.Cleanup()
 	os.Exit(code)
 }
 
@@ -50,101 +46,30 @@ const (
 	partnerStrict = "STRICT"
 )
 
-// identity is a throwaway key pair made by openssl.
-type identity struct {
-	keyPath, certPath string
-	key               crypto.Signer
-	cert              *x509.Certificate
-}
+// identity is a throwaway key pair made by openssl, shared with the as2
+// tests' interop fixtures.
+type identity = openssltest.Identity
 
 var (
-	keysOnce sync.Once
-	keyDir   string
+	keyDir string
 	// idA signs as the partner, idB is the station, idC a stranger.
 	idA, idB, idC *identity
-	keysErr       error
 )
 
 func keys(t testing.TB) {
 	t.Helper()
-	if _, err := exec.LookPath("openssl"); err != nil {
-		t.Fatalf("openssl is required on PATH for the receiver tests: %v", err)
-	}
-	keysOnce.Do(func() {
-		if keyDir, keysErr = os.MkdirTemp("", "edihub-receiver-"); keysErr != nil {
-			return
-		}
-		var wg sync.WaitGroup
-		errs := make([]error, 3)
-		for i, dst := range []**identity{&idA, &idB, &idC} {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				*dst, errs[i] = newIdentity(keyDir, string(rune('a'+i)))
-			}()
-		}
-		wg.Wait()
-		for _, err := range errs {
-			if err != nil {
-				keysErr = err
-			}
-		}
-	})
-	if keysErr != nil {
-		t.Fatalf("openssl keys: %v", keysErr)
-	}
-}
-
-func newIdentity(dir, name string) (*identity, error) {
-	id := &identity{keyPath: filepath.Join(dir, name+".key"), certPath: filepath.Join(dir, name+".crt")}
-	out, err := exec.Command("openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", id.keyPath,
-		"-out", id.certPath, "-days", "365", "-subj", "/CN=as2-"+name).CombinedOutput()
-	if err != nil {
-		return nil, fmt.Errorf("openssl req: %v: %s", err, out)
-	}
-	kp, err := os.ReadFile(id.keyPath)
-	if err != nil {
-		return nil, err
-	}
-	blk, _ := pem.Decode(kp)
-	if blk == nil {
-		return nil, fmt.Errorf("%s: no PEM", id.keyPath)
-	}
-	k, err := x509.ParsePKCS8PrivateKey(blk.Bytes)
-	if err != nil {
-		return nil, err
-	}
-	id.key = k.(crypto.Signer)
-	cp, err := os.ReadFile(id.certPath)
-	if err != nil {
-		return nil, err
-	}
-	if blk, _ = pem.Decode(cp); blk == nil {
-		return nil, fmt.Errorf("%s: no PEM", id.certPath)
-	}
-	id.cert, err = x509.ParseCertificate(blk.Bytes)
-	return id, err
+	ids := openssltest.Keys(t)
+	keyDir, idA, idB, idC = ids.Dir, ids.A, ids.B, ids.C
 }
 
 // runOpenSSL runs openssl and returns stdout, failing the test on error.
 func runOpenSSL(t testing.TB, stdin []byte, args ...string) []byte {
 	t.Helper()
-	out, err := tryOpenSSL(stdin, args...)
-	if err != nil {
-		t.Fatalf("openssl %v: %v", args, err)
-	}
-	return out
+	return openssltest.Run(t, stdin, args...)
 }
 
 func tryOpenSSL(stdin []byte, args ...string) ([]byte, error) {
-	cmd := exec.Command("openssl", args...)
-	cmd.Stdin = bytes.NewReader(stdin)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		return nil, fmt.Errorf("%v: %s", err, stderr.Bytes())
-	}
-	return stdout.Bytes(), nil
+	return openssltest.TryRun(stdin, args...)
 }
 
 var fileSeq atomic.Int64
@@ -194,11 +119,11 @@ func newEnv(t testing.TB, eo envOptions) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(db.Close)
-	yaml := fmt.Sprintf(`station: {as2_id: %q, private_key: b.key, certificate: b.crt}
+	yaml := fmt.Sprintf(`station: {as2_id: %q, private_key: as2-b.key, certificate: as2-b.crt}
 partners:
-  - {as2_id: %q, url: "http://127.0.0.1:9/as2", certificate: a.crt}
-  - {as2_id: %q, url: "http://127.0.0.1:9/as2", certificate: a.crt}
-  - {as2_id: %q, url: "http://127.0.0.1:9/as2", certificate: a.crt, require_signed: true, require_encrypted: true}
+  - {as2_id: %q, url: "http://127.0.0.1:9/as2", certificate: as2-a.crt}
+  - {as2_id: %q, url: "http://127.0.0.1:9/as2", certificate: as2-a.crt}
+  - {as2_id: %q, url: "http://127.0.0.1:9/as2", certificate: as2-a.crt, require_signed: true, require_encrypted: true}
 `, station, partnerACME, partnerQuoted, partnerStrict)
 	cfg, err := config.Parse([]byte(yaml), keyDir, "test.yaml", config.Options{Now: func() time.Time { return testTime }})
 	if err != nil {
@@ -215,8 +140,8 @@ partners:
 		Partners: cfg,
 		Station: receiver.Station{
 			AS2ID: station,
-			Keys:  []cms.Recipient{{Cert: idB.cert, Key: idB.key.(crypto.Decrypter)}},
-			Key:   idB.key, Cert: idB.cert,
+			Keys:  []cms.Recipient{{Cert: idB.Cert, Key: idB.Key.(crypto.Decrypter)}},
+			Key:   idB.Key, Cert: idB.Cert,
 		},
 		Logger:       zap.NewNop(),
 		Registerer:   reg,
@@ -293,7 +218,7 @@ func parseMDN(t testing.TB, r reply) *mdn.MDN {
 	if r.status != http.StatusOK {
 		t.Fatalf("status %d, body %q", r.status, r.body)
 	}
-	m, err := mdn.Parse(r.header, r.body, mdn.ParseOptions{PartnerCerts: []*x509.Certificate{idB.cert}})
+	m, err := mdn.Parse(r.header, r.body, mdn.ParseOptions{PartnerCerts: []*x509.Certificate{idB.Cert}})
 	if err != nil {
 		t.Fatalf("mdn.Parse() error = %v\n%s", err, r.body)
 	}
@@ -321,7 +246,7 @@ func opensslVerifyMDN(t testing.TB, r reply) {
 	part1 := writeFile(t, dir, top.Parts[0].Raw)
 	sigFile := writeFile(t, dir, sig)
 	runOpenSSL(t, nil, "cms", "-verify", "-inform", "DER", "-in", sigFile, "-content", part1, "-binary",
-		"-CAfile", idB.certPath, "-purpose", "any", "-out", filepath.Join(dir, "out"))
+		"-CAfile", idB.CertPath, "-purpose", "any", "-out", filepath.Join(dir, "out"))
 }
 
 // row is what the messages table holds about one inbound message.

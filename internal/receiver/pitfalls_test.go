@@ -82,7 +82,7 @@ func TestReceiveMDNIntake(t *testing.T) {
 			hdr, body, err := mdn.Build(mdn.Report{
 				ReportingUA: "partner AS2", OriginalRecipient: "ACME CORP", FinalRecipient: "ACME CORP",
 				OriginalMessageID: id, Disposition: mdn.Processed(), MIC: "dGVzdA==, sha-256",
-			}, mdn.BuildOptions{Sign: tt.sign, MICAlg: crypto.SHA256, Key: idA.key, Cert: idA.cert})
+			}, mdn.BuildOptions{Sign: tt.sign, MICAlg: crypto.SHA256, Key: idA.Key, Cert: idA.Cert})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -116,7 +116,7 @@ SELECT as2_from, original_message_id, headers, body, coalesce(processed_at::text
 				t.Errorf("credentials stored with the MDN")
 			}
 			// The stored MDN verifies with the partner's certificate.
-			if m, err := mdn.Parse(sh, storedBody, mdn.ParseOptions{PartnerCerts: []*x509.Certificate{idA.cert}}); err != nil || m.Signed != tt.sign {
+			if m, err := mdn.Parse(sh, storedBody, mdn.ParseOptions{PartnerCerts: []*x509.Certificate{idA.Cert}}); err != nil || m.Signed != tt.sign {
 				t.Errorf("stored MDN: %v", err)
 			}
 		})

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/edihub/edihub/internal/as2/cms"
-	"github.com/edihub/edihub/internal/as2/internal/openssltest"
+	"github.com/edihub/edihub/internal/openssltest"
 )
 
 func TestMain(m *testing.M) {
