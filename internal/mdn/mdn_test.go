@@ -242,6 +242,7 @@ func TestParseErrors(t *testing.T) {
 		{"unsigned but required", unsignedH, unsignedB, mdn.ParseOptions{RequireSigned: true}, mdn.ErrUnsigned},
 		{"not an MDN", http.Header{"Content-Type": {"application/edi-x12"}}, []byte("ISA*"), mdn.ParseOptions{}, mdn.ErrNotMDN},
 		{"no Content-Type", http.Header{}, unsignedB, mdn.ParseOptions{}, mdn.ErrNotMDN},
+		{"delivery status report", http.Header{"Content-Type": {strings.Replace(unsignedH.Get("Content-Type"), "disposition-notification", "delivery-status", 1)}}, unsignedB, mdn.ParseOptions{}, mdn.ErrNotMDN},
 		{"no Disposition", http.Header{"Content-Type": {`multipart/report; report-type=disposition-notification; boundary=b`}},
 			[]byte("--b\r\nContent-Type: message/disposition-notification\r\n\r\nOriginal-Message-ID: <a@b>\r\n\r\n--b--\r\n"), mdn.ParseOptions{}, mdn.ErrMalformed},
 	}

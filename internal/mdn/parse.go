@@ -93,7 +93,9 @@ func Parse(h http.Header, body []byte, o ParseOptions) (*MDN, error) {
 	if !m.Signed && o.RequireSigned {
 		return nil, ErrUnsigned
 	}
-	if mt, _ := report.MediaType(); mt != "multipart/report" {
+	if mt, params := report.MediaType(); mt != "multipart/report" || !isDNReport(params) {
+		// A multipart/report of another report-type (a delivery status
+		// notification, say) is no MDN, whatever parts it carries.
 		return nil, fmt.Errorf("%w: content type %q", ErrNotMDN, mt)
 	}
 	var fields as2.Header
