@@ -50,29 +50,6 @@ type opensslMessage struct {
 	layers    []as2.Layer
 }
 
-func innerMIME(cte string) []byte {
-	body := doc
-	if cte == "base64" {
-		body = base64.StdEncoding.EncodeToString([]byte(doc)) + "\r\n"
-	}
-	return []byte("Content-Type: application/EDI-X12\r\nContent-Transfer-Encoding: " + cte +
-		"\r\nContent-Disposition: attachment; filename=\"order 1.edi\"\r\n\r\n" + body)
-}
-
-func compressedEntity(t testing.TB, ent []byte, cte string) []byte {
-	t.Helper()
-	der, err := cms.Compress(ent)
-	if err != nil {
-		t.Fatal(err)
-	}
-	body := der
-	if cte == "base64" {
-		body = []byte(base64.StdEncoding.EncodeToString(der) + "\r\n")
-	}
-	return append([]byte("Content-Type: application/pkcs7-mime; smime-type=compressed-data; name=smime.p7z\r\n"+
-		"Content-Transfer-Encoding: "+cte+"\r\n\r\n"), body...)
-}
-
 var fileSeq atomic.Int64
 
 func write(t testing.TB, dir string, b []byte) string {
@@ -82,11 +59,11 @@ func write(t testing.TB, dir string, b []byte) string {
 func buildOpenSSL(t testing.TB, ids *openssltest.Identities, sign, enc, comp, cte string) opensslMessage {
 	t.Helper()
 	dir := t.TempDir()
-	inner := innerMIME(cte)
+	inner := openssltest.InnerMIME(cte, doc)
 	cur := inner
 	m := opensslMessage{micFile: write(t, dir, inner), micDigest: "sha256"}
 	if comp != "none" && (sign == "" || comp == "before") {
-		cur = compressedEntity(t, cur, cte)
+		cur = openssltest.CompressedEntity(t, cur, cte)
 		m.layers = append(m.layers, as2.LayerCompressed)
 	}
 	if sign != "" {
@@ -96,7 +73,7 @@ func buildOpenSSL(t testing.TB, ids *openssltest.Identities, sign, enc, comp, ct
 			"-md", sign, "-binary", "-crlfeol")
 		m.layers = append([]as2.Layer{as2.LayerSigned}, m.layers...)
 		if comp == "after" {
-			cur = compressedEntity(t, cur, cte)
+			cur = openssltest.CompressedEntity(t, cur, cte)
 			m.layers = append([]as2.Layer{as2.LayerCompressed}, m.layers...)
 		}
 	}

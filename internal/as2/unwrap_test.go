@@ -111,7 +111,7 @@ func TestUnwrapPitfalls(t *testing.T) {
 	})
 
 	t.Run("signature part without CTE header", func(t *testing.T) {
-		h, body := signWithOpenSSL(t, ids.A, innerMIME("binary"))
+		h, body := signWithOpenSSL(t, ids.A, openssltest.InnerMIME("binary", doc))
 		body = bytes.Replace(body, []byte("Content-Transfer-Encoding: base64\r\n"), nil, 1)
 		if _, err := as2.Unwrap(h, body, opts); err != nil {
 			t.Errorf("Unwrap() error = %v", err)
@@ -133,7 +133,7 @@ func TestUnwrapPitfalls(t *testing.T) {
 	})
 
 	t.Run("micalg spelled sha1 in the header", func(t *testing.T) {
-		h, body := signWithOpenSSL(t, ids.A, innerMIME("binary"))
+		h, body := signWithOpenSSL(t, ids.A, openssltest.InnerMIME("binary", doc))
 		h.Set("Content-Type", strings.Replace(h.Get("Content-Type"), `micalg="sha-256"`, "micalg=SHA256", 1))
 		got, err := as2.Unwrap(h, body, opts)
 		if err != nil || got.MIC.Alg != crypto.SHA256 {
@@ -159,7 +159,7 @@ func TestUnwrapErrors(t *testing.T) {
 	ids := openssltest.Keys(t)
 	opts := stationOpts(ids)
 	dir := t.TempDir()
-	inner := innerMIME("binary")
+	inner := openssltest.InnerMIME("binary", doc)
 
 	signedH, signedBody := signWithOpenSSL(t, ids.A, inner)
 	noattrH, noattrBody := signWithOpenSSL(t, ids.A, inner, "-noattr")
@@ -183,7 +183,7 @@ func TestUnwrapErrors(t *testing.T) {
 
 	nested := inner
 	for range 20 {
-		nested = compressedEntity(t, nested, "binary")
+		nested = openssltest.CompressedEntity(t, nested, "binary")
 	}
 	nestedH, nestedBody := splitEntity(t, nested)
 
@@ -191,7 +191,7 @@ func TestUnwrapErrors(t *testing.T) {
 	// each under a 1 MiB limit, together over it.
 	noise := make([]byte, 600<<10)
 	rand.Read(noise)
-	twice := compressedEntity(t, compressedEntity(t, append([]byte("Content-Type: application/octet-stream\r\n\r\n"), noise...), "binary"), "binary")
+	twice := openssltest.CompressedEntity(t, openssltest.CompressedEntity(t, append([]byte("Content-Type: application/octet-stream\r\n\r\n"), noise...), "binary"), "binary")
 	twiceH, twiceBody := splitEntity(t, twice)
 
 	tests := []struct {

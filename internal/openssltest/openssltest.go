@@ -9,6 +9,7 @@ import (
 	"bytes"
 	"crypto"
 	"crypto/x509"
+	"encoding/base64"
 	"encoding/pem"
 	"fmt"
 	"os"
@@ -16,6 +17,8 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
+
+	"github.com/edihub/edihub/internal/as2/cms"
 )
 
 // Identity is a throwaway key pair made by openssl.
@@ -164,4 +167,32 @@ func ReadFile(t testing.TB, p string) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// InnerMIME is the payload entity AS2 test messages carry: an EDI document
+// with a quoted filename, in transfer encoding cte (binary or base64).
+func InnerMIME(cte, payload string) []byte {
+	body := payload
+	if cte == "base64" {
+		body = base64.StdEncoding.EncodeToString([]byte(payload)) + "\r\n"
+	}
+	return []byte("Content-Type: application/EDI-X12\r\nContent-Transfer-Encoding: " + cte +
+		"\r\nContent-Disposition: attachment; filename=\"order 1.edi\"\r\n\r\n" + body)
+}
+
+// CompressedEntity wraps ent in CMS CompressedData (this openssl has no
+// zlib, so edihub's own cms.Compress builds it) as an application/pkcs7-mime
+// entity in transfer encoding cte.
+func CompressedEntity(t testing.TB, ent []byte, cte string) []byte {
+	t.Helper()
+	der, err := cms.Compress(ent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := der
+	if cte == "base64" {
+		body = []byte(base64.StdEncoding.EncodeToString(der) + "\r\n")
+	}
+	return append([]byte("Content-Type: application/pkcs7-mime; smime-type=compressed-data; name=smime.p7z\r\n"+
+		"Content-Transfer-Encoding: "+cte+"\r\n\r\n"), body...)
 }

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/edihub/edihub/internal/as2/cms"
+	"github.com/edihub/edihub/internal/openssltest"
 )
 
 // doc is an X12 document ending in a bare LF, the classic MIC pitfall.
@@ -32,29 +32,6 @@ type build struct {
 	payload           string
 }
 
-func innerMIME(cte, payload string) []byte {
-	body := payload
-	if cte == "base64" {
-		body = base64.StdEncoding.EncodeToString([]byte(payload)) + "\r\n"
-	}
-	return []byte("Content-Type: application/EDI-X12\r\nContent-Transfer-Encoding: " + cte +
-		"\r\nContent-Disposition: attachment; filename=\"order 1.edi\"\r\n\r\n" + body)
-}
-
-func compressedEntity(t testing.TB, ent []byte, cte string) []byte {
-	t.Helper()
-	der, err := cms.Compress(ent)
-	if err != nil {
-		t.Fatal(err)
-	}
-	body := der
-	if cte == "base64" {
-		body = []byte(base64.StdEncoding.EncodeToString(der) + "\r\n")
-	}
-	return append([]byte("Content-Type: application/pkcs7-mime; smime-type=compressed-data; name=smime.p7z\r\n"+
-		"Content-Transfer-Encoding: "+cte+"\r\n\r\n"), body...)
-}
-
 func buildOpenSSL(t testing.TB, b build) opensslMessage {
 	t.Helper()
 	if b.signer == nil {
@@ -73,11 +50,11 @@ func buildOpenSSL(t testing.TB, b build) opensslMessage {
 		b.cte = "binary"
 	}
 	dir := t.TempDir()
-	inner := innerMIME(b.cte, b.payload)
+	inner := openssltest.InnerMIME(b.cte, b.payload)
 	cur := inner
 	m := opensslMessage{micFile: writeFile(t, dir, inner), micDigest: "sha256"}
 	if b.comp != "none" && (b.sign == "" || b.comp == "before") {
-		cur = compressedEntity(t, cur, b.cte)
+		cur = openssltest.CompressedEntity(t, cur, b.cte)
 		m.micFile = writeFile(t, dir, cur)
 		if b.sign == "" && b.enc == "" {
 			// Unsigned, unencrypted, compressed: the MIC covers the
@@ -91,7 +68,7 @@ func buildOpenSSL(t testing.TB, b build) opensslMessage {
 		cur = runOpenSSL(t, nil, "cms", "-sign", "-in", in, "-signer", b.signer.CertPath, "-inkey", b.signer.KeyPath,
 			"-md", b.sign, "-binary", "-crlfeol")
 		if b.comp == "after" {
-			cur = compressedEntity(t, cur, b.cte)
+			cur = openssltest.CompressedEntity(t, cur, b.cte)
 		}
 	}
 	if b.enc != "" {
