@@ -91,6 +91,7 @@ func (h *Heartbeat) Run(ctx context.Context) error {
 			}
 			failing = false
 			h.last.SetToCurrentTime()
+			MarkSuccess(ctx)
 		}
 		select {
 		case <-ctx.Done():

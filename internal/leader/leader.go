@@ -77,6 +77,24 @@ func WithFence(ctx context.Context, f postgres.Fence) context.Context {
 	return context.WithValue(ctx, fenceKey{}, f)
 }
 
+type progressKey struct{}
+
+// MarkSuccess records that the worker running under ctx finished a cycle of
+// its work: it sets edihub_worker_last_success_timestamp_seconds{worker} to
+// now. Workers call it after each successful poll, purge batch or report, so
+// that alerts see a leader whose workers run but make no progress. Outside
+// a worker's context (tests of a worker alone) it does nothing.
+func MarkSuccess(ctx context.Context) {
+	if mark, ok := ctx.Value(progressKey{}).(func()); ok {
+		mark()
+	}
+}
+
+// withProgress returns ctx carrying mark, which MarkSuccess calls.
+func withProgress(ctx context.Context, mark func()) context.Context {
+	return context.WithValue(ctx, progressKey{}, mark)
+}
+
 // Options configure an Elector, whatever its backend.
 type Options struct {
 	// LeaseName names the lease (Kubernetes Lease or lease row) and the
@@ -417,8 +435,9 @@ func (e *Elector) lead(ctx context.Context, token int64, acquiredAt time.Time) (
 	for name, w := range e.o.Workers {
 		running[name] = true
 		e.m.workerRunning.WithLabelValues(name).Set(1)
+		last := e.m.workerLastSuccess.WithLabelValues(name)
 		go func() {
-			err := w.Run(wctx)
+			err := w.Run(withProgress(wctx, last.SetToCurrentTime))
 			results <- workerResult{name, err}
 		}()
 	}

@@ -11,8 +11,10 @@ type metrics struct {
 	token         prometheus.Gauge
 	transitions   prometheus.Counter
 	workerRunning *prometheus.GaugeVec
-	renewDuration prometheus.Histogram
-	renewFailures prometheus.Counter
+	// workerLastSuccess is set by MarkSuccess.
+	workerLastSuccess *prometheus.GaugeVec
+	renewDuration     prometheus.Histogram
+	renewFailures     prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer, workers map[string]Worker) (*metrics, error) {
@@ -33,6 +35,10 @@ func newMetrics(reg prometheus.Registerer, workers map[string]Worker) (*metrics,
 			Name: "edihub_worker_running",
 			Help: "1 while the leader-gated worker runs on this replica, else 0.",
 		}, []string{"worker"}),
+		workerLastSuccess: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "edihub_worker_last_success_timestamp_seconds",
+			Help: "Unix time at which the leader-gated worker last finished a cycle of its work on this replica (0: never).",
+		}, []string{"worker"}),
 		renewDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "edihub_leader_renew_duration_seconds",
 			Help:    "Time taken by each lease renewal attempt of the leader.",
@@ -45,8 +51,9 @@ func newMetrics(reg prometheus.Registerer, workers map[string]Worker) (*metrics,
 	}
 	for name := range workers {
 		m.workerRunning.WithLabelValues(name).Set(0)
+		m.workerLastSuccess.WithLabelValues(name).Set(0)
 	}
-	for _, c := range []prometheus.Collector{m.isLeader, m.token, m.transitions, m.workerRunning, m.renewDuration, m.renewFailures} {
+	for _, c := range []prometheus.Collector{m.isLeader, m.token, m.transitions, m.workerRunning, m.workerLastSuccess, m.renewDuration, m.renewFailures} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("leader metrics: %w", err)
 		}

@@ -447,3 +447,30 @@ func TestFenceFrom(t *testing.T) {
 		t.Errorf("FenceFrom = %v, %v; want %v, true", got, ok, want)
 	}
 }
+
+func TestMarkSuccessSetsTheWorkersGauge(t *testing.T) {
+	MarkSuccess(context.Background()) // outside a worker: no effect, no panic
+	h := newHarness(t)
+	marked := make(chan struct{})
+	h.e.o.Workers["progress"] = WorkerFunc(func(ctx context.Context) error {
+		MarkSuccess(ctx)
+		close(marked)
+		<-ctx.Done()
+		return nil
+	})
+	stop, _ := h.start(t)
+	select {
+	case <-marked:
+	case <-time.After(5 * time.Second):
+		t.Fatal("worker did not run")
+	}
+	if got := testutil.ToFloat64(h.e.m.workerLastSuccess.WithLabelValues("progress")); got < float64(time.Now().Add(-time.Hour).Unix()) {
+		t.Errorf("edihub_worker_last_success_timestamp_seconds{worker=progress} = %v, want about now", got)
+	}
+	if got := testutil.ToFloat64(h.e.m.workerLastSuccess.WithLabelValues("a")); got != 0 {
+		t.Errorf("edihub_worker_last_success_timestamp_seconds{worker=a} = %v, want 0 (never marked)", got)
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -131,8 +131,9 @@ func StartForTest(tb testing.TB, opts Options) *ControlPlane {
 }
 
 // Start starts etcd and kube-apiserver on free loopback ports with their data
-// under dir, waits until the API server is ready, writes the two kubeconfig
-// files into dir, creates the namespace and applies the RBAC.
+// under dir (created when missing), waits until the API server is ready,
+// writes the two kubeconfig files into dir, creates the namespace and
+// applies the RBAC.
 //
 // ctx bounds only the start; the processes run until Close. On error nothing
 // started is left running, and the error carries the tail of the failing
@@ -146,6 +147,11 @@ func Start(ctx context.Context, dir string, opts Options) (_ *ControlPlane, err 
 	dir, err = filepath.Abs(dir)
 	if err != nil {
 		return nil, err
+	}
+	// Start owns its directory: it creates it (and the logs in it) before
+	// anything is started, whatever the caller did.
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("controlplane: %w", err)
 	}
 	binDir, rbacFile, err := resolvePaths(opts)
 	if err != nil {
