@@ -1,0 +1,381 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/edihub/edihub/test/cluster"
+)
+
+// TestMakeRunTwice runs the local stack the way "make run" does (the built
+// edihub and localstack binaries, the default Kubernetes leader backend, a
+// real kube-apiserver, etcd and PostgreSQL), twice in a row: first from a
+// state directory that does not exist, then from the one the first run left.
+// Each time three replicas become ready, exactly one leads, a document sent
+// to the demo partner is delivered, and Ctrl-C (SIGINT to the process group)
+// leaves no process and no listening port behind.
+func TestMakeRunTwice(t *testing.T) {
+	root := repoRoot(t)
+	bin := t.TempDir()
+	edihub, localstack := filepath.Join(bin, "edihub"), filepath.Join(bin, "edihub-localstack")
+	for out, pkg := range map[string]string{edihub: "./cmd/edihub", localstack: "./test/localstack"} {
+		cmd := exec.Command("go", "build", "-o", out, pkg)
+		cmd.Dir = root
+		if b, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("go build %s: %v\n%s", pkg, err, b)
+		}
+	}
+	state := filepath.Join(t.TempDir(), "state") // does not exist yet
+	offset := freeOffset(t)
+	for run := 1; run <= 2; run++ {
+		t.Run(fmt.Sprintf("run%d", run), func(t *testing.T) {
+			runStack(t, root, localstack, edihub, state, offset)
+		})
+		if t.Failed() {
+			return
+		}
+	}
+}
+
+func runStack(t *testing.T, root, localstack, edihub, state string, offset int) {
+	cmd := exec.Command(localstack, "-binary", edihub, "-state", state, "-port-offset", strconv.Itoa(offset))
+	cmd.Dir = root
+	cmd.Env = withoutEnv(os.Environ(), "EDIHUB_LEADER_BACKEND", "EDIHUB_DATABASE_URL")
+	// Ctrl-C in a terminal signals the foreground process group: make and
+	// the localstack process; its children run in groups of their own.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	out := &syncBuffer{}
+	up := make(chan struct{})
+	pr, pw := io.Pipe()
+	cmd.Stdout, cmd.Stderr = pw, pw
+	go func() {
+		s := bufio.NewScanner(pr)
+		s.Buffer(make([]byte, 64<<10), 1<<20)
+		once := sync.Once{}
+		for s.Scan() {
+			line := s.Text()
+			out.WriteString(line + "\n")
+			if strings.Contains(line, "stack is up") {
+				once.Do(func() { close(up) })
+			}
+		}
+	}()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait(); _ = pw.Close() }()
+	stopped := false
+	t.Cleanup(func() {
+		if !stopped {
+			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+			<-exited
+		}
+		if t.Failed() {
+			t.Logf("localstack output:\n%s", out.String())
+		}
+	})
+
+	select {
+	case <-up:
+	case err := <-exited:
+		stopped = true
+		t.Fatalf("localstack exited before the stack was up: %v", err)
+	case <-time.After(5 * time.Minute):
+		t.Fatal("the stack was not up after 5 minutes")
+	}
+
+	pt := ports{options{portOffset: offset}}
+	client := &http.Client{Timeout: 10 * time.Second}
+	for i := 1; i <= 3; i++ {
+		if code := get(t, client, "http://"+pt.replicaOps(i)+"/readyz", nil); code != http.StatusOK {
+			t.Errorf("replica-%d /readyz = %d, want 200", i, code)
+		}
+	}
+
+	// Exactly one replica leads (a fresh control plane: the first replica
+	// to campaign takes the Lease at once; allow a lease duration).
+	var leaders []string
+	for deadline := time.Now().Add(45 * time.Second); ; {
+		leaders = leaders[:0]
+		for i := 1; i <= 3; i++ {
+			var st struct {
+				IsLeader bool   `json:"is_leader"`
+				Backend  string `json:"backend"`
+			}
+			get(t, client, "http://"+pt.replicaOps(i)+"/leader", &st)
+			if st.Backend != "kubernetes" {
+				t.Fatalf("replica-%d leader backend %q, want kubernetes (make run's default)", i, st.Backend)
+			}
+			if st.IsLeader {
+				leaders = append(leaders, fmt.Sprintf("replica-%d", i))
+			}
+		}
+		if len(leaders) == 1 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	if len(leaders) != 1 {
+		t.Errorf("leaders %v, want exactly one", leaders)
+	}
+
+	// A document to the demo partner is delivered.
+	token, err := os.ReadFile(filepath.Join(state, "api-token"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	auth := "Bearer " + strings.TrimSpace(string(token))
+	req, _ := http.NewRequest(http.MethodPost, "http://"+pt.replicaHTTP(1)+"/api/v1/messages?partner=DEMO%20PARTNER",
+		strings.NewReader("ISA*00*          *00*          *ZZ*EDIHUB         *ZZ*DEMO PARTNER   *261201*0101*U*00401*000000001*0*T*>~\n"))
+	req.Header.Set("Authorization", auth)
+	req.Header.Set("Content-Type", "application/EDI-X12")
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var queued struct {
+		ID int64 `json:"id"`
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode/100 != 2 || json.Unmarshal(body, &queued) != nil || queued.ID == 0 {
+		t.Fatalf("POST /api/v1/messages = %d %s, want 2xx with an id", resp.StatusCode, body)
+	}
+	var msg struct {
+		Status string `json:"status"`
+		Error  string `json:"error"`
+	}
+	for deadline := time.Now().Add(90 * time.Second); ; {
+		get(t, client, fmt.Sprintf("http://%s/api/v1/messages/%d", pt.replicaHTTP(2), queued.ID), &msg, "Authorization", auth)
+		if msg.Status == "delivered" || msg.Status == "failed" || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	if msg.Status != "delivered" {
+		t.Errorf("message %d to DEMO PARTNER: status %q (%s), want delivered", queued.ID, msg.Status, msg.Error)
+	}
+
+	// Ctrl-C: nothing the stack started outlives it.
+	procs := descendants(cmd.Process.Pid)
+	listening := listeningPorts(procs)
+	if len(listening) < 9 { // 3 × 2 replica listeners, demo × 2, PostgreSQL, and the control plane's
+		t.Errorf("the stack listens on %v; expected at least the replicas', the demo station's and PostgreSQL's ports", listening)
+	}
+	t.Logf("stack: %d processes, listening on %v", len(procs), listening)
+	if err := syscall.Kill(-cmd.Process.Pid, syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-exited:
+		stopped = true
+		if err != nil {
+			t.Errorf("localstack after Ctrl-C: %v, want exit status 0", err)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("localstack still running 60 s after Ctrl-C")
+	}
+	for _, pid := range procs {
+		if alive(pid) {
+			t.Errorf("process %d (%s) still running after Ctrl-C", pid, comm(pid))
+		}
+	}
+	for _, port := range listening {
+		if l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port)); err != nil {
+			t.Errorf("port %d still in use after Ctrl-C: %v", port, err)
+		} else {
+			l.Close()
+		}
+	}
+}
+
+// get fetches url into v (when not nil) and returns the status code.
+func get(t *testing.T, c *http.Client, url string, v any, header ...string) int {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, url, nil)
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Errorf("GET %s: %v", url, err)
+		return 0
+	}
+	defer resp.Body.Close()
+	if v != nil {
+		if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
+			t.Errorf("GET %s: %d, body not JSON: %v", url, resp.StatusCode, err)
+		}
+	}
+	return resp.StatusCode
+}
+
+// freeOffset picks a port offset at which every fixed port of the stack is
+// free, so the test runs beside a developer's make run.
+func freeOffset(t *testing.T) int {
+	for range 50 {
+		off := 100 * (1 + rand.IntN(99)) // 100..9900: PostgreSQL stays below 65536
+		pt := ports{options{portOffset: off}}
+		addrs := []string{pt.demoHTTP(), pt.demoOps(), fmt.Sprintf("127.0.0.1:%d", pt.postgres())}
+		for i := 1; i <= 3; i++ {
+			addrs = append(addrs, pt.replicaHTTP(i), pt.replicaOps(i))
+		}
+		if cluster.CheckFree(addrs...) == nil {
+			return off
+		}
+	}
+	t.Fatal("no free port offset found")
+	return 0
+}
+
+func repoRoot(t *testing.T) string {
+	dir, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			t.Fatal("go.mod not found above the test's directory")
+		}
+		dir = parent
+	}
+}
+
+func withoutEnv(env []string, names ...string) []string {
+	var out []string
+next:
+	for _, kv := range env {
+		for _, n := range names {
+			if strings.HasPrefix(kv, n+"=") {
+				continue next
+			}
+		}
+		out = append(out, kv)
+	}
+	return out
+}
+
+// descendants returns pid and every process below it (from /proc).
+func descendants(pid int) []int {
+	children := map[int][]int{}
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		p, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if pp, ok := ppid(p); ok {
+			children[pp] = append(children[pp], p)
+		}
+	}
+	all := []int{pid}
+	for i := 0; i < len(all); i++ {
+		all = append(all, children[all[i]]...)
+	}
+	return all
+}
+
+// stat returns the fields of /proc/pid/stat after the command name.
+func stat(pid int) ([]string, bool) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return nil, false
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return nil, false
+	}
+	return strings.Fields(string(b[i+1:])), true
+}
+
+func ppid(pid int) (int, bool) {
+	f, ok := stat(pid)
+	if !ok || len(f) < 2 {
+		return 0, false
+	}
+	p, err := strconv.Atoi(f[1])
+	return p, err == nil
+}
+
+// alive reports whether pid is a running (not zombie) process.
+func alive(pid int) bool {
+	f, ok := stat(pid)
+	return ok && len(f) > 0 && f[0] != "Z" && f[0] != "X"
+}
+
+func comm(pid int) string {
+	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+	return strings.TrimSpace(string(b))
+}
+
+// listeningPorts returns the TCP ports on which the processes listen.
+func listeningPorts(pids []int) []int {
+	inodes := map[string]bool{}
+	for _, pid := range pids {
+		fds, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+		for _, fd := range fds {
+			l, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", pid, fd.Name()))
+			if err == nil && strings.HasPrefix(l, "socket:[") {
+				inodes[strings.TrimSuffix(strings.TrimPrefix(l, "socket:["), "]")] = true
+			}
+		}
+	}
+	var ports []int
+	seen := map[int]bool{}
+	for _, f := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n")[1:] {
+			fs := strings.Fields(line)
+			if len(fs) < 10 || fs[3] != "0A" || !inodes[fs[9]] { // 0A: LISTEN
+				continue
+			}
+			i := strings.LastIndexByte(fs[1], ':')
+			p, err := strconv.ParseInt(fs[1][i+1:], 16, 32)
+			if err == nil && !seen[int(p)] {
+				seen[int(p)] = true
+				ports = append(ports, int(p))
+			}
+		}
+	}
+	return ports
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) WriteString(x string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.b.WriteString(x)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
