@@ -40,7 +40,15 @@ func TestMakeRunTwice(t *testing.T) {
 			t.Fatalf("go build %s: %v\n%s", pkg, err, b)
 		}
 	}
-	state := filepath.Join(t.TempDir(), "state") // does not exist yet
+	// PostgreSQL runs as the postgres user when we are root: it must reach
+	// the state directory through the test's temporary directories.
+	tmp := t.TempDir()
+	for _, d := range []string{filepath.Dir(tmp), tmp} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	state := filepath.Join(tmp, "state") // does not exist yet
 	offset := freeOffset(t)
 	for run := 1; run <= 2; run++ {
 		t.Run(fmt.Sprintf("run%d", run), func(t *testing.T) {
