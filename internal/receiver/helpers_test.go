@@ -251,21 +251,21 @@ func opensslVerifyMDN(t testing.TB, r reply) {
 
 // row is what the messages table holds about one inbound message.
 type row struct {
-	Status, Disposition, MIC string
-	Signed, Encrypted        bool
-	Compressed               bool
-	MDNMode                  string
-	Payloads                 int
+	Status, Disposition, MIC, MICAlg string
+	Signed, Encrypted                bool
+	Compressed                       bool
+	MDNMode                          string
+	Payloads                         int
 }
 
 func (e *env) row(t testing.TB, partner, messageID string) (row, bool) {
 	t.Helper()
 	var r row
 	err := e.db.QueryRow(context.Background(), `
-SELECT m.status, m.disposition, m.mic, m.signed, m.encrypted, m.compressed, m.mdn_mode,
+SELECT m.status, m.disposition, m.mic, m.mic_alg, m.signed, m.encrypted, m.compressed, m.mdn_mode,
        (SELECT count(*) FROM payloads p WHERE p.message_id = m.id)
   FROM messages m WHERE m.partner = $1 AND m.direction = 'inbound' AND m.message_id = $2`, partner, messageID).
-		Scan(&r.Status, &r.Disposition, &r.MIC, &r.Signed, &r.Encrypted, &r.Compressed, &r.MDNMode, &r.Payloads)
+		Scan(&r.Status, &r.Disposition, &r.MIC, &r.MICAlg, &r.Signed, &r.Encrypted, &r.Compressed, &r.MDNMode, &r.Payloads)
 	if err != nil {
 		return r, false
 	}
