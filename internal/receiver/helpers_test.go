@@ -188,13 +188,23 @@ type reply struct {
 // post sends one request; chunked hides the length from the client.
 func post(t testing.TB, url string, h http.Header, body []byte, chunked bool) reply {
 	t.Helper()
+	r, err := tryPost(url, h, body, chunked)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// tryPost is post for goroutines other than the test's, which must not
+// call t.Fatal.
+func tryPost(url string, h http.Header, body []byte, chunked bool) (reply, error) {
 	var rd io.Reader = bytes.NewReader(body)
 	if chunked {
 		rd = io.MultiReader(rd)
 	}
 	req, err := http.NewRequest(http.MethodPost, url, rd)
 	if err != nil {
-		t.Fatal(err)
+		return reply{}, err
 	}
 	req.Header = h.Clone()
 	if chunked {
@@ -202,14 +212,14 @@ func post(t testing.TB, url string, h http.Header, body []byte, chunked bool) re
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		t.Fatalf("POST: %v", err)
+		return reply{}, fmt.Errorf("POST: %w", err)
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	if err != nil {
-		t.Fatal(err)
+		return reply{}, fmt.Errorf("POST: read reply: %w", err)
 	}
-	return reply{status: resp.StatusCode, header: resp.Header, body: b}
+	return reply{status: resp.StatusCode, header: resp.Header, body: b}, nil
 }
 
 // parseMDN parses and verifies (when signed) an MDN reply.
