@@ -212,8 +212,17 @@ func newHarness(t *testing.T) *harness {
 func (h *harness) start(t *testing.T) (stop func() error, done <-chan error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	ch := make(chan error, 1)
-	go func() { ch <- h.e.Run(ctx) }()
-	t.Cleanup(cancel)
+	returned := make(chan struct{})
+	go func() { ch <- h.e.Run(ctx); close(returned) }()
+	// On failure too, Run ends before the test does: it logs to the test.
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-returned:
+		case <-time.After(30 * time.Second):
+			t.Error("Run did not return 30s after cancel")
+		}
+	})
 	return func() error {
 		cancel()
 		select {
