@@ -49,6 +49,12 @@ done < <(go list -f '{{if or .TestGoFiles .XTestGoFiles}}{{.ImportPath}}{{end}}'
 	grep -lq '^func Fuzz' "$d"/*_test.go 2>/dev/null && echo "$p"
 done)
 echo "fuzz: $((fuzz_ran - fuzz_failed)) passed, $fuzz_failed failed"
+if ((fuzz_ran == 0)); then
+	# The targets exist (internal/as2, cms, mdn, config, receiver): finding
+	# none means the search above broke, not that there is nothing to fuzz.
+	echo "FAIL  no fuzz target found"
+	fuzz_failed=1
+fi
 
 if ((status != 0 || fuzz_failed != 0)); then
 	step "FAILED"

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"net/http"
 	"testing"
+	"unsafe"
 
 	"github.com/edihub/edihub/internal/as2"
 	"github.com/edihub/edihub/internal/as2/cms"
@@ -38,6 +39,10 @@ func fuzzSeeds(f *testing.F) []opensslMessage {
 	return seeds
 }
 
+// FuzzParseEntity parses arbitrary bytes and checks that errors wrap a
+// sentinel and that the tree is made of the input: the top Raw is the
+// input, each Body lies within its entity's Raw, and each part's Raw lies
+// within its parent's Body, after the part before it.
 func FuzzParseEntity(f *testing.F) {
 	for _, s := range fuzzSeeds(f) {
 		f.Add(append(writeHTTPHeader(s.header), s.body...))
@@ -59,9 +64,23 @@ func FuzzParseEntity(f *testing.F) {
 		walk = func(e *as2.Entity) {
 			e.DecodedBody()
 			e.MediaType()
-			for _, p := range e.Parts {
-				if !bytes.Contains(data, p.Raw) {
-					t.Fatal("part Raw is not a slice of the input")
+			if !within(e.Body, e.Raw) {
+				t.Fatalf("Body (%d bytes) does not lie within the entity's Raw (%d bytes)", len(e.Body), len(e.Raw))
+			}
+			if len(e.Parts) > 0 && len(e.Body) == 0 {
+				t.Fatalf("%d parts in an empty body", len(e.Parts))
+			}
+			end := 0 // where the part before ended in e.Body: parts follow one another
+			for i, p := range e.Parts {
+				if !within(p.Raw, e.Body) {
+					t.Fatalf("part %d Raw (%d bytes) does not lie within its parent's Body (%d bytes)", i, len(p.Raw), len(e.Body))
+				}
+				if len(p.Raw) > 0 {
+					start := offset(p.Raw, e.Body)
+					if start < end {
+						t.Fatalf("part %d starts at %d of its parent's Body, before part %d ended (%d)", i, start, i-1, end)
+					}
+					end = start + len(p.Raw)
 				}
 				walk(p)
 			}
@@ -199,4 +218,25 @@ func BenchmarkRSA2048PrivateKeyOp(b *testing.B) {
 			}
 		}
 	})
+}
+
+// within reports whether inner is a slice of outer's memory (an empty
+// inner is anywhere).
+func within(inner, outer []byte) bool {
+	if len(inner) == 0 {
+		return true
+	}
+	if len(outer) == 0 {
+		return false
+	}
+	i, o := uintptr(unsafe.Pointer(unsafe.SliceData(inner))), uintptr(unsafe.Pointer(unsafe.SliceData(outer)))
+	return i >= o && i+uintptr(len(inner)) <= o+uintptr(len(outer))
+}
+
+// offset is where inner, a slice of outer's memory, starts in outer.
+func offset(inner, outer []byte) int {
+	if len(inner) == 0 || len(outer) == 0 {
+		return 0
+	}
+	return int(uintptr(unsafe.Pointer(unsafe.SliceData(inner))) - uintptr(unsafe.Pointer(unsafe.SliceData(outer))))
 }

@@ -406,3 +406,100 @@ func writeHTTPHeader(h http.Header) []byte {
 	b.WriteString("\r\n")
 	return b.Bytes()
 }
+
+// TestUnwrapSameKindLayersMIC pins which layer the MIC is taken from when
+// a message has two layers of the same kind: the outermost one (AS2.md,
+// "The MIC"). The messages are built by openssl (compression by
+// cms.Compress, as this openssl has no zlib) and the expected MICs are
+// computed by `openssl dgst` over the bytes of the outer layer's content;
+// the inner layer's MIC is shown on failure to tell the two choices apart.
+func TestUnwrapSameKindLayersMIC(t *testing.T) {
+	ids := openssltest.Keys(t)
+	opts := stationOpts(ids)
+	dir := t.TempDir()
+	inner := openssltest.InnerMIME("binary", doc)
+	sign := func(ent []byte, md string) []byte {
+		return openssltest.Run(t, nil, "cms", "-sign", "-in", write(t, dir, ent), "-signer", ids.A.CertPath, "-inkey", ids.A.KeyPath,
+			"-md", md, "-binary", "-crlfeol")
+	}
+	encryptDER := func(ent []byte) []byte {
+		return openssltest.Run(t, nil, "cms", "-encrypt", "-in", write(t, dir, ent), "-binary", "-outform", "DER", "-aes256", ids.B.CertPath)
+	}
+	// asHTTP splits an unencrypted top entity into HTTP header fields and body.
+	asHTTP := func(ent []byte) (http.Header, []byte) {
+		h, body := splitEntity(t, ent)
+		return http.Header(h), body
+	}
+
+	// Signed inside signed, with different digests: the outer signature
+	// covers the inner multipart/signed entity as openssl wrote it.
+	signedOnce := sign(inner, "sha1")
+	signedTwiceH, signedTwice := asHTTP(sign(signedOnce, "sha256"))
+
+	// The same with opaque signed-data (application/pkcs7-mime), which
+	// Unwrap handles on its own path.
+	opaque := func(ent []byte, md string) []byte {
+		return openssltest.Run(t, nil, "cms", "-sign", "-in", write(t, dir, ent), "-signer", ids.A.CertPath, "-inkey", ids.A.KeyPath,
+			"-md", md, "-binary", "-nodetach", "-outform", "DER")
+	}
+	opaqueOnce := append([]byte("Content-Type: application/pkcs7-mime; smime-type=signed-data; name=\"smime.p7m\"\r\n"+
+		"Content-Transfer-Encoding: base64\r\n\r\n"), base64.StdEncoding.EncodeToString(opaque(inner, "sha1"))+"\r\n"...)
+	opaqueTwice := opaque(opaqueOnce, "sha256")
+	opaqueTwiceH := http.Header{"Content-Type": {`application/pkcs7-mime; smime-type=signed-data; name="smime.p7m"`}}
+
+	// Compressed twice: the outer layer decompresses to the inner
+	// application/pkcs7-mime compressed entity.
+	compressedOnce := openssltest.CompressedEntity(t, inner, "base64")
+	compressedTwiceH, compressedTwice := asHTTP(openssltest.CompressedEntity(t, compressedOnce, "binary"))
+
+	// Encrypted twice: the outer layer decrypts to the inner
+	// application/pkcs7-mime enveloped entity.
+	encryptedOnce := append([]byte("Content-Type: application/pkcs7-mime; smime-type=enveloped-data; name=\"smime.p7m\"\r\n"+
+		"Content-Transfer-Encoding: base64\r\n\r\n"), base64.StdEncoding.EncodeToString(encryptDER(inner))+"\r\n"...)
+	encryptedTwice := encryptDER(encryptedOnce)
+	encryptedTwiceH := http.Header{"Content-Type": {`application/pkcs7-mime; smime-type=enveloped-data; name="smime.p7m"`}}
+
+	tests := []struct {
+		name      string
+		header    http.Header
+		body      []byte
+		layers    string
+		want      string // openssl dgst of the outer layer's content
+		wantInner string // what taking the inner layer would give
+	}{
+		{
+			name: "signed inside signed", header: signedTwiceH, body: signedTwice, layers: "[signed signed]",
+			want:      dgst(t, "sha256", write(t, dir, signedOnce)) + ", sha-256",
+			wantInner: dgst(t, "sha1", write(t, dir, inner)) + ", sha-1",
+		},
+		{
+			name: "opaque signed inside opaque signed", header: opaqueTwiceH, body: opaqueTwice, layers: "[signed signed]",
+			want:      dgst(t, "sha256", write(t, dir, opaqueOnce)) + ", sha-256",
+			wantInner: dgst(t, "sha1", write(t, dir, inner)) + ", sha-1",
+		},
+		{
+			name: "compressed twice", header: compressedTwiceH, body: compressedTwice, layers: "[compressed compressed]",
+			want:      dgst(t, "sha256", write(t, dir, compressedOnce)) + ", sha-256",
+			wantInner: dgst(t, "sha256", write(t, dir, inner)) + ", sha-256",
+		},
+		{
+			name: "encrypted twice", header: encryptedTwiceH, body: encryptedTwice, layers: "[encrypted encrypted]",
+			want:      dgst(t, "sha256", write(t, dir, encryptedOnce)) + ", sha-256",
+			wantInner: dgst(t, "sha256", write(t, dir, inner)) + ", sha-256",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := as2.Unwrap(tt.header, bytes.Clone(tt.body), opts)
+			if err != nil {
+				t.Fatalf("Unwrap() error = %v (disposition %q)", err, as2.Disposition(err))
+			}
+			if string(got.Payload) != doc || fmt.Sprint(got.Layers) != tt.layers {
+				t.Fatalf("Unwrap() = payload %q, layers %v; want %q, %s", got.Payload, got.Layers, doc, tt.layers)
+			}
+			if got.MIC.String() != tt.want {
+				t.Errorf("Unwrap().MIC = %q, want %q (the outer layer's); the inner layer's would be %q", got.MIC, tt.want, tt.wantInner)
+			}
+		})
+	}
+}

@@ -18,7 +18,8 @@ type MICScope int
 const (
 	// MICWithHeaders digests the MIME entity, header fields included (RFC
 	// 4130 §7.3.1; for compressed messages the uncompressed entity, RFC
-	// 5402 §4). For a plain message the entity is rebuilt from the HTTP
+	// 5402 §4, of the outermost compressed layer when there are several).
+	// For a plain message the entity is rebuilt from the HTTP
 	// Content-Type, Content-Transfer-Encoding and Content-Disposition
 	// fields, in that order, as "Name: value" CRLF lines. The default.
 	MICWithHeaders MICScope = iota

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -147,6 +148,7 @@ func TestMetricsExposeHTTPAndPool(t *testing.T) {
 func TestShutdownWaitsForInFlightRequest(t *testing.T) {
 	entered := make(chan struct{})
 	release := make(chan struct{})
+	releaseOnce := sync.OnceFunc(func() { close(release) })
 	h := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		close(entered)
 		<-release
@@ -158,14 +160,21 @@ func TestShutdownWaitsForInFlightRequest(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	runDone := make(chan error, 1)
-	go func() { runDone <- srv.Run(ctx) }()
-
 	type result struct {
 		body string
 		err  error
 	}
 	respc := make(chan result, 1)
-	go func() {
+	var wg sync.WaitGroup
+	// On failure, release the handler and stop the server so that neither
+	// goroutine outlives the test (goleak checks in TestMain).
+	t.Cleanup(func() {
+		releaseOnce()
+		cancel()
+		wg.Wait()
+	})
+	wg.Go(func() { runDone <- srv.Run(ctx) })
+	wg.Go(func() {
 		resp, err := http.Get("http://" + srv.Addr().String() + "/")
 		if err != nil {
 			respc <- result{err: err}
@@ -174,15 +183,19 @@ func TestShutdownWaitsForInFlightRequest(t *testing.T) {
 		defer resp.Body.Close()
 		b, err := io.ReadAll(resp.Body)
 		respc <- result{string(b), err}
-	}()
-	<-entered
+	})
+	select {
+	case <-entered:
+	case r := <-respc:
+		t.Fatalf("request ended (%q, %v) before reaching the handler", r.body, r.err)
+	}
 	cancel()
 	select {
 	case err := <-runDone:
 		t.Fatalf("Run returned (%v) while a request was in flight", err)
 	case <-time.After(200 * time.Millisecond):
 	}
-	close(release)
+	releaseOnce()
 	if err := <-runDone; err != nil {
 		t.Fatalf("Run = %v, want nil after a clean drain", err)
 	}
@@ -197,7 +210,6 @@ func TestShutdownWaitsForInFlightRequest(t *testing.T) {
 
 func TestDrainTimeoutIsBounded(t *testing.T) {
 	release := make(chan struct{})
-	defer close(release)
 	entered := make(chan struct{})
 	h := http.HandlerFunc(func(http.ResponseWriter, *http.Request) { close(entered); <-release })
 	srv, err := httpserver.Listen(httpserver.Options{Name: "as2", Addr: "127.0.0.1:0", Handler: h, Logger: zap.NewNop(), DrainTimeout: 100 * time.Millisecond})
@@ -206,14 +218,26 @@ func TestDrainTimeoutIsBounded(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	runDone := make(chan error, 1)
-	go func() { runDone <- srv.Run(ctx) }()
-	go func() {
+	getDone := make(chan error, 1)
+	var wg sync.WaitGroup
+	t.Cleanup(func() { // the stuck handler is released, then both goroutines are awaited
+		close(release)
+		cancel()
+		wg.Wait()
+	})
+	wg.Go(func() { runDone <- srv.Run(ctx) })
+	wg.Go(func() {
 		resp, err := http.Get("http://" + srv.Addr().String() + "/")
 		if err == nil {
 			resp.Body.Close()
 		}
-	}()
-	<-entered
+		getDone <- err
+	})
+	select {
+	case <-entered:
+	case err := <-getDone:
+		t.Fatalf("request ended (%v) before reaching the handler", err)
+	}
 	cancel()
 	if err := <-runDone; !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Run with a stuck request = %v, want a drain deadline error", err)

@@ -136,7 +136,13 @@ func leading(es []*Elector) []string {
 	return out
 }
 
+// TestKubernetesElectorsOnFakeClientset: three electors elect one leader;
+// when it shuts down it releases the Lease and a follower takes it. The
+// lease duration is long enough that it cannot expire while the test
+// waits (each wait gives up at half of it): a successor proves that the
+// release was taken, without timing the handoff, which is only logged.
 func TestKubernetesElectorsOnFakeClientset(t *testing.T) {
+	const leaseDuration = time.Minute
 	cs := fake.NewClientset()
 	enforceResourceVersions(cs)
 	terms := &memTerms{}
@@ -147,7 +153,7 @@ func TestKubernetesElectorsOnFakeClientset(t *testing.T) {
 	for i := range 3 {
 		e, err := NewKubernetes(KubernetesOptions{Leases: cs.CoordinationV1(), Namespace: "ns"}, Options{
 			LeaseName: "edihub-leader", Identity: fmt.Sprintf("r%d", i),
-			LeaseDuration: 2 * time.Second, RenewDeadline: time.Second, RetryPeriod: 100 * time.Millisecond,
+			LeaseDuration: leaseDuration, RenewDeadline: time.Second, RetryPeriod: 100 * time.Millisecond,
 			WorkerStopTimeout: 800 * time.Millisecond,
 			Terms:             terms, Logger: zaptest.NewLogger(t), Registerer: prometheus.NewRegistry(),
 		})
@@ -174,9 +180,9 @@ func TestKubernetesElectorsOnFakeClientset(t *testing.T) {
 
 	waitFor := func(what string, cond func() bool) {
 		t.Helper()
-		for deadline := time.Now().Add(5 * time.Second); !cond(); {
+		for deadline := time.Now().Add(leaseDuration / 2); !cond(); {
 			if time.Now().After(deadline) {
-				t.Fatalf("timed out waiting for %s", what)
+				t.Fatalf("no %s after %v, half the lease duration", what, leaseDuration/2)
 			}
 			time.Sleep(5 * time.Millisecond)
 		}
@@ -191,15 +197,13 @@ func TestKubernetesElectorsOnFakeClientset(t *testing.T) {
 	fmt.Sscanf(first, "r%d", &idx)
 	firstToken := es[idx].Status().FencingToken
 
-	// The leader shuts down: it releases, and a follower takes over well
-	// before the lease duration.
+	// The leader shuts down: it releases, and a follower takes over
+	// before the lease could expire (without the release a follower would
+	// wait out the lease, longer than waitFor waits).
 	began := time.Now()
 	cancels[idx]()
-	waitFor("a successor", func() bool { l := leading(es); return len(l) == 1 && l[0] != first })
-	// Without the release a follower would wait out the 2 s lease.
-	if took := time.Since(began); took >= 2*time.Second {
-		t.Errorf("handoff took %s, want under the lease duration (2s): the release was not taken at once", took)
-	}
+	waitFor("successor (the release was not taken: a follower would wait out the lease)", func() bool { l := leading(es); return len(l) == 1 && l[0] != first })
+	t.Logf("handoff took %s (retry period 100ms)", time.Since(began))
 	next := leading(es)[0]
 	fmt.Sscanf(next, "r%d", &idx)
 	if tok := es[idx].Status().FencingToken; tok <= firstToken {

@@ -21,3 +21,13 @@ func (s *Store) ForceSchemaVersion(ctx context.Context, v int64) error {
 	_, err := s.pool.Exec(ctx, `INSERT INTO goose_db_version (version_id, is_applied) VALUES ($1, true)`, v)
 	return err
 }
+
+// ExpireClaims ends every outbox claim now, as if its lease had run out:
+// claimed rows become due again. Tests use it instead of sleeping past a
+// short lease, which a loaded machine can overrun before the test looks.
+func (s *Store) ExpireClaims(ctx context.Context) error {
+	_, err := s.pool.Exec(ctx, `
+UPDATE outbox SET claimed_until = now() - interval '1 second', next_attempt_at = now() - interval '1 second'
+ WHERE status = 'pending' AND claimed_until IS NOT NULL`)
+	return err
+}

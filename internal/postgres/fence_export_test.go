@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -28,4 +29,19 @@ func (s *Store) DeleteLease(ctx context.Context, name string) error {
 func (s *Store) ExpireLease(ctx context.Context, name string) error {
 	_, err := s.pool.Exec(ctx, `UPDATE leader_leases SET expires_at = now() - interval '1 second' WHERE name = $1`, name)
 	return err
+}
+
+// AgeHeartbeats moves the beat time of the lease's beats with the given ids
+// back by d, so retention can be tested without sleeping.
+func (s *Store) AgeHeartbeats(ctx context.Context, lease string, d time.Duration, ids ...int64) error {
+	_, err := s.pool.Exec(ctx, `UPDATE leader_heartbeats SET beat_at = beat_at - $2 * interval '1 microsecond' WHERE lease = $1 AND id = ANY($3)`,
+		lease, d.Microseconds(), ids)
+	return err
+}
+
+// LockWaiters counts the sessions of this database waiting for a lock.
+func (s *Store) LockWaiters(ctx context.Context) (int, error) {
+	var n int
+	err := s.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&n)
+	return n, err
 }

@@ -107,37 +107,64 @@ func TestFencedWriteRejectsStaleToken(t *testing.T) {
 	}
 }
 
+// TestHeartbeatDeletesOldBeats: a beat deletes the lease's beats older than
+// its retention and keeps the younger ones and itself. Beats are aged with
+// AgeHeartbeats instead of sleeping past a short retention, which a loaded
+// machine can also overrun between a beat's insert and its delete.
 func TestHeartbeatDeletesOldBeats(t *testing.T) {
 	ctx := context.Background()
 	st := pgtest.Store(t)
-	f := postgres.Fence{Lease: "edihub-leader", Token: 1}
+	const lease = "edihub-leader"
+	const retain = time.Hour
+	f := postgres.Fence{Lease: lease, Token: 1}
 	if err := st.OpenTerm(ctx, f, "a"); err != nil {
 		t.Fatal(err)
 	}
 	for range 3 {
-		if err := st.Heartbeat(ctx, f, "a", time.Hour); err != nil {
+		if err := st.Heartbeat(ctx, f, "a", retain); err != nil {
 			t.Fatal(err)
 		}
 	}
-	time.Sleep(20 * time.Millisecond)
-	if err := st.Heartbeat(ctx, f, "a", 10*time.Millisecond); err != nil {
+	old, err := st.Heartbeats(ctx, lease)
+	if err != nil || len(old) != 3 {
+		t.Fatalf("Heartbeats after 3 beats = %+v, %v; want 3 beats", old, err)
+	}
+	if err := st.AgeHeartbeats(ctx, lease, 2*retain, old[0].ID, old[1].ID); err != nil {
 		t.Fatal(err)
 	}
-	beats, err := st.Heartbeats(ctx, "edihub-leader")
+	if err := st.AgeHeartbeats(ctx, lease, retain/2, old[2].ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Heartbeat(ctx, f, "a", retain); err != nil {
+		t.Fatal(err)
+	}
+	beats, err := st.Heartbeats(ctx, lease)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(beats) != 1 {
-		t.Errorf("after a beat with 10ms retention: %d beats, want 1", len(beats))
+	var got []int64
+	for _, b := range beats {
+		got = append(got, b.ID)
+	}
+	if len(got) != 2 || got[0] != old[2].ID || got[1] <= old[2].ID {
+		t.Errorf("beats after a beat with %v retention = ids %v; want %d (aged %v) and the new one, not %d and %d (aged %v)",
+			retain, got, old[2].ID, retain/2, old[0].ID, old[1].ID, 2*retain)
 	}
 }
 
 // TestTermOpenWaitsForInFlightFencedWrite: a fenced transaction of the old
 // term that is still open either commits before the new term opens (the
 // opening waits for it), or is rejected.
+//
+// "Waits" is checked as an invariant: OpenTerm must be seen blocked on a
+// lock in pg_stat_activity, and must not have returned, while the old
+// transaction is open. On failure the held transaction and both goroutines
+// are released before the store closes (cleanups run last in, first out),
+// so the failure is reported at once instead of hanging the pool's Close.
 func TestTermOpenWaitsForInFlightFencedWrite(t *testing.T) {
-	ctx := context.Background()
 	st := pgtest.Store(t)
+	// The deadline only bounds a hang; nothing is timed against it.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	old := postgres.Fence{Lease: "edihub-leader", Token: 1}
 	next := postgres.Fence{Lease: "edihub-leader", Token: 2}
 	if err := st.OpenTerm(ctx, old, "a"); err != nil {
@@ -146,33 +173,59 @@ func TestTermOpenWaitsForInFlightFencedWrite(t *testing.T) {
 
 	inTx := make(chan struct{})
 	release := make(chan struct{})
+	releaseOnce := sync.OnceFunc(func() { close(release) })
+	var wg sync.WaitGroup
+	t.Cleanup(func() { // before st.Close, registered earlier
+		releaseOnce()
+		cancel()
+		wg.Wait()
+	})
 	writeDone := make(chan error, 1)
-	go func() {
-		writeDone <- st.FencedInsertBeat(ctx, old, "a", func() { close(inTx); <-release })
-	}()
-	<-inTx
+	wg.Go(func() {
+		writeDone <- st.FencedInsertBeat(ctx, old, "a", func() {
+			close(inTx)
+			select {
+			case <-release:
+			case <-ctx.Done():
+			}
+		})
+	})
+	select {
+	case <-inTx:
+	case err := <-writeDone:
+		t.Fatalf("fenced write of the current term = %v before it held its transaction open", err)
+	case <-ctx.Done():
+		t.Fatal("the fenced write never reached its transaction")
+	}
 	openDone := make(chan error, 1)
-	var openedAt atomic.Int64
-	go func() {
-		err := st.OpenTerm(ctx, next, "b")
-		openedAt.Store(time.Now().UnixNano())
-		openDone <- err
-	}()
+	wg.Go(func() { openDone <- st.OpenTerm(ctx, next, "b") })
+	// Wait until OpenTerm blocks on the fence row's lock; returning first
+	// means it did not wait for the open fenced transaction.
+	for blocked := false; !blocked; {
+		select {
+		case err := <-openDone:
+			t.Fatalf("OpenTerm returned (%v) while an older term's fenced transaction was open; it must wait for the fence row's share lock", err)
+		case <-ctx.Done():
+			t.Fatal("OpenTerm neither blocked on a lock nor returned")
+		case <-time.After(10 * time.Millisecond):
+		}
+		n, err := st.LockWaiters(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		blocked = n > 0
+	}
 	select {
 	case err := <-openDone:
 		t.Fatalf("OpenTerm returned (%v) while an older term's fenced transaction was open", err)
-	case <-time.After(300 * time.Millisecond):
+	default:
 	}
-	committedAt := time.Now().UnixNano()
-	close(release)
+	releaseOnce()
 	if err := <-writeDone; err != nil {
 		t.Fatalf("in-flight fenced write of the old term = %v, want commit", err)
 	}
 	if err := <-openDone; err != nil {
 		t.Fatalf("OpenTerm after the old write = %v", err)
-	}
-	if openedAt.Load() < committedAt {
-		t.Error("OpenTerm completed before the old term's write committed")
 	}
 	// Now the old term is fenced off.
 	if err := st.FencedInsertBeat(ctx, old, "a", func() {}); !errors.Is(err, postgres.ErrStaleFence) {
@@ -183,21 +236,29 @@ func TestTermOpenWaitsForInFlightFencedWrite(t *testing.T) {
 // TestFencedWritesUnderConcurrentTermOpens races writers of several terms
 // against term openings and checks the history: tokens never go down in
 // commit (id) order, and no accepted beat carries a token other than the
-// one current when it committed.
+// one current when it committed. Each term opens only after a write of the
+// current term was accepted, so the race happens however slow the machine.
 func TestFencedWritesUnderConcurrentTermOpens(t *testing.T) {
-	ctx := context.Background()
 	st := pgtest.Store(t)
+	// The deadline only bounds a hang; nothing is timed against it.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	const lease = "edihub-leader"
+	const terms = 5
 	if err := st.OpenTerm(ctx, postgres.Fence{Lease: lease, Token: 1}, "w1"); err != nil {
 		t.Fatal(err)
 	}
 	stop := make(chan struct{})
+	stopOnce := sync.OnceFunc(func() { close(stop) })
 	var wg sync.WaitGroup
-	var accepted, rejected atomic.Int64
-	for w := int64(1); w <= 5; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+	t.Cleanup(func() { // before st.Close, registered earlier
+		stopOnce()
+		cancel()
+		wg.Wait()
+	})
+	var accepted [terms + 1]atomic.Int64 // by token
+	var rejected atomic.Int64
+	for w := int64(1); w <= terms; w++ {
+		wg.Go(func() {
 			f := postgres.Fence{Lease: lease, Token: w}
 			for {
 				select {
@@ -208,39 +269,56 @@ func TestFencedWritesUnderConcurrentTermOpens(t *testing.T) {
 				err := st.FencedInsertBeat(ctx, f, "w", func() { time.Sleep(time.Millisecond) })
 				switch {
 				case err == nil:
-					accepted.Add(1)
+					accepted[w].Add(1)
 				case errors.Is(err, postgres.ErrStaleFence):
 					rejected.Add(1)
+				case ctx.Err() != nil:
+					return
 				default:
 					t.Errorf("fenced write = %v", err)
 					return
 				}
 			}
-		}()
+		})
 	}
-	for tok := int64(2); tok <= 5; tok++ {
-		time.Sleep(50 * time.Millisecond)
+	waitAccepted := func(tok int64) {
+		t.Helper()
+		for accepted[tok].Load() == 0 {
+			select {
+			case <-ctx.Done():
+				t.Fatalf("no write of term %d accepted while it was current", tok)
+			case <-time.After(time.Millisecond):
+			}
+		}
+	}
+	for tok := int64(2); tok <= terms; tok++ {
+		waitAccepted(tok - 1)
 		if err := st.OpenTerm(ctx, postgres.Fence{Lease: lease, Token: tok}, "w"); err != nil {
 			t.Fatalf("OpenTerm(%d) = %v", tok, err)
 		}
 	}
-	time.Sleep(50 * time.Millisecond)
-	close(stop)
+	waitAccepted(terms)
+	stopOnce()
 	wg.Wait()
 	beats, err := st.Heartbeats(ctx, lease)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if accepted.Load() == 0 || rejected.Load() == 0 {
-		t.Fatalf("accepted %d, rejected %d: the race did not happen", accepted.Load(), rejected.Load())
+	var total int64
+	for tok := range accepted {
+		total += accepted[tok].Load()
+	}
+	t.Logf("accepted %d, rejected %d", total, rejected.Load())
+	if rejected.Load() == 0 {
+		t.Errorf("no write of an older term was rejected: the race did not happen")
 	}
 	for i := 1; i < len(beats); i++ {
 		if beats[i].Token < beats[i-1].Token {
 			t.Fatalf("beat %d has token %d after beat %d with token %d", beats[i].ID, beats[i].Token, beats[i-1].ID, beats[i-1].Token)
 		}
 	}
-	if int64(len(beats)) != accepted.Load() {
-		t.Errorf("%d beats stored, %d accepted", len(beats), accepted.Load())
+	if int64(len(beats)) != total {
+		t.Errorf("%d beats stored, %d accepted", len(beats), total)
 	}
 }
 

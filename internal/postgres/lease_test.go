@@ -88,13 +88,18 @@ func TestLeaseRecreatedKeepsTokensIncreasing(t *testing.T) {
 }
 
 func TestListenLeaseReleases(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
 	st := pgtest.Store(t)
+	ctx, cancel := context.WithCancel(context.Background())
 	const name = "edihub-leader"
 	got := make(chan struct{}, 1)
 	done := make(chan error, 1)
+	listening := make(chan struct{})
+	t.Cleanup(func() { // before st.Close, registered earlier: the listener holds a connection
+		cancel()
+		<-listening
+	})
 	go func() {
+		defer close(listening)
 		done <- st.ListenLeaseReleases(ctx, name, func() {
 			select {
 			case got <- struct{}{}:

@@ -5,9 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
+	"slices"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/edihub/edihub/internal/postgres"
 	"github.com/edihub/edihub/internal/postgres/pgtest"
@@ -65,20 +69,123 @@ func TestClaimOutboxConcurrent(t *testing.T) {
 	}
 }
 
-// TestClaimExpiry: an expired claim is taken over; the old holder's writes
-// are refused with ErrClaimLost, and a final status is written once.
+// TestClaimSkipsLockedRows: a claim never waits behind a row that another
+// transaction holds locked (another replica's claim in flight); it returns
+// the other rows at once. The claiming session runs with a lock_timeout, so
+// a claim that waits for the row lock fails with a lock timeout instead of
+// passing late: the test asserts "never waits", not a duration.
+func TestClaimSkipsLockedRows(t *testing.T) {
+	tests := []struct {
+		name      string
+		exhausted bool // the locked row has used all its attempts and is due to be failed
+	}{
+		{name: "due row locked"},
+		{name: "exhausted row locked", exhausted: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // a backstop against a hang only
+			defer cancel()
+			dbURL := pgtest.URL(t)
+			st := open(t, withLockTimeout(t, dbURL, "1s"))
+
+			var locked int64
+			if tt.exhausted {
+				x, err := st.EnqueueOutbound(ctx, postgres.NewOutbound{
+					Partner: "P", AS2From: "S", AS2To: "P", MessageID: "<x@s>", ContentType: "text/plain",
+					MDNMode: "sync", URL: "http://p.example/as2", MaxAttempts: 1, Payload: []byte("x"),
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if c, err := st.ClaimOutbox(ctx, "crashed", time.Hour, 1); err != nil || len(c) != 1 || c[0].ID != x.OutboxID {
+					t.Fatalf("claim of the row to exhaust = %+v, %v", c, err)
+				}
+				if err := st.ExpireClaims(ctx); err != nil {
+					t.Fatal(err)
+				}
+				locked = x.OutboxID
+			}
+			rows := enqueueN(t, st, 3)
+			if !tt.exhausted {
+				locked = rows[0].OutboxID // the first in claim order
+			}
+
+			holder, err := pgx.Connect(ctx, dbURL)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = holder.Close(context.Background()) })
+			tx, err := holder.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
+			if _, err := tx.Exec(ctx, `SELECT id FROM outbox WHERE id = $1 FOR UPDATE`, locked); err != nil {
+				t.Fatal(err)
+			}
+
+			items, err := st.ClaimOutbox(ctx, "b", time.Minute, 10)
+			if err != nil {
+				t.Fatalf("ClaimOutbox while outbox %d is locked by another transaction = %v; a claim must skip locked rows, not wait for them", locked, err)
+			}
+			var got []int64
+			for _, it := range items {
+				got = append(got, it.ID)
+			}
+			slices.Sort(got)
+			want := []int64{rows[0].OutboxID, rows[1].OutboxID, rows[2].OutboxID}
+			if !tt.exhausted {
+				want = want[1:]
+			}
+			if !slices.Equal(got, want) {
+				t.Errorf("ClaimOutbox while outbox %d is locked = rows %v, want %v", locked, got, want)
+			}
+		})
+	}
+}
+
+// withLockTimeout returns dbURL with a lock_timeout for its sessions.
+func withLockTimeout(t *testing.T, dbURL, d string) string {
+	t.Helper()
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	q.Set("lock_timeout", d)
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+// TestClaimExpiry: a claim holds its row for its lease (claimed_until is
+// the lease from the claiming statement), an expired claim is taken over,
+// the old holder's writes are refused with ErrClaimLost, and a final status
+// is written once. The lease is ended with ExpireClaims, not by sleeping:
+// a short lease that the test sleeps past can also run out on a loaded
+// machine before the "still held" check.
 func TestClaimExpiry(t *testing.T) {
 	ctx := context.Background()
 	st := pgtest.Store(t)
 	e := enqueueN(t, st, 1)[0]
-	a, err := st.ClaimOutbox(ctx, "a", 200*time.Millisecond, 10)
+	const lease = time.Hour
+	before := time.Now()
+	a, err := st.ClaimOutbox(ctx, "a", lease, 10)
+	after := time.Now()
 	if err != nil || len(a) != 1 || a[0].Attempts != 1 || a[0].Built() {
 		t.Fatalf("first claim = %+v, %v", a, err)
 	}
-	if again, _ := st.ClaimOutbox(ctx, "b", time.Minute, 10); len(again) != 0 {
-		t.Fatalf("claimed a held row: %+v", again)
+	// The database and the test share the machine's clock: the claim's
+	// now() lies between before and after (a second of slack for rounding).
+	if until := a[0].ClaimedUntil; until.Before(before.Add(lease-time.Second)) || until.After(after.Add(lease+time.Second)) {
+		t.Errorf("ClaimedUntil = %v, want the claim time + %v (claimed between %v and %v)", until, lease, before, after)
 	}
-	time.Sleep(300 * time.Millisecond)
+	if again, err := st.ClaimOutbox(ctx, "b", time.Minute, 10); err != nil || len(again) != 0 {
+		t.Fatalf("claim of a held row = %+v, %v; want nothing", again, err)
+	}
+	if err := st.ExpireClaims(ctx); err != nil {
+		t.Fatal(err)
+	}
 	b, err := st.ClaimOutbox(ctx, "b", time.Minute, 10)
 	if err != nil || len(b) != 1 || b[0].Attempts != 2 {
 		t.Fatalf("claim after expiry = %+v, %v", b, err)

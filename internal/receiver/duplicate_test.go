@@ -115,18 +115,20 @@ func TestReceiveConcurrentDuplicates(t *testing.T) {
 	h := request(as2Header(partnerACME, station, "<race@x>", "sha-256"), m)
 	const n = 12
 	replies := make([]reply, n)
+	errs := make([]error, n)
 	var wg sync.WaitGroup
 	start := make(chan struct{})
 	for i := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			<-start
-			replies[i] = post(t, e.url, h, m.body, i%2 == 0)
-		}()
+			replies[i], errs[i] = tryPost(e.url, h, m.body, i%2 == 0)
+		})
 	}
 	close(start)
 	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
 	for i := range n {
 		if got := parseMDN(t, replies[i]); got.Disposition != mdn.Processed() {
 			t.Errorf("reply %d: %q", i, got.Disposition)

@@ -114,9 +114,11 @@ func buildOpenSSL(t testing.TB, b build) opensslMessage {
 func dgst(t testing.TB, alg, file string) string {
 	t.Helper()
 	sum := runOpenSSL(t, nil, "dgst", "-"+alg, "-binary", file)
-	name := map[string]string{"sha1": "sha-1", "sha256": "sha-256", "sha384": "sha-384", "sha512": "sha-512"}[alg]
-	return base64.StdEncoding.EncodeToString(sum) + ", " + name
+	return base64.StdEncoding.EncodeToString(sum) + ", " + micAlgNames[alg]
 }
+
+// micAlgNames maps openssl digest names to their RFC 5751 micalg names.
+var micAlgNames = map[string]string{"sha1": "sha-1", "sha256": "sha-256", "sha384": "sha-384", "sha512": "sha-512"}
 
 // request merges the AS2 fields and the message's MIME fields.
 func request(as2 http.Header, m opensslMessage) http.Header {

@@ -188,13 +188,23 @@ type reply struct {
 // post sends one request; chunked hides the length from the client.
 func post(t testing.TB, url string, h http.Header, body []byte, chunked bool) reply {
 	t.Helper()
+	r, err := tryPost(url, h, body, chunked)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// tryPost is post for goroutines other than the test's, which must not
+// call t.Fatal.
+func tryPost(url string, h http.Header, body []byte, chunked bool) (reply, error) {
 	var rd io.Reader = bytes.NewReader(body)
 	if chunked {
 		rd = io.MultiReader(rd)
 	}
 	req, err := http.NewRequest(http.MethodPost, url, rd)
 	if err != nil {
-		t.Fatal(err)
+		return reply{}, err
 	}
 	req.Header = h.Clone()
 	if chunked {
@@ -202,14 +212,14 @@ func post(t testing.TB, url string, h http.Header, body []byte, chunked bool) re
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		t.Fatalf("POST: %v", err)
+		return reply{}, fmt.Errorf("POST: %w", err)
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	if err != nil {
-		t.Fatal(err)
+		return reply{}, fmt.Errorf("POST: read reply: %w", err)
 	}
-	return reply{status: resp.StatusCode, header: resp.Header, body: b}
+	return reply{status: resp.StatusCode, header: resp.Header, body: b}, nil
 }
 
 // parseMDN parses and verifies (when signed) an MDN reply.
@@ -251,21 +261,21 @@ func opensslVerifyMDN(t testing.TB, r reply) {
 
 // row is what the messages table holds about one inbound message.
 type row struct {
-	Status, Disposition, MIC string
-	Signed, Encrypted        bool
-	Compressed               bool
-	MDNMode                  string
-	Payloads                 int
+	Status, Disposition, MIC, MICAlg string
+	Signed, Encrypted                bool
+	Compressed                       bool
+	MDNMode                          string
+	Payloads                         int
 }
 
 func (e *env) row(t testing.TB, partner, messageID string) (row, bool) {
 	t.Helper()
 	var r row
 	err := e.db.QueryRow(context.Background(), `
-SELECT m.status, m.disposition, m.mic, m.signed, m.encrypted, m.compressed, m.mdn_mode,
+SELECT m.status, m.disposition, m.mic, m.mic_alg, m.signed, m.encrypted, m.compressed, m.mdn_mode,
        (SELECT count(*) FROM payloads p WHERE p.message_id = m.id)
   FROM messages m WHERE m.partner = $1 AND m.direction = 'inbound' AND m.message_id = $2`, partner, messageID).
-		Scan(&r.Status, &r.Disposition, &r.MIC, &r.Signed, &r.Encrypted, &r.Compressed, &r.MDNMode, &r.Payloads)
+		Scan(&r.Status, &r.Disposition, &r.MIC, &r.MICAlg, &r.Signed, &r.Encrypted, &r.Compressed, &r.MDNMode, &r.Payloads)
 	if err != nil {
 		return r, false
 	}

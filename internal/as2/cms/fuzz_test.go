@@ -1,9 +1,11 @@
 package cms_test
 
 import (
+	"bytes"
 	"crypto"
 	"errors"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/edihub/edihub/internal/as2/cms"
@@ -49,47 +51,155 @@ func opensslSeeds(f *testing.F) [][]byte {
 	return append(seeds, c)
 }
 
+// FuzzDecrypt feeds Decrypt arbitrary bytes and checks:
+//   - every error wraps a sentinel;
+//   - a successful decryption gives the same content in place as copied;
+//   - the fuzzed bytes, as content, survive Encrypt → Decrypt for the
+//     station (cipher and key transport chosen by the input), and a
+//     certificate the message does not name gets ErrNoRecipient.
 func FuzzDecrypt(f *testing.F) {
 	ids := openssltest.Keys(f)
 	for _, s := range opensslSeeds(f) {
 		f.Add(s)
 	}
 	recipients := []cms.Recipient{{Cert: ids.B.Cert, Key: ids.B.Key.(crypto.Decrypter)}}
+	stranger := []cms.Recipient{{Cert: ids.C.Cert, Key: ids.C.Key.(crypto.Decrypter)}}
+	ciphers := []cms.Cipher{cms.AES128CBC, cms.AES192CBC, cms.AES256CBC, cms.DESEDE3CBC, cms.AES128GCM, cms.AES256GCM}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		if _, err := cms.Decrypt(b, recipients); err != nil && !wrapsSentinel(err) {
+		out, err := cms.Decrypt(b, recipients)
+		if err != nil && !wrapsSentinel(err) {
 			t.Fatalf("Decrypt() error %v wraps no sentinel", err)
+		}
+		if err == nil {
+			in, err := cms.DecryptInPlace(bytes.Clone(b), recipients)
+			if err != nil || !bytes.Equal(in, out) {
+				t.Fatalf("DecryptInPlace() = %d bytes, %v; Decrypt() gave %d bytes", len(in), err, len(out))
+			}
+		}
+
+		opts := cms.EncryptOptions{Cipher: ciphers[len(b)%len(ciphers)], OAEP: len(b)%2 == 1}
+		ct, err := cms.Encrypt(b, []*x509Cert{ids.B.Cert}, opts)
+		if err != nil {
+			t.Fatalf("Encrypt(%d bytes, %v, OAEP %v) error = %v", len(b), opts.Cipher, opts.OAEP, err)
+		}
+		got, err := cms.Decrypt(ct, recipients)
+		if err != nil || !bytes.Equal(got, b) {
+			t.Fatalf("Decrypt(Encrypt(%d bytes, %v, OAEP %v)) = %d bytes, %v; want the content back", len(b), opts.Cipher, opts.OAEP, len(got), err)
+		}
+		if _, err := cms.Decrypt(ct, stranger); !errors.Is(err, cms.ErrNoRecipient) {
+			t.Fatalf("Decrypt() for a certificate the message does not name = %v, want ErrNoRecipient", err)
 		}
 	})
 }
 
+// FuzzVerify feeds Verify arbitrary signatures and content and checks:
+//   - every error wraps a sentinel;
+//   - a successful verification names a signer among the given
+//     certificates, returns the detached content when one was given, and
+//     a Digest that is the digest of Content under Hash;
+//   - the fuzzed content, signed by A with SignDetached, verifies with A
+//     among the certificates and names A, fails when A is not among them,
+//     and fails when one byte of the content changes.
 func FuzzVerify(f *testing.F) {
 	ids := openssltest.Keys(f)
 	for _, s := range opensslSeeds(f) {
 		f.Add(s, []byte(content))
 	}
-	certs := []*x509Cert{ids.A.Cert}
+	certs := []*x509Cert{ids.C.Cert, ids.A.Cert}
+	hashes := []crypto.Hash{crypto.SHA1, crypto.SHA256, crypto.SHA384, crypto.SHA512}
 	f.Fuzz(func(t *testing.T, b, detached []byte) {
 		if len(detached) == 0 {
 			detached = nil // exercise attached content too
 		}
-		if _, err := cms.Verify(b, detached, certs); err != nil && !wrapsSentinel(err) {
+		v, err := cms.Verify(b, detached, certs)
+		if err != nil && !wrapsSentinel(err) {
 			t.Fatalf("Verify() error %v wraps no sentinel", err)
+		}
+		if err == nil {
+			checkVerified(t, v, certs, detached)
+		}
+
+		h := hashes[len(detached)%len(hashes)]
+		sig, err := cms.SignDetached(detached, ids.A.Cert, ids.A.Key, cms.SignOptions{Hash: h})
+		if err != nil {
+			t.Fatalf("SignDetached(%d bytes, %v) error = %v", len(detached), h, err)
+		}
+		content := detached
+		if content == nil {
+			content = []byte{} // nil would mean "attached"
+		}
+		v, err = cms.Verify(sig, content, certs)
+		if err != nil {
+			t.Fatalf("Verify(SignDetached(%d bytes, %v)) error = %v", len(content), h, err)
+		}
+		checkVerified(t, v, certs, content)
+		if v.Signer != ids.A.Cert || v.Hash != h {
+			t.Fatalf("Verify(signed by %s with %v) = signer %s, hash %v", ids.A.Cert.Subject, h, v.Signer.Subject, v.Hash)
+		}
+		if _, err := cms.Verify(sig, content, []*x509Cert{ids.C.Cert}); !errors.Is(err, cms.ErrSignature) && !errors.Is(err, cms.ErrNoSigner) {
+			t.Fatalf("Verify() without the signer's certificate = %v, want ErrSignature or ErrNoSigner", err)
+		}
+		tampered := append(bytes.Clone(content), 0)
+		tampered[len(tampered)/2] ^= 1
+		if _, err := cms.Verify(sig, tampered, certs); err == nil || !wrapsSentinel(err) {
+			t.Fatalf("Verify() of changed content = %v, want a sentinel error", err)
 		}
 	})
 }
 
+// checkVerified checks what a successful Verify promises.
+func checkVerified(t *testing.T, v *cms.Verified, certs []*x509Cert, detached []byte) {
+	t.Helper()
+	if !slices.Contains(certs, v.Signer) {
+		t.Fatalf("Verify() succeeded with signer %v, not one of the given certificates", v.Signer)
+	}
+	if detached != nil && !bytes.Equal(v.Content, detached) {
+		t.Fatalf("Verify() Content = %d bytes, want the %d detached bytes", len(v.Content), len(detached))
+	}
+	if !v.Hash.Available() {
+		t.Fatalf("Verify() succeeded with hash %v", v.Hash)
+	}
+	d := v.Hash.New()
+	d.Write(v.Content)
+	if !bytes.Equal(v.Digest, d.Sum(nil)) {
+		t.Fatalf("Verify() Digest = %x, want %v of Content %x", v.Digest, v.Hash, d.Sum(nil))
+	}
+}
+
+// FuzzDecompress feeds Decompress arbitrary bytes and checks that errors
+// wrap a sentinel and the limit holds; and that the fuzzed bytes, as
+// content, survive Compress → Decompress with a limit of their size, and
+// not with one byte less (ErrTooLarge).
 func FuzzDecompress(f *testing.F) {
 	for _, s := range opensslSeeds(f) {
 		f.Add(s)
 	}
+	const limit = 1 << 20
 	f.Fuzz(func(t *testing.T, b []byte) {
-		out, err := cms.Decompress(b, 1<<20)
+		out, err := cms.Decompress(b, limit)
 		if err != nil && !wrapsSentinel(err) {
 			t.Fatalf("Decompress() error %v wraps no sentinel", err)
 		}
-		if len(out) > 1<<20 {
+		if len(out) > limit {
 			t.Fatalf("Decompress() returned %d bytes over the limit", len(out))
 		}
 		cms.Identify(b)
+
+		c, err := cms.Compress(b)
+		if err != nil {
+			t.Fatalf("Compress(%d bytes) error = %v", len(b), err)
+		}
+		if typ, err := cms.Identify(c); err != nil || typ != cms.TypeCompressedData {
+			t.Fatalf("Identify(Compress()) = %v, %v; want CompressedData", typ, err)
+		}
+		got, err := cms.Decompress(c, int64(max(len(b), 1))) // 0 would mean the default limit
+		if err != nil || !bytes.Equal(got, b) {
+			t.Fatalf("Decompress(Compress(%d bytes), limit %d) = %d bytes, %v; want the content back", len(b), max(len(b), 1), len(got), err)
+		}
+		if len(b) > 1 {
+			if _, err := cms.Decompress(c, int64(len(b)-1)); !errors.Is(err, cms.ErrTooLarge) {
+				t.Fatalf("Decompress(Compress(%d bytes), limit %d) = %v, want ErrTooLarge", len(b), len(b)-1, err)
+			}
+		}
 	})
 }
