@@ -90,7 +90,7 @@ func TestManifestsPassServerValidation(t *testing.T) {
 			}
 		}
 	}
-	for _, kind := range []string{"Deployment", "Service", "PodDisruptionBudget", "ServiceAccount", "Role", "RoleBinding"} {
+	for _, kind := range []string{"Deployment", "Service", "PodDisruptionBudget", "ServiceAccount", "Role", "RoleBinding", "NetworkPolicy", "Job"} {
 		if kinds[kind] == 0 {
 			t.Errorf("deploy/k8s ships no %s", kind)
 		}
