@@ -1,7 +1,13 @@
 #!/usr/bin/env bash
 # deps.sh makes sure the machine has what edihub's stack and tests run
-# against: PostgreSQL server binaries and openssl. On a Debian machine where
-# we are root it installs what is missing; elsewhere it says what to install.
+# against: PostgreSQL server binaries, openssl and promtool (the alert rule
+# tests). On a Debian machine where we are root it installs what is missing;
+# elsewhere it says what to install.
+#
+# PostgreSQL is whichever server major version the distribution ships (15 on
+# Debian 12, 17 on Debian 13): the package the "postgresql" metapackage
+# depends on. internal/pgserver finds its binaries under
+# /usr/lib/postgresql/<major>/bin, whatever the major.
 set -euo pipefail
 
 have_postgres() {
@@ -9,18 +15,35 @@ have_postgres() {
 	compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null
 }
 
+# postgres_package prints the versioned server package the distribution's
+# "postgresql" metapackage depends on (postgresql-15, postgresql-17, ...),
+# or the metapackage itself when apt cannot tell.
+postgres_package() {
+	local pkg
+	pkg="$(apt-cache depends postgresql 2>/dev/null | awk '$1 == "Depends:" && $2 ~ /^postgresql-[0-9]+$/ {print $2; exit}')"
+	echo "${pkg:-postgresql}"
+}
+
 missing=()
-have_postgres || missing+=(postgresql-15)
+have_postgres || missing+=(postgresql)
 command -v openssl >/dev/null 2>&1 || missing+=(openssl)
+command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
 
 if ((${#missing[@]} == 0)); then
 	exit 0
 fi
 if [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null 2>&1; then
-	echo "deps: installing ${missing[*]} with apt-get"
 	export DEBIAN_FRONTEND=noninteractive
 	apt-get update -qq
-	apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+	packages=()
+	for p in "${missing[@]}"; do
+		if [[ $p == postgresql ]]; then
+			p="$(postgres_package)"
+		fi
+		packages+=("$p")
+	done
+	echo "deps: installing ${packages[*]} with apt-get"
+	apt-get install -y -qq --no-install-recommends "${packages[@]}" >/dev/null
 	exit 0
 fi
 echo "deps: missing ${missing[*]}; install them (Debian/Ubuntu: sudo apt-get install ${missing[*]})" >&2

@@ -20,6 +20,7 @@ import (
 type replicaProc struct {
 	cmd      *exec.Cmd
 	ops, as2 string
+	api      string // with EDIHUB_API_ADDR set
 	mu       sync.Mutex
 	logs     strings.Builder
 	done     chan error
@@ -72,6 +73,9 @@ func startReplica(t *testing.T, extraEnv ...string) *replicaProc {
 	select {
 	case e := <-started:
 		p.ops, p.as2 = "http://"+e["ops_addr"].(string), "http://"+e["as2_addr"].(string)
+		if a, ok := e["api_addr"].(string); ok {
+			p.api = "http://" + a
+		}
 	case <-time.After(60 * time.Second):
 		t.Fatalf("edihub serve did not start; log:\n%s", p.log())
 	}

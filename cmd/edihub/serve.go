@@ -24,6 +24,7 @@ type serveOptions struct {
 	databaseURL  string
 	configPath   string
 	httpAddr     string
+	apiAddr      string
 	opsAddr      string
 	migrate      bool
 	maxBodyBytes int64
@@ -46,6 +47,7 @@ func serveFlags(fs *flagSet) func(context.Context, *environment) error {
 	fs.String(&o.databaseURL, "database-url", "", "PostgreSQL connection URL, e.g. postgres://edihub:secret@db:5432/edihub?sslmode=verify-full")
 	fs.String(&o.configPath, "config", "", "path of the station and partner YAML file (see docs/configuration.md)")
 	fs.String(&o.httpAddr, "http-addr", ":8080", "address of the AS2 and API listener")
+	fs.String(&o.apiAddr, "api-addr", "", "address of a separate REST API listener, so partners reach only /as2 on the AS2 listener; empty: the API is served on the AS2 listener")
 	fs.String(&o.opsAddr, "ops-addr", ":9090", "address of the ops listener (/metrics, /healthz, /readyz, /leader)")
 	fs.Bool(&o.migrate, "migrate", false, "apply pending database migrations before serving (otherwise an outdated schema stops the start)")
 	fs.Int64(&o.maxBodyBytes, "max-body-bytes", 100<<20, "largest request body accepted on the AS2 and API listener, in bytes")
@@ -151,6 +153,11 @@ func serve(ctx context.Context, env *environment, o serveOptions) error {
 		return err
 	}
 
+	// The API shares the AS2 listener unless it has its own.
+	as2API := out.api
+	if o.apiAddr != "" {
+		as2API = nil
+	}
 	as2Srv, err := httpserver.Listen(httpserver.Options{
 		Name:         "as2",
 		Addr:         o.httpAddr,
@@ -162,12 +169,33 @@ func serve(ctx context.Context, env *environment, o serveOptions) error {
 			Version:      version(),
 			MaxBodyBytes: o.maxBodyBytes,
 			AS2:          as2Handler,
-			API:          out.api,
+			API:          as2API,
 			APIToken:     o.apiToken,
 		}),
 	})
 	if err != nil {
 		return fmt.Errorf("%w (set EDIHUB_HTTP_ADDR or -http-addr to a free address)", err)
+	}
+	var apiSrv *httpserver.Server
+	if o.apiAddr != "" {
+		apiSrv, err = httpserver.Listen(httpserver.Options{
+			Name:         "api",
+			Addr:         o.apiAddr,
+			Logger:       log,
+			DrainTimeout: o.drainTimeout,
+			Handler: httpserver.NewRouter(httpserver.RouterOptions{
+				Logger:       log,
+				Metrics:      httpMetrics,
+				Version:      version(),
+				MaxBodyBytes: o.maxBodyBytes,
+				API:          out.api,
+				APIToken:     o.apiToken,
+				Listener:     "api",
+			}),
+		})
+		if err != nil {
+			return fmt.Errorf("%w (set EDIHUB_API_ADDR or -api-addr to a free address, or leave it empty to serve the API on the AS2 listener)", err)
+		}
 	}
 	opsSrv, err := httpserver.Listen(httpserver.Options{
 		Name:         "ops",
@@ -186,7 +214,11 @@ func serve(ctx context.Context, env *environment, o serveOptions) error {
 		return fmt.Errorf("%w (set EDIHUB_OPS_ADDR or -ops-addr to a free address)", err)
 	}
 
-	log.Info("edihub started", zap.String("version", version()), zap.String("as2_addr", as2Srv.Addr().String()), zap.String("ops_addr", opsSrv.Addr().String()))
+	started := []zap.Field{zap.String("version", version()), zap.String("as2_addr", as2Srv.Addr().String()), zap.String("ops_addr", opsSrv.Addr().String())}
+	if apiSrv != nil {
+		started = append(started, zap.String("api_addr", apiSrv.Addr().String()))
+	}
+	log.Info("edihub started", started...)
 	// Shutdown order: the elector stops the workers, waits for them and
 	// releases the lease; only then do the HTTP servers drain.
 	g, gctx := errgroup.WithContext(ctx)
@@ -210,6 +242,9 @@ func serve(ctx context.Context, env *environment, o serveOptions) error {
 	})
 	g.Go(func() error { return out.dispatcher.Run(gctx) })
 	g.Go(func() error { return as2Srv.Run(httpCtx) })
+	if apiSrv != nil {
+		g.Go(func() error { return apiSrv.Run(httpCtx) })
+	}
 	g.Go(func() error { return opsSrv.Run(httpCtx) })
 	err = g.Wait()
 	log.Info("edihub stopped")

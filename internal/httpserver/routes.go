@@ -91,13 +91,22 @@ type RouterOptions struct {
 	// APIToken is the bearer token the API requires. Empty disables the
 	// API: its routes then answer 503 saying how to enable it.
 	APIToken string
+	// Listener names the listener in the request metrics and access log
+	// ("as2", or "api" for a separate API listener); default "as2".
+	Listener string
 }
 
-// NewRouter returns the AS2/API listener's routes.
+// NewRouter returns the routes of an AS2 and/or API listener: GET /, and
+// POST /as2 and /api/v1 for whichever of AS2 and API is set; every other
+// path is 404.
 func NewRouter(opts RouterOptions) http.Handler {
 	r := chi.NewRouter()
 	log := opts.Logger.Named("access")
-	r.Use(requestID, instrument("as2", log, opts.Metrics), LimitBody(opts.MaxBodyBytes))
+	listener := opts.Listener
+	if listener == "" {
+		listener = "as2"
+	}
+	r.Use(requestID, instrument(listener, log, opts.Metrics), LimitBody(opts.MaxBodyBytes))
 	r.Get("/", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"service": "edihub", "version": opts.Version})
 	})

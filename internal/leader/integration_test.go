@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap/zaptest"
 	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	rl "k8s.io/client-go/tools/leaderelection/resourcelock"
@@ -270,6 +271,22 @@ func TestKubernetesElection(t *testing.T) {
 	admin, err := kubernetes.NewForConfig(cp.AdminConfig())
 	if err != nil {
 		t.Fatal(err)
+	}
+	// The electors below run with the Role of deploy/k8s/rbac.yaml, which
+	// grants nothing on a Lease of another name: the election must work
+	// with rights this narrow.
+	edihub, err := kubernetes.NewForConfig(cp.EdihubConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := admin.CoordinationV1().Leases(cp.Namespace).Create(context.Background(), &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Name: "another-controller"},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := edihub.CoordinationV1().Leases(cp.Namespace).Update(context.Background(), other, metav1.UpdateOptions{}); !apierrors.IsForbidden(err) {
+		t.Fatalf("edihub: update Lease %s: error = %v, want Forbidden (the Role must name its Lease)", other.Name, err)
 	}
 	electionProperties(t, store, kubeBuilder(cp), func() {
 		// The edihub user may not delete Leases; an operator may.

@@ -26,7 +26,11 @@ import (
 
 // ErrNoBinaries reports that no PostgreSQL server binaries were found.
 var ErrNoBinaries = errors.New("PostgreSQL server binaries (initdb, postgres) not found on PATH or under /usr/lib/postgresql/*/bin; " +
-	"install them, for example: apt-get install postgresql-15")
+	"install the distribution's server, for example: apt-get install postgresql")
+
+// libDir holds one <major>/bin directory per installed server version, as
+// Debian and Ubuntu lay them out.
+const libDir = "/usr/lib/postgresql"
 
 // Options configure a Server.
 type Options struct {
@@ -56,7 +60,8 @@ type Server struct {
 }
 
 // FindBinDir returns the directory holding initdb and postgres: the one on
-// PATH, else the newest /usr/lib/postgresql/*/bin.
+// PATH, else the newest /usr/lib/postgresql/<major>/bin of any major
+// version.
 func FindBinDir() (string, error) {
 	if p, err := exec.LookPath("initdb"); err == nil {
 		if real, err := filepath.EvalSymlinks(p); err == nil {
@@ -67,19 +72,48 @@ func FindBinDir() (string, error) {
 			return dir, nil
 		}
 	}
-	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
-	sort.Slice(dirs, func(i, j int) bool { return versionOf(dirs[i]) > versionOf(dirs[j]) })
+	return newestBinDir(libDir)
+}
+
+// newestBinDir returns the <major>/bin directory under lib with initdb and
+// postgres of the highest major version (9.6 < 10 < 15 < 17).
+func newestBinDir(lib string) (string, error) {
+	dirs, _ := filepath.Glob(filepath.Join(lib, "*", "bin"))
+	sort.Slice(dirs, func(i, j int) bool { return versionLess(versionOf(dirs[j]), versionOf(dirs[i])) })
 	for _, d := range dirs {
-		if _, err := os.Stat(filepath.Join(d, "initdb")); err == nil {
+		if isFile(filepath.Join(d, "initdb")) && isFile(filepath.Join(d, "postgres")) {
 			return d, nil
 		}
 	}
 	return "", ErrNoBinaries
 }
 
-func versionOf(binDir string) int {
-	v, _ := strconv.Atoi(filepath.Base(filepath.Dir(binDir)))
+func isFile(path string) bool {
+	fi, err := os.Stat(path)
+	return err == nil && fi.Mode().IsRegular()
+}
+
+// versionOf parses the major version directory above binDir ("17", "9.6");
+// a name that is not a version parses as nil and sorts last.
+func versionOf(binDir string) []int {
+	var v []int
+	for _, part := range strings.Split(filepath.Base(filepath.Dir(binDir)), ".") {
+		n, err := strconv.Atoi(part)
+		if err != nil {
+			return nil
+		}
+		v = append(v, n)
+	}
 	return v
+}
+
+func versionLess(a, b []int) bool {
+	for i := 0; i < len(a) && i < len(b); i++ {
+		if a[i] != b[i] {
+			return a[i] < b[i]
+		}
+	}
+	return len(a) < len(b)
 }
 
 // New prepares a server in opts.Dir, running initdb when the directory holds

@@ -115,6 +115,20 @@ func TestControlPlane(t *testing.T) {
 	}
 	w.Stop()
 
+	// Another controller's Lease in the same namespace is out of reach,
+	// however edihub asks for it.
+	other := "other-controller"
+	if _, err := admin.CoordinationV1().Leases(ns).Create(ctx, &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Name: other},
+		Spec:       coordinationv1.LeaseSpec{HolderIdentity: &other},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("admin: create lease %s: %v", other, err)
+	}
+	otherLease, err := admin.CoordinationV1().Leases(ns).Get(ctx, other, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("admin: get lease %s: %v", other, err)
+	}
+
 	// Everything else is forbidden.
 	forbidden := []struct {
 		name string
@@ -126,6 +140,30 @@ func TestControlPlane(t *testing.T) {
 		}},
 		{"delete lease", func(ctx context.Context) error {
 			return leases.Delete(ctx, "edihub-leader", metav1.DeleteOptions{})
+		}},
+		{"get another lease", func(ctx context.Context) error {
+			_, err := leases.Get(ctx, other, metav1.GetOptions{})
+			return err
+		}},
+		{"update another lease", func(ctx context.Context) error {
+			l := otherLease.DeepCopy()
+			l.Spec.HolderIdentity = &holder
+			_, err := leases.Update(ctx, l, metav1.UpdateOptions{})
+			return err
+		}},
+		{"watch another lease", func(ctx context.Context) error {
+			w, err := leases.Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + other})
+			if err == nil {
+				w.Stop()
+			}
+			return err
+		}},
+		{"watch every lease", func(ctx context.Context) error {
+			w, err := leases.Watch(ctx, metav1.ListOptions{})
+			if err == nil {
+				w.Stop()
+			}
+			return err
 		}},
 		{"patch lease", func(ctx context.Context) error {
 			_, err := leases.Patch(ctx, "edihub-leader", types.MergePatchType, []byte(`{"spec":{"holderIdentity":"x"}}`), metav1.PatchOptions{})
@@ -169,29 +207,39 @@ func TestControlPlane(t *testing.T) {
 	// ServiceAccount, which the tests do not authenticate as.
 	sa := "system:serviceaccount:" + ns + ":edihub"
 	access := []struct {
-		verb, group, resource string
-		want                  bool
+		verb, group, resource, name string
+		want                        bool
 	}{
-		{"update", "coordination.k8s.io", "leases", true},
-		{"watch", "coordination.k8s.io", "leases", true},
-		{"create", "", "events", false},
-		{"list", "coordination.k8s.io", "leases", false},
-		{"delete", "coordination.k8s.io", "leases", false},
-		{"list", "", "secrets", false},
+		{"get", "coordination.k8s.io", "leases", "edihub-leader", true},
+		{"update", "coordination.k8s.io", "leases", "edihub-leader", true},
+		{"watch", "coordination.k8s.io", "leases", "edihub-leader", true},
+		{"create", "coordination.k8s.io", "leases", "", true},
+		{"get", "coordination.k8s.io", "leases", other, false},
+		{"update", "coordination.k8s.io", "leases", other, false},
+		{"watch", "coordination.k8s.io", "leases", other, false},
+		{"update", "coordination.k8s.io", "leases", "", false},
+		{"watch", "coordination.k8s.io", "leases", "", false},
+		{"patch", "coordination.k8s.io", "leases", "edihub-leader", false},
+		{"delete", "coordination.k8s.io", "leases", "edihub-leader", false},
+		{"list", "coordination.k8s.io", "leases", "", false},
+		{"create", "", "events", "", false},
+		{"list", "", "secrets", "", false},
 	}
 	for _, tt := range access {
 		review, err := admin.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{
 			Spec: authorizationv1.SubjectAccessReviewSpec{
-				User:               sa,
-				Groups:             []string{"system:serviceaccounts", "system:serviceaccounts:" + ns, "system:authenticated"},
-				ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: ns, Verb: tt.verb, Group: tt.group, Resource: tt.resource},
+				User:   sa,
+				Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + ns, "system:authenticated"},
+				ResourceAttributes: &authorizationv1.ResourceAttributes{
+					Namespace: ns, Verb: tt.verb, Group: tt.group, Resource: tt.resource, Name: tt.name,
+				},
 			},
 		}, metav1.CreateOptions{})
 		if err != nil {
 			t.Fatalf("SubjectAccessReview: %v", err)
 		}
 		if got := review.Status.Allowed; got != tt.want {
-			t.Errorf("may %s %s %s/%s = %v, want %v", sa, tt.verb, tt.group, tt.resource, got, tt.want)
+			t.Errorf("may %s %s %s/%s %q = %v, want %v", sa, tt.verb, tt.group, tt.resource, tt.name, got, tt.want)
 		}
 	}
 

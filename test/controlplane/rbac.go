@@ -114,8 +114,9 @@ func applyRBAC(ctx context.Context, cs kubernetes.Interface, path, ns string) (*
 
 // waitAuthorized waits until the API server's authorizer, which works from
 // watch caches, lets the client cs do what the first rule of role grants in
-// namespace ns, so that a test's first request is not refused for a
-// binding the server has not seen yet.
+// namespace ns (on its first resource name, if it names any), so that a
+// test's first request is not refused for a binding the server has not seen
+// yet.
 func waitAuthorized(ctx context.Context, cs kubernetes.Interface, role *rbacv1.Role, ns string) error {
 	if len(role.Rules) == 0 || len(role.Rules[0].Verbs) == 0 ||
 		len(role.Rules[0].APIGroups) == 0 || len(role.Rules[0].Resources) == 0 {
@@ -124,6 +125,10 @@ func waitAuthorized(ctx context.Context, cs kubernetes.Interface, role *rbacv1.R
 	rule := role.Rules[0]
 	attrs := &authorizationv1.ResourceAttributes{
 		Namespace: ns, Verb: rule.Verbs[0], Group: rule.APIGroups[0], Resource: rule.Resources[0],
+	}
+	if len(rule.ResourceNames) > 0 {
+		// A rule restricted to names grants nothing on the unnamed resource.
+		attrs.Name = rule.ResourceNames[0]
 	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()

@@ -64,7 +64,15 @@ func TestManifestsPassServerValidation(t *testing.T) {
 	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(discovery.NewDiscoveryClientForConfigOrDie(cfg)))
 
 	kinds := map[string]int{}
-	for _, file := range resources(t) {
+	files := resources(t)
+	examples, err := filepath.Glob(filepath.Join(base, "examples", "*.yaml"))
+	if err != nil || len(examples) == 0 {
+		t.Fatalf("no examples in deploy/k8s/examples (%v)", err)
+	}
+	for _, e := range examples {
+		files = append(files, filepath.Join("examples", filepath.Base(e)))
+	}
+	for _, file := range files {
 		objs, err := controlplane.DecodeManifest(filepath.Join(base, file))
 		if err != nil {
 			t.Fatalf("%s: %v", file, err)
@@ -90,7 +98,7 @@ func TestManifestsPassServerValidation(t *testing.T) {
 			}
 		}
 	}
-	for _, kind := range []string{"Deployment", "Service", "PodDisruptionBudget", "ServiceAccount", "Role", "RoleBinding"} {
+	for _, kind := range []string{"Deployment", "Service", "PodDisruptionBudget", "ServiceAccount", "Role", "RoleBinding", "NetworkPolicy", "Job", "Ingress"} {
 		if kinds[kind] == 0 {
 			t.Errorf("deploy/k8s ships no %s", kind)
 		}
