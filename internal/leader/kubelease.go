@@ -116,6 +116,20 @@ func holderOf(lease *coordinationv1.Lease) string {
 	return *lease.Spec.HolderIdentity
 }
 
+// setRecord writes rec's fields into spec and leaves the others
+// (spec.strategy and spec.preferredHolder of coordinated leader election,
+// and any field added later) as they were: edihub must not drop what
+// another party (the coordinated leader election controller, an operator
+// preparing a rolling update) wrote into the Lease.
+func setRecord(spec *coordinationv1.LeaseSpec, rec *rl.LeaderElectionRecord) {
+	from := rl.LeaderElectionRecordToLeaseSpec(rec)
+	spec.HolderIdentity = from.HolderIdentity
+	spec.LeaseDurationSeconds = from.LeaseDurationSeconds
+	spec.AcquireTime = from.AcquireTime
+	spec.RenewTime = from.RenewTime
+	spec.LeaseTransitions = from.LeaseTransitions
+}
+
 // tokenOf turns the resourceVersion of our acquiring write into a token.
 func tokenOf(rv string) (int64, error) {
 	if _, err := resourceversion.CompareResourceVersion(rv, rv); err != nil {
@@ -180,7 +194,7 @@ func (l *kubeLease) tryAcquire(ctx context.Context) (attempt, error) {
 	}
 	next := l.record(l.clock(), transitions)
 	lease = lease.DeepCopy()
-	lease.Spec = rl.LeaderElectionRecordToLeaseSpec(&next)
+	setRecord(&lease.Spec, &next)
 	updated, err := l.leases.Update(ctx, lease, metav1.UpdateOptions{})
 	if apierrors.IsConflict(err) {
 		return attempt{}, nil // someone else wrote first: look again
@@ -231,7 +245,7 @@ func (l *kubeLease) write(ctx context.Context, fn func(rec *rl.LeaderElectionRec
 		lease := cur.DeepCopy()
 		rec := rl.LeaseSpecToLeaderElectionRecord(&lease.Spec)
 		fn(rec)
-		lease.Spec = rl.LeaderElectionRecordToLeaseSpec(rec)
+		setRecord(&lease.Spec, rec)
 		updated, err := l.leases.Update(ctx, lease, metav1.UpdateOptions{})
 		switch {
 		case err == nil:
