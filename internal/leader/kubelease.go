@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"go.uber.org/zap"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -62,6 +63,7 @@ func NewKubernetes(k KubernetesOptions, o Options) (*Elector, error) {
 		identity: o.Identity,
 		duration: o.LeaseDuration,
 		retry:    o.RetryPeriod,
+		log:      o.Logger.Named("leader").With(zap.String("identity", o.Identity), zap.String("lease", o.LeaseName), zap.String("backend", "kubernetes")),
 	}
 	return newElector(o, l)
 }
@@ -70,6 +72,7 @@ type kubeLease struct {
 	leases, watches    coordinationv1client.LeaseInterface
 	name, identity     string
 	duration, retry    time.Duration
+	log                *zap.Logger
 	now                func() time.Time // nil: time.Now
 	mu                 sync.Mutex
 	observedRV         string    // newest resourceVersion seen
@@ -89,15 +92,30 @@ func (l *kubeLease) clock() time.Time {
 }
 
 // observe records a version of the Lease and returns when it was first
-// seen. older is true when a newer version had been seen already.
-func (l *kubeLease) observe(lease *coordinationv1.Lease) (seen time.Time, older bool) {
+// seen. older is true when a newer version had been seen already and
+// lease comes from a watch, whose events may lag.
+//
+// quorum marks a lease read from etcd itself (a Get, or the reply to our
+// write): it is the truth. When its resourceVersion is below one seen
+// before, etcd went back in time (restored from a snapshot, or the API
+// server now talks to another etcd): the lease is taken as it is now, as
+// if first seen now, and the regression is logged as an error with the
+// remedy, so that election resumes instead of ignoring every read.
+func (l *kubeLease) observe(lease *coordinationv1.Lease, quorum bool) (seen time.Time, older bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	rv := lease.ResourceVersion
 	if l.observedRV != "" {
 		c, err := resourceversion.CompareResourceVersion(rv, l.observedRV)
 		if err == nil && c < 0 {
-			return l.observedTime, true
+			if !quorum {
+				return l.observedTime, true
+			}
+			l.log.Error("the Lease's resourceVersion went backwards: etcd was restored from a snapshot or the API server uses another etcd; taking the Lease as it is now",
+				zap.String("resource_version", rv), zap.String("before", l.observedRV), zap.String("holder", holderOf(lease)),
+				zap.String("remedy", "election goes on with the restored Lease. Terms open only with a token above leader_fence.token in PostgreSQL: "+
+					"if 'term refused' errors follow, wait until the cluster's resourceVersions pass the fence or reset the fence "+
+					"(docs/leadership.md, \"Recovering after an etcd restore\"). Restore etcd with etcdutl snapshot restore --bump-revision --mark-compacted so that versions keep increasing"))
 		}
 		if err == nil && c == 0 {
 			return l.observedTime, false
@@ -177,10 +195,7 @@ func (l *kubeLease) tryAcquire(ctx context.Context) (attempt, error) {
 		return attempt{}, fmt.Errorf("get lease: %w", err)
 	}
 
-	seen, older := l.observe(lease)
-	if older {
-		return attempt{}, nil // it changed since: look again
-	}
+	seen, _ := l.observe(lease, true)
 	rec := rl.LeaseSpecToLeaderElectionRecord(&lease.Spec)
 	if rec.HolderIdentity != "" && rec.HolderIdentity != l.identity {
 		expires := seen.Add(time.Duration(rec.LeaseDurationSeconds) * time.Second)
@@ -212,7 +227,7 @@ func (l *kubeLease) won(lease *coordinationv1.Lease) (attempt, error) {
 	if err != nil {
 		return attempt{}, err
 	}
-	l.observe(lease)
+	l.observe(lease, true)
 	l.mu.Lock()
 	l.ours = lease
 	l.oursAcquireTimeRFC = acquireTimeOf(lease)
@@ -249,7 +264,7 @@ func (l *kubeLease) write(ctx context.Context, fn func(rec *rl.LeaderElectionRec
 		updated, err := l.leases.Update(ctx, lease, metav1.UpdateOptions{})
 		switch {
 		case err == nil:
-			l.observe(updated)
+			l.observe(updated, true)
 			l.mu.Lock()
 			l.ours = updated
 			l.mu.Unlock()
@@ -266,7 +281,7 @@ func (l *kubeLease) write(ctx context.Context, fn func(rec *rl.LeaderElectionRec
 		if err != nil {
 			return err
 		}
-		l.observe(fresh)
+		l.observe(fresh, true)
 		if !l.stillOurs(fresh) {
 			return fmt.Errorf("%w: now held by %q", errLost, holderOf(fresh))
 		}
@@ -345,8 +360,10 @@ func (l *kubeLease) follow(ctx context.Context, w watch.Interface, changed func(
 				l.mu.Lock()
 				before := l.observedHolder
 				l.mu.Unlock()
-				l.observe(lease)
-				if h := holderOf(lease); h == "" || h != before {
+				_, older := l.observe(lease, false)
+				if h := holderOf(lease); older || h == "" || h != before {
+					// older: etcd may have gone back in time; a Get
+					// (a quorum read) will tell.
 					changed()
 				}
 			case watch.Deleted:
