@@ -174,6 +174,7 @@ func newElector(log *zap.Logger, reg prometheus.Registerer, store *postgres.Stor
 		Leases:      lock.CoordinationV1(),
 		WatchLeases: watch.CoordinationV1(),
 		Namespace:   ns,
+		Version:     lock.Discovery(),
 	}, opts)
 }
 

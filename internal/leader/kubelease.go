@@ -14,7 +14,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/util/resourceversion"
+	utilversion "k8s.io/apimachinery/pkg/util/version"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/discovery"
 	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	rl "k8s.io/client-go/tools/leaderelection/resourcelock"
 )
@@ -29,7 +31,22 @@ type KubernetesOptions struct {
 	WatchLeases coordinationv1client.LeasesGetter
 	// Namespace of the Lease. Required.
 	Namespace string
+	// Version, when set, is asked for the API server's version at start
+	// (GET /version): edihub logs it and warns when resourceVersions are
+	// not guaranteed comparable there (before Kubernetes 1.35).
+	Version discovery.ServerVersionInterface
 }
+
+// ErrUnusableToken is returned by Elector.Run when the API server answered
+// our acquiring write with a resourceVersion that cannot be a fencing token
+// (not a positive decimal integer, or above 2^63-1). The Lease has been
+// released. The process must not lead with this API server: it is not
+// backed by etcd as Kubernetes' is, or its versions are not comparable.
+var ErrUnusableToken = errors.New("the API server's resourceVersion cannot serve as a fencing token")
+
+// comparableSince is the first Kubernetes version that guarantees
+// resourceVersions of one resource compare as integers (KEP-5504).
+var comparableSince = utilversion.MajorMinor(1, 35)
 
 // watchTimeout makes the API server end each watch after a while, so a
 // watch that silently died is replaced.
@@ -63,6 +80,7 @@ func NewKubernetes(k KubernetesOptions, o Options) (*Elector, error) {
 		identity: o.Identity,
 		duration: o.LeaseDuration,
 		retry:    o.RetryPeriod,
+		version:  k.Version,
 		log:      o.Logger.Named("leader").With(zap.String("identity", o.Identity), zap.String("lease", o.LeaseName), zap.String("backend", "kubernetes")),
 	}
 	return newElector(o, l)
@@ -72,6 +90,7 @@ type kubeLease struct {
 	leases, watches    coordinationv1client.LeaseInterface
 	name, identity     string
 	duration, retry    time.Duration
+	version            discovery.ServerVersionInterface
 	log                *zap.Logger
 	now                func() time.Time // nil: time.Now
 	mu                 sync.Mutex
@@ -190,7 +209,7 @@ func (l *kubeLease) tryAcquire(ctx context.Context) (attempt, error) {
 		if err != nil {
 			return attempt{}, fmt.Errorf("create lease: %w", err)
 		}
-		return l.won(created)
+		return l.won(ctx, created)
 	case err != nil:
 		return attempt{}, fmt.Errorf("get lease: %w", err)
 	}
@@ -217,22 +236,56 @@ func (l *kubeLease) tryAcquire(ctx context.Context) (attempt, error) {
 	if err != nil {
 		return attempt{}, fmt.Errorf("update lease: %w", err)
 	}
-	return l.won(updated)
+	return l.won(ctx, updated)
 }
 
 // won records the Lease our acquiring write returned; its resourceVersion
-// is the term's token.
-func (l *kubeLease) won(lease *coordinationv1.Lease) (attempt, error) {
-	token, err := tokenOf(lease.ResourceVersion)
-	if err != nil {
-		return attempt{}, err
-	}
+// is the term's token. When it cannot be one, won releases the Lease at
+// once and returns an error wrapping ErrUnusableToken and errFatal.
+func (l *kubeLease) won(ctx context.Context, lease *coordinationv1.Lease) (attempt, error) {
 	l.observe(lease, true)
 	l.mu.Lock()
 	l.ours = lease
 	l.oursAcquireTimeRFC = acquireTimeOf(lease)
 	l.mu.Unlock()
+	token, err := tokenOf(lease.ResourceVersion)
+	if err != nil {
+		rerr := l.release(context.WithoutCancel(ctx), 0)
+		if rerr != nil {
+			rerr = fmt.Errorf("and the Lease could not be released (followers wait for it to expire): %w", rerr)
+		} else {
+			rerr = errors.New("the Lease was released")
+		}
+		return attempt{}, fmt.Errorf("%w: %w: the Lease write returned resourceVersion %q (%w); %w. "+
+			"edihub needs an API server backed by etcd whose resourceVersions are comparable integers (Kubernetes 1.35 and later guarantee it, KEP-5504; docs/leadership.md), "+
+			"or EDIHUB_LEADER_BACKEND=postgres", errFatal, ErrUnusableToken, lease.ResourceVersion, err, rerr)
+	}
 	return attempt{acquired: true, token: token, holder: l.identity, holderToken: token}, nil
+}
+
+// preflight asks the API server's version and logs it; before Kubernetes
+// 1.35 it warns that resourceVersions are not guaranteed comparable.
+func (l *kubeLease) preflight(context.Context) {
+	if l.version == nil {
+		return
+	}
+	info, err := l.version.ServerVersion()
+	if err != nil {
+		l.log.Warn("cannot read the API server's version; going on", zap.Error(err))
+		return
+	}
+	v, err := utilversion.ParseGeneric(info.GitVersion)
+	switch {
+	case err != nil:
+		l.log.Warn("the API server's version is not a Kubernetes version; its resourceVersions may not be comparable fencing tokens",
+			zap.String("git_version", info.GitVersion), zap.Error(err))
+	case v.LessThan(comparableSince):
+		l.log.Warn("the API server is older than Kubernetes 1.35: resourceVersions are comparable fencing tokens only because it stores Leases in etcd (they are etcd revisions); "+
+			"an API server not backed by etcd may order them otherwise (docs/leadership.md, \"Why the token is the resourceVersion\")",
+			zap.String("git_version", info.GitVersion))
+	default:
+		l.log.Info("API server", zap.String("git_version", info.GitVersion))
+	}
 }
 
 func acquireTimeOf(lease *coordinationv1.Lease) string {

@@ -2,6 +2,7 @@ package leader
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -18,6 +19,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/version"
+	fakediscovery "k8s.io/client-go/discovery/fake"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
@@ -34,7 +37,7 @@ import (
 // stock fake is last-writer-wins and would hide lost races. restore on the
 // returned fakeEtcd puts etcd back in time.
 func enforceResourceVersions(cs *fake.Clientset) *fakeEtcd {
-	fe := &fakeEtcd{rev: 100, tracker: cs.Tracker()}
+	fe := &fakeEtcd{rev: 100, tracker: cs.Tracker(), format: func(rev int64) string { return strconv.FormatInt(rev, 10) }}
 	mu, tracker := &fe.mu, fe.tracker
 	rev := &fe.rev
 	gvr := leasesGVR
@@ -43,7 +46,7 @@ func enforceResourceVersions(cs *fake.Clientset) *fakeEtcd {
 		defer mu.Unlock()
 		obj := a.(k8stesting.CreateAction).GetObject().(*coordinationv1.Lease).DeepCopy()
 		*rev++
-		obj.ResourceVersion = strconv.FormatInt(*rev, 10)
+		obj.ResourceVersion = fe.format(*rev)
 		if err := tracker.Create(gvr, obj, a.GetNamespace()); err != nil {
 			return true, nil, err
 		}
@@ -62,7 +65,7 @@ func enforceResourceVersions(cs *fake.Clientset) *fakeEtcd {
 				fmt.Errorf("the object has been modified (resourceVersion %s, stored %s)", obj.ResourceVersion, got))
 		}
 		*rev++
-		obj.ResourceVersion = strconv.FormatInt(*rev, 10)
+		obj.ResourceVersion = fe.format(*rev)
 		if err := tracker.Update(gvr, obj, a.GetNamespace()); err != nil {
 			return true, nil, err
 		}
@@ -78,6 +81,8 @@ type fakeEtcd struct {
 	mu      sync.Mutex
 	rev     int64
 	tracker k8stesting.ObjectTracker
+	// format makes a resourceVersion of a revision; set it before use.
+	format func(rev int64) string
 }
 
 // restore puts etcd back to a snapshot taken at revision rev, in which the
@@ -340,4 +345,115 @@ func TestResourceVersionGoingBackwards(t *testing.T) {
 		t.Errorf("%d Lease reads between the restore and the next term, want a handful per refused term (%d refused)", n, len(refused))
 	}
 	t.Logf("restore → term %d: %d refused terms, %d Lease reads", second, len(refused), gets.Load()-getsAtRestore)
+}
+
+// TestUnusableResourceVersionReleasesAndFails: an API server whose
+// resourceVersions cannot be fencing tokens makes the replica release the
+// Lease at once and Run fail with ErrUnusableToken, instead of holding the
+// Lease without ever opening a term.
+func TestUnusableResourceVersionReleasesAndFails(t *testing.T) {
+	tests := []struct {
+		name   string
+		format func(int64) string
+	}{
+		{"not an integer", func(rev int64) string { return fmt.Sprintf("kine-%d", rev) }},
+		{"beyond 63 bits", func(rev int64) string { return fmt.Sprintf("%d0000000000000000000", rev) }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cs := fake.NewClientset()
+			fe := enforceResourceVersions(cs)
+			fe.format = tt.format
+			terms := &memTerms{}
+			e, err := NewKubernetes(KubernetesOptions{Leases: cs.CoordinationV1(), Namespace: "ns"}, Options{
+				LeaseName: "edihub-leader", Identity: "r0",
+				LeaseDuration: 2 * time.Second, RenewDeadline: time.Second, RetryPeriod: 100 * time.Millisecond,
+				WorkerStopTimeout: 500 * time.Millisecond,
+				Terms:             terms, Logger: zaptest.NewLogger(t), Registerer: prometheus.NewRegistry(),
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			done := make(chan error, 1)
+			go func() { done <- e.Run(ctx) }()
+			select {
+			case err = <-done:
+			case <-time.After(10 * time.Second):
+				cancel()
+				<-done
+				t.Fatal("Run still campaigning 10s after a write returned an unusable resourceVersion")
+			}
+			if !errors.Is(err, ErrUnusableToken) || !strings.Contains(err.Error(), tt.format(101)) || !strings.Contains(err.Error(), "released") {
+				t.Errorf("Run = %v, want ErrUnusableToken naming resourceVersion %q and the release", err, tt.format(101))
+			}
+			lease, gerr := cs.CoordinationV1().Leases("ns").Get(context.Background(), "edihub-leader", metav1.GetOptions{})
+			if gerr != nil {
+				t.Fatal(gerr)
+			}
+			if h := holderOf(lease); h != "" {
+				t.Errorf("Lease holder after the failure = %q, want released", h)
+			}
+			if len(terms.opened) != 0 {
+				t.Errorf("terms opened: %v", terms.opened)
+			}
+		})
+	}
+}
+
+// TestServerVersionIsChecked: at start the elector asks the API server's
+// version and warns below Kubernetes 1.35, where resourceVersions are not
+// guaranteed comparable.
+func TestServerVersionIsChecked(t *testing.T) {
+	tests := []struct {
+		git  string
+		warn bool
+	}{
+		{"v1.37.2", false},
+		{"v1.35.0", false},
+		{"v1.34.3", true},
+		{"v1.30.0+k3s1", true},
+		{"not-kubernetes", true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.git, func(t *testing.T) {
+			cs := fake.NewClientset()
+			enforceResourceVersions(cs)
+			cs.Discovery().(*fakediscovery.FakeDiscovery).FakedServerVersion = &version.Info{GitVersion: tt.git}
+			core, logs := observer.New(zapcore.InfoLevel)
+			e, err := NewKubernetes(KubernetesOptions{Leases: cs.CoordinationV1(), Namespace: "ns", Version: cs.Discovery()}, Options{
+				LeaseName: "edihub-leader", Identity: "r0",
+				LeaseDuration: 2 * time.Second, RenewDeadline: time.Second, RetryPeriod: 100 * time.Millisecond,
+				WorkerStopTimeout: 500 * time.Millisecond,
+				Terms:             &memTerms{}, Logger: zap.New(core), Registerer: prometheus.NewRegistry(),
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() { done <- e.Run(ctx) }()
+			for deadline := time.Now().Add(10 * time.Second); logs.FilterMessage("campaigning").Len() == 0; {
+				if time.Now().After(deadline) {
+					t.Fatal("not campaigning")
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			cancel()
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+			var warned, named bool
+			for _, en := range logs.All() {
+				if en.ContextMap()["git_version"] == tt.git {
+					named = true
+					warned = warned || en.Level == zapcore.WarnLevel
+				}
+			}
+			if !named || warned != tt.warn {
+				t.Errorf("version %s: logged (named %v, warned %v), want warned %v: %v", tt.git, named, warned, tt.warn, logs.All())
+			}
+		})
+	}
 }

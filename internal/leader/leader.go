@@ -285,6 +285,15 @@ type attempt struct {
 	retryIn time.Duration
 }
 
+// errFatal marks a backend error after which the replica must not
+// campaign again: Run returns it.
+var errFatal = errors.New("leader election cannot go on")
+
+// preflighter is a backend that checks its environment when Run starts.
+type preflighter interface {
+	preflight(ctx context.Context)
+}
+
 // errLost reports a renewal refused because the lease is no longer ours.
 var errLost = errors.New("lease no longer held")
 
@@ -424,9 +433,10 @@ func (e *Elector) notify() {
 // releases the lease and returns nil.
 //
 // Run returns an error wrapping ErrWorkersHung when workers do not stop
-// within the stop timeout; the caller must then exit the process. Errors
-// talking to the API server or the database are logged and retried, never
-// returned.
+// within the stop timeout, and one wrapping ErrUnusableToken when the API
+// server's resourceVersions cannot be fencing tokens; the caller must then
+// exit the process. Errors talking to the API server or the database are
+// logged and retried, never returned.
 func (e *Elector) Run(ctx context.Context) error {
 	wctx, stopWatch := context.WithCancel(ctx)
 	watchDone := make(chan struct{})
@@ -438,11 +448,18 @@ func (e *Elector) Run(ctx context.Context) error {
 	}()
 	defer func() { stopWatch(); <-watchDone }()
 
+	if p, ok := e.b.(preflighter); ok {
+		p.preflight(ctx)
+	}
 	e.log.Info("campaigning", zap.Duration("lease_duration", e.o.LeaseDuration), zap.Duration("renew_deadline", e.o.RenewDeadline), zap.Duration("retry_period", e.o.RetryPeriod))
 	failures := 0
 	for {
-		token, acquiredAt, ok := e.campaign(ctx)
-		if !ok {
+		token, acquiredAt, err := e.campaign(ctx)
+		if err != nil {
+			e.log.Error("leader election stopped", zap.Error(err))
+			return err
+		}
+		if ctx.Err() != nil {
 			return nil
 		}
 		out, err := e.lead(ctx, token, acquiredAt)
@@ -468,16 +485,20 @@ func (e *Elector) Run(ctx context.Context) error {
 	}
 }
 
-// campaign tries to take the lease until it succeeds (ok) or ctx ends.
-// acquiredAt is when the successful attempt started: the lease is valid
-// from then on at the latest.
-func (e *Elector) campaign(ctx context.Context) (token int64, acquiredAt time.Time, ok bool) {
+// campaign tries to take the lease until it succeeds or ctx ends (then
+// ctx.Err() != nil). acquiredAt is when the successful attempt started:
+// the lease is valid from then on at the latest. It returns an error only
+// when election cannot go on (errFatal).
+func (e *Elector) campaign(ctx context.Context) (token int64, acquiredAt time.Time, _ error) {
 	var lastErr string
 	for {
 		start := time.Now()
 		a, err := e.b.tryAcquire(ctx)
+		if errors.Is(err, errFatal) {
+			return 0, time.Time{}, err
+		}
 		if ctx.Err() != nil {
-			return 0, time.Time{}, false
+			return 0, time.Time{}, nil
 		}
 		wait := jittered(e.o.RetryPeriod)
 		switch {
@@ -487,7 +508,7 @@ func (e *Elector) campaign(ctx context.Context) (token int64, acquiredAt time.Ti
 				lastErr = err.Error()
 			}
 		case a.acquired:
-			return a.token, start, true
+			return a.token, start, nil
 		default:
 			lastErr = ""
 			e.setStatus(func(s *Status) { s.Holder, s.FencingToken = a.holder, a.holderToken })
@@ -503,7 +524,7 @@ func (e *Elector) campaign(ctx context.Context) (token int64, acquiredAt time.Ti
 			select {
 			case <-ctx.Done():
 				t.Stop()
-				return 0, time.Time{}, false
+				return 0, time.Time{}, nil
 			case <-e.changed:
 				t.Stop()
 			case <-t.C:
