@@ -32,6 +32,7 @@ type leaderOptions struct {
 	renewDeadline     time.Duration
 	retryPeriod       time.Duration
 	workerStopTimeout time.Duration
+	workerStuckAfter  time.Duration
 }
 
 func (o *leaderOptions) flags(fs *flagSet) {
@@ -44,6 +45,7 @@ func (o *leaderOptions) flags(fs *flagSet) {
 	fs.Duration(&o.renewDeadline, "renew-deadline", 10*time.Second, "how long the leader keeps leading without renewing the lease")
 	fs.Duration(&o.retryPeriod, "retry-period", 2*time.Second, "how often the leader renews the lease and followers look at it")
 	fs.Duration(&o.workerStopTimeout, "worker-stop-timeout", 5*time.Second, "how long leader-gated workers may take to stop before the process exits")
+	fs.Duration(&o.workerStuckAfter, "worker-stuck-after", 10*time.Minute, "a leader-gated worker that makes no progress for this long while this replica leads is stuck: /healthz fails so the replica is restarted")
 }
 
 // serviceAccountNamespace is where Kubernetes mounts the pod's namespace.
@@ -57,6 +59,9 @@ func (o leaderOptions) validate() error {
 	}
 	if o.leaseName == "" {
 		return errors.New("EDIHUB_LEASE_NAME (-lease-name) must not be empty")
+	}
+	if o.workerStuckAfter <= 0 {
+		return fmt.Errorf("EDIHUB_WORKER_STUCK_AFTER (-worker-stuck-after) must be positive, got %s; use a duration like 10m", o.workerStuckAfter)
 	}
 	if err := leader.ValidateTiming(o.leaseDuration, o.renewDeadline, o.retryPeriod, o.workerStopTimeout); err != nil {
 		var te *leader.TimingError
@@ -148,6 +153,7 @@ func newElector(log *zap.Logger, reg prometheus.Registerer, store *postgres.Stor
 		RenewDeadline:     o.renewDeadline,
 		RetryPeriod:       o.retryPeriod,
 		WorkerStopTimeout: o.workerStopTimeout,
+		StuckAfter:        o.workerStuckAfter,
 		Workers:           map[string]leader.Worker{"heartbeat": hb},
 		Terms:             store,
 		Logger:            log,
@@ -168,6 +174,7 @@ func newElector(log *zap.Logger, reg prometheus.Registerer, store *postgres.Stor
 		Leases:      lock.CoordinationV1(),
 		WatchLeases: watch.CoordinationV1(),
 		Namespace:   ns,
+		Version:     lock.Discovery(),
 	}, opts)
 }
 

@@ -208,6 +208,7 @@ func serve(ctx context.Context, env *environment, o serveOptions) error {
 			Gatherer: reg,
 			Ready:    readiness(store, &draining),
 			Leader:   leaderHandler(elector),
+			Healthy:  elector.Healthy,
 		}),
 	})
 	if err != nil {

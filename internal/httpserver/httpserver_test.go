@@ -8,6 +8,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -114,6 +115,35 @@ func TestReadinessFollowsDatabase(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitStatus(t, base+"/readyz", http.StatusOK)
+}
+
+// TestHealthzFollowsHealthyNotReadiness: /healthz fails while Healthy
+// reports an error (stuck leader-gated workers) and /readyz stays
+// independent of it.
+func TestHealthzFollowsHealthyNotReadiness(t *testing.T) {
+	var unhealthy atomic.Bool
+	reg := prometheus.NewRegistry()
+	base := serve(t, "ops", httpserver.NewOpsRouter(httpserver.OpsOptions{
+		Logger: zap.NewNop(), Metrics: httpserver.NewMetrics(reg), Gatherer: reg,
+		Ready: func(context.Context) error { return nil },
+		Healthy: func() error {
+			if unhealthy.Load() {
+				return errors.New("leader-gated workers are stuck: poller (no progress for 10m0s)")
+			}
+			return nil
+		},
+	}))
+	if code, body := get(t, base+"/healthz"); code != http.StatusOK {
+		t.Fatalf("GET /healthz while healthy = %d %s, want 200", code, body)
+	}
+	unhealthy.Store(true)
+	code, body := get(t, base+"/healthz")
+	if code != http.StatusServiceUnavailable || !strings.Contains(body, "poller") {
+		t.Errorf("GET /healthz while unhealthy = %d %s, want 503 naming the worker", code, body)
+	}
+	if code, body := get(t, base+"/readyz"); code != http.StatusOK {
+		t.Errorf("GET /readyz while unhealthy = %d %s, want 200 (readiness does not follow liveness)", code, body)
+	}
 }
 
 func TestMetricsExposeHTTPAndPool(t *testing.T) {

@@ -25,6 +25,11 @@ type OpsOptions struct {
 	Ready func(context.Context) error
 	// Leader serves GET /leader; nil leaves the route out.
 	Leader http.Handler
+	// Healthy, when set, makes /healthz fail (503) while it returns an
+	// error: the process is alive but must be restarted (leader-gated
+	// workers stuck). It must not depend on the database, or every
+	// replica would restart when it is down.
+	Healthy func() error
 }
 
 // ErrShuttingDown is returned by a Ready function while the replica drains:
@@ -42,6 +47,13 @@ func NewOpsRouter(opts OpsOptions) http.Handler {
 	log := opts.Logger.Named("ops")
 	r.Use(requestID, instrument("ops", quiet(log), opts.Metrics))
 	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		if opts.Healthy != nil {
+			if err := opts.Healthy(); err != nil {
+				log.Error("unhealthy", zap.Error(err))
+				writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "unhealthy", "reason": err.Error()})
+				return
+			}
+		}
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
 	r.Get("/readyz", func(w http.ResponseWriter, r *http.Request) {

@@ -377,3 +377,88 @@ func TestTakeoverAtExpiry(t *testing.T) {
 		})
 	}
 }
+
+// TestKubernetesKeepsCoordinatedElectionFields: the Lease's strategy and
+// preferredHolder (coordinated leader election, set for rolling updates)
+// survive edihub's acquiring write, its renewals and its release. The
+// API server drops both fields unless the CoordinatedLeaderElection
+// feature gate is on (beta, off by default in Kubernetes 1.37), so this
+// control plane turns it on, as clusters that use the fields do.
+func TestKubernetesKeepsCoordinatedElectionFields(t *testing.T) {
+	cp := controlplane.StartForTest(t, controlplane.Options{APIServerArgs: []string{
+		"--feature-gates=CoordinatedLeaderElection=true",
+		"--runtime-config=coordination.k8s.io/v1beta1=true",
+	}})
+	admin, err := kubernetes.NewForConfig(cp.AdminConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	leases := admin.CoordinationV1().Leases(cp.Namespace)
+	strategy, preferred := coordinationv1.OldestEmulationVersion, "replica-next"
+	long := metav1.NewMicroTime(time.Now().Add(-time.Hour))
+	_, err = leases.Create(ctx, &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Name: leaseName},
+		Spec: coordinationv1.LeaseSpec{
+			HolderIdentity: ptr("replica-gone"), LeaseDurationSeconds: ptr(int32(1)),
+			AcquireTime: &long, RenewTime: &long, LeaseTransitions: ptr(int32(3)),
+			Strategy: &strategy, PreferredHolder: &preferred,
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("create Lease: %v", err)
+	}
+	check := func(when string) {
+		t.Helper()
+		l, err := leases.Get(ctx, leaseName, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l.Spec.Strategy == nil || *l.Spec.Strategy != strategy || l.Spec.PreferredHolder == nil || *l.Spec.PreferredHolder != preferred {
+			t.Errorf("%s: Lease strategy %v, preferredHolder %v; want %s, %s kept", when, deref(l.Spec.Strategy), deref(l.Spec.PreferredHolder), strategy, preferred)
+		}
+	}
+	check("before edihub wrote") // the gate is on: the API server kept them
+
+	store := pgtest.Store(t)
+	rs := startReplicas(t, store, 1, kubeBuilder(cp))
+	waitLeader(t, rs, nil, 30*time.Second)
+	check("after the acquiring write")
+	// Two renewals at least (retry period 1 s).
+	l0, err := leases.Get(ctx, leaseName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		l, err := leases.Get(ctx, leaseName, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l.Spec.RenewTime.After(l0.Spec.RenewTime.Add(time.Second)) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the leader did not renew")
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	check("after renewals")
+	rs[0].stop(t)
+	l, err := leases.Get(ctx, leaseName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h := deref(l.Spec.HolderIdentity); h != "" {
+		t.Errorf("holder after the release = %q, want released", h)
+	}
+	check("after the release")
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func deref[T any](p *T) any {
+	if p == nil {
+		return nil
+	}
+	return *p
+}

@@ -8,12 +8,15 @@ import (
 	"sync"
 	"time"
 
+	"go.uber.org/zap"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/util/resourceversion"
+	utilversion "k8s.io/apimachinery/pkg/util/version"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/discovery"
 	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	rl "k8s.io/client-go/tools/leaderelection/resourcelock"
 )
@@ -28,7 +31,22 @@ type KubernetesOptions struct {
 	WatchLeases coordinationv1client.LeasesGetter
 	// Namespace of the Lease. Required.
 	Namespace string
+	// Version, when set, is asked for the API server's version at start
+	// (GET /version): edihub logs it and warns when resourceVersions are
+	// not guaranteed comparable there (before Kubernetes 1.35).
+	Version discovery.ServerVersionInterface
 }
+
+// ErrUnusableToken is returned by Elector.Run when the API server answered
+// our acquiring write with a resourceVersion that cannot be a fencing token
+// (not a positive decimal integer, or above 2^63-1). The Lease has been
+// released. The process must not lead with this API server: it is not
+// backed by etcd as Kubernetes' is, or its versions are not comparable.
+var ErrUnusableToken = errors.New("the API server's resourceVersion cannot serve as a fencing token")
+
+// comparableSince is the first Kubernetes version that guarantees
+// resourceVersions of one resource compare as integers (KEP-5504).
+var comparableSince = utilversion.MajorMinor(1, 35)
 
 // watchTimeout makes the API server end each watch after a while, so a
 // watch that silently died is replaced.
@@ -62,6 +80,8 @@ func NewKubernetes(k KubernetesOptions, o Options) (*Elector, error) {
 		identity: o.Identity,
 		duration: o.LeaseDuration,
 		retry:    o.RetryPeriod,
+		version:  k.Version,
+		log:      o.Logger.Named("leader").With(zap.String("identity", o.Identity), zap.String("lease", o.LeaseName), zap.String("backend", "kubernetes")),
 	}
 	return newElector(o, l)
 }
@@ -70,6 +90,8 @@ type kubeLease struct {
 	leases, watches    coordinationv1client.LeaseInterface
 	name, identity     string
 	duration, retry    time.Duration
+	version            discovery.ServerVersionInterface
+	log                *zap.Logger
 	now                func() time.Time // nil: time.Now
 	mu                 sync.Mutex
 	observedRV         string    // newest resourceVersion seen
@@ -89,15 +111,30 @@ func (l *kubeLease) clock() time.Time {
 }
 
 // observe records a version of the Lease and returns when it was first
-// seen. older is true when a newer version had been seen already.
-func (l *kubeLease) observe(lease *coordinationv1.Lease) (seen time.Time, older bool) {
+// seen. older is true when a newer version had been seen already and
+// lease comes from a watch, whose events may lag.
+//
+// quorum marks a lease read from etcd itself (a Get, or the reply to our
+// write): it is the truth. When its resourceVersion is below one seen
+// before, etcd went back in time (restored from a snapshot, or the API
+// server now talks to another etcd): the lease is taken as it is now, as
+// if first seen now, and the regression is logged as an error with the
+// remedy, so that election resumes instead of ignoring every read.
+func (l *kubeLease) observe(lease *coordinationv1.Lease, quorum bool) (seen time.Time, older bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	rv := lease.ResourceVersion
 	if l.observedRV != "" {
 		c, err := resourceversion.CompareResourceVersion(rv, l.observedRV)
 		if err == nil && c < 0 {
-			return l.observedTime, true
+			if !quorum {
+				return l.observedTime, true
+			}
+			l.log.Error("the Lease's resourceVersion went backwards: etcd was restored from a snapshot or the API server uses another etcd; taking the Lease as it is now",
+				zap.String("resource_version", rv), zap.String("before", l.observedRV), zap.String("holder", holderOf(lease)),
+				zap.String("remedy", "election goes on with the restored Lease. Terms open only with a token above leader_fence.token in PostgreSQL: "+
+					"if 'term refused' errors follow, wait until the cluster's resourceVersions pass the fence or reset the fence "+
+					"(docs/leadership.md, \"Recovering after an etcd restore\"). Restore etcd with etcdutl snapshot restore --bump-revision --mark-compacted so that versions keep increasing"))
 		}
 		if err == nil && c == 0 {
 			return l.observedTime, false
@@ -114,6 +151,20 @@ func holderOf(lease *coordinationv1.Lease) string {
 		return ""
 	}
 	return *lease.Spec.HolderIdentity
+}
+
+// setRecord writes rec's fields into spec and leaves the others
+// (spec.strategy and spec.preferredHolder of coordinated leader election,
+// and any field added later) as they were: edihub must not drop what
+// another party (the coordinated leader election controller, an operator
+// preparing a rolling update) wrote into the Lease.
+func setRecord(spec *coordinationv1.LeaseSpec, rec *rl.LeaderElectionRecord) {
+	from := rl.LeaderElectionRecordToLeaseSpec(rec)
+	spec.HolderIdentity = from.HolderIdentity
+	spec.LeaseDurationSeconds = from.LeaseDurationSeconds
+	spec.AcquireTime = from.AcquireTime
+	spec.RenewTime = from.RenewTime
+	spec.LeaseTransitions = from.LeaseTransitions
 }
 
 // tokenOf turns the resourceVersion of our acquiring write into a token.
@@ -158,15 +209,12 @@ func (l *kubeLease) tryAcquire(ctx context.Context) (attempt, error) {
 		if err != nil {
 			return attempt{}, fmt.Errorf("create lease: %w", err)
 		}
-		return l.won(created)
+		return l.won(ctx, created)
 	case err != nil:
 		return attempt{}, fmt.Errorf("get lease: %w", err)
 	}
 
-	seen, older := l.observe(lease)
-	if older {
-		return attempt{}, nil // it changed since: look again
-	}
+	seen, _ := l.observe(lease, true)
 	rec := rl.LeaseSpecToLeaderElectionRecord(&lease.Spec)
 	if rec.HolderIdentity != "" && rec.HolderIdentity != l.identity {
 		expires := seen.Add(time.Duration(rec.LeaseDurationSeconds) * time.Second)
@@ -180,7 +228,7 @@ func (l *kubeLease) tryAcquire(ctx context.Context) (attempt, error) {
 	}
 	next := l.record(l.clock(), transitions)
 	lease = lease.DeepCopy()
-	lease.Spec = rl.LeaderElectionRecordToLeaseSpec(&next)
+	setRecord(&lease.Spec, &next)
 	updated, err := l.leases.Update(ctx, lease, metav1.UpdateOptions{})
 	if apierrors.IsConflict(err) {
 		return attempt{}, nil // someone else wrote first: look again
@@ -188,22 +236,56 @@ func (l *kubeLease) tryAcquire(ctx context.Context) (attempt, error) {
 	if err != nil {
 		return attempt{}, fmt.Errorf("update lease: %w", err)
 	}
-	return l.won(updated)
+	return l.won(ctx, updated)
 }
 
 // won records the Lease our acquiring write returned; its resourceVersion
-// is the term's token.
-func (l *kubeLease) won(lease *coordinationv1.Lease) (attempt, error) {
-	token, err := tokenOf(lease.ResourceVersion)
-	if err != nil {
-		return attempt{}, err
-	}
-	l.observe(lease)
+// is the term's token. When it cannot be one, won releases the Lease at
+// once and returns an error wrapping ErrUnusableToken and errFatal.
+func (l *kubeLease) won(ctx context.Context, lease *coordinationv1.Lease) (attempt, error) {
+	l.observe(lease, true)
 	l.mu.Lock()
 	l.ours = lease
 	l.oursAcquireTimeRFC = acquireTimeOf(lease)
 	l.mu.Unlock()
+	token, err := tokenOf(lease.ResourceVersion)
+	if err != nil {
+		rerr := l.release(context.WithoutCancel(ctx), 0)
+		if rerr != nil {
+			rerr = fmt.Errorf("and the Lease could not be released (followers wait for it to expire): %w", rerr)
+		} else {
+			rerr = errors.New("the Lease was released")
+		}
+		return attempt{}, fmt.Errorf("%w: %w: the Lease write returned resourceVersion %q (%w); %w. "+
+			"edihub needs an API server backed by etcd whose resourceVersions are comparable integers (Kubernetes 1.35 and later guarantee it, KEP-5504; docs/leadership.md), "+
+			"or EDIHUB_LEADER_BACKEND=postgres", errFatal, ErrUnusableToken, lease.ResourceVersion, err, rerr)
+	}
 	return attempt{acquired: true, token: token, holder: l.identity, holderToken: token}, nil
+}
+
+// preflight asks the API server's version and logs it; before Kubernetes
+// 1.35 it warns that resourceVersions are not guaranteed comparable.
+func (l *kubeLease) preflight(context.Context) {
+	if l.version == nil {
+		return
+	}
+	info, err := l.version.ServerVersion()
+	if err != nil {
+		l.log.Warn("cannot read the API server's version; going on", zap.Error(err))
+		return
+	}
+	v, err := utilversion.ParseGeneric(info.GitVersion)
+	switch {
+	case err != nil:
+		l.log.Warn("the API server's version is not a Kubernetes version; its resourceVersions may not be comparable fencing tokens",
+			zap.String("git_version", info.GitVersion), zap.Error(err))
+	case v.LessThan(comparableSince):
+		l.log.Warn("the API server is older than Kubernetes 1.35: resourceVersions are comparable fencing tokens only because it stores Leases in etcd (they are etcd revisions); "+
+			"an API server not backed by etcd may order them otherwise (docs/leadership.md, \"Why the token is the resourceVersion\")",
+			zap.String("git_version", info.GitVersion))
+	default:
+		l.log.Info("API server", zap.String("git_version", info.GitVersion))
+	}
 }
 
 func acquireTimeOf(lease *coordinationv1.Lease) string {
@@ -231,11 +313,11 @@ func (l *kubeLease) write(ctx context.Context, fn func(rec *rl.LeaderElectionRec
 		lease := cur.DeepCopy()
 		rec := rl.LeaseSpecToLeaderElectionRecord(&lease.Spec)
 		fn(rec)
-		lease.Spec = rl.LeaderElectionRecordToLeaseSpec(rec)
+		setRecord(&lease.Spec, rec)
 		updated, err := l.leases.Update(ctx, lease, metav1.UpdateOptions{})
 		switch {
 		case err == nil:
-			l.observe(updated)
+			l.observe(updated, true)
 			l.mu.Lock()
 			l.ours = updated
 			l.mu.Unlock()
@@ -252,7 +334,7 @@ func (l *kubeLease) write(ctx context.Context, fn func(rec *rl.LeaderElectionRec
 		if err != nil {
 			return err
 		}
-		l.observe(fresh)
+		l.observe(fresh, true)
 		if !l.stillOurs(fresh) {
 			return fmt.Errorf("%w: now held by %q", errLost, holderOf(fresh))
 		}
@@ -331,8 +413,10 @@ func (l *kubeLease) follow(ctx context.Context, w watch.Interface, changed func(
 				l.mu.Lock()
 				before := l.observedHolder
 				l.mu.Unlock()
-				l.observe(lease)
-				if h := holderOf(lease); h == "" || h != before {
+				_, older := l.observe(lease, false)
+				if h := holderOf(lease); older || h == "" || h != before {
+					// older: etcd may have gone back in time; a Get
+					// (a quorum read) will tell.
 					changed()
 				}
 			case watch.Deleted:

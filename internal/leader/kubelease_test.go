@@ -2,16 +2,25 @@ package leader
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/version"
+	fakediscovery "k8s.io/client-go/discovery/fake"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
@@ -25,18 +34,19 @@ import (
 // API server on writes: every create and update gets the next
 // resourceVersion from one counter (like etcd's revision), and an update
 // whose resourceVersion is not the stored one fails with Conflict. The
-// stock fake is last-writer-wins and would hide lost races.
-func enforceResourceVersions(cs *fake.Clientset) {
-	var mu sync.Mutex
-	var rev int64 = 100
-	gvr := coordinationv1.SchemeGroupVersion.WithResource("leases")
-	tracker := cs.Tracker()
+// stock fake is last-writer-wins and would hide lost races. restore on the
+// returned fakeEtcd puts etcd back in time.
+func enforceResourceVersions(cs *fake.Clientset) *fakeEtcd {
+	fe := &fakeEtcd{rev: 100, tracker: cs.Tracker(), format: func(rev int64) string { return strconv.FormatInt(rev, 10) }}
+	mu, tracker := &fe.mu, fe.tracker
+	rev := &fe.rev
+	gvr := leasesGVR
 	cs.PrependReactor("create", "leases", func(a k8stesting.Action) (bool, runtime.Object, error) {
 		mu.Lock()
 		defer mu.Unlock()
 		obj := a.(k8stesting.CreateAction).GetObject().(*coordinationv1.Lease).DeepCopy()
-		rev++
-		obj.ResourceVersion = strconv.FormatInt(rev, 10)
+		*rev++
+		obj.ResourceVersion = fe.format(*rev)
 		if err := tracker.Create(gvr, obj, a.GetNamespace()); err != nil {
 			return true, nil, err
 		}
@@ -54,13 +64,39 @@ func enforceResourceVersions(cs *fake.Clientset) {
 			return true, nil, apierrors.NewConflict(gvr.GroupResource(), obj.Name,
 				fmt.Errorf("the object has been modified (resourceVersion %s, stored %s)", obj.ResourceVersion, got))
 		}
-		rev++
-		obj.ResourceVersion = strconv.FormatInt(rev, 10)
+		*rev++
+		obj.ResourceVersion = fe.format(*rev)
 		if err := tracker.Update(gvr, obj, a.GetNamespace()); err != nil {
 			return true, nil, err
 		}
 		return true, obj, nil
 	})
+	return fe
+}
+
+var leasesGVR = coordinationv1.SchemeGroupVersion.WithResource("leases")
+
+// fakeEtcd is the revision counter behind enforceResourceVersions.
+type fakeEtcd struct {
+	mu      sync.Mutex
+	rev     int64
+	tracker k8stesting.ObjectTracker
+	// format makes a resourceVersion of a revision; set it before use.
+	format func(rev int64) string
+}
+
+// restore puts etcd back to a snapshot taken at revision rev, in which the
+// Lease was snap (its resourceVersion is set to rev).
+func (fe *fakeEtcd) restore(t *testing.T, ns string, snap *coordinationv1.Lease, rev int64) {
+	t.Helper()
+	fe.mu.Lock()
+	defer fe.mu.Unlock()
+	fe.rev = rev
+	snap = snap.DeepCopy()
+	snap.ResourceVersion = strconv.FormatInt(rev, 10)
+	if err := fe.tracker.Update(leasesGVR, snap, ns); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func TestReactorEnforcesResourceVersion(t *testing.T) {
@@ -222,5 +258,206 @@ func TestKubernetesElectorsOnFakeClientset(t *testing.T) {
 		if terms.opened[i].Token <= terms.opened[i-1].Token {
 			t.Errorf("terms opened out of order: %v", terms.opened)
 		}
+	}
+}
+
+// countGets counts the clientset's Lease reads.
+func countGets(cs *fake.Clientset) *atomic.Int64 {
+	var n atomic.Int64
+	cs.PrependReactor("get", "leases", func(k8stesting.Action) (bool, runtime.Object, error) {
+		n.Add(1)
+		return false, nil, nil
+	})
+	return &n
+}
+
+// TestResourceVersionGoingBackwards: etcd is restored from a snapshot
+// under a running leader, so the Lease's resourceVersion falls below the
+// one seen and below the fence. A quorum read's lower version is taken as
+// the truth and logged as an error with the remedy; the replica takes the
+// restored Lease when it expires, its terms are refused by the fence with
+// a backoff between tries (no tight loop), and the first term whose token
+// passes the fence opens: election resumes.
+func TestResourceVersionGoingBackwards(t *testing.T) {
+	cs := fake.NewClientset()
+	fe := enforceResourceVersions(cs)
+	gets := countGets(cs)
+	terms := &memTerms{}
+	core, logs := observer.New(zapcore.InfoLevel)
+	started := make(chan int64, 16)
+	e, err := NewKubernetes(KubernetesOptions{Leases: cs.CoordinationV1(), Namespace: "ns"}, Options{
+		LeaseName: "edihub-leader", Identity: "r0",
+		LeaseDuration: 2 * time.Second, RenewDeadline: time.Second, RetryPeriod: 100 * time.Millisecond,
+		WorkerStopTimeout: 500 * time.Millisecond,
+		Workers: map[string]Worker{"w": WorkerFunc(func(ctx context.Context) error {
+			f, _ := FenceFrom(ctx)
+			started <- f.Token
+			<-ctx.Done()
+			return nil
+		})},
+		Terms: terms, Logger: zap.New(core), Registerer: prometheus.NewRegistry(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- e.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run = %v", err)
+		}
+	}()
+	wait := func(what string) int64 {
+		t.Helper()
+		select {
+		case tok := <-started:
+			return tok
+		case <-time.After(20 * time.Second):
+			t.Fatalf("no term opened %s; logged %v", what, logs.All())
+			return 0
+		}
+	}
+	first := wait("at first")
+
+	// The snapshot: taken when another replica held the Lease, 3 revisions
+	// below our term's token, 4 below the fence.
+	long := metav1.NewMicroTime(time.Now().Add(-time.Hour))
+	gone, one, zero := "replica-before-the-restore", int32(1), int32(0)
+	fe.restore(t, "ns", &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Name: "edihub-leader", Namespace: "ns"},
+		Spec:       coordinationv1.LeaseSpec{HolderIdentity: &gone, LeaseDurationSeconds: &one, AcquireTime: &long, RenewTime: &long, LeaseTransitions: &zero},
+	}, first-3)
+	getsAtRestore := gets.Load()
+	second := wait("after the restore")
+	if second <= first {
+		t.Errorf("term after the restore has token %d, want above the fence %d", second, first)
+	}
+	regress := logs.FilterMessageSnippet("resourceVersion went backwards").All()
+	if len(regress) == 0 || regress[0].Level != zapcore.ErrorLevel || !strings.Contains(regress[0].ContextMap()["remedy"].(string), "--bump-revision") {
+		t.Errorf("regression logged as %v, want an error with the remedy", regress)
+	}
+	refused := logs.FilterMessageSnippet("stepped down").All()
+	if len(refused) == 0 {
+		t.Errorf("no term was refused between the restore and token %d: the fence was not exercised", second)
+	}
+	// Without backoff the replica would have read the Lease thousands of
+	// times: each refused term costs a pause (100, 200, 400 ms...), and a
+	// handful of reads.
+	if n := gets.Load() - getsAtRestore; n > 100 {
+		t.Errorf("%d Lease reads between the restore and the next term, want a handful per refused term (%d refused)", n, len(refused))
+	}
+	t.Logf("restore → term %d: %d refused terms, %d Lease reads", second, len(refused), gets.Load()-getsAtRestore)
+}
+
+// TestUnusableResourceVersionReleasesAndFails: an API server whose
+// resourceVersions cannot be fencing tokens makes the replica release the
+// Lease at once and Run fail with ErrUnusableToken, instead of holding the
+// Lease without ever opening a term.
+func TestUnusableResourceVersionReleasesAndFails(t *testing.T) {
+	tests := []struct {
+		name   string
+		format func(int64) string
+	}{
+		{"not an integer", func(rev int64) string { return fmt.Sprintf("kine-%d", rev) }},
+		{"beyond 63 bits", func(rev int64) string { return fmt.Sprintf("%d0000000000000000000", rev) }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cs := fake.NewClientset()
+			fe := enforceResourceVersions(cs)
+			fe.format = tt.format
+			terms := &memTerms{}
+			e, err := NewKubernetes(KubernetesOptions{Leases: cs.CoordinationV1(), Namespace: "ns"}, Options{
+				LeaseName: "edihub-leader", Identity: "r0",
+				LeaseDuration: 2 * time.Second, RenewDeadline: time.Second, RetryPeriod: 100 * time.Millisecond,
+				WorkerStopTimeout: 500 * time.Millisecond,
+				Terms:             terms, Logger: zaptest.NewLogger(t), Registerer: prometheus.NewRegistry(),
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			done := make(chan error, 1)
+			go func() { done <- e.Run(ctx) }()
+			select {
+			case err = <-done:
+			case <-time.After(10 * time.Second):
+				cancel()
+				<-done
+				t.Fatal("Run still campaigning 10s after a write returned an unusable resourceVersion")
+			}
+			if !errors.Is(err, ErrUnusableToken) || !strings.Contains(err.Error(), tt.format(101)) || !strings.Contains(err.Error(), "released") {
+				t.Errorf("Run = %v, want ErrUnusableToken naming resourceVersion %q and the release", err, tt.format(101))
+			}
+			lease, gerr := cs.CoordinationV1().Leases("ns").Get(context.Background(), "edihub-leader", metav1.GetOptions{})
+			if gerr != nil {
+				t.Fatal(gerr)
+			}
+			if h := holderOf(lease); h != "" {
+				t.Errorf("Lease holder after the failure = %q, want released", h)
+			}
+			if len(terms.opened) != 0 {
+				t.Errorf("terms opened: %v", terms.opened)
+			}
+		})
+	}
+}
+
+// TestServerVersionIsChecked: at start the elector asks the API server's
+// version and warns below Kubernetes 1.35, where resourceVersions are not
+// guaranteed comparable.
+func TestServerVersionIsChecked(t *testing.T) {
+	tests := []struct {
+		git  string
+		warn bool
+	}{
+		{"v1.37.2", false},
+		{"v1.35.0", false},
+		{"v1.34.3", true},
+		{"v1.30.0+k3s1", true},
+		{"not-kubernetes", true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.git, func(t *testing.T) {
+			cs := fake.NewClientset()
+			enforceResourceVersions(cs)
+			cs.Discovery().(*fakediscovery.FakeDiscovery).FakedServerVersion = &version.Info{GitVersion: tt.git}
+			core, logs := observer.New(zapcore.InfoLevel)
+			e, err := NewKubernetes(KubernetesOptions{Leases: cs.CoordinationV1(), Namespace: "ns", Version: cs.Discovery()}, Options{
+				LeaseName: "edihub-leader", Identity: "r0",
+				LeaseDuration: 2 * time.Second, RenewDeadline: time.Second, RetryPeriod: 100 * time.Millisecond,
+				WorkerStopTimeout: 500 * time.Millisecond,
+				Terms:             &memTerms{}, Logger: zap.New(core), Registerer: prometheus.NewRegistry(),
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() { done <- e.Run(ctx) }()
+			for deadline := time.Now().Add(10 * time.Second); logs.FilterMessage("campaigning").Len() == 0; {
+				if time.Now().After(deadline) {
+					t.Fatal("not campaigning")
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			cancel()
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+			var warned, named bool
+			for _, en := range logs.All() {
+				if en.ContextMap()["git_version"] == tt.git {
+					named = true
+					warned = warned || en.Level == zapcore.WarnLevel
+				}
+			}
+			if !named || warned != tt.warn {
+				t.Errorf("version %s: logged (named %v, warned %v), want warned %v: %v", tt.git, named, warned, tt.warn, logs.All())
+			}
+		})
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -28,10 +29,16 @@ import (
 )
 
 // Worker is a leader-gated component. Run runs until ctx ends and then
-// returns nil; it returns an error only when it cannot go on, which makes
-// the replica step down and campaign again after a pause. Workers know
-// nothing of elections: ctx ends when leadership ends, and FenceFrom(ctx)
-// gives the term's fence for their fenced writes.
+// returns nil. Workers know nothing of elections: ctx ends when leadership
+// ends, and FenceFrom(ctx) gives the term's fence for their fenced writes.
+//
+// A worker retries transient errors itself. When Run returns while the
+// replica still leads (with an error, or nil), the elector restarts it in
+// the same term after a backoff; only an error matching
+// postgres.ErrStaleFence (a newer term opened) ends the term. A worker
+// calls MarkSuccess after each cycle of its work; one that makes no
+// progress for Options.StuckAfter (or its own ProgressDeadline) is reported
+// stuck (Status, edihub_worker_stuck, Elector.Healthy).
 type Worker interface {
 	Run(ctx context.Context) error
 }
@@ -77,6 +84,14 @@ func WithFence(ctx context.Context, f postgres.Fence) context.Context {
 	return context.WithValue(ctx, fenceKey{}, f)
 }
 
+// ProgressDeadline is implemented by a Worker whose cycles are further
+// apart than Options.StuckAfter (a daily report): StuckAfter returns how
+// long it may go without MarkSuccess before it counts as stuck; 0 or less
+// never.
+type ProgressDeadline interface {
+	StuckAfter() time.Duration
+}
+
 type progressKey struct{}
 
 // MarkSuccess records that the worker running under ctx finished a cycle of
@@ -114,6 +129,10 @@ type Options struct {
 	// WorkerStopTimeout bounds the wait for workers after leadership
 	// ends; past it Run returns ErrWorkersHung. Default 5 s.
 	WorkerStopTimeout time.Duration
+	// StuckAfter is how long a worker may go without MarkSuccess, while
+	// this replica leads, before it is reported stuck (and Healthy fails).
+	// A Worker implementing ProgressDeadline overrides it. Default 10 min.
+	StuckAfter time.Duration
 	// Workers run while this replica leads, keyed by a name used in logs
 	// and in the edihub_worker_running{worker} metric.
 	Workers map[string]Worker
@@ -137,6 +156,9 @@ func (o *Options) defaults() error {
 	if o.WorkerStopTimeout == 0 {
 		o.WorkerStopTimeout = 5 * time.Second
 	}
+	if o.StuckAfter == 0 {
+		o.StuckAfter = 10 * time.Minute
+	}
 	switch {
 	case o.LeaseName == "":
 		return errors.New("leader: empty lease name")
@@ -144,6 +166,8 @@ func (o *Options) defaults() error {
 		return errors.New("leader: empty identity")
 	case o.Terms == nil, o.Logger == nil, o.Registerer == nil:
 		return errors.New("leader: Terms, Logger and Registerer are required")
+	case o.StuckAfter < 0:
+		return &TimingError{"worker-stuck-after", fmt.Sprintf("must be positive, got %s", o.StuckAfter)}
 	}
 	return ValidateTiming(o.LeaseDuration, o.RenewDeadline, o.RetryPeriod, o.WorkerStopTimeout)
 }
@@ -205,6 +229,49 @@ type Status struct {
 	// Since is when this replica last became leader or stopped leading
 	// (its start, before any transition).
 	Since time.Time `json:"since"`
+	// Workers are the leader-gated workers, by name.
+	Workers map[string]WorkerStatus `json:"workers"`
+}
+
+// WorkerStatus is one leader-gated worker as this replica sees it.
+type WorkerStatus struct {
+	// Running is true while the worker runs (or waits to be restarted)
+	// in this replica's term.
+	Running bool `json:"running"`
+	// LastSuccess is when it last called MarkSuccess on this replica;
+	// zero if never.
+	LastSuccess time.Time `json:"last_success"`
+	// Restarts counts the times it returned while this replica led and
+	// was started again, since the process started.
+	Restarts int `json:"restarts"`
+	// Stuck is true while this replica leads and the worker has not
+	// called MarkSuccess for its stuck-after time since the later of the
+	// term's start and its last success.
+	Stuck bool `json:"stuck"`
+	// StuckAfter is that time in seconds; 0: never stuck.
+	StuckAfter float64 `json:"stuck_after_seconds"`
+}
+
+// workerState is the elector's record of one worker, under Elector.mu.
+type workerState struct {
+	running     bool
+	termStart   time.Time // start of the term it runs in; zero when not leading
+	lastSuccess time.Time
+	restarts    int
+	stuckAfter  time.Duration
+}
+
+// stuck reports whether the worker made no progress for its stuck-after
+// time in the current term.
+func (w *workerState) stuck(now time.Time) bool {
+	if w.termStart.IsZero() || w.stuckAfter <= 0 {
+		return false
+	}
+	from := w.termStart
+	if w.lastSuccess.After(from) {
+		from = w.lastSuccess
+	}
+	return now.Sub(from) > w.stuckAfter
 }
 
 // attempt is the outcome of one try at taking the lease.
@@ -216,6 +283,15 @@ type attempt struct {
 	holderToken int64
 	// retryIn is when the lease may become free; <= 0 when unknown.
 	retryIn time.Duration
+}
+
+// errFatal marks a backend error after which the replica must not
+// campaign again: Run returns it.
+var errFatal = errors.New("leader election cannot go on")
+
+// preflighter is a backend that checks its environment when Run starts.
+type preflighter interface {
+	preflight(ctx context.Context)
 }
 
 // errLost reports a renewal refused because the lease is no longer ours.
@@ -246,8 +322,9 @@ type Elector struct {
 
 	changed chan struct{}
 
-	mu     sync.Mutex
-	status Status
+	mu      sync.Mutex
+	status  Status
+	workers map[string]*workerState
 }
 
 func newElector(o Options, b backend) (*Elector, error) {
@@ -267,16 +344,75 @@ func newElector(o Options, b backend) (*Elector, error) {
 			LeaseName: o.LeaseName,
 			Since:     time.Now(),
 		},
+		workers: map[string]*workerState{},
+	}
+	for name, w := range o.Workers {
+		e.workers[name] = e.newWorkerState(w)
 	}
 	return e, nil
 }
 
+func (e *Elector) newWorkerState(w Worker) *workerState {
+	ws := &workerState{stuckAfter: e.o.StuckAfter}
+	if pd, ok := w.(ProgressDeadline); ok {
+		ws.stuckAfter = pd.StuckAfter()
+	}
+	return ws
+}
+
 // Status returns this replica's view of the election.
 func (e *Elector) Status() Status {
+	now := time.Now()
 	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.status
+	st := e.status
+	st.Workers = make(map[string]WorkerStatus, len(e.workers))
+	for name, w := range e.workers {
+		st.Workers[name] = WorkerStatus{
+			Running:     w.running,
+			LastSuccess: w.lastSuccess,
+			Restarts:    w.restarts,
+			Stuck:       w.stuck(now),
+			StuckAfter:  w.stuckAfter.Seconds(),
+		}
+	}
+	e.mu.Unlock()
+	e.updateStuck(st.Workers)
+	return st
 }
+
+// updateStuck sets edihub_worker_stuck from ws.
+func (e *Elector) updateStuck(ws map[string]WorkerStatus) {
+	for name, w := range ws {
+		v := 0.0
+		if w.Stuck {
+			v = 1
+		}
+		e.m.workerStuck.WithLabelValues(name).Set(v)
+	}
+}
+
+// Healthy returns an error naming the stuck workers while this replica
+// leads with workers that made no progress for their stuck-after time
+// (see Options.StuckAfter), else nil. GET /healthz fails with it, so that
+// Kubernetes restarts the replica and another one leads. It never depends
+// on who leads otherwise.
+func (e *Elector) Healthy() error {
+	var stuck []string
+	for name, w := range e.Status().Workers {
+		if w.Stuck {
+			stuck = append(stuck, fmt.Sprintf("%s (no progress for %s)", name, time.Duration(w.StuckAfter*float64(time.Second))))
+		}
+	}
+	if len(stuck) == 0 {
+		return nil
+	}
+	sort.Strings(stuck)
+	return fmt.Errorf("%w: %s", ErrWorkersStuck, strings.Join(stuck, ", "))
+}
+
+// ErrWorkersStuck is returned by Elector.Healthy when leader-gated workers
+// make no progress.
+var ErrWorkersStuck = errors.New("leader-gated workers are stuck")
 
 func (e *Elector) setStatus(fn func(*Status)) {
 	e.mu.Lock()
@@ -297,9 +433,10 @@ func (e *Elector) notify() {
 // releases the lease and returns nil.
 //
 // Run returns an error wrapping ErrWorkersHung when workers do not stop
-// within the stop timeout; the caller must then exit the process. Errors
-// talking to the API server or the database are logged and retried, never
-// returned.
+// within the stop timeout, and one wrapping ErrUnusableToken when the API
+// server's resourceVersions cannot be fencing tokens; the caller must then
+// exit the process. Errors talking to the API server or the database are
+// logged and retried, never returned.
 func (e *Elector) Run(ctx context.Context) error {
 	wctx, stopWatch := context.WithCancel(ctx)
 	watchDone := make(chan struct{})
@@ -311,11 +448,18 @@ func (e *Elector) Run(ctx context.Context) error {
 	}()
 	defer func() { stopWatch(); <-watchDone }()
 
+	if p, ok := e.b.(preflighter); ok {
+		p.preflight(ctx)
+	}
 	e.log.Info("campaigning", zap.Duration("lease_duration", e.o.LeaseDuration), zap.Duration("renew_deadline", e.o.RenewDeadline), zap.Duration("retry_period", e.o.RetryPeriod))
 	failures := 0
 	for {
-		token, acquiredAt, ok := e.campaign(ctx)
-		if !ok {
+		token, acquiredAt, err := e.campaign(ctx)
+		if err != nil {
+			e.log.Error("leader election stopped", zap.Error(err))
+			return err
+		}
+		if ctx.Err() != nil {
 			return nil
 		}
 		out, err := e.lead(ctx, token, acquiredAt)
@@ -341,16 +485,20 @@ func (e *Elector) Run(ctx context.Context) error {
 	}
 }
 
-// campaign tries to take the lease until it succeeds (ok) or ctx ends.
-// acquiredAt is when the successful attempt started: the lease is valid
-// from then on at the latest.
-func (e *Elector) campaign(ctx context.Context) (token int64, acquiredAt time.Time, ok bool) {
+// campaign tries to take the lease until it succeeds or ctx ends (then
+// ctx.Err() != nil). acquiredAt is when the successful attempt started:
+// the lease is valid from then on at the latest. It returns an error only
+// when election cannot go on (errFatal).
+func (e *Elector) campaign(ctx context.Context) (token int64, acquiredAt time.Time, _ error) {
 	var lastErr string
 	for {
 		start := time.Now()
 		a, err := e.b.tryAcquire(ctx)
+		if errors.Is(err, errFatal) {
+			return 0, time.Time{}, err
+		}
 		if ctx.Err() != nil {
-			return 0, time.Time{}, false
+			return 0, time.Time{}, nil
 		}
 		wait := jittered(e.o.RetryPeriod)
 		switch {
@@ -360,7 +508,7 @@ func (e *Elector) campaign(ctx context.Context) (token int64, acquiredAt time.Ti
 				lastErr = err.Error()
 			}
 		case a.acquired:
-			return a.token, start, true
+			return a.token, start, nil
 		default:
 			lastErr = ""
 			e.setStatus(func(s *Status) { s.Holder, s.FencingToken = a.holder, a.holderToken })
@@ -376,7 +524,7 @@ func (e *Elector) campaign(ctx context.Context) (token int64, acquiredAt time.Ti
 			select {
 			case <-ctx.Done():
 				t.Stop()
-				return 0, time.Time{}, false
+				return 0, time.Time{}, nil
 			case <-e.changed:
 				t.Stop()
 			case <-t.C:
@@ -432,13 +580,21 @@ func (e *Elector) lead(ctx context.Context, token int64, acquiredAt time.Time) (
 	defer stopWorkers()
 	results := make(chan workerResult, len(e.o.Workers))
 	running := map[string]bool{}
+	e.mu.Lock()
+	for name, w := range e.o.Workers {
+		ws := e.newWorkerState(w)
+		if old := e.workers[name]; old != nil {
+			ws.lastSuccess, ws.restarts = old.lastSuccess, old.restarts
+		}
+		ws.termStart, ws.running = began, true
+		e.workers[name] = ws
+	}
+	e.mu.Unlock()
 	for name, w := range e.o.Workers {
 		running[name] = true
 		e.m.workerRunning.WithLabelValues(name).Set(1)
-		last := e.m.workerLastSuccess.WithLabelValues(name)
 		go func() {
-			err := w.Run(withProgress(wctx, last.SetToCurrentTime))
-			results <- workerResult{name, err}
+			results <- workerResult{name, e.supervise(wctx, log, name, w)}
 		}()
 	}
 
@@ -480,14 +636,18 @@ loop:
 			reason, release = "shutting down", true
 			break loop
 		case r := <-results:
+			// supervise returns before the term ends only on a stale
+			// fence: a newer term opened, the lease is not ours.
 			delete(running, r.name)
-			e.m.workerRunning.WithLabelValues(r.name).Set(0)
-			if r.err != nil {
-				log.Error("worker failed", zap.String("worker", r.name), zap.Error(r.err))
-				reason, release, pause = "worker "+r.name+" failed", true, true
+			e.setWorkerStopped(r.name)
+			if !errors.Is(r.err, postgres.ErrStaleFence) {
+				// ctx ended and this worker saw it first
+				reason, release = "shutting down", true
 				break loop
 			}
-			log.Info("worker finished", zap.String("worker", r.name))
+			log.Error("worker refused by the fence", zap.String("worker", r.name), zap.Error(r.err))
+			reason, pause = "stale fence: worker "+r.name+" was refused, a newer term opened", true
+			break loop
 		case <-deadline.C:
 			reason = fmt.Sprintf("lease not renewed for the renew deadline (%s)", e.o.RenewDeadline)
 			break loop
@@ -495,6 +655,7 @@ loop:
 			if reason = renew(); reason != "" {
 				break loop
 			}
+			e.Status() // refresh edihub_worker_stuck
 		case <-e.changed:
 			// The watch saw the lease change hands or vanish: renew now
 			// to find out, rather than at the next tick.
@@ -505,6 +666,12 @@ loop:
 	}
 
 	stopWorkers()
+	e.mu.Lock()
+	for _, ws := range e.workers {
+		ws.termStart = time.Time{}
+	}
+	e.mu.Unlock()
+	e.Status() // a follower's workers are never stuck
 	if err := e.await(results, running, log); err != nil {
 		e.transition(false, 0, "")
 		return leadOutcome{}, err
@@ -561,7 +728,7 @@ func (e *Elector) await(results <-chan workerResult, running map[string]bool, lo
 		select {
 		case r := <-results:
 			delete(running, r.name)
-			e.m.workerRunning.WithLabelValues(r.name).Set(0)
+			e.setWorkerStopped(r.name)
 			if r.err != nil {
 				log.Warn("worker stopped with an error", zap.String("worker", r.name), zap.Error(r.err))
 			}
@@ -576,6 +743,63 @@ func (e *Elector) await(results <-chan workerResult, running map[string]bool, lo
 		}
 	}
 	return nil
+}
+
+func (e *Elector) setWorkerStopped(name string) {
+	e.m.workerRunning.WithLabelValues(name).Set(0)
+	e.mu.Lock()
+	e.workers[name].running = false
+	e.mu.Unlock()
+}
+
+// supervise runs one worker for the term of ctx. A worker that returns
+// while the term lasts, with an error or with nil, is logged, counted in
+// edihub_worker_restarts_total and started again after a backoff (the
+// retry period, doubling per early return up to the lease duration; reset
+// when a run lasted longer than that). supervise returns when ctx ends,
+// with the worker's last error, or at once with an error matching
+// postgres.ErrStaleFence, which ends the term.
+func (e *Elector) supervise(ctx context.Context, log *zap.Logger, name string, w Worker) error {
+	log = log.With(zap.String("worker", name))
+	e.mu.Lock()
+	ws := e.workers[name]
+	e.mu.Unlock()
+	gauge := e.m.workerLastSuccess.WithLabelValues(name)
+	mark := func() {
+		gauge.SetToCurrentTime()
+		e.mu.Lock()
+		ws.lastSuccess = time.Now()
+		e.mu.Unlock()
+	}
+	pctx := withProgress(ctx, mark)
+	failures := 0
+	for {
+		started := time.Now()
+		err := w.Run(pctx)
+		switch {
+		case ctx.Err() != nil:
+			return err
+		case errors.Is(err, postgres.ErrStaleFence):
+			return err
+		}
+		if time.Since(started) > e.o.LeaseDuration {
+			failures = 0
+		}
+		failures++
+		backoff := min(e.o.RetryPeriod<<min(failures-1, 10), e.o.LeaseDuration)
+		e.m.workerRestarts.WithLabelValues(name).Inc()
+		e.mu.Lock()
+		ws.restarts++
+		e.mu.Unlock()
+		if err != nil {
+			log.Error("worker failed; restarting it in this term", zap.Error(err), zap.Duration("backoff", backoff), zap.Int("in_a_row", failures))
+		} else {
+			log.Error("worker returned while this replica leads; restarting it", zap.Duration("backoff", backoff), zap.Int("in_a_row", failures))
+		}
+		if !sleep(ctx, backoff) {
+			return nil
+		}
+	}
 }
 
 // releaseLease gives the lease up, even when ctx has ended (shutdown).

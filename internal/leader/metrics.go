@@ -13,6 +13,8 @@ type metrics struct {
 	workerRunning *prometheus.GaugeVec
 	// workerLastSuccess is set by MarkSuccess.
 	workerLastSuccess *prometheus.GaugeVec
+	workerStuck       *prometheus.GaugeVec
+	workerRestarts    *prometheus.CounterVec
 	renewDuration     prometheus.Histogram
 	renewFailures     prometheus.Counter
 }
@@ -39,6 +41,14 @@ func newMetrics(reg prometheus.Registerer, workers map[string]Worker) (*metrics,
 			Name: "edihub_worker_last_success_timestamp_seconds",
 			Help: "Unix time at which the leader-gated worker last finished a cycle of its work on this replica (0: never).",
 		}, []string{"worker"}),
+		workerStuck: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "edihub_worker_stuck",
+			Help: "1 while this replica leads and the leader-gated worker made no progress (MarkSuccess) for its stuck-after time, else 0.",
+		}, []string{"worker"}),
+		workerRestarts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "edihub_worker_restarts_total",
+			Help: "Times the leader-gated worker returned while this replica led and was started again in the same term.",
+		}, []string{"worker"}),
 		renewDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "edihub_leader_renew_duration_seconds",
 			Help:    "Time taken by each lease renewal attempt of the leader.",
@@ -52,8 +62,10 @@ func newMetrics(reg prometheus.Registerer, workers map[string]Worker) (*metrics,
 	for name := range workers {
 		m.workerRunning.WithLabelValues(name).Set(0)
 		m.workerLastSuccess.WithLabelValues(name).Set(0)
+		m.workerStuck.WithLabelValues(name).Set(0)
+		m.workerRestarts.WithLabelValues(name)
 	}
-	for _, c := range []prometheus.Collector{m.isLeader, m.token, m.transitions, m.workerRunning, m.workerLastSuccess, m.renewDuration, m.renewFailures} {
+	for _, c := range []prometheus.Collector{m.isLeader, m.token, m.transitions, m.workerRunning, m.workerLastSuccess, m.workerStuck, m.workerRestarts, m.renewDuration, m.renewFailures} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("leader metrics: %w", err)
 		}

@@ -344,26 +344,151 @@ func TestRenewDeadlineStepsDown(t *testing.T) {
 	}
 }
 
-func TestWorkerErrorStepsDown(t *testing.T) {
+// TestWorkerReturnRestartsItInsideTheTerm: a worker's error, or a worker
+// returning nil while the replica leads, costs neither the lease nor the
+// other workers: the worker starts again in the same term after a backoff.
+func TestWorkerReturnRestartsItInsideTheTerm(t *testing.T) {
+	tests := []struct {
+		name string
+		err  error
+	}{
+		{name: "transient error", err: errors.New("connection reset by peer")},
+		{name: "early nil return", err: nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newHarness(t)
+			stop, _ := h.start(t)
+			first := waitStart(t, h.a)
+			h.a.fail <- tt.err
+			second := waitStart(t, h.a)
+			if second != first {
+				t.Errorf("worker restarted in term %d, want the same term %d", second, first)
+			}
+			if got := testutil.ToFloat64(h.e.m.workerRestarts.WithLabelValues("a")); got != 1 {
+				t.Errorf("edihub_worker_restarts_total{worker=a} = %v, want 1", got)
+			}
+			st := h.e.Status()
+			if !st.IsLeader || st.FencingToken != first || st.Workers["a"].Restarts != 1 || !st.Workers["a"].Running {
+				t.Errorf("Status after the restart = %+v", st)
+			}
+			if err := stop(); err != nil {
+				t.Fatal(err)
+			}
+			ev := h.j.events()
+			if n := strings.Count(strings.Join(ev, "\n"), "acquire"); n != 1 {
+				t.Errorf("events %v: the lease was acquired %d times, want once", ev, n)
+			}
+			// b ran on undisturbed until the shutdown released the lease.
+			b, rel := h.j.index(fmt.Sprintf("b stop %d", first)), h.j.index(fmt.Sprintf("release %d", first))
+			if b < 0 || rel < 0 || b > rel {
+				t.Errorf("events %v: want worker b stopped only at shutdown, then the release", ev)
+			}
+			if strings.Count(strings.Join(ev, "\n"), fmt.Sprintf("b start %d", first)) != 1 {
+				t.Errorf("events %v: worker b restarted, want it undisturbed", ev)
+			}
+		})
+	}
+}
+
+// TestStaleFenceEndsTheTerm: a worker refused by the fence ends the term
+// (a newer term opened); the replica pauses and campaigns again, and does
+// not release a lease that is no longer its own.
+func TestStaleFenceEndsTheTerm(t *testing.T) {
 	h := newHarness(t)
 	stop, _ := h.start(t)
 	first := waitStart(t, h.a)
-	began := time.Now()
-	h.a.fail <- errors.New("boom")
+	// The fake lease stays held; free it as a successor's would be.
+	h.lease.mu.Lock()
+	h.lease.held = false
+	h.lease.mu.Unlock()
+	h.a.fail <- fmt.Errorf("heartbeat: %w", postgres.ErrStaleFence)
 	second := waitStart(t, h.a)
 	if second <= first {
-		t.Fatalf("token after step-down %d, want > %d", second, first)
-	}
-	// It paused (a retry period) before campaigning again.
-	if took := time.Since(began); took < 20*time.Millisecond {
-		t.Errorf("re-took the lease %s after the failure, want a pause of at least the retry period", took)
+		t.Fatalf("token after the stale fence %d, want > %d", second, first)
 	}
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
-	b, rel := h.j.index(fmt.Sprintf("b stop %d", first)), h.j.index(fmt.Sprintf("release %d", first))
-	if b < 0 || rel < 0 || b > rel {
-		t.Errorf("events %v: want worker b stopped, then the lease released", h.j.events())
+	ev := h.j.events()
+	if slices.Contains(ev, fmt.Sprintf("release %d", first)) {
+		t.Errorf("events %v: the stale term released the lease", ev)
+	}
+	b, o := h.j.index(fmt.Sprintf("b stop %d", first)), h.j.index(fmt.Sprintf("open term %d", second))
+	if b < 0 || o < 0 || b > o {
+		t.Errorf("events %v: want worker b of term %d stopped before term %d opened", ev, first, second)
+	}
+	if got := testutil.ToFloat64(h.e.m.workerRestarts.WithLabelValues("a")); got != 0 {
+		t.Errorf("edihub_worker_restarts_total{worker=a} = %v, want 0 (the term ended)", got)
+	}
+}
+
+// daily is a worker that declares it may go without progress for ever.
+type daily struct{}
+
+func (daily) Run(ctx context.Context) error { <-ctx.Done(); return nil }
+func (daily) StuckAfter() time.Duration     { return 0 }
+
+// TestStuckWorkerFailsHealth: a worker that makes no progress for the
+// stuck-after time while the replica leads shows in Status, in
+// edihub_worker_stuck and in Healthy; one that marks progress, one that
+// declares no deadline, and every worker of a follower do not.
+func TestStuckWorkerFailsHealth(t *testing.T) {
+	h := newHarness(t)
+	h.e.o.StuckAfter = 300 * time.Millisecond
+	h.e.o.Workers["daily"] = daily{}
+	h.e.o.Workers["progress"] = WorkerFunc(func(ctx context.Context) error {
+		tick := time.NewTicker(10 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			MarkSuccess(ctx)
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-tick.C:
+			}
+		}
+	})
+	if err := h.e.Healthy(); err != nil {
+		t.Fatalf("Healthy before leading = %v", err)
+	}
+	stop, _ := h.start(t)
+	waitStart(t, h.a)
+	deadline := time.Now().Add(5 * time.Second)
+	for h.e.Healthy() == nil {
+		if time.Now().After(deadline) {
+			t.Fatalf("Healthy still nil 5s into a term whose workers a and b never mark progress: %+v", h.e.Status())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	err := h.e.Healthy()
+	if !errors.Is(err, ErrWorkersStuck) || !strings.Contains(err.Error(), "a (no progress for 300ms)") || strings.Contains(err.Error(), "progress (") || strings.Contains(err.Error(), "daily") {
+		t.Errorf("Healthy = %v, want ErrWorkersStuck naming a and b only", err)
+	}
+	st := h.e.Status()
+	for name, want := range map[string]bool{"a": true, "b": true, "progress": false, "daily": false} {
+		if got := st.Workers[name].Stuck; got != want {
+			t.Errorf("Status().Workers[%s].Stuck = %v, want %v (%+v)", name, got, want, st.Workers[name])
+		}
+		v := 0.0
+		if want {
+			v = 1
+		}
+		if got := testutil.ToFloat64(h.e.m.workerStuck.WithLabelValues(name)); got != v {
+			t.Errorf("edihub_worker_stuck{worker=%s} = %v, want %v", name, got, v)
+		}
+	}
+	if st.Workers["progress"].LastSuccess.IsZero() {
+		t.Errorf("Status().Workers[progress].LastSuccess is zero")
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.e.Healthy(); err != nil {
+		t.Errorf("Healthy after the term ended = %v, want nil", err)
+	}
+	if got := testutil.ToFloat64(h.e.m.workerStuck.WithLabelValues("a")); got != 0 {
+		t.Errorf("edihub_worker_stuck{worker=a} after the term = %v, want 0", got)
 	}
 }
 

@@ -75,6 +75,9 @@ type Options struct {
 	Namespace string
 	// Logf, if set, receives progress messages (never tokens or keys).
 	Logf func(format string, args ...any)
+	// APIServerArgs are added to kube-apiserver's flags, e.g.
+	// --feature-gates=... for a test of a feature that is off by default.
+	APIServerArgs []string
 }
 
 // ControlPlane is a running etcd and kube-apiserver. Its methods are safe
@@ -102,6 +105,7 @@ type ControlPlane struct {
 	logf          func(string, ...any)
 	apiserverBin  string
 	apiserverArgs []string
+	extraArgs     []string
 	pki           *pki
 
 	mu        sync.Mutex
@@ -182,6 +186,7 @@ func Start(ctx context.Context, dir string, opts Options) (_ *ControlPlane, err 
 		EtcdLog:          filepath.Join(dir, "etcd.log"),
 		logf:             logf,
 		apiserverBin:     apiserverBin,
+		extraArgs:        opts.APIServerArgs,
 	}
 	defer func() {
 		if err != nil {
@@ -309,7 +314,7 @@ func (c *ControlPlane) startEtcd(ctx context.Context, bin string) error {
 
 // apiserverFlags returns the flags of kube-apiserver serving on port.
 func (c *ControlPlane) apiserverFlags(port int) []string {
-	return []string{
+	return append([]string{
 		"--etcd-servers=" + c.EtcdURL,
 		"--bind-address=127.0.0.1",
 		"--advertise-address=127.0.0.1",
@@ -333,7 +338,7 @@ func (c *ControlPlane) apiserverFlags(port int) []string {
 		// the kubernetes Service (upstream's test server does the same).
 		"--endpoint-reconciler-type=none",
 		"--profiling=false",
-	}
+	}, c.extraArgs...)
 }
 
 // errPortTaken marks a start that failed because a chosen port was taken
