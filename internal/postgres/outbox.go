@@ -399,12 +399,18 @@ SELECT count(*) FILTER (WHERE next_attempt_at <= now()),
 // ctx ends (nil) or the connection fails (an error; the caller may call
 // again). It holds one pool connection while it runs.
 func (s *Store) ListenOutbox(ctx context.Context, wake func()) error {
+	return s.listen(ctx, OutboxChannel, wake)
+}
+
+// listen calls wake once LISTEN channel took effect and after each
+// notification on it, until ctx ends (nil) or the connection fails.
+func (s *Store) listen(ctx context.Context, channel string, wake func()) error {
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil
 		}
-		return fmt.Errorf("listen outbox: %w", err)
+		return fmt.Errorf("listen %s: %w", channel, err)
 	}
 	defer func() {
 		// The connection may be mid-wait after cancellation; do not hand it
@@ -412,11 +418,11 @@ func (s *Store) ListenOutbox(ctx context.Context, wake func()) error {
 		_ = conn.Conn().Close(context.Background())
 		conn.Release()
 	}()
-	if _, err := conn.Exec(ctx, "LISTEN "+OutboxChannel); err != nil {
+	if _, err := conn.Exec(ctx, "LISTEN "+channel); err != nil {
 		if ctx.Err() != nil {
 			return nil
 		}
-		return fmt.Errorf("listen outbox: %w", err)
+		return fmt.Errorf("listen %s: %w", channel, err)
 	}
 	wake() // anything queued before LISTEN took effect
 	for {
@@ -424,7 +430,7 @@ func (s *Store) ListenOutbox(ctx context.Context, wake func()) error {
 			if ctx.Err() != nil {
 				return nil
 			}
-			return fmt.Errorf("listen outbox: %w", err)
+			return fmt.Errorf("listen %s: %w", channel, err)
 		}
 		wake()
 	}
