@@ -402,7 +402,6 @@ func (p *Poller) judge(ctx context.Context, x *parsed, msgs map[postgres.Message
 		MessageID:   msg.ID,
 		Status:      ResultDelivered,
 		Disposition: v.Disposition,
-		MICVerified: v.MICVerified,
 		MDN: postgres.NewMDN{
 			ContentType: x.row.Header.Get("Content-Type"), Headers: x.row.Header, Body: x.row.Body,
 			Disposition: v.Disposition, MIC: m.MIC, Signed: m.Signed,
@@ -412,8 +411,12 @@ func (p *Poller) judge(ctx context.Context, x *parsed, msgs map[postgres.Message
 	case v.Err != nil:
 		apply.Status, apply.Error = ResultFailed, v.Err.Error()
 		x.out.Reason = v.Err.Error()
-	case !v.MICVerified:
-		x.out.Reason = "delivered; MIC unverified: unsigned MDN without Received-content-MIC for an unsigned receipt"
+	default:
+		verified := v.MICVerified
+		apply.MICVerified = &verified
+		if !verified {
+			x.out.Reason = "delivered; MIC unverified: unsigned MDN without Received-content-MIC for an unsigned receipt"
+		}
 	}
 	x.out.Message = apply
 	return nil

@@ -205,8 +205,9 @@ type MDNApply struct {
 	Status      string
 	Disposition string
 	Error       string
-	// MICVerified is recorded in messages.mic_verified.
-	MICVerified bool
+	// MICVerified is recorded in messages.mic_verified: whether a
+	// delivery's MIC was checked; nil for a failure.
+	MICVerified *bool
 	// MDN is kept in mdns for non-repudiation.
 	MDN NewMDN
 }
