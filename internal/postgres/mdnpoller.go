@@ -230,20 +230,41 @@ type AppliedMDN struct {
 // pending inbox row is marked processed (its message moved to its final
 // status, the MDN stored) or orphan, with f's token. An inbox row already
 // decided is left alone, and a message already final is never changed: its
-// MDN becomes an orphan. It returns ErrStaleFence, applying nothing, when f
-// is no longer the current term.
+// MDN becomes an orphan. The outcomes are sent as one pipelined batch, one
+// statement each. It returns ErrStaleFence, applying nothing, when f is no
+// longer the current term; an error wrapping ErrRowRejected when the
+// database refused an outcome's data (nothing applied either).
 func (s *Store) ApplyMDNs(ctx context.Context, f Fence, outs []MDNOutcome) ([]AppliedMDN, error) {
 	var applied []AppliedMDN
 	err := s.fenced(ctx, f, func(tx pgx.Tx) error {
-		applied = applied[:0]
+		applied = make([]AppliedMDN, len(outs))
+		b := &pgx.Batch{}
 		for _, o := range outs {
-			a, err := applyMDN(ctx, tx, f, o)
+			args, err := applyArgs(f, o)
 			if err != nil {
+				return fmt.Errorf("inbox MDN %d: %w", o.InboxID, err)
+			}
+			b.Queue(applyMDNSQL, args...)
+		}
+		br := tx.SendBatch(ctx, b)
+		for i, o := range outs {
+			a := AppliedMDN{InboxID: o.InboxID, Partner: o.Partner, Reason: clean(o.Reason)}
+			var state, reason *string
+			var latency *float64
+			if err := br.QueryRow().Scan(&state, &reason, &latency); err != nil {
+				br.Close()
 				return fmt.Errorf("inbox MDN %d: %w", o.InboxID, rejected(err))
 			}
-			applied = append(applied, a)
+			if state != nil {
+				a.State, a.Reason = *state, *reason
+				if a.State == InboxProcessed && o.Message != nil {
+					a.Status = o.Message.Status
+					a.Latency = time.Duration(*latency * float64(time.Second))
+				}
+			}
+			applied[i] = a
 		}
-		return nil
+		return br.Close()
 	})
 	if err != nil {
 		return nil, fmt.Errorf("apply MDNs: %w", err)
@@ -251,61 +272,64 @@ func (s *Store) ApplyMDNs(ctx context.Context, f Fence, outs []MDNOutcome) ([]Ap
 	return applied, nil
 }
 
-func applyMDN(ctx context.Context, tx pgx.Tx, f Fence, o MDNOutcome) (AppliedMDN, error) {
-	a := AppliedMDN{InboxID: o.InboxID, Partner: o.Partner, Reason: clean(o.Reason)}
-	var one int
-	err := tx.QueryRow(ctx, `SELECT 1 FROM mdn_inbox WHERE id = $1 AND processed_at IS NULL FOR UPDATE`, o.InboxID).Scan(&one)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return a, nil // decided already
-	}
-	if err != nil {
-		return a, err
-	}
-	a.State = InboxOrphan
-	var ref *int64
+// applyMDNSQL decides one inbox row in one statement: only if the row is
+// still pending; the message ($2, NULL for an orphan) only if it is an
+// outbound message not final yet, else the row becomes an orphan saying
+// so. It returns the row's new state and reason (NULL when it was decided
+// already) and, when processed, the seconds since the message's last send.
+const applyMDNSQL = `
+WITH pending AS (
+    SELECT id FROM mdn_inbox WHERE id = $1 AND processed_at IS NULL FOR UPDATE
+), msg AS (
+    UPDATE messages m
+       SET status = $3, disposition = $4, error = $5, mic_verified = $6, mdn_overdue = false,
+           updated_at = now(), completed_at = now()
+     WHERE m.id = $2 AND EXISTS (SELECT 1 FROM pending)
+       AND m.direction = 'outbound' AND m.status NOT IN ('delivered', 'failed', 'sent')
+ RETURNING m.id, extract(epoch FROM now() - coalesce(
+           (SELECT o.finished_at FROM outbox o WHERE o.message_id = m.id AND o.kind = 'message'), m.created_at))::float8 AS latency
+), stored AS (
+    INSERT INTO mdns (message_id, content_type, headers, body, disposition, mic, signed)
+    SELECT id, $7::text, $8::jsonb, $9::bytea, $4::text, $10::text, $11::boolean FROM msg
+    ON CONFLICT (message_id) DO UPDATE
+       SET content_type = EXCLUDED.content_type, headers = EXCLUDED.headers, body = EXCLUDED.body,
+           disposition = EXCLUDED.disposition, mic = EXCLUDED.mic, signed = EXCLUDED.signed, created_at = now()
+), decided AS (
+    UPDATE mdn_inbox i
+       SET processed_at = now(), fence = $12, partner = $13, message_ref = (SELECT id FROM msg),
+           state = CASE WHEN EXISTS (SELECT 1 FROM msg) THEN 'processed' ELSE 'orphan' END,
+           result = CASE WHEN EXISTS (SELECT 1 FROM msg) THEN $3 ELSE 'orphan' END,
+           reason = CASE WHEN $2::bigint IS NOT NULL AND NOT EXISTS (SELECT 1 FROM msg)
+                         THEN format('message %s is already final', $2::bigint) ELSE $14 END
+     WHERE i.id IN (SELECT id FROM pending)
+ RETURNING i.state, i.reason
+)
+SELECT (SELECT state FROM decided), (SELECT reason FROM decided), (SELECT latency FROM msg)`
+
+// applyArgs are applyMDNSQL's arguments for o. The MDN replaces one kept
+// from an earlier send (a resend after a negative MDN): the MDN that
+// decided the message is the one kept.
+func applyArgs(f Fence, o MDNOutcome) ([]any, error) {
+	var msgID *int64
+	var status, disp, errText, ct, mic string
+	var verified *bool
+	var hdr, body []byte
+	var signed bool
 	if m := o.Message; m != nil {
-		var latency float64
-		err := tx.QueryRow(ctx, `
-UPDATE messages m
-   SET status = $2, disposition = $3, error = $4, mic_verified = $5, mdn_overdue = false,
-       updated_at = now(), completed_at = now()
- WHERE m.id = $1 AND m.direction = 'outbound' AND m.status NOT IN ('delivered', 'failed', 'sent')
-RETURNING extract(epoch FROM now() - coalesce((SELECT o.finished_at FROM outbox o WHERE o.message_id = m.id AND o.kind = 'message'), m.created_at))`,
-			m.MessageID, m.Status, clean(m.Disposition), clean(m.Error), m.MICVerified).Scan(&latency)
-		switch {
-		case errors.Is(err, pgx.ErrNoRows):
-			a.Reason = fmt.Sprintf("message %d is already final", m.MessageID)
-		case err != nil:
-			return a, err
-		default:
-			hdr, err := json.Marshal(m.MDN.Headers)
-			if err != nil {
-				return a, err
-			}
-			// The MDN that decided the message replaces one kept from
-			// an earlier send (a resend after a negative MDN).
-			if _, err := tx.Exec(ctx, `
-INSERT INTO mdns (message_id, content_type, headers, body, disposition, mic, signed)
-VALUES ($1, $2, $3, $4, $5, $6, $7)
-ON CONFLICT (message_id) DO UPDATE
-   SET content_type = EXCLUDED.content_type, headers = EXCLUDED.headers, body = EXCLUDED.body,
-       disposition = EXCLUDED.disposition, mic = EXCLUDED.mic, signed = EXCLUDED.signed, created_at = now()`,
-				m.MessageID, clean(m.MDN.ContentType), hdr, m.MDN.Body, clean(m.MDN.Disposition), clean(m.MDN.MIC), m.MDN.Signed); err != nil {
-				return a, err
-			}
-			a.State, a.Status = InboxProcessed, m.Status
-			a.Latency = time.Duration(latency * float64(time.Second))
-			ref = &m.MessageID
+		var err error
+		if hdr, err = json.Marshal(m.MDN.Headers); err != nil {
+			return nil, err
 		}
+		msgID, status, disp, errText, verified = &m.MessageID, m.Status, clean(m.Disposition), clean(m.Error), m.MICVerified
+		ct, body, mic, signed = clean(m.MDN.ContentType), m.MDN.Body, clean(m.MDN.MIC), m.MDN.Signed
 	}
-	result := a.State
-	if a.State == InboxProcessed {
-		result = a.Status
+	if hdr == nil {
+		hdr = []byte("{}")
 	}
-	_, err = tx.Exec(ctx, `
-UPDATE mdn_inbox SET processed_at = now(), fence = $2, state = $3, result = $4, reason = $5, partner = $6, message_ref = $7
- WHERE id = $1 AND processed_at IS NULL`, o.InboxID, f.Token, a.State, result, a.Reason, o.Partner, ref)
-	return a, err
+	if body == nil {
+		body = []byte{}
+	}
+	return []any{o.InboxID, msgID, status, disp, errText, verified, ct, hdr, body, mic, signed, f.Token, clean(o.Partner), clean(o.Reason)}, nil
 }
 
 // clean makes partner-supplied text storable in a text column: valid

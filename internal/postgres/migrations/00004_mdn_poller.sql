@@ -29,6 +29,9 @@ ALTER TABLE messages
 -- edihub_mdn_overdue{partner} counts these.
 CREATE INDEX messages_mdn_overdue_idx ON messages (partner) WHERE mdn_overdue;
 
+-- The poller and resends find a message's outbox row by message_id.
+CREATE INDEX outbox_message_id_idx ON outbox (message_id);
+
 -- Wake the leader's MDN poller when an async MDN is stored.
 -- +goose StatementBegin
 CREATE FUNCTION edihub_mdn_inbox_notify() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -51,6 +54,7 @@ DROP TRIGGER outbox_requeue_notify ON outbox;
 DROP TRIGGER mdn_inbox_notify ON mdn_inbox;
 DROP FUNCTION edihub_mdn_inbox_notify();
 DROP INDEX messages_mdn_overdue_idx;
+DROP INDEX outbox_message_id_idx;
 ALTER TABLE messages
     DROP COLUMN mic_verified,
     DROP COLUMN mdn_resends;
