@@ -160,6 +160,12 @@ func (p *Poller) Run(ctx context.Context) error {
 	if !ok {
 		return errors.New("mdn poller: no fence in the context (run it as a leader-gated worker)")
 	}
+	// The gauges are the leader's view: a replica that stops leading
+	// reports none rather than its last, aging counts.
+	defer func() {
+		p.orphans.Set(0)
+		p.overdue.Reset()
+	}()
 	var bg sync.WaitGroup
 	defer bg.Wait()
 	lctx, stopListen := context.WithCancel(ctx)

@@ -467,7 +467,7 @@ func (d *Dispatcher) judgeMDN(a *attempt, it postgres.OutboxItem, p *config.Part
 		a.result.Message = &postgres.MessageUpdate{Status: StatusFailed, Disposition: v.Disposition, Error: a.err.Error(), Final: true}
 		return
 	}
-	a.result.Message = &postgres.MessageUpdate{Status: StatusDelivered, Disposition: v.Disposition, Final: true}
+	a.result.Message = &postgres.MessageUpdate{Status: StatusDelivered, Disposition: v.Disposition, Final: true, MICVerified: &v.MICVerified}
 }
 
 // isEnveloped reports a message sent encrypted (enveloped or

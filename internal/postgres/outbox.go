@@ -303,6 +303,9 @@ type MessageUpdate struct {
 	Final bool
 	// MDNDueIn sets mdn_due_at from now (database clock) when positive.
 	MDNDueIn time.Duration
+	// MICVerified, when set, records whether a delivery's MIC was checked
+	// (messages.mic_verified).
+	MICVerified *bool
 }
 
 // NewMDN is an MDN to keep for non-repudiation.
@@ -368,9 +371,10 @@ VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (message_id) DO NOTHING`,
 UPDATE messages
    SET status = $2, disposition = $3, error = $4, attempts = $5, updated_at = now(),
        completed_at = CASE WHEN $6::boolean THEN now() ELSE completed_at END,
-       mdn_due_at = CASE WHEN $7::bigint > 0 THEN now() + $7::bigint * interval '1 microsecond' ELSE mdn_due_at END
+       mdn_due_at = CASE WHEN $7::bigint > 0 THEN now() + $7::bigint * interval '1 microsecond' ELSE mdn_due_at END,
+       mic_verified = coalesce($8::boolean, mic_verified)
  WHERE id = $1 AND status NOT IN ('delivered', 'failed', 'sent')`,
-				it.MessageID, u.Status, u.Disposition, u.Error, it.Attempts, u.Final, u.MDNDueIn.Microseconds())
+				it.MessageID, u.Status, u.Disposition, u.Error, it.Attempts, u.Final, u.MDNDueIn.Microseconds(), u.MICVerified)
 		} else {
 			_, err = tx.Exec(ctx, `UPDATE messages SET attempts = $2, updated_at = now() WHERE id = $1`, it.MessageID, it.Attempts)
 		}
