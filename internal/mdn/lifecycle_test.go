@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap/zaptest"
 
@@ -285,4 +286,37 @@ func TestTransientErrors(t *testing.T) {
 	if got := e.message(ms[1].ID); got.Status != outbox.StatusAwaitingMDN {
 		t.Errorf("message of the refused row: %q, want awaiting-mdn", got.Status)
 	}
+}
+
+// TestDatabaseBlip: every connection of the database is terminated under a
+// running poller (its LISTEN connection and its pool's); Run goes on,
+// reconnects, and applies the MDN stored afterwards.
+func TestDatabaseBlip(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	m := e.send(signedPartner)
+	cs := &countingStore{Store: e.st}
+	e.runPoller(e.poller(pollerOptions{store: cs}), e.openTerm(1))
+	waitFor(t, "a first poll", func() bool { return cs.polls.Load() >= 1 })
+	conn, err := pgx.Connect(context.Background(), e.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	var killed int
+	err = conn.QueryRow(context.Background(), `
+SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+ WHERE datname = current_database() AND pid <> pg_backend_pid()`).Scan(&killed)
+	if err != nil || killed == 0 {
+		t.Fatalf("terminated %d connections (%v), want the store's", killed, err)
+	}
+	// The test itself goes on with a fresh pool: a receiver would answer
+	// 503 to the MDN that met a dead connection, and the partner resend it.
+	st2, err := postgres.Open(context.Background(), e.url, postgres.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st2.Close()
+	e.st = st2
+	e.storeMDN(mdnOpts{from: signedPartner, id: m.MessageID, mic: m.MIC, signer: e.ids.A})
+	e.waitStatus(m.ID, "delivered")
 }

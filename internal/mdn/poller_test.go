@@ -95,6 +95,7 @@ func (p *partnerStation) requestsFor(id string) []sentRequest {
 // station and a running dispatcher.
 type env struct {
 	t       testing.TB
+	url     string
 	st      *postgres.Store
 	cfg     *config.File
 	ids     *openssltest.Identities
@@ -111,7 +112,13 @@ type envOptions struct {
 func newEnv(t testing.TB, o envOptions) *env {
 	t.Helper()
 	ids := openssltest.Keys(t)
-	e := &env{t: t, st: pgtest.Store(t), ids: ids, station: newPartnerStation(t)}
+	e := &env{t: t, url: pgtest.URL(t), ids: ids, station: newPartnerStation(t)}
+	st, err := postgres.Open(context.Background(), e.url, postgres.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.Close)
+	e.st = st
 	var b strings.Builder
 	fmt.Fprintf(&b, "station: {as2_id: %q, private_key: %q, certificate: %q, async_mdn_url: \"https://edihub.example/as2\"}\npartners:\n",
 		stationID, ids.B.KeyPath, ids.B.CertPath)
