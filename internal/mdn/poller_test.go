@@ -303,13 +303,11 @@ func (e *env) openTerm(token int64) postgres.Fence {
 }
 
 type pollerOptions struct {
-	store     mdn.PollerStore
-	listener  mdn.InboxListener
-	interval  time.Duration
-	batch     int
-	reg       *prometheus.Registry
-	noListen  bool
-	extraWrap func(*mdn.PollerOptions)
+	store    mdn.PollerStore
+	listener mdn.InboxListener
+	interval time.Duration
+	batch    int
+	reg      *prometheus.Registry
 }
 
 func (e *env) poller(o pollerOptions) *mdn.Poller {
@@ -323,9 +321,6 @@ func (e *env) poller(o pollerOptions) *mdn.Poller {
 	}
 	if o.listener != nil {
 		po.Listener = o.listener
-	}
-	if o.noListen {
-		po.Listener = nil
 	}
 	if o.interval != 0 {
 		po.PollInterval = o.interval
