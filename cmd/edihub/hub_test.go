@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -280,20 +281,32 @@ func (s *hubStation) metrics(t *testing.T) string {
 }
 
 // TestHubToHubAsyncMDN: with an async MDN requested, the sender records
-// awaiting-mdn and the receiver posts the MDN to the sender's /as2, where
-// it lands in the MDN inbox (processing it is the leader's MDN poller).
+// awaiting-mdn, the receiver posts the MDN to the sender's /as2, where it
+// lands in the MDN inbox, and the sender's leader (Postgres backend) runs
+// the MDN poller, which applies it: the message ends delivered, the inbox
+// MDN processed under the leader's fence.
 func TestHubToHubAsyncMDN(t *testing.T) {
 	a, b := newHubStation(t, "HUB ALPHA"), newHubStation(t, "HUB-BRAVO")
 	a.start(t, b, "sign: sha-256", "encrypt: aes256-cbc", "mdn: async", "mdn_signed: true")
 	b.start(t, a, "sign: sha-256", "mdn: async")
 
-	sent := a.send(t, b, []byte("async please"), "application/EDI-X12", "a.x12", "awaiting-mdn", "failed")
-	if sent.Status != "awaiting-mdn" || sent.MIC == "" {
-		t.Fatalf("status %q (error %q), MIC %q; want awaiting-mdn with a MIC", sent.Status, sent.Error, sent.MIC)
+	sent := a.send(t, b, []byte("async please"), "application/EDI-X12", "a.x12", "awaiting-mdn", "delivered", "failed")
+	if (sent.Status != "awaiting-mdn" && sent.Status != "delivered") || sent.MIC == "" {
+		t.Fatalf("status %q (error %q), MIC %q; want awaiting-mdn (or delivered already) with a MIC", sent.Status, sent.Error, sent.MIC)
 	}
 	got := b.received(t, sent.MessageID)
 	if got.MIC != sent.MIC {
 		t.Errorf("receiver MIC %q, sender %q", got.MIC, sent.MIC)
+	}
+
+	var m hubMessage
+	deadline := time.Now().Add(30 * time.Second)
+	for m.Status != "delivered" && m.Status != "failed" && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+		a.api(t, "GET", sent.Location, "", nil, &m)
+	}
+	if m.Status != "delivered" || m.Disposition != "automatic-action/MDN-sent-automatically; processed" {
+		t.Fatalf("after the async MDN: status %q, disposition %q, error %q; want delivered, processed", m.Status, m.Disposition, m.Error)
 	}
 
 	conn, err := pgx.Connect(context.Background(), a.dbURL)
@@ -301,26 +314,87 @@ func TestHubToHubAsyncMDN(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close(context.Background())
+	var n int
+	var state string
+	var fence, token int64
+	err = conn.QueryRow(context.Background(), `
+SELECT count(*) OVER (), i.state, i.fence, f.token
+  FROM mdn_inbox i, leader_fence f WHERE i.original_message_id = $1`, sent.MessageID).Scan(&n, &state, &fence, &token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != 1 || state != "processed" || fence != token {
+		t.Errorf("inbox: %d MDNs, state %q, fence %d; want 1, processed, the leader's token %d", n, state, fence, token)
+	}
+	var list struct {
+		MDNs []struct {
+			State   string `json:"state"`
+			Message *int64 `json:"message"`
+		} `json:"mdns"`
+	}
+	if c := a.api(t, "GET", "/api/v1/mdns?state=processed", "", nil, &list); c != http.StatusOK || len(list.MDNs) != 1 || list.MDNs[0].Message == nil || *list.MDNs[0].Message != sent.ID {
+		t.Errorf("GET /api/v1/mdns?state=processed = %d %+v, want the one MDN, applied to message %d", c, list, sent.ID)
+	}
+	metrics := a.metrics(t)
+	for _, want := range []string{
+		`edihub_mdn_processed_total{partner="HUB-BRAVO",result="delivered"} 1`,
+		`edihub_mdn_latency_seconds_count 1`,
+		`edihub_worker_last_success_timestamp_seconds{worker="mdn-poller"}`,
+	} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("sender metrics lack %s", want)
+		}
+	}
+}
+
+// TestResendCommand: edihub resend queues a failed message again, straight
+// in the database, with the same Message-ID; the running station's
+// dispatcher, woken by the requeue, delivers it. Messages that are not
+// failed or overdue are refused.
+func TestResendCommand(t *testing.T) {
+	a, b := newHubStation(t, "HUB ALPHA"), newHubStation(t, "HUB-BRAVO")
+	a.start(t, b, "sign: sha-256", "mdn: sync", "mdn_signed: true", "max_attempts: 1")
+	// BRAVO is not running yet: the one attempt fails.
+	failed := a.send(t, b, []byte("ST*850*0002~\n"), "application/EDI-X12", "b.x12", "failed", "delivered")
+	if failed.Status != "failed" {
+		t.Fatalf("status %q, want failed while the partner is down", failed.Status)
+	}
+	b.start(t, a, "mdn: sync")
+	getenv := env("EDIHUB_DATABASE_URL", a.dbURL)
+	out, errOut, err := runCmd(t, getenv, "resend", strconv.FormatInt(failed.ID, 10))
+	if err != nil {
+		t.Fatalf("edihub resend = %v: %s", err, errOut)
+	}
+	var q hubMessage
+	if err := json.Unmarshal([]byte(out), &q); err != nil || q.ID != failed.ID || q.MessageID != failed.MessageID || q.Status != "queued" {
+		t.Fatalf("edihub resend printed %q (%v), want message %d queued with Message-ID %s", out, err, failed.ID, failed.MessageID)
+	}
+	var m hubMessage
 	deadline := time.Now().Add(30 * time.Second)
-	for {
-		var n int
-		var body []byte
-		err := conn.QueryRow(context.Background(),
-			`SELECT count(*), coalesce((array_agg(body))[1], ''::bytea) FROM mdn_inbox WHERE original_message_id = $1`,
-			sent.MessageID).Scan(&n, &body)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if n == 1 {
-			if !bytes.Contains(body, []byte("processed")) {
-				t.Errorf("inbox MDN lacks a processed disposition: %.300q", body)
-			}
-			break
-		}
-		if n > 1 || time.Now().After(deadline) {
-			t.Fatalf("%d MDNs for %s in %s's mdn_inbox, want 1", n, sent.MessageID, a.name)
-		}
+	for m.Status != "delivered" && time.Now().Before(deadline) {
 		time.Sleep(50 * time.Millisecond)
+		a.api(t, "GET", failed.Location, "", nil, &m)
+	}
+	if m.Status != "delivered" || m.MessageID != failed.MessageID || m.MIC != failed.MIC {
+		t.Fatalf("after edihub resend: %+v, want delivered with the same Message-ID and MIC", m)
+	}
+	b.received(t, failed.MessageID)
+	for _, tt := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"delivered", []string{"resend", strconv.FormatInt(failed.ID, 10)}, "status is delivered"},
+		{"unknown", []string{"resend", "999999"}, "no message 999999"},
+		{"no id", []string{"resend"}, "exactly one message ID"},
+		{"not an id", []string{"resend", "abc"}, "not a message id"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			_, _, err := runCmd(t, getenv, tt.args...)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("edihub %v = %v, want an error mentioning %q", tt.args, err, tt.want)
+			}
+		})
 	}
 }
 

@@ -16,8 +16,11 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/edihub/edihub/internal/as2"
+	"github.com/edihub/edihub/internal/config"
 	"github.com/edihub/edihub/internal/httpserver"
 	"github.com/edihub/edihub/internal/leader"
+	"github.com/edihub/edihub/internal/mdn"
 	"github.com/edihub/edihub/internal/postgres"
 )
 
@@ -33,6 +36,9 @@ type leaderOptions struct {
 	retryPeriod       time.Duration
 	workerStopTimeout time.Duration
 	workerStuckAfter  time.Duration
+	// mdnPollInterval and mdnBatchSize configure the MDN poller.
+	mdnPollInterval time.Duration
+	mdnBatchSize    int
 }
 
 func (o *leaderOptions) flags(fs *flagSet) {
@@ -46,6 +52,8 @@ func (o *leaderOptions) flags(fs *flagSet) {
 	fs.Duration(&o.retryPeriod, "retry-period", 2*time.Second, "how often the leader renews the lease and followers look at it")
 	fs.Duration(&o.workerStopTimeout, "worker-stop-timeout", 5*time.Second, "how long leader-gated workers may take to stop before the process exits")
 	fs.Duration(&o.workerStuckAfter, "worker-stuck-after", 10*time.Minute, "a leader-gated worker that makes no progress for this long while this replica leads is stuck: /healthz fails so the replica is restarted")
+	fs.Duration(&o.mdnPollInterval, "mdn-poll-interval", mdn.DefaultPollInterval, "how often the leader's MDN poller looks for async MDNs and overdue messages when no notification woke it (a stored MDN wakes it at once through LISTEN/NOTIFY)")
+	fs.Int(&o.mdnBatchSize, "mdn-batch-size", mdn.DefaultBatchSize, "async MDNs the leader's poller applies per fenced transaction (keep transactions short: the next leader's term waits for them)")
 }
 
 // serviceAccountNamespace is where Kubernetes mounts the pod's namespace.
@@ -62,6 +70,12 @@ func (o leaderOptions) validate() error {
 	}
 	if o.workerStuckAfter <= 0 {
 		return fmt.Errorf("EDIHUB_WORKER_STUCK_AFTER (-worker-stuck-after) must be positive, got %s; use a duration like 10m", o.workerStuckAfter)
+	}
+	if o.mdnPollInterval <= 0 {
+		return fmt.Errorf("EDIHUB_MDN_POLL_INTERVAL (-mdn-poll-interval) must be positive, got %s; set it to a duration such as 10s", o.mdnPollInterval)
+	}
+	if o.mdnBatchSize < 1 || o.mdnBatchSize > 10000 {
+		return fmt.Errorf("EDIHUB_MDN_BATCH_SIZE (-mdn-batch-size) must be from 1 to 10000, got %d; the default is %d", o.mdnBatchSize, mdn.DefaultBatchSize)
 	}
 	if err := leader.ValidateTiming(o.leaseDuration, o.renewDeadline, o.retryPeriod, o.workerStopTimeout); err != nil {
 		var te *leader.TimingError
@@ -137,12 +151,25 @@ func (o leaderOptions) kubeClients() (lock, watch *kubernetes.Clientset, err err
 
 // newElector builds the elector of o.backend with edihub's leader-gated
 // workers.
-func newElector(log *zap.Logger, reg prometheus.Registerer, store *postgres.Store, o leaderOptions) (*leader.Elector, error) {
+func newElector(log *zap.Logger, reg prometheus.Registerer, store *postgres.Store, cfg *config.File, limits as2.Limits, o leaderOptions) (*leader.Elector, error) {
 	identity, err := newIdentity(o.identity)
 	if err != nil {
 		return nil, err
 	}
 	hb, err := leader.NewHeartbeat(leader.HeartbeatOptions{Store: store, Holder: identity, Logger: log, Registerer: reg})
+	if err != nil {
+		return nil, err
+	}
+	poller, err := mdn.NewPoller(mdn.PollerOptions{
+		Store:        store,
+		Listener:     store,
+		Config:       cfg,
+		Logger:       log,
+		Registerer:   reg,
+		PollInterval: o.mdnPollInterval,
+		BatchSize:    o.mdnBatchSize,
+		Limits:       limits,
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -154,7 +181,7 @@ func newElector(log *zap.Logger, reg prometheus.Registerer, store *postgres.Stor
 		RetryPeriod:       o.retryPeriod,
 		WorkerStopTimeout: o.workerStopTimeout,
 		StuckAfter:        o.workerStuckAfter,
-		Workers:           map[string]leader.Worker{"heartbeat": hb},
+		Workers:           map[string]leader.Worker{"heartbeat": hb, "mdn-poller": poller},
 		Terms:             store,
 		Logger:            log,
 		Registerer:        reg,

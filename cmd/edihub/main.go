@@ -61,6 +61,7 @@ func commands() []command {
 		{name: "serve", summary: "run a replica: AS2 receiver, dispatcher, API, ops endpoints", flags: serveFlags},
 		{name: "migrate", summary: "apply pending database migrations and exit", flags: migrateFlags},
 		{name: "send", summary: "queue a file for a partner (in the database; any replica sends it)", flags: sendFlags},
+		{name: "resend", summary: "send a failed or overdue outbound message again (same Message-ID and bytes)", flags: resendFlags},
 		{name: "status", summary: "show who leads, with which fencing token, as each replica sees it", flags: statusFlags},
 		{name: "version", summary: "print the version and exit", flags: versionFlags},
 	}

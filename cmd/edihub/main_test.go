@@ -128,6 +128,8 @@ func TestServeRejectsBadSettings(t *testing.T) {
 		{"zero AS2 read timeout", []string{"EDIHUB_DATABASE_URL", "postgres://x@127.0.0.1:1/x", "EDIHUB_CONFIG", cfg, "EDIHUB_AS2_READ_TIMEOUT", "0s"}, []string{"EDIHUB_AS2_READ_TIMEOUT", "-as2-read-timeout", "positive"}},
 		{"bad log format", []string{"EDIHUB_DATABASE_URL", "postgres://x@127.0.0.1:1/x", "EDIHUB_CONFIG", cfg, "EDIHUB_LOG_FORMAT", "xml"}, []string{"EDIHUB_LOG_FORMAT", "json or console"}},
 		{"zero worker stuck-after", []string{"EDIHUB_DATABASE_URL", "postgres://x@127.0.0.1:1/x", "EDIHUB_CONFIG", cfg, "EDIHUB_WORKER_STUCK_AFTER", "0s"}, []string{"EDIHUB_WORKER_STUCK_AFTER", "-worker-stuck-after", "positive"}},
+		{"zero MDN poll interval", []string{"EDIHUB_DATABASE_URL", "postgres://x@127.0.0.1:1/x", "EDIHUB_CONFIG", cfg, "EDIHUB_MDN_POLL_INTERVAL", "0s"}, []string{"EDIHUB_MDN_POLL_INTERVAL", "-mdn-poll-interval", "positive"}},
+		{"zero MDN batch", []string{"EDIHUB_DATABASE_URL", "postgres://x@127.0.0.1:1/x", "EDIHUB_CONFIG", cfg, "EDIHUB_MDN_BATCH_SIZE", "0"}, []string{"EDIHUB_MDN_BATCH_SIZE", "-mdn-batch-size"}},
 		{"secret not echoed", []string{"EDIHUB_DB_MAX_CONNS", "many", "EDIHUB_API_TOKEN", "tok3n"}, []string{"EDIHUB_DB_MAX_CONNS"}},
 	}
 	for _, tt := range tests {

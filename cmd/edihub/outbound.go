@@ -83,7 +83,7 @@ func newOutbound(log *zap.Logger, reg prometheus.Registerer, store *postgres.Sto
 	if err != nil {
 		return nil, err
 	}
-	h, err := api.New(api.Options{Queue: q, Store: store, Logger: log})
+	h, err := api.New(api.Options{Queue: q, Store: store, Logger: log, Resender: store, Inbox: store})
 	if err != nil {
 		return nil, err
 	}

@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/edihub/edihub/internal/as2"
 	"github.com/edihub/edihub/internal/config"
 	"github.com/edihub/edihub/internal/httpserver"
 	"github.com/edihub/edihub/internal/postgres"
@@ -144,7 +145,7 @@ func serve(ctx context.Context, env *environment, o serveOptions) error {
 	if err != nil {
 		return err
 	}
-	elector, err := newElector(log, reg, store, o.leader)
+	elector, err := newElector(log, reg, store, cfg, as2.Limits{MaxDecompressedSize: o.decompressionLimit()}, o.leader)
 	if err != nil {
 		return err
 	}

@@ -6,6 +6,8 @@
 //	GET  /messages/{id}                    one message, inbound or outbound
 //	GET  /messages/{id}/payload            the document, raw
 //	GET  /messages/{id}/mdn                the MDN as stored, raw
+//	POST /messages/{id}/resend             send a failed or overdue message again
+//	GET  /mdns?state=&limit=&cursor=       async MDNs received: pending, processed, orphan
 //
 // Errors are JSON {"error": "...", "parameter": "..."}; a bad query
 // parameter is a 400 that names it.
@@ -43,6 +45,18 @@ type Reader interface {
 	MessageMDN(ctx context.Context, id int64) (postgres.MDNInfo, error)
 }
 
+// Resender queues a failed or overdue outbound message again, same
+// Message-ID and bytes; *postgres.Store implements it. Errors wrap
+// postgres.ErrMessageNotFound or postgres.ErrNotResendable.
+type Resender interface {
+	ResendMessage(ctx context.Context, id int64) (postgres.MessageInfo, error)
+}
+
+// InboxReader lists the async MDNs received; *postgres.Store implements it.
+type InboxReader interface {
+	InboxMDNs(ctx context.Context, q postgres.InboxQuery) ([]postgres.InboxMDNInfo, error)
+}
+
 // Limits of GET /messages.
 const (
 	DefaultLimit = 50
@@ -54,6 +68,10 @@ type Options struct {
 	Queue  Enqueuer
 	Store  Reader
 	Logger *zap.Logger
+	// Resender, when set, serves POST /messages/{id}/resend.
+	Resender Resender
+	// Inbox, when set, serves GET /mdns.
+	Inbox InboxReader
 	// BasePath is where the handler is mounted, for Location headers;
 	// default "/api/v1".
 	BasePath string
@@ -79,6 +97,12 @@ func New(o Options) (http.Handler, error) {
 	r.Get("/messages/{id}", h.get)
 	r.Get("/messages/{id}/payload", h.payload)
 	r.Get("/messages/{id}/mdn", h.mdn)
+	if o.Resender != nil {
+		r.Post("/messages/{id}/resend", h.resend)
+	}
+	if o.Inbox != nil {
+		r.Get("/mdns", h.mdns)
+	}
 	r.NotFound(func(w http.ResponseWriter, _ *http.Request) {
 		writeError(w, http.StatusNotFound, "", "no such API endpoint")
 	})
@@ -114,7 +138,14 @@ type Message struct {
 	UpdatedAt   time.Time  `json:"updated_at"`
 	CompletedAt *time.Time `json:"completed_at"`
 	MDNDueAt    *time.Time `json:"mdn_due_at"`
-	Location    string     `json:"location"`
+	// MDNOverdue: the async MDN did not come by mdn_due_at.
+	MDNOverdue bool `json:"mdn_overdue"`
+	// MDNResends counts resends for an overdue MDN.
+	MDNResends int `json:"mdn_resends"`
+	// MICVerified is false for a message delivered on an unsigned MDN
+	// without MIC, true when the MDN's MIC matched, null otherwise.
+	MICVerified *bool  `json:"mic_verified"`
+	Location    string `json:"location"`
 }
 
 // List is the JSON answer of GET /messages. NextCursor, when not empty,
@@ -149,7 +180,8 @@ func (h *handler) view(m postgres.MessageInfo) Message {
 		ContentType: m.ContentType, Filename: m.Filename, Size: m.Size, Signed: m.Signed,
 		Encrypted: m.Encrypted, Compressed: m.Compressed, MDNMode: m.MDNMode, MDNSigned: m.MDNSigned,
 		Attempts: m.Attempts, Error: m.Error, CreatedAt: m.CreatedAt, UpdatedAt: m.UpdatedAt,
-		CompletedAt: m.CompletedAt, MDNDueAt: m.MDNDueAt, Location: h.location(m.ID),
+		CompletedAt: m.CompletedAt, MDNDueAt: m.MDNDueAt, MDNOverdue: m.MDNOverdue, MDNResends: m.MDNResends,
+		MICVerified: m.MICVerified, Location: h.location(m.ID),
 	}
 }
 
@@ -341,6 +373,123 @@ func (h *handler) mdn(w http.ResponseWriter, r *http.Request) {
 		ct = "application/octet-stream"
 	}
 	raw(w, ct, mime.FormatMediaType("attachment", map[string]string{"filename": fmt.Sprintf("mdn-%d.eml", id)}), m.Body)
+}
+
+func (h *handler) resend(w http.ResponseWriter, r *http.Request) {
+	id, ok := h.id(w, r)
+	if !ok {
+		return
+	}
+	m, err := h.o.Resender.ResendMessage(r.Context(), id)
+	switch {
+	case errors.Is(err, postgres.ErrMessageNotFound):
+		writeError(w, http.StatusNotFound, "id", fmt.Sprintf("no message %d", id))
+		return
+	case errors.Is(err, postgres.ErrNotResendable):
+		_, reason, _ := strings.Cut(err.Error(), postgres.ErrNotResendable.Error()+": ")
+		if reason == "" {
+			reason = "only failed outbound messages and messages whose MDN is overdue are resent"
+		}
+		writeError(w, http.StatusConflict, "", fmt.Sprintf("message %d cannot be resent: %s", id, reason))
+		return
+	case err != nil:
+		h.log.Error("resend", zap.Int64("id", id), zap.Error(err))
+		writeError(w, http.StatusInternalServerError, "", "the message could not be queued again; retry later")
+		return
+	}
+	h.log.Info("queued again", zap.Int64("id", id), zap.String("partner", m.Partner), zap.String("message_id", m.MessageID))
+	w.Header().Set("Location", h.location(id))
+	httpserver.WriteJSON(w, http.StatusOK, h.view(m))
+}
+
+// InboxMDN is the JSON form of an async MDN as received and decided.
+type InboxMDN struct {
+	ID                int64     `json:"id"`
+	ReceivedAt        time.Time `json:"received_at"`
+	AS2From           string    `json:"as2_from"`
+	AS2To             string    `json:"as2_to"`
+	OriginalMessageID string    `json:"original_message_id"`
+	ContentType       string    `json:"content_type"`
+	Size              int       `json:"size"`
+	// State is pending, processed or orphan.
+	State string `json:"state"`
+	// Result is the message's new status (delivered, failed) or orphan.
+	Result string `json:"result"`
+	// Reason says why an orphan is one, or why the message failed.
+	Reason      string     `json:"reason"`
+	Partner     string     `json:"partner"`
+	Message     *int64     `json:"message"`
+	MessageURL  string     `json:"message_location,omitempty"`
+	ProcessedAt *time.Time `json:"processed_at"`
+	// Fence is the leadership token of the term that decided it.
+	Fence *int64 `json:"fence"`
+}
+
+// MDNList is the JSON answer of GET /mdns.
+type MDNList struct {
+	MDNs       []InboxMDN `json:"mdns"`
+	NextCursor string     `json:"next_cursor,omitempty"`
+}
+
+func (h *handler) mdns(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	for k := range q {
+		switch k {
+		case "state", "limit", "cursor":
+		default:
+			writeError(w, http.StatusBadRequest, k, fmt.Sprintf("unknown query parameter %q (use state, limit, cursor)", k))
+			return
+		}
+	}
+	iq := postgres.InboxQuery{Limit: DefaultLimit}
+	switch st := q.Get("state"); st {
+	case "", postgres.InboxPending, postgres.InboxProcessed, postgres.InboxOrphan:
+		iq.State = st
+	default:
+		writeError(w, http.StatusBadRequest, "state", fmt.Sprintf("state %q: want pending, processed or orphan", st))
+		return
+	}
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > MaxLimit {
+			writeError(w, http.StatusBadRequest, "limit", fmt.Sprintf("limit %q: want a whole number from 1 to %d", v, MaxLimit))
+			return
+		}
+		iq.Limit = n
+	}
+	if v := q.Get("cursor"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 1 {
+			writeError(w, http.StatusBadRequest, "cursor", fmt.Sprintf("cursor %q: use the next_cursor of the previous page", v))
+			return
+		}
+		iq.Before = n
+	}
+	limit := iq.Limit
+	iq.Limit++ // one more tells whether a next page exists
+	ms, err := h.o.Inbox.InboxMDNs(r.Context(), iq)
+	if err != nil {
+		h.log.Error("list MDNs", zap.Error(err))
+		writeError(w, http.StatusInternalServerError, "", "MDNs could not be read; retry later")
+		return
+	}
+	out := MDNList{MDNs: make([]InboxMDN, 0, min(len(ms), limit))}
+	for i, m := range ms {
+		if i == limit {
+			out.NextCursor = strconv.FormatInt(ms[i-1].ID, 10)
+			break
+		}
+		v := InboxMDN{
+			ID: m.ID, ReceivedAt: m.ReceivedAt, AS2From: m.AS2From, AS2To: m.AS2To, OriginalMessageID: m.OriginalMessageID,
+			ContentType: m.ContentType, Size: m.Size, State: m.State, Result: m.Result, Reason: m.Reason,
+			Partner: m.Partner, Message: m.MessageRef, ProcessedAt: m.ProcessedAt, Fence: m.Fence,
+		}
+		if m.MessageRef != nil {
+			v.MessageURL = h.location(*m.MessageRef)
+		}
+		out.MDNs = append(out.MDNs, v)
+	}
+	httpserver.WriteJSON(w, http.StatusOK, out)
 }
 
 func raw(w http.ResponseWriter, ct, disposition string, b []byte) {

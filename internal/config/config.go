@@ -94,6 +94,8 @@ const (
 	DefaultCompressOrder    = CompressBeforeSigning
 	DefaultTimeout          = 60 * time.Second
 	DefaultMaxAttempts      = 8
+	// MaxResendOverdue bounds a partner's resend_overdue.
+	MaxResendOverdue = 10
 )
 
 // MaxAS2IDLength is the longest AS2 name RFC 4130 allows.
@@ -177,6 +179,11 @@ type Partner struct {
 	// MaxAttempts is how many times an outbound message is tried before it
 	// fails; the default is DefaultMaxAttempts.
 	MaxAttempts int
+	// ResendOverdue is how many times the leader's MDN poller resends a
+	// message (same Message-ID, same bytes) whose async MDN is overdue
+	// before failing it with "no MDN"; 0 (the default) only flags the
+	// message overdue and keeps waiting.
+	ResendOverdue int
 }
 
 // File is a loaded and validated configuration. It is not modified after
@@ -455,9 +462,6 @@ func (p *parser) partner(field string, raw *rawPartner, st *Station) (Partner, e
 		}
 		pa.AsyncMDNURL = st.AsyncMDNURL
 	}
-	if pa.MDN == MDNAsync {
-		p.warn(field+".mdn", "async MDNs from this partner are stored in the MDN inbox but not yet applied (the MDN poller is not implemented in this version), so messages to it stay awaiting-mdn; use mdn: sync until then")
-	}
 
 	pa.Timeout = DefaultTimeout
 	if raw.Timeout != "" {
@@ -475,6 +479,13 @@ func (p *parser) partner(field string, raw *rawPartner, st *Station) (Partner, e
 				fmt.Sprintf("write a whole number of at least 1 (default %d)", DefaultMaxAttempts))
 		}
 		pa.MaxAttempts = *raw.MaxAttempts
+	}
+	if raw.ResendOverdue != nil {
+		if n := *raw.ResendOverdue; n < 0 || n > MaxResendOverdue {
+			return pa, p.fail(field+".resend_overdue", fmt.Sprintf("%d is out of range", n),
+				fmt.Sprintf("write a whole number from 0 (only flag the message overdue; the default) to %d", MaxResendOverdue))
+		}
+		pa.ResendOverdue = *raw.ResendOverdue
 	}
 	return pa, nil
 }

@@ -391,6 +391,8 @@ func TestLoadNumberErrors(t *testing.T) {
 		{name: "max_attempts zero", give: acmeWith("max_attempts: 0"), wantField: "partners[0].max_attempts", wantLine: 6, wantMsg: "0 is not positive"},
 		{name: "max_attempts negative", give: acmeWith("max_attempts: -3"), wantField: "partners[0].max_attempts", wantMsg: "-3 is not positive"},
 		{name: "max_attempts words", give: acmeWith("max_attempts: many"), wantField: "partners[0].max_attempts", wantLine: 6, wantMsg: "a whole number"},
+		{name: "resend_overdue negative", give: acmeWith("resend_overdue: -1"), wantField: "partners[0].resend_overdue", wantLine: 6, wantMsg: "-1 is out of range"},
+		{name: "resend_overdue too many", give: acmeWith("resend_overdue: 11"), wantField: "partners[0].resend_overdue", wantLine: 6, wantMsg: "11 is out of range"},
 	}
 	runErrorCases(t, tests)
 }
@@ -436,7 +438,7 @@ type partnerView struct {
 	Compress, MDNSigned, RequireSigned, RequireEncrypted, Chunked                 bool
 	AsyncMDNURL                                                                   string
 	Timeout                                                                       time.Duration
-	MaxAttempts                                                                   int
+	MaxAttempts, ResendOverdue                                                    int
 }
 
 func view(p Partner) partnerView {
@@ -445,7 +447,7 @@ func view(p Partner) partnerView {
 		Sign: p.Sign, Encrypt: p.Encrypt, MDN: p.MDN, MDNMICAlg: p.MDNMICAlg, KeyEncryption: p.KeyEncryption,
 		TransferEncoding: p.TransferEncoding, CompressOrder: p.CompressOrder,
 		Compress: p.Compress, MDNSigned: p.MDNSigned, RequireSigned: p.RequireSigned, RequireEncrypted: p.RequireEncrypted, Chunked: p.Chunked,
-		AsyncMDNURL: p.AsyncMDNURL, Timeout: p.Timeout, MaxAttempts: p.MaxAttempts,
+		AsyncMDNURL: p.AsyncMDNURL, Timeout: p.Timeout, MaxAttempts: p.MaxAttempts, ResendOverdue: p.ResendOverdue,
 	}
 }
 
@@ -483,6 +485,7 @@ partners:
     async_mdn_url: https://edge.example/as2/beta
     timeout: 5m
     max_attempts: 3
+    resend_overdue: 2
   - as2_id: MINIMAL
     url: https://minimal.example/
     certificate: acme.crt
@@ -495,10 +498,9 @@ partners:
 	if got.Path != f.path() {
 		t.Errorf("Load(full).Path = %q, want %q", got.Path, f.path())
 	}
-	// partners[1] asks for async MDNs, which are not applied yet: the one
-	// warning says so.
-	if len(got.Warnings) != 1 || !strings.Contains(got.Warnings[0], "partners[1].mdn: async MDNs") || !strings.Contains(got.Warnings[0], "use mdn: sync") {
-		t.Errorf("Load(full).Warnings = %q, want one warning about partners[1].mdn async", got.Warnings)
+	// Async MDNs are applied by the leader's MDN poller: no warning.
+	if len(got.Warnings) != 0 {
+		t.Errorf("Load(full).Warnings = %q, want none", got.Warnings)
 	}
 	st := got.Station
 	if st.AS2ID != "EDIHUB" || !st.PrivateKey.Equal(stationKey) || st.Certificate.Subject.CommonName != "EDIHUB" || st.AsyncMDNURL != "https://edihub.example/as2" {
@@ -520,7 +522,7 @@ partners:
 			Sign: "sha-512", Encrypt: "aes128-gcm", MDN: "async", MDNMICAlg: "sha-1", KeyEncryption: "rsa-oaep-sha256",
 			TransferEncoding: "base64", CompressOrder: "after-signing",
 			Compress: true, MDNSigned: true, RequireSigned: true, RequireEncrypted: true, Chunked: true,
-			AsyncMDNURL: "https://edge.example/as2/beta", Timeout: 5 * time.Minute, MaxAttempts: 3,
+			AsyncMDNURL: "https://edge.example/as2/beta", Timeout: 5 * time.Minute, MaxAttempts: 3, ResendOverdue: 2,
 		},
 		{
 			AS2ID: "MINIMAL", URL: "https://minimal.example/", Certificates: 1,

@@ -9,6 +9,14 @@
 // RequestOptions builds the Disposition-Notification-Options a sender
 // requests.
 //
-// The package is a pure library: no I/O, no logging, no global state; its
-// functions are safe for concurrent use.
+// Judge decides whether a parsed MDN confirms delivery of the message it
+// answers (Message-ID, disposition, MIC); the dispatcher uses it for
+// synchronous MDNs and the Poller for asynchronous ones.
+//
+// Poller is the leader's MDN poller: a leader-gated worker that applies the
+// async MDNs the receivers stored in the MDN inbox, keeps the ones it cannot
+// apply as orphans with their reason, and flags, resends or fails messages
+// whose MDN is overdue, every write through the fenced path. Apart from the
+// Poller the package is a pure library: no I/O, no logging, no global state;
+// its functions are safe for concurrent use.
 package mdn

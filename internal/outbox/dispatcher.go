@@ -3,6 +3,7 @@ package outbox
 import (
 	"bytes"
 	"context"
+	"crypto"
 	"errors"
 	"fmt"
 	"io"
@@ -453,36 +454,26 @@ func (d *Dispatcher) judgeMDN(a *attempt, it postgres.OutboxItem, p *config.Part
 	stored.Signed = m.Signed
 	stored.Disposition = m.Disposition.String()
 	stored.MIC = m.MIC
-	disp := m.Disposition.String()
-	ourID := first(it.Headers, "Message-ID")
-	if !sameMessageID(m.OriginalMessageID, ourID) {
-		a.err = fmt.Errorf("MDN is for Message-ID %q, not %q", m.OriginalMessageID, ourID)
-		a.result.Message = &postgres.MessageUpdate{Status: StatusFailed, Disposition: disp, Error: a.err.Error(), Final: true}
+	v := mdn.Judge(m, mdn.Expectation{
+		MessageID:     first(it.Headers, "Message-ID"),
+		MIC:           it.MIC,
+		SignedReceipt: wantSigned,
+		Recompute: func(alg crypto.Hash) (as2.MIC, error) {
+			return mdn.RecomputeMIC(it.Headers, it.Body, alg, isEnveloped(it.Headers), d.o.Limits)
+		},
+	})
+	if v.Err != nil {
+		a.err = v.Err
+		a.result.Message = &postgres.MessageUpdate{Status: StatusFailed, Disposition: v.Disposition, Error: a.err.Error(), Final: true}
 		return
 	}
-	if !m.Disposition.Successful() {
-		a.err = fmt.Errorf("negative MDN: %s", disp)
-		a.result.Message = &postgres.MessageUpdate{Status: StatusFailed, Disposition: disp, Error: a.err.Error(), Final: true}
-		return
-	}
-	want, err := as2.ParseMIC(it.MIC)
-	if err != nil {
-		a.err = fmt.Errorf("stored MIC %q: %w", it.MIC, err)
-		return
-	}
-	if !m.MICMatches(want) {
-		a.err = fmt.Errorf("MIC mismatch: MDN returned %q, sent %q", m.MIC, it.MIC)
-		a.result.Message = &postgres.MessageUpdate{Status: StatusFailed, Disposition: disp, Error: a.err.Error(), Final: true}
-		return
-	}
-	a.result.Message = &postgres.MessageUpdate{Status: StatusDelivered, Disposition: disp, Final: true}
+	a.result.Message = &postgres.MessageUpdate{Status: StatusDelivered, Disposition: v.Disposition, Final: true, MICVerified: &v.MICVerified}
 }
 
-// sameMessageID compares Message-IDs byte-exact, forgiving only the angle
-// brackets and surrounding space some products drop or add.
-func sameMessageID(got, want string) bool {
-	trim := func(s string) string { return strings.TrimSuffix(strings.TrimPrefix(strings.TrimSpace(s), "<"), ">") }
-	return got != "" && trim(got) == trim(want)
+// isEnveloped reports a message sent encrypted (enveloped or
+// authEnveloped S/MIME), whose MIC cannot be recomputed from its bytes.
+func isEnveloped(h http.Header) bool {
+	return strings.Contains(strings.ToLower(first(h, "Content-Type")), "enveloped-data")
 }
 
 // finish turns an attempt into the recorded outcome: done, retry or final

@@ -46,6 +46,9 @@ func TestDispatchSyncMDN(t *testing.T) {
 			u := opensslUnpack(t, r, "sha-256")
 			return signedMDN(t, r, mdn.Processed(), u.mic+", "+u.micAlg, nil)
 		}, "failed", 1, "not signed", ""},
+		{"signed MDN without MIC", func(t testing.TB, _ int, r request) (int, http.Header, []byte) {
+			return signedMDN(t, r, mdn.Processed(), "", k["partner"])
+		}, "failed", 1, "signed receipt without Received-content-MIC", "processed"},
 		{"negative signed MDN", func(t testing.TB, _ int, r request) (int, http.Header, []byte) {
 			return signedMDN(t, r, mdn.Errored("decryption-failed"), "", k["partner"])
 		}, "failed", 1, "negative MDN", "decryption-failed"},
@@ -119,6 +122,37 @@ func TestDispatchSyncMDN(t *testing.T) {
 				if r.header.Get("Date") != reqs[0].header.Get("Date") {
 					t.Errorf("request %d headers were rebuilt", i+2)
 				}
+			}
+		})
+	}
+}
+
+// TestDispatchSyncUnsignedMDNWithoutMIC: a MIC is optional in unsigned
+// receipts (RFC 4130 §7.4.3): an unsigned positive MDN without MIC, for a
+// message that asked for no signed receipt, delivers it with the MIC
+// recorded as unverified; with a MIC, the MIC is checked.
+func TestDispatchSyncUnsignedMDNWithoutMIC(t *testing.T) {
+	for _, tt := range []struct {
+		name         string
+		withMIC      bool
+		wantVerified bool
+	}{{"without MIC", false, false}, {"with MIC", true, true}} {
+		t.Run(tt.name, func(t *testing.T) {
+			st := pgtest.Store(t)
+			partner := newPartner(t, func(_ int, r request) (int, http.Header, []byte) {
+				mic := ""
+				if tt.withMIC {
+					u := opensslUnpack(t, r, "sha-256")
+					mic = u.mic + ", " + u.micAlg
+				}
+				return signedMDN(t, r, mdn.Processed(), mic, nil)
+			})
+			cfg := loadConfig(t, partnerYAML{id: partnerID, url: partner.URL, extra: []string{"sign: sha-256", "mdn: sync", "mdn_signed: false"}})
+			q := enqueue(t, st, cfg, partnerID, []byte("UNA:+.? 'UNB+UNOC:3+EDIHUB+ACME'"), "application/EDIFACT", "")
+			startDispatcher(t, dispatcherOpts(t, st, cfg, "d1"))
+			m := waitStatus(t, st, q.ID, "delivered", "failed")
+			if m.Status != "delivered" || m.MICVerified == nil || *m.MICVerified != tt.wantVerified {
+				t.Errorf("status %q (error %q), mic_verified %v; want delivered, %v", m.Status, m.Error, m.MICVerified, tt.wantVerified)
 			}
 		})
 	}

@@ -42,6 +42,13 @@ type MessageInfo struct {
 	Error       string
 	Attempts    int
 	MDNDueAt    *time.Time
+	// MDNOverdue is set when the async MDN did not come by MDNDueAt.
+	MDNOverdue bool
+	// MDNResends counts resends for an overdue MDN.
+	MDNResends int
+	// MICVerified is false for a message delivered on an unsigned MDN
+	// without MIC, true when the returned MIC matched, nil otherwise.
+	MICVerified *bool
 	CreatedAt   time.Time
 	UpdatedAt   time.Time
 	CompletedAt *time.Time
@@ -49,13 +56,13 @@ type MessageInfo struct {
 
 const messageColumns = `id, direction, partner, as2_from, as2_to, message_id, status, subject, content_type, filename,
        payload_size, signed, encrypted, compressed, mic, mic_alg, mdn_mode, mdn_signed, disposition, error,
-       attempts, mdn_due_at, created_at, updated_at, completed_at`
+       attempts, mdn_due_at, mdn_overdue, mdn_resends, mic_verified, created_at, updated_at, completed_at`
 
 func scanMessage(r pgx.Row) (MessageInfo, error) {
 	var m MessageInfo
 	err := r.Scan(&m.ID, &m.Direction, &m.Partner, &m.AS2From, &m.AS2To, &m.MessageID, &m.Status, &m.Subject,
 		&m.ContentType, &m.Filename, &m.Size, &m.Signed, &m.Encrypted, &m.Compressed, &m.MIC, &m.MICAlg,
-		&m.MDNMode, &m.MDNSigned, &m.Disposition, &m.Error, &m.Attempts, &m.MDNDueAt, &m.CreatedAt,
+		&m.MDNMode, &m.MDNSigned, &m.Disposition, &m.Error, &m.Attempts, &m.MDNDueAt, &m.MDNOverdue, &m.MDNResends, &m.MICVerified, &m.CreatedAt,
 		&m.UpdatedAt, &m.CompletedAt)
 	return m, err
 }

@@ -303,6 +303,9 @@ type MessageUpdate struct {
 	Final bool
 	// MDNDueIn sets mdn_due_at from now (database clock) when positive.
 	MDNDueIn time.Duration
+	// MICVerified, when set, records whether a delivery's MIC was checked
+	// (messages.mic_verified).
+	MICVerified *bool
 }
 
 // NewMDN is an MDN to keep for non-repudiation.
@@ -368,9 +371,10 @@ VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (message_id) DO NOTHING`,
 UPDATE messages
    SET status = $2, disposition = $3, error = $4, attempts = $5, updated_at = now(),
        completed_at = CASE WHEN $6::boolean THEN now() ELSE completed_at END,
-       mdn_due_at = CASE WHEN $7::bigint > 0 THEN now() + $7::bigint * interval '1 microsecond' ELSE mdn_due_at END
+       mdn_due_at = CASE WHEN $7::bigint > 0 THEN now() + $7::bigint * interval '1 microsecond' ELSE mdn_due_at END,
+       mic_verified = coalesce($8::boolean, mic_verified)
  WHERE id = $1 AND status NOT IN ('delivered', 'failed', 'sent')`,
-				it.MessageID, u.Status, u.Disposition, u.Error, it.Attempts, u.Final, u.MDNDueIn.Microseconds())
+				it.MessageID, u.Status, u.Disposition, u.Error, it.Attempts, u.Final, u.MDNDueIn.Microseconds(), u.MICVerified)
 		} else {
 			_, err = tx.Exec(ctx, `UPDATE messages SET attempts = $2, updated_at = now() WHERE id = $1`, it.MessageID, it.Attempts)
 		}
@@ -399,12 +403,18 @@ SELECT count(*) FILTER (WHERE next_attempt_at <= now()),
 // ctx ends (nil) or the connection fails (an error; the caller may call
 // again). It holds one pool connection while it runs.
 func (s *Store) ListenOutbox(ctx context.Context, wake func()) error {
+	return s.listen(ctx, OutboxChannel, wake)
+}
+
+// listen calls wake once LISTEN channel took effect and after each
+// notification on it, until ctx ends (nil) or the connection fails.
+func (s *Store) listen(ctx context.Context, channel string, wake func()) error {
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil
 		}
-		return fmt.Errorf("listen outbox: %w", err)
+		return fmt.Errorf("listen %s: %w", channel, err)
 	}
 	defer func() {
 		// The connection may be mid-wait after cancellation; do not hand it
@@ -412,11 +422,11 @@ func (s *Store) ListenOutbox(ctx context.Context, wake func()) error {
 		_ = conn.Conn().Close(context.Background())
 		conn.Release()
 	}()
-	if _, err := conn.Exec(ctx, "LISTEN "+OutboxChannel); err != nil {
+	if _, err := conn.Exec(ctx, "LISTEN "+channel); err != nil {
 		if ctx.Err() != nil {
 			return nil
 		}
-		return fmt.Errorf("listen outbox: %w", err)
+		return fmt.Errorf("listen %s: %w", channel, err)
 	}
 	wake() // anything queued before LISTEN took effect
 	for {
@@ -424,7 +434,7 @@ func (s *Store) ListenOutbox(ctx context.Context, wake func()) error {
 			if ctx.Err() != nil {
 				return nil
 			}
-			return fmt.Errorf("listen outbox: %w", err)
+			return fmt.Errorf("listen %s: %w", channel, err)
 		}
 		wake()
 	}

@@ -9,6 +9,9 @@
 //     the CPU time of this process, of PostgreSQL and of the rest of the
 //     machine per message. The senders run in this process; the MDNs they
 //     get are all checked (signature included) after the timed window;
+//   - MDN poller throughput (poller.go): a backlog of -poller-mdns (10,000)
+//     signed async MDNs in the inbox, each for an outbound message awaiting
+//     it, applied by one leader's poller; MDNs per second;
 //   - peak memory: the receiver in a separate process receives one large
 //     payload (plain, and signed + encrypted); its VmHWM is read from
 //     /proc/<pid>/status.
@@ -82,6 +85,10 @@ type options struct {
 	child       string // keys directory: run as the RSS child
 	cpuProfile  string
 	memProfile  string
+	// pollerMDNs is the MDN poller's backlog (poller.go); 0 skips it.
+	pollerMDNs  int
+	pollerBatch int
+	pollerOnly  bool
 }
 
 func run(ctx context.Context, args []string, out io.Writer) error {
@@ -94,6 +101,9 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	fs.Int64Var(&o.rssBytes, "rss-bytes", 200<<20, "payload bytes of the peak-memory run; 0 skips it")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the throughput run to this file")
 	fs.StringVar(&o.memProfile, "memprofile", "", "write an allocation profile of the throughput run to this file")
+	fs.IntVar(&o.pollerMDNs, "poller-mdns", 10000, "inbox MDNs in the MDN poller's backlog; 0 skips the poller run")
+	fs.IntVar(&o.pollerBatch, "poller-batch", 100, "MDNs the poller applies per fenced transaction")
+	fs.BoolVar(&o.pollerOnly, "poller-only", false, "run only the MDN poller measurement")
 	fs.StringVar(&o.child, "rss-child", "", "internal: run the receiver for the peak-memory run with the keys in this directory")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -137,8 +147,16 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		return err
 	}
 	fmt.Fprintf(out, "machine: %d CPUs, GOMAXPROCS %d, %s\n\n", runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.Version())
+	if o.pollerOnly {
+		return pollerBench(ctx, out, o, store, partner, st)
+	}
 	if err := throughput(ctx, out, o, store, partner, st); err != nil {
 		return err
+	}
+	if o.pollerMDNs > 0 {
+		if err := pollerBench(ctx, out, o, store, partner, st); err != nil {
+			return err
+		}
 	}
 	if o.rssBytes > 0 {
 		if err := peakRSS(ctx, out, o, partner, st); err != nil {

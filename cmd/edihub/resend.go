@@ -1,0 +1,52 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"go.uber.org/zap"
+
+	"github.com/edihub/edihub/internal/postgres"
+)
+
+// resendFlags defines edihub resend: it queues a failed or overdue outbound
+// message again, same Message-ID and same stored bytes, directly in the
+// database (EDIHUB_DATABASE_URL), like POST /api/v1/messages/{id}/resend;
+// any replica's dispatcher sends it, woken by LISTEN/NOTIFY.
+func resendFlags(fs *flagSet) func(context.Context, *environment) error {
+	var url string
+	fs.String(&url, "database-url", "", "PostgreSQL connection URL, e.g. postgres://edihub:secret@db:5432/edihub?sslmode=verify-full")
+	return func(ctx context.Context, env *environment) error {
+		if len(env.args) != 1 {
+			return errors.New("resend: want exactly one message ID argument after the flags: edihub resend ID (the id of GET /api/v1/messages)")
+		}
+		id, err := strconv.ParseInt(env.args[0], 10, 64)
+		if err != nil || id < 1 {
+			return fmt.Errorf("resend: %q is not a message id: give the positive whole number of GET /api/v1/messages", env.args[0])
+		}
+		if url == "" {
+			return errors.New("no database: set EDIHUB_DATABASE_URL (or -database-url) to a PostgreSQL URL such as postgres://edihub:secret@localhost:5432/edihub")
+		}
+		store, err := openStore(ctx, zap.NewNop(), url, 2, false)
+		if err != nil {
+			return err
+		}
+		defer store.Close()
+		m, err := store.ResendMessage(ctx, id)
+		switch {
+		case errors.Is(err, postgres.ErrMessageNotFound):
+			return fmt.Errorf("resend: no message %d", id)
+		case err != nil:
+			return fmt.Errorf("resend: %w", err)
+		}
+		enc := json.NewEncoder(env.stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(map[string]any{
+			"id": m.ID, "message_id": m.MessageID, "partner": m.Partner, "status": m.Status,
+			"location": "/api/v1/messages/" + strconv.FormatInt(m.ID, 10),
+		})
+	}
+}
