@@ -18,6 +18,7 @@ import (
 
 	"github.com/edihub/edihub/internal/httpserver"
 	"github.com/edihub/edihub/internal/leader"
+	"github.com/edihub/edihub/internal/outbox"
 	"github.com/edihub/edihub/internal/postgres"
 )
 
@@ -44,6 +45,35 @@ func (o *leaderOptions) flags(fs *flagSet) {
 	fs.Duration(&o.renewDeadline, "renew-deadline", 10*time.Second, "how long the leader keeps leading without renewing the lease")
 	fs.Duration(&o.retryPeriod, "retry-period", 2*time.Second, "how often the leader renews the lease and followers look at it")
 	fs.Duration(&o.workerStopTimeout, "worker-stop-timeout", 5*time.Second, "how long leader-gated workers may take to stop before the process exits")
+}
+
+// purgeOptions are the settings of the leader's outbox purger.
+type purgeOptions struct {
+	interval       time.Duration
+	retention      time.Duration
+	auditRetention time.Duration
+	batch          int
+}
+
+func (o *purgeOptions) flags(fs *flagSet) {
+	fs.Duration(&o.interval, "purge-interval", outbox.DefaultPurgeInterval, "how often the leader deletes what is past its retention")
+	fs.Duration(&o.retention, "retention", outbox.DefaultRetention, "how long finished outbox rows, payloads, MDNs, processed inbox MDNs, heartbeats and events are kept")
+	fs.Duration(&o.auditRetention, "audit-retention", outbox.DefaultAuditRetention, "how long final message rows (the audit trail) are kept; at least -retention")
+	fs.Int(&o.batch, "purge-batch", outbox.DefaultPurgeBatch, "rows the purger deletes per short transaction")
+}
+
+func (o purgeOptions) validate() error {
+	switch {
+	case o.interval <= 0:
+		return fmt.Errorf("EDIHUB_PURGE_INTERVAL (-purge-interval) must be positive, got %s; use a duration such as 1h", o.interval)
+	case o.retention <= 0:
+		return fmt.Errorf("EDIHUB_RETENTION (-retention) must be positive, got %s; use a duration such as 720h (30 days)", o.retention)
+	case o.auditRetention < o.retention:
+		return fmt.Errorf("EDIHUB_AUDIT_RETENTION (-audit-retention) %s must be at least EDIHUB_RETENTION (-retention) %s; raise it (default 9600h, 400 days)", o.auditRetention, o.retention)
+	case o.batch < 1:
+		return fmt.Errorf("EDIHUB_PURGE_BATCH (-purge-batch) must be at least 1, got %d", o.batch)
+	}
+	return nil
 }
 
 // serviceAccountNamespace is where Kubernetes mounts the pod's namespace.
@@ -132,12 +162,19 @@ func (o leaderOptions) kubeClients() (lock, watch *kubernetes.Clientset, err err
 
 // newElector builds the elector of o.backend with edihub's leader-gated
 // workers.
-func newElector(log *zap.Logger, reg prometheus.Registerer, store *postgres.Store, o leaderOptions) (*leader.Elector, error) {
+func newElector(log *zap.Logger, reg prometheus.Registerer, store *postgres.Store, o leaderOptions, po purgeOptions) (*leader.Elector, error) {
 	identity, err := newIdentity(o.identity)
 	if err != nil {
 		return nil, err
 	}
 	hb, err := leader.NewHeartbeat(leader.HeartbeatOptions{Store: store, Holder: identity, Logger: log, Registerer: reg})
+	if err != nil {
+		return nil, err
+	}
+	purger, err := outbox.NewPurger(outbox.PurgerOptions{
+		Store: store, Logger: log, Registerer: reg,
+		Interval: po.interval, Retention: po.retention, AuditRetention: po.auditRetention, Batch: po.batch,
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -148,7 +185,7 @@ func newElector(log *zap.Logger, reg prometheus.Registerer, store *postgres.Stor
 		RenewDeadline:     o.renewDeadline,
 		RetryPeriod:       o.retryPeriod,
 		WorkerStopTimeout: o.workerStopTimeout,
-		Workers:           map[string]leader.Worker{"heartbeat": hb},
+		Workers:           map[string]leader.Worker{"heartbeat": hb, "purger": purger},
 		Terms:             store,
 		Logger:            log,
 		Registerer:        reg,

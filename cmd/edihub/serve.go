@@ -38,6 +38,7 @@ type serveOptions struct {
 	dbMaxConns           int
 	leader               leaderOptions
 	outbound             outboundOptions
+	purge                purgeOptions
 }
 
 func serveFlags(fs *flagSet) func(context.Context, *environment) error {
@@ -57,6 +58,7 @@ func serveFlags(fs *flagSet) func(context.Context, *environment) error {
 	fs.Int(&o.dbMaxConns, "db-max-conns", 20, "largest number of database connections this replica opens")
 	o.leader.flags(fs)
 	o.outbound.flags(fs)
+	o.purge.flags(fs)
 	return func(ctx context.Context, env *environment) error { return serve(ctx, env, o) }
 }
 
@@ -89,6 +91,9 @@ func (o serveOptions) validate() error {
 		return err
 	}
 	if err := o.outbound.validate(); err != nil {
+		return err
+	}
+	if err := o.purge.validate(); err != nil {
 		return err
 	}
 	return o.log.validate()
@@ -142,7 +147,7 @@ func serve(ctx context.Context, env *environment, o serveOptions) error {
 	if err != nil {
 		return err
 	}
-	elector, err := newElector(log, reg, store, o.leader)
+	elector, err := newElector(log, reg, store, o.leader, o.purge)
 	if err != nil {
 		return err
 	}
@@ -209,6 +214,9 @@ func serve(ctx context.Context, env *environment, o serveOptions) error {
 		return err
 	})
 	g.Go(func() error { return out.dispatcher.Run(gctx) })
+	if out.forwarder != nil {
+		g.Go(func() error { return out.forwarder.Run(gctx) })
+	}
 	g.Go(func() error { return as2Srv.Run(httpCtx) })
 	g.Go(func() error { return opsSrv.Run(httpCtx) })
 	err = g.Wait()

@@ -177,6 +177,11 @@ type Partner struct {
 	// MaxAttempts is how many times an outbound message is tried before it
 	// fails; the default is DefaultMaxAttempts.
 	MaxAttempts int
+	// RetryWindow, when positive, is how long an outbound message is
+	// retried before it fails, past MaxAttempts: a message fails only
+	// when both are used up. Zero means edihub's default
+	// (EDIHUB_RETRY_WINDOW).
+	RetryWindow time.Duration
 }
 
 // File is a loaded and validated configuration. It is not modified after
@@ -475,6 +480,14 @@ func (p *parser) partner(field string, raw *rawPartner, st *Station) (Partner, e
 				fmt.Sprintf("write a whole number of at least 1 (default %d)", DefaultMaxAttempts))
 		}
 		pa.MaxAttempts = *raw.MaxAttempts
+	}
+	if raw.RetryWindow != "" {
+		d, err := time.ParseDuration(strings.TrimSpace(raw.RetryWindow))
+		if err != nil || d <= 0 {
+			msg := fmt.Sprintf("%q is not a positive duration", raw.RetryWindow)
+			return pa, p.failErr(field+".retry_window", err, msg, "write a positive duration with a unit, like 24h or 90m; leave it out for EDIHUB_RETRY_WINDOW")
+		}
+		pa.RetryWindow = d
 	}
 	return pa, nil
 }

@@ -391,6 +391,8 @@ func TestLoadNumberErrors(t *testing.T) {
 		{name: "max_attempts zero", give: acmeWith("max_attempts: 0"), wantField: "partners[0].max_attempts", wantLine: 6, wantMsg: "0 is not positive"},
 		{name: "max_attempts negative", give: acmeWith("max_attempts: -3"), wantField: "partners[0].max_attempts", wantMsg: "-3 is not positive"},
 		{name: "max_attempts words", give: acmeWith("max_attempts: many"), wantField: "partners[0].max_attempts", wantLine: 6, wantMsg: "a whole number"},
+		{name: "retry_window zero", give: acmeWith("retry_window: 0s"), wantField: "partners[0].retry_window", wantLine: 6, wantMsg: `"0s" is not a positive duration`},
+		{name: "retry_window without unit", give: acmeWith("retry_window: 24"), wantField: "partners[0].retry_window", wantMsg: "like 24h"},
 	}
 	runErrorCases(t, tests)
 }
@@ -437,6 +439,7 @@ type partnerView struct {
 	AsyncMDNURL                                                                   string
 	Timeout                                                                       time.Duration
 	MaxAttempts                                                                   int
+	RetryWindow                                                                   time.Duration
 }
 
 func view(p Partner) partnerView {
@@ -445,7 +448,7 @@ func view(p Partner) partnerView {
 		Sign: p.Sign, Encrypt: p.Encrypt, MDN: p.MDN, MDNMICAlg: p.MDNMICAlg, KeyEncryption: p.KeyEncryption,
 		TransferEncoding: p.TransferEncoding, CompressOrder: p.CompressOrder,
 		Compress: p.Compress, MDNSigned: p.MDNSigned, RequireSigned: p.RequireSigned, RequireEncrypted: p.RequireEncrypted, Chunked: p.Chunked,
-		AsyncMDNURL: p.AsyncMDNURL, Timeout: p.Timeout, MaxAttempts: p.MaxAttempts,
+		AsyncMDNURL: p.AsyncMDNURL, Timeout: p.Timeout, MaxAttempts: p.MaxAttempts, RetryWindow: p.RetryWindow,
 	}
 }
 
@@ -483,6 +486,7 @@ partners:
     async_mdn_url: https://edge.example/as2/beta
     timeout: 5m
     max_attempts: 3
+    retry_window: 36h
   - as2_id: MINIMAL
     url: https://minimal.example/
     certificate: acme.crt
@@ -521,6 +525,7 @@ partners:
 			TransferEncoding: "base64", CompressOrder: "after-signing",
 			Compress: true, MDNSigned: true, RequireSigned: true, RequireEncrypted: true, Chunked: true,
 			AsyncMDNURL: "https://edge.example/as2/beta", Timeout: 5 * time.Minute, MaxAttempts: 3,
+			RetryWindow: 36 * time.Hour,
 		},
 		{
 			AS2ID: "MINIMAL", URL: "https://minimal.example/", Certificates: 1,

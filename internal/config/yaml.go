@@ -22,6 +22,7 @@ var (
 		"as2_id", "url", "certificate", "sign", "encrypt", "compress", "mdn", "mdn_signed",
 		"mdn_micalg", "require_signed", "require_encrypted", "key_encryption",
 		"transfer_encoding", "chunked", "compress_order", "async_mdn_url", "timeout", "max_attempts",
+		"retry_window",
 	}
 )
 
@@ -59,6 +60,7 @@ type rawPartner struct {
 	AsyncMDNURL      string `yaml:"async_mdn_url"`
 	Timeout          string `yaml:"timeout"`
 	MaxAttempts      *int   `yaml:"max_attempts"`
+	RetryWindow      string `yaml:"retry_window"`
 }
 
 // nodeIndex maps YAML paths to line numbers, so that errors found after
