@@ -10,7 +10,7 @@ import (
 
 // What PurgeBatch deletes, in the order a purge run goes through them.
 const (
-	PurgeOutbox     = "outbox"     // finished outbox rows (done, failed)
+	PurgeOutbox     = "outbox"     // finished outbox rows (done, failed) of final messages, webhook deliveries
 	PurgePayloads   = "payloads"   // payloads of final messages
 	PurgeMDNs       = "mdns"       // MDNs kept for final messages
 	PurgeMDNInbox   = "mdn_inbox"  // processed async MDNs and orphans
@@ -36,8 +36,10 @@ AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.message_id = m.id AND o.status = 
 var purgeSQL = map[string]string{
 	PurgeOutbox: `
 DELETE FROM outbox WHERE id IN (
-    SELECT id FROM outbox WHERE status <> 'pending' AND finished_at < $1
-     ORDER BY finished_at LIMIT $2 FOR UPDATE SKIP LOCKED)`,
+    SELECT x.id FROM outbox x LEFT JOIN messages m ON m.id = x.message_id
+     WHERE x.status <> 'pending' AND x.finished_at < $1
+       AND (x.message_id IS NULL OR (` + finalMessage + `))
+     ORDER BY x.finished_at LIMIT $2 FOR UPDATE OF x SKIP LOCKED)`,
 	PurgePayloads: `
 DELETE FROM payloads WHERE message_id IN (
     SELECT p.message_id FROM payloads p JOIN messages m ON m.id = p.message_id
