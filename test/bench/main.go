@@ -9,6 +9,9 @@
 //     the CPU time of this process, of PostgreSQL and of the rest of the
 //     machine per message. The senders run in this process; the MDNs they
 //     get are all checked (signature included) after the timed window;
+//   - purge (purge.go): the leader's purger deleting -purge-rows eligible
+//     rows, and the p99 of concurrent receives during it against the p99
+//     without it, in the same run;
 //   - peak memory: the receiver in a separate process receives one large
 //     payload (plain, and signed + encrypted); its VmHWM is read from
 //     /proc/<pid>/status.
@@ -82,6 +85,7 @@ type options struct {
 	child       string // keys directory: run as the RSS child
 	cpuProfile  string
 	memProfile  string
+	purgeRows   int // eligible rows of the purge run (purge.go); 0 skips it
 }
 
 func run(ctx context.Context, args []string, out io.Writer) error {
@@ -94,6 +98,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	fs.Int64Var(&o.rssBytes, "rss-bytes", 200<<20, "payload bytes of the peak-memory run; 0 skips it")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the throughput run to this file")
 	fs.StringVar(&o.memProfile, "memprofile", "", "write an allocation profile of the throughput run to this file")
+	fs.IntVar(&o.purgeRows, "purge-rows", 1_000_000, "eligible rows of the purge run (rate, and receive p99 during the purge vs without); 0 skips it")
 	fs.StringVar(&o.child, "rss-child", "", "internal: run the receiver for the peak-memory run with the keys in this directory")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -139,6 +144,11 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	fmt.Fprintf(out, "machine: %d CPUs, GOMAXPROCS %d, %s\n\n", runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.Version())
 	if err := throughput(ctx, out, o, store, partner, st); err != nil {
 		return err
+	}
+	if o.purgeRows > 0 {
+		if err := purgeBench(ctx, out, o, store, partner, st); err != nil {
+			return err
+		}
 	}
 	if o.rssBytes > 0 {
 		if err := peakRSS(ctx, out, o, partner, st); err != nil {
