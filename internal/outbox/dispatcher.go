@@ -388,6 +388,9 @@ func (d *Dispatcher) send(ctx context.Context, it postgres.OutboxItem, p *config
 	if p != nil {
 		timeout, chunked = p.Timeout, p.Chunked
 	}
+	if it.Kind == postgres.OutboxKindWebhook {
+		timeout = WebhookTimeout
+	}
 	rctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	var body io.Reader = bytes.NewReader(it.Body)

@@ -28,6 +28,10 @@ const (
 	EventTypeHeader = "X-Edihub-Event-Type"
 )
 
+// WebhookTimeout bounds one webhook delivery: a hanging webhook must not
+// hold the dispatchers' slots, which partners' messages share, for long.
+const WebhookTimeout = 10 * time.Second
+
 // Event is the JSON form of a feed event, in GET /api/v1/events and in
 // webhook bodies.
 type Event struct {
