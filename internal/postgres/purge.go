@@ -34,39 +34,45 @@ AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.message_id = m.id AND o.status = 
 // SKIP LOCKED: a row a receiver or dispatcher holds is left for the next
 // batch instead of waited for.
 var purgeSQL = map[string]string{
+	// The message check must run per row, along the index order, so that
+	// a batch costs its own rows: the extra outer reference in the EXISTS
+	// keeps the planner from turning it into a hashed subplan over every
+	// message, and ANY(ARRAY(...)) deletes by primary key instead of
+	// hash-joining the whole table.
 	PurgeOutbox: `
-DELETE FROM outbox WHERE id IN (
-    SELECT x.id FROM outbox x LEFT JOIN messages m ON m.id = x.message_id
+DELETE FROM outbox WHERE id = ANY(ARRAY(
+    SELECT x.id FROM outbox x
      WHERE x.status <> 'pending' AND x.finished_at < $1
-       AND (x.message_id IS NULL OR (` + finalMessage + `))
-     ORDER BY x.finished_at LIMIT $2 FOR UPDATE OF x SKIP LOCKED)`,
+       AND (x.message_id IS NULL OR EXISTS (
+            SELECT 1 FROM messages m WHERE m.id = x.message_id AND x.message_id IS NOT NULL AND ` + finalMessage + `))
+     ORDER BY x.finished_at LIMIT $2 FOR UPDATE SKIP LOCKED))`,
 	PurgePayloads: `
-DELETE FROM payloads WHERE message_id IN (
+DELETE FROM payloads WHERE message_id = ANY(ARRAY(
     SELECT p.message_id FROM payloads p JOIN messages m ON m.id = p.message_id
      WHERE p.created_at < $1 AND ` + finalMessage + `
-     ORDER BY p.created_at LIMIT $2 FOR UPDATE OF p SKIP LOCKED)`,
+     ORDER BY p.created_at LIMIT $2 FOR UPDATE OF p SKIP LOCKED))`,
 	PurgeMDNs: `
-DELETE FROM mdns WHERE message_id IN (
+DELETE FROM mdns WHERE message_id = ANY(ARRAY(
     SELECT d.message_id FROM mdns d JOIN messages m ON m.id = d.message_id
      WHERE d.created_at < $1 AND ` + finalMessage + `
-     ORDER BY d.created_at LIMIT $2 FOR UPDATE OF d SKIP LOCKED)`,
+     ORDER BY d.created_at LIMIT $2 FOR UPDATE OF d SKIP LOCKED))`,
 	PurgeMDNInbox: `
-DELETE FROM mdn_inbox WHERE id IN (
+DELETE FROM mdn_inbox WHERE id = ANY(ARRAY(
     SELECT id FROM mdn_inbox WHERE processed_at IS NOT NULL AND processed_at < $1
-     ORDER BY processed_at LIMIT $2 FOR UPDATE SKIP LOCKED)`,
+     ORDER BY processed_at LIMIT $2 FOR UPDATE SKIP LOCKED))`,
 	PurgeHeartbeats: `
-DELETE FROM leader_heartbeats WHERE id IN (
+DELETE FROM leader_heartbeats WHERE id = ANY(ARRAY(
     SELECT id FROM leader_heartbeats WHERE beat_at < $1
-     ORDER BY beat_at LIMIT $2 FOR UPDATE SKIP LOCKED)`,
+     ORDER BY beat_at LIMIT $2 FOR UPDATE SKIP LOCKED))`,
 	PurgeEvents: `
-DELETE FROM events WHERE id IN (
+DELETE FROM events WHERE id = ANY(ARRAY(
     SELECT id FROM events WHERE created_at < $1
-     ORDER BY created_at LIMIT $2 FOR UPDATE SKIP LOCKED)`,
+     ORDER BY created_at LIMIT $2 FOR UPDATE SKIP LOCKED))`,
 	PurgeMessages: `
-DELETE FROM messages WHERE id IN (
+DELETE FROM messages WHERE id = ANY(ARRAY(
     SELECT m.id FROM messages m
      WHERE m.created_at < $1 AND ` + finalMessage + `
-     ORDER BY m.created_at LIMIT $2 FOR UPDATE OF m SKIP LOCKED)`,
+     ORDER BY m.created_at LIMIT $2 FOR UPDATE OF m SKIP LOCKED))`,
 }
 
 // PurgeBatch deletes at most limit rows of kind that are older than

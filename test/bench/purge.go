@@ -150,7 +150,27 @@ func purgeBench(ctx context.Context, out io.Writer, o options, store *postgres.S
 	a, b := p99(base), p99(during)
 	fmt.Fprintf(out, "  %-40s %10d\n", "rows deleted", deleted)
 	fmt.Fprintf(out, "  %-40s %10s  (%d batches)\n", "purge took", purgeTook.Round(10*time.Millisecond), counting.batches.Load())
-	fmt.Fprintf(out, "  %-40s %10.0f\n", "purge rate rows/s", float64(deleted)/purgeTook.Seconds())
+	fmt.Fprintf(out, "  %-40s %10.0f  (pauses between batches included)\n", "purge rate rows/s", float64(deleted)/purgeTook.Seconds())
+	for _, kind := range postgres.PurgeKinds {
+		d := counting.took[kind]
+		if len(d) == 0 {
+			continue
+		}
+		var sum time.Duration
+		for _, x := range d {
+			sum += x
+		}
+		tenth := max(1, len(d)/10)
+		avg := func(xs []time.Duration) time.Duration {
+			var s time.Duration
+			for _, x := range xs {
+				s += x
+			}
+			return s / time.Duration(len(xs))
+		}
+		fmt.Fprintf(out, "  %-40s %10d  (%s in transactions; batch mean: first tenth %s, last tenth %s)\n", "  "+kind+" rows", counting.rows[kind],
+			sum.Round(10*time.Millisecond), avg(d[:tenth]).Round(100*time.Microsecond), avg(d[len(d)-tenth:]).Round(100*time.Microsecond))
+	}
 	fmt.Fprintf(out, "  %-40s %10s  (%d receives, %d senders, %s)\n", "receive p99 without purge", a.Round(10*time.Microsecond), len(base), o.senders, o.duration)
 	fmt.Fprintf(out, "  %-40s %10s  (%d receives)\n", "receive p99 during purge", b.Round(10*time.Microsecond), len(during))
 	fmt.Fprintf(out, "  %-40s %10.2f\n", "p99 ratio (during / without)", float64(b)/float64(a))
@@ -165,10 +185,23 @@ type purgeCounter struct {
 	deleted, batches atomic.Int64
 	done             chan struct{}
 	once             sync.Once
+	mu               sync.Mutex
+	took             map[string][]time.Duration // per kind, batches that deleted rows
+	rows             map[string]int64
 }
 
 func (c *purgeCounter) PurgeBatch(ctx context.Context, f postgres.Fence, kind string, age time.Duration, limit int) (int64, error) {
+	t := time.Now()
 	n, err := c.PurgeStore.PurgeBatch(ctx, f, kind, age, limit)
+	if err == nil && n > 0 {
+		c.mu.Lock()
+		if c.took == nil {
+			c.took, c.rows = map[string][]time.Duration{}, map[string]int64{}
+		}
+		c.took[kind] = append(c.took[kind], time.Since(t))
+		c.rows[kind] += n
+		c.mu.Unlock()
+	}
 	if err == nil {
 		c.deleted.Add(n)
 		c.batches.Add(1)
