@@ -21,6 +21,7 @@ import (
 	"github.com/edihub/edihub/internal/httpserver"
 	"github.com/edihub/edihub/internal/leader"
 	"github.com/edihub/edihub/internal/mdn"
+	"github.com/edihub/edihub/internal/outbox"
 	"github.com/edihub/edihub/internal/postgres"
 )
 
@@ -54,6 +55,35 @@ func (o *leaderOptions) flags(fs *flagSet) {
 	fs.Duration(&o.workerStuckAfter, "worker-stuck-after", 10*time.Minute, "a leader-gated worker that makes no progress for this long while this replica leads is stuck: /healthz fails so the replica is restarted")
 	fs.Duration(&o.mdnPollInterval, "mdn-poll-interval", mdn.DefaultPollInterval, "how often the leader's MDN poller looks for async MDNs and overdue messages when no notification woke it (a stored MDN wakes it at once through LISTEN/NOTIFY)")
 	fs.Int(&o.mdnBatchSize, "mdn-batch-size", mdn.DefaultBatchSize, "async MDNs the leader's poller applies per fenced transaction (keep transactions short: the next leader's term waits for them)")
+}
+
+// purgeOptions are the settings of the leader's outbox purger.
+type purgeOptions struct {
+	interval       time.Duration
+	retention      time.Duration
+	auditRetention time.Duration
+	batch          int
+}
+
+func (o *purgeOptions) flags(fs *flagSet) {
+	fs.Duration(&o.interval, "purge-interval", outbox.DefaultPurgeInterval, "how often the leader deletes what is past its retention")
+	fs.Duration(&o.retention, "retention", outbox.DefaultRetention, "how long finished outbox rows, payloads, MDNs, processed inbox MDNs, heartbeats and events are kept")
+	fs.Duration(&o.auditRetention, "audit-retention", outbox.DefaultAuditRetention, "how long final message rows (the audit trail) are kept; at least -retention")
+	fs.Int(&o.batch, "purge-batch", outbox.DefaultPurgeBatch, "rows the purger deletes per short transaction")
+}
+
+func (o purgeOptions) validate() error {
+	switch {
+	case o.interval <= 0:
+		return fmt.Errorf("EDIHUB_PURGE_INTERVAL (-purge-interval) must be positive, got %s; use a duration such as 1h", o.interval)
+	case o.retention <= 0:
+		return fmt.Errorf("EDIHUB_RETENTION (-retention) must be positive, got %s; use a duration such as 720h (30 days)", o.retention)
+	case o.auditRetention < o.retention:
+		return fmt.Errorf("EDIHUB_AUDIT_RETENTION (-audit-retention) %s must be at least EDIHUB_RETENTION (-retention) %s; raise it (default 9600h, 400 days)", o.auditRetention, o.retention)
+	case o.batch < 1:
+		return fmt.Errorf("EDIHUB_PURGE_BATCH (-purge-batch) must be at least 1, got %d", o.batch)
+	}
+	return nil
 }
 
 // serviceAccountNamespace is where Kubernetes mounts the pod's namespace.
@@ -151,7 +181,7 @@ func (o leaderOptions) kubeClients() (lock, watch *kubernetes.Clientset, err err
 
 // newElector builds the elector of o.backend with edihub's leader-gated
 // workers.
-func newElector(log *zap.Logger, reg prometheus.Registerer, store *postgres.Store, cfg *config.File, limits as2.Limits, o leaderOptions) (*leader.Elector, error) {
+func newElector(log *zap.Logger, reg prometheus.Registerer, store *postgres.Store, cfg *config.File, limits as2.Limits, o leaderOptions, po purgeOptions) (*leader.Elector, error) {
 	identity, err := newIdentity(o.identity)
 	if err != nil {
 		return nil, err
@@ -173,6 +203,13 @@ func newElector(log *zap.Logger, reg prometheus.Registerer, store *postgres.Stor
 	if err != nil {
 		return nil, err
 	}
+	purger, err := outbox.NewPurger(outbox.PurgerOptions{
+		Store: store, Logger: log, Registerer: reg,
+		Interval: po.interval, Retention: po.retention, AuditRetention: po.auditRetention, Batch: po.batch,
+	})
+	if err != nil {
+		return nil, err
+	}
 	opts := leader.Options{
 		LeaseName:         o.leaseName,
 		Identity:          identity,
@@ -181,7 +218,7 @@ func newElector(log *zap.Logger, reg prometheus.Registerer, store *postgres.Stor
 		RetryPeriod:       o.retryPeriod,
 		WorkerStopTimeout: o.workerStopTimeout,
 		StuckAfter:        o.workerStuckAfter,
-		Workers:           map[string]leader.Worker{"heartbeat": hb, "mdn-poller": poller},
+		Workers:           map[string]leader.Worker{"heartbeat": hb, "mdn-poller": poller, "purger": purger},
 		Terms:             store,
 		Logger:            log,
 		Registerer:        reg,

@@ -130,6 +130,11 @@ func TestServeRejectsBadSettings(t *testing.T) {
 		{"zero worker stuck-after", []string{"EDIHUB_DATABASE_URL", "postgres://x@127.0.0.1:1/x", "EDIHUB_CONFIG", cfg, "EDIHUB_WORKER_STUCK_AFTER", "0s"}, []string{"EDIHUB_WORKER_STUCK_AFTER", "-worker-stuck-after", "positive"}},
 		{"zero MDN poll interval", []string{"EDIHUB_DATABASE_URL", "postgres://x@127.0.0.1:1/x", "EDIHUB_CONFIG", cfg, "EDIHUB_MDN_POLL_INTERVAL", "0s"}, []string{"EDIHUB_MDN_POLL_INTERVAL", "-mdn-poll-interval", "positive"}},
 		{"zero MDN batch", []string{"EDIHUB_DATABASE_URL", "postgres://x@127.0.0.1:1/x", "EDIHUB_CONFIG", cfg, "EDIHUB_MDN_BATCH_SIZE", "0"}, []string{"EDIHUB_MDN_BATCH_SIZE", "-mdn-batch-size"}},
+		{"negative retry window", []string{"EDIHUB_DATABASE_URL", "postgres://x@127.0.0.1:1/x", "EDIHUB_CONFIG", cfg, "EDIHUB_RETRY_WINDOW", "-1h"}, []string{"EDIHUB_RETRY_WINDOW", "-retry-window"}},
+		{"webhook without secret", []string{"EDIHUB_DATABASE_URL", "postgres://x@127.0.0.1:1/x", "EDIHUB_CONFIG", cfg, "EDIHUB_WEBHOOK_URL", "https://b.example/hook"}, []string{"EDIHUB_WEBHOOK_SECRET_FILE", "-webhook-secret-file"}},
+		{"webhook URL not absolute", []string{"EDIHUB_DATABASE_URL", "postgres://x@127.0.0.1:1/x", "EDIHUB_CONFIG", cfg, "EDIHUB_WEBHOOK_URL", "/hook", "EDIHUB_WEBHOOK_SECRET_FILE", cfg}, []string{"EDIHUB_WEBHOOK_URL", "-webhook-url"}},
+		{"audit retention shorter", []string{"EDIHUB_DATABASE_URL", "postgres://x@127.0.0.1:1/x", "EDIHUB_CONFIG", cfg, "EDIHUB_AUDIT_RETENTION", "24h"}, []string{"EDIHUB_AUDIT_RETENTION", "-audit-retention", "EDIHUB_RETENTION"}},
+		{"zero purge interval", []string{"EDIHUB_DATABASE_URL", "postgres://x@127.0.0.1:1/x", "EDIHUB_CONFIG", cfg, "EDIHUB_PURGE_INTERVAL", "0s"}, []string{"EDIHUB_PURGE_INTERVAL", "-purge-interval"}},
 		{"secret not echoed", []string{"EDIHUB_DB_MAX_CONNS", "many", "EDIHUB_API_TOKEN", "tok3n"}, []string{"EDIHUB_DB_MAX_CONNS"}},
 	}
 	for _, tt := range tests {

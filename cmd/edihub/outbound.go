@@ -1,8 +1,12 @@
 package main
 
 import (
+	"bytes"
+	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
+	"os"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -22,6 +26,11 @@ type outboundOptions struct {
 	backoffBase  time.Duration
 	backoffMax   time.Duration
 	asyncMDNWait time.Duration
+	retryWindow  time.Duration
+	// webhookURL, when set, receives every feed event, signed with the
+	// secret read from webhookSecretFile.
+	webhookURL        string
+	webhookSecretFile string
 }
 
 func (o *outboundOptions) flags(fs *flagSet) {
@@ -30,6 +39,9 @@ func (o *outboundOptions) flags(fs *flagSet) {
 	fs.Duration(&o.lease, "dispatch-lease", 0, "how long a claimed outbox item stays claimed; a crashed replica's items are sent again after it. 0 means the longest partner timeout plus 30s")
 	fs.Duration(&o.backoffBase, "retry-backoff", outbox.DefaultBackoffBase, "base of the exponential retry backoff (full jitter: retry n waits up to base·2^(n-1))")
 	fs.Duration(&o.backoffMax, "retry-backoff-max", outbox.DefaultBackoffMax, "longest wait between two attempts of one message")
+	fs.Duration(&o.retryWindow, "retry-window", outbox.DefaultRetryWindow, "how long an outbound message (or webhook delivery) is retried before it fails: it fails only when both max_attempts and this window are used up; a partner's retry_window overrides it; 0 means max_attempts alone")
+	fs.String(&o.webhookURL, "webhook-url", "", "URL that receives every event of the feed (received, sent, delivered, failed, overdue) as a signed JSON POST, at least once; empty disables the webhook")
+	fs.String(&o.webhookSecretFile, "webhook-secret-file", "", "file holding the webhook secret: each delivery carries X-Edihub-Signature: sha256=<hex HMAC-SHA256 of the body>; required with -webhook-url")
 	fs.Duration(&o.asyncMDNWait, "async-mdn-timeout", outbox.DefaultAsyncMDNWait, "how long a partner may take to send an async MDN before the message is overdue (messages.mdn_due_at)")
 }
 
@@ -45,8 +57,40 @@ func (o outboundOptions) validate() error {
 		return fmt.Errorf("EDIHUB_RETRY_BACKOFF (-retry-backoff) must be positive and at most EDIHUB_RETRY_BACKOFF_MAX (-retry-backoff-max); got %s and %s", o.backoffBase, o.backoffMax)
 	case o.asyncMDNWait <= 0:
 		return fmt.Errorf("EDIHUB_ASYNC_MDN_TIMEOUT (-async-mdn-timeout) must be positive, got %s", o.asyncMDNWait)
+	case o.retryWindow < 0:
+		return fmt.Errorf("EDIHUB_RETRY_WINDOW (-retry-window) must not be negative, got %s; use a duration such as 24h, or 0 for max_attempts alone", o.retryWindow)
+	}
+	if o.webhookURL == "" {
+		if o.webhookSecretFile != "" {
+			return errors.New("EDIHUB_WEBHOOK_SECRET_FILE (-webhook-secret-file) is set without EDIHUB_WEBHOOK_URL (-webhook-url): set the URL too, or unset the secret file")
+		}
+		return nil
+	}
+	u, err := url.Parse(o.webhookURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("EDIHUB_WEBHOOK_URL (-webhook-url) %q is not an absolute http(s) URL; set it like https://backoffice.example/edihub-events", o.webhookURL)
+	}
+	if o.webhookSecretFile == "" {
+		return errors.New("EDIHUB_WEBHOOK_URL (-webhook-url) is set but EDIHUB_WEBHOOK_SECRET_FILE (-webhook-secret-file) is not: point it to a file holding the secret that signs the deliveries")
 	}
 	return nil
+}
+
+// webhookSecret reads the webhook secret: the file's content without
+// surrounding white space. Errors never quote the content.
+func (o outboundOptions) webhookSecret() ([]byte, error) {
+	if o.webhookURL == "" {
+		return nil, nil
+	}
+	b, err := os.ReadFile(o.webhookSecretFile)
+	if err != nil {
+		return nil, fmt.Errorf("webhook secret: %w (check EDIHUB_WEBHOOK_SECRET_FILE or -webhook-secret-file)", err)
+	}
+	b = bytes.TrimSpace(b)
+	if len(b) == 0 {
+		return nil, fmt.Errorf("webhook secret file %s is empty (EDIHUB_WEBHOOK_SECRET_FILE / -webhook-secret-file): write a long random secret into it", o.webhookSecretFile)
+	}
+	return b, nil
 }
 
 // outbound is the sending side of a replica: the REST API handler and the
@@ -54,10 +98,16 @@ func (o outboundOptions) validate() error {
 type outbound struct {
 	api        http.Handler
 	dispatcher *outbox.Dispatcher
+	// forwarder moves feed events into the outbox; nil without a webhook.
+	forwarder *outbox.Forwarder
 }
 
 func newOutbound(log *zap.Logger, reg prometheus.Registerer, store *postgres.Store, cfg *config.File, o serveOptions) (*outbound, error) {
 	identity, err := newIdentity(o.leader.identity)
+	if err != nil {
+		return nil, err
+	}
+	secret, err := o.outbound.webhookSecret()
 	if err != nil {
 		return nil, err
 	}
@@ -75,11 +125,12 @@ func newOutbound(log *zap.Logger, reg prometheus.Registerer, store *postgres.Sto
 		BackoffBase:     o.outbound.backoffBase,
 		BackoffMax:      o.outbound.backoffMax,
 		AsyncMDNWait:    o.outbound.asyncMDNWait,
+		WebhookSecret:   secret,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%w (raise EDIHUB_DISPATCH_LEASE / -dispatch-lease, or leave it 0)", err)
 	}
-	q, err := outbox.NewQueue(outbox.QueueOptions{Store: store, Config: cfg, Notify: d.Wake})
+	q, err := outbox.NewQueue(outbox.QueueOptions{Store: store, Config: cfg, Notify: d.Wake, RetryWindow: o.outbound.retryWindow})
 	if err != nil {
 		return nil, err
 	}
@@ -87,5 +138,25 @@ func newOutbound(log *zap.Logger, reg prometheus.Registerer, store *postgres.Sto
 	if err != nil {
 		return nil, err
 	}
-	return &outbound{api: h, dispatcher: d}, nil
+	out := &outbound{api: h, dispatcher: d}
+	if o.outbound.webhookURL != "" {
+		out.forwarder, err = outbox.NewForwarder(outbox.ForwarderOptions{
+			Store: store, Logger: log, URL: o.outbound.webhookURL, Notify: d.Wake,
+			MaxAttempts: config.DefaultMaxAttempts, RetryWindow: o.outbound.retryWindow,
+		})
+		if err != nil {
+			return nil, err
+		}
+		log.Info("webhook enabled", zap.String("url", redactURL(o.outbound.webhookURL)))
+	}
+	return out, nil
+}
+
+// redactURL drops user information from u for logs.
+func redactURL(u string) string {
+	p, err := url.Parse(u)
+	if err != nil {
+		return "(unparsable)"
+	}
+	return p.Redacted()
 }

@@ -40,6 +40,7 @@ type serveOptions struct {
 	dbMaxConns           int
 	leader               leaderOptions
 	outbound             outboundOptions
+	purge                purgeOptions
 }
 
 func serveFlags(fs *flagSet) func(context.Context, *environment) error {
@@ -60,6 +61,7 @@ func serveFlags(fs *flagSet) func(context.Context, *environment) error {
 	fs.Int(&o.dbMaxConns, "db-max-conns", 20, "largest number of database connections this replica opens")
 	o.leader.flags(fs)
 	o.outbound.flags(fs)
+	o.purge.flags(fs)
 	return func(ctx context.Context, env *environment) error { return serve(ctx, env, o) }
 }
 
@@ -92,6 +94,9 @@ func (o serveOptions) validate() error {
 		return err
 	}
 	if err := o.outbound.validate(); err != nil {
+		return err
+	}
+	if err := o.purge.validate(); err != nil {
 		return err
 	}
 	return o.log.validate()
@@ -145,7 +150,7 @@ func serve(ctx context.Context, env *environment, o serveOptions) error {
 	if err != nil {
 		return err
 	}
-	elector, err := newElector(log, reg, store, cfg, as2.Limits{MaxDecompressedSize: o.decompressionLimit()}, o.leader)
+	elector, err := newElector(log, reg, store, cfg, as2.Limits{MaxDecompressedSize: o.decompressionLimit()}, o.leader, o.purge)
 	if err != nil {
 		return err
 	}
@@ -243,6 +248,9 @@ func serve(ctx context.Context, env *environment, o serveOptions) error {
 		return err
 	})
 	g.Go(func() error { return out.dispatcher.Run(gctx) })
+	if out.forwarder != nil {
+		g.Go(func() error { return out.forwarder.Run(gctx) })
+	}
 	g.Go(func() error { return as2Srv.Run(httpCtx) })
 	if apiSrv != nil {
 		g.Go(func() error { return apiSrv.Run(httpCtx) })

@@ -1,13 +1,15 @@
 // Package api is edihub's REST API for internal systems, mounted under
 // /api/v1 behind the bearer token (httpserver.RouterOptions.API):
 //
-//	POST /messages?partner=ID&filename=F   queue the body for a partner (202)
+//	POST /messages?partner=ID&filename=F   queue the body for a partner (202;
+//	                                       200 for a repeated Idempotency-Key)
 //	GET  /messages?partner=&direction=&status=&since=&until=&limit=&cursor=
 //	GET  /messages/{id}                    one message, inbound or outbound
 //	GET  /messages/{id}/payload            the document, raw
 //	GET  /messages/{id}/mdn                the MDN as stored, raw
 //	POST /messages/{id}/resend             send a failed or overdue message again
 //	GET  /mdns?state=&limit=&cursor=       async MDNs received: pending, processed, orphan
+//	GET  /events?after=CURSOR&limit=N      the event feed, oldest first
 //
 // Errors are JSON {"error": "...", "parameter": "..."}; a bad query
 // parameter is a 400 that names it.
@@ -43,6 +45,7 @@ type Reader interface {
 	Messages(ctx context.Context, q postgres.MessageQuery) ([]postgres.MessageInfo, error)
 	MessagePayload(ctx context.Context, id int64) (postgres.MessageInfo, []byte, error)
 	MessageMDN(ctx context.Context, id int64) (postgres.MDNInfo, error)
+	Events(ctx context.Context, after postgres.EventCursor, limit int) ([]postgres.Event, error)
 }
 
 // Resender queues a failed or overdue outbound message again, same
@@ -62,6 +65,18 @@ const (
 	DefaultLimit = 50
 	MaxLimit     = 500
 )
+
+// Limits of GET /events.
+const (
+	DefaultEventLimit = 100
+	MaxEventLimit     = 1000
+)
+
+// IdempotencyKeyHeader makes POST /messages idempotent per partner.
+const IdempotencyKeyHeader = "Idempotency-Key"
+
+// MaxIdempotencyKey is the longest Idempotency-Key accepted, in bytes.
+const MaxIdempotencyKey = 255
 
 // Options configure New.
 type Options struct {
@@ -103,6 +118,7 @@ func New(o Options) (http.Handler, error) {
 	if o.Inbox != nil {
 		r.Get("/mdns", h.mdns)
 	}
+	r.Get("/events", h.events)
 	r.NotFound(func(w http.ResponseWriter, _ *http.Request) {
 		writeError(w, http.StatusNotFound, "", "no such API endpoint")
 	})
@@ -161,6 +177,16 @@ type Queued struct {
 	MessageID string `json:"message_id"`
 	Status    string `json:"status"`
 	Location  string `json:"location"`
+	// Replayed is true when the Idempotency-Key was used before for the
+	// same document: this is that message, and nothing new was queued.
+	Replayed bool `json:"replayed,omitempty"`
+}
+
+// Events is the JSON answer of GET /events. NextCursor is always set: the
+// ?after= of the next call (the same position when no event was new).
+type Events struct {
+	Events     []outbox.Event `json:"events"`
+	NextCursor string         `json:"next_cursor"`
 }
 
 // apiError is every error body.
@@ -209,8 +235,17 @@ func (h *handler) enqueue(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	res, err := h.o.Queue.Enqueue(r.Context(), outbox.Document{Partner: partner, ContentType: ct, Filename: q.Get("filename"), Payload: body})
+	key := r.Header.Get(IdempotencyKeyHeader)
+	if len(r.Header.Values(IdempotencyKeyHeader)) > 1 || len(key) > MaxIdempotencyKey || strings.IndexFunc(key, notVisibleASCII) >= 0 {
+		writeError(w, http.StatusBadRequest, IdempotencyKeyHeader, fmt.Sprintf("one %s of 1 to %d printable ASCII characters, like a UUID", IdempotencyKeyHeader, MaxIdempotencyKey))
+		return
+	}
+	res, err := h.o.Queue.Enqueue(r.Context(), outbox.Document{Partner: partner, ContentType: ct, Filename: q.Get("filename"), Payload: body, IdempotencyKey: key})
 	switch {
+	case errors.Is(err, postgres.ErrIdempotencyKeyReused):
+		writeError(w, http.StatusUnprocessableEntity, IdempotencyKeyHeader, fmt.Sprintf(
+			"%s %q was already used for a different document to partner %q: a key names one document; use a new key for a new document", IdempotencyKeyHeader, key, partner))
+		return
 	case errors.Is(err, outbox.ErrUnknownPartner):
 		writeError(w, http.StatusNotFound, "partner", err.Error())
 		return
@@ -226,10 +261,59 @@ func (h *handler) enqueue(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusInternalServerError, "", "the document could not be queued; retry later")
 		return
 	}
-	h.log.Info("queued", zap.String("partner", partner), zap.Int64("id", res.ID), zap.String("message_id", res.MessageID), zap.Int("size", len(body)))
 	loc := h.location(res.ID)
 	w.Header().Set("Location", loc)
-	httpserver.WriteJSON(w, http.StatusAccepted, Queued{ID: res.ID, MessageID: res.MessageID, Status: res.Status, Location: loc})
+	out := Queued{ID: res.ID, MessageID: res.MessageID, Status: res.Status, Location: loc, Replayed: res.Replayed}
+	if res.Replayed {
+		// The first request's message: 200, not a second 202.
+		h.log.Info("idempotent replay", zap.String("partner", partner), zap.Int64("id", res.ID), zap.String("message_id", res.MessageID))
+		httpserver.WriteJSON(w, http.StatusOK, out)
+		return
+	}
+	h.log.Info("queued", zap.String("partner", partner), zap.Int64("id", res.ID), zap.String("message_id", res.MessageID), zap.Int("size", len(body)))
+	httpserver.WriteJSON(w, http.StatusAccepted, out)
+}
+
+func notVisibleASCII(r rune) bool { return r < 0x21 || r > 0x7e }
+
+// events serves the event feed. Events come oldest first; a consumer
+// keeps next_cursor and calls again with ?after= it. An event whose
+// transaction (or an older one) is still running is held back until it
+// ends, so paging never skips an event (see postgres.EventCursor).
+func (h *handler) events(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	for k := range q {
+		if k != "after" && k != "limit" {
+			writeError(w, http.StatusBadRequest, k, fmt.Sprintf("unknown query parameter %q (use after, limit)", k))
+			return
+		}
+	}
+	after, err := postgres.ParseEventCursor(q.Get("after"))
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "after", fmt.Sprintf("after %q: use the next_cursor of the previous page, or leave it out to start at the oldest event", q.Get("after")))
+		return
+	}
+	limit := DefaultEventLimit
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > MaxEventLimit {
+			writeError(w, http.StatusBadRequest, "limit", fmt.Sprintf("limit %q: want a whole number from 1 to %d", v, MaxEventLimit))
+			return
+		}
+		limit = n
+	}
+	evs, err := h.o.Store.Events(r.Context(), after, limit)
+	if err != nil {
+		h.log.Error("read events", zap.Error(err))
+		writeError(w, http.StatusInternalServerError, "", "events could not be read; retry later")
+		return
+	}
+	out := Events{Events: make([]outbox.Event, 0, len(evs)), NextCursor: after.String()}
+	for _, e := range evs {
+		out.Events = append(out.Events, outbox.EventView(e))
+		out.NextCursor = e.Cursor.String()
+	}
+	httpserver.WriteJSON(w, http.StatusOK, out)
 }
 
 func (h *handler) list(w http.ResponseWriter, r *http.Request) {

@@ -184,6 +184,11 @@ type Partner struct {
 	// before failing it with "no MDN"; 0 (the default) only flags the
 	// message overdue and keeps waiting.
 	ResendOverdue int
+	// RetryWindow, when positive, is how long an outbound message is
+	// retried before it fails, past MaxAttempts: a message fails only
+	// when both are used up. Zero means edihub's default
+	// (EDIHUB_RETRY_WINDOW).
+	RetryWindow time.Duration
 }
 
 // File is a loaded and validated configuration. It is not modified after
@@ -486,6 +491,14 @@ func (p *parser) partner(field string, raw *rawPartner, st *Station) (Partner, e
 				fmt.Sprintf("write a whole number from 0 (only flag the message overdue; the default) to %d", MaxResendOverdue))
 		}
 		pa.ResendOverdue = *raw.ResendOverdue
+	}
+	if raw.RetryWindow != "" {
+		d, err := time.ParseDuration(strings.TrimSpace(raw.RetryWindow))
+		if err != nil || d <= 0 {
+			msg := fmt.Sprintf("%q is not a positive duration", raw.RetryWindow)
+			return pa, p.failErr(field+".retry_window", err, msg, "write a positive duration with a unit, like 24h or 90m; leave it out for EDIHUB_RETRY_WINDOW")
+		}
+		pa.RetryWindow = d
 	}
 	return pa, nil
 }

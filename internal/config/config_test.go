@@ -393,6 +393,8 @@ func TestLoadNumberErrors(t *testing.T) {
 		{name: "max_attempts words", give: acmeWith("max_attempts: many"), wantField: "partners[0].max_attempts", wantLine: 6, wantMsg: "a whole number"},
 		{name: "resend_overdue negative", give: acmeWith("resend_overdue: -1"), wantField: "partners[0].resend_overdue", wantLine: 6, wantMsg: "-1 is out of range"},
 		{name: "resend_overdue too many", give: acmeWith("resend_overdue: 11"), wantField: "partners[0].resend_overdue", wantLine: 6, wantMsg: "11 is out of range"},
+		{name: "retry_window zero", give: acmeWith("retry_window: 0s"), wantField: "partners[0].retry_window", wantLine: 6, wantMsg: `"0s" is not a positive duration`},
+		{name: "retry_window without unit", give: acmeWith("retry_window: 24"), wantField: "partners[0].retry_window", wantMsg: "like 24h"},
 	}
 	runErrorCases(t, tests)
 }
@@ -439,6 +441,7 @@ type partnerView struct {
 	AsyncMDNURL                                                                   string
 	Timeout                                                                       time.Duration
 	MaxAttempts, ResendOverdue                                                    int
+	RetryWindow                                                                   time.Duration
 }
 
 func view(p Partner) partnerView {
@@ -447,7 +450,7 @@ func view(p Partner) partnerView {
 		Sign: p.Sign, Encrypt: p.Encrypt, MDN: p.MDN, MDNMICAlg: p.MDNMICAlg, KeyEncryption: p.KeyEncryption,
 		TransferEncoding: p.TransferEncoding, CompressOrder: p.CompressOrder,
 		Compress: p.Compress, MDNSigned: p.MDNSigned, RequireSigned: p.RequireSigned, RequireEncrypted: p.RequireEncrypted, Chunked: p.Chunked,
-		AsyncMDNURL: p.AsyncMDNURL, Timeout: p.Timeout, MaxAttempts: p.MaxAttempts, ResendOverdue: p.ResendOverdue,
+		AsyncMDNURL: p.AsyncMDNURL, Timeout: p.Timeout, MaxAttempts: p.MaxAttempts, ResendOverdue: p.ResendOverdue, RetryWindow: p.RetryWindow,
 	}
 }
 
@@ -486,6 +489,7 @@ partners:
     timeout: 5m
     max_attempts: 3
     resend_overdue: 2
+    retry_window: 36h
   - as2_id: MINIMAL
     url: https://minimal.example/
     certificate: acme.crt
@@ -523,6 +527,7 @@ partners:
 			TransferEncoding: "base64", CompressOrder: "after-signing",
 			Compress: true, MDNSigned: true, RequireSigned: true, RequireEncrypted: true, Chunked: true,
 			AsyncMDNURL: "https://edge.example/as2/beta", Timeout: 5 * time.Minute, MaxAttempts: 3, ResendOverdue: 2,
+			RetryWindow: 36 * time.Hour,
 		},
 		{
 			AS2ID: "MINIMAL", URL: "https://minimal.example/", Certificates: 1,

@@ -23,6 +23,7 @@ var (
 		"mdn_micalg", "require_signed", "require_encrypted", "key_encryption",
 		"transfer_encoding", "chunked", "compress_order", "async_mdn_url", "timeout", "max_attempts",
 		"resend_overdue",
+		"retry_window",
 	}
 )
 
@@ -61,6 +62,7 @@ type rawPartner struct {
 	Timeout          string `yaml:"timeout"`
 	MaxAttempts      *int   `yaml:"max_attempts"`
 	ResendOverdue    *int   `yaml:"resend_overdue"`
+	RetryWindow      string `yaml:"retry_window"`
 }
 
 // nodeIndex maps YAML paths to line numbers, so that errors found after

@@ -106,6 +106,9 @@ type Options struct {
 	// Rand supplies key material, IVs and boundaries to as2.Wrap; nil means
 	// crypto/rand.
 	Rand io.Reader
+	// WebhookSecret signs webhook deliveries (SignatureHeader). Never
+	// logged.
+	WebhookSecret []byte
 }
 
 // Dispatcher sends due outbox items. Build it with NewDispatcher and call
@@ -289,6 +292,16 @@ func (d *Dispatcher) backoff(n int) time.Duration {
 	return time.Duration(d.o.Jitter() * float64(ceil))
 }
 
+// retry reports whether a retryable failure of it's attempt is tried again,
+// and sets *in to the wait: while attempts are left, or while the wait ends
+// inside the retry window. Both must be used up before an item fails, so a
+// partner down for a night does not fail messages after the first hour
+// of backoff.
+func (d *Dispatcher) retry(it postgres.OutboxItem, in *time.Duration) bool {
+	*in = d.backoff(it.Attempts)
+	return it.Attempts < it.MaxAttempts || *in < it.RetryWindowLeft
+}
+
 // attempt is the outcome of one exchange, before it is recorded.
 type attempt struct {
 	httpStatus int
@@ -303,6 +316,15 @@ type attempt struct {
 func (d *Dispatcher) process(ctx context.Context, it postgres.OutboxItem) {
 	log := d.log.With(zap.String("partner", it.Partner), zap.Int64("outbox_id", it.ID), zap.String("kind", it.Kind), zap.Int("attempt", it.Attempts))
 	p, _ := d.o.Config.Partner(it.Partner)
+	if it.Kind == postgres.OutboxKindWebhook {
+		// The row's partner names the event's partner; the webhook is no
+		// partner: default timeout, plain request, signed body.
+		p = nil
+		log = d.log.With(zap.Int64("outbox_id", it.ID), zap.String("kind", it.Kind), zap.Int("attempt", it.Attempts),
+			zap.String("event_id", first(it.Headers, EventIDHeader)))
+		it.Headers = it.Headers.Clone()
+		it.Headers.Set(SignatureHeader, Sign(d.o.WebhookSecret, it.Body))
+	}
 	if it.Kind == postgres.OutboxKindMessage {
 		if p == nil {
 			d.finish(ctx, log, it, p, attempt{err: fmt.Errorf("partner %q is no longer configured", it.Partner)})
@@ -367,6 +389,9 @@ func (d *Dispatcher) send(ctx context.Context, it postgres.OutboxItem, p *config
 	if p != nil {
 		timeout, chunked = p.Timeout, p.Chunked
 	}
+	if it.Kind == postgres.OutboxKindWebhook {
+		timeout = WebhookTimeout
+	}
 	rctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	var body io.Reader = bytes.NewReader(it.Body)
@@ -396,7 +421,9 @@ func (d *Dispatcher) send(ctx context.Context, it postgres.OutboxItem, p *config
 			err = fmt.Errorf("response larger than %d bytes", d.o.MaxResponseBytes)
 		}
 	}
-	d.o.Metrics.duration.WithLabelValues(it.Partner).Observe(d.o.Now().Sub(start).Seconds())
+	if it.Kind != postgres.OutboxKindWebhook {
+		d.o.Metrics.duration.WithLabelValues(it.Partner).Observe(d.o.Now().Sub(start).Seconds())
+	}
 	if err != nil {
 		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
 			err = fmt.Errorf("no answer within the partner timeout %s: %w", timeout, err)
@@ -487,6 +514,8 @@ func (d *Dispatcher) finish(ctx context.Context, log *zap.Logger, it postgres.Ou
 	case a.err == nil:
 		r.State = postgres.OutboxDone
 		switch {
+		case it.Kind == postgres.OutboxKindWebhook:
+			result = ResultWebhookDelivered
 		case !isMsg:
 			result = ResultMDNSent
 		case r.Message != nil && r.Message.Status == StatusAwaitingMDN:
@@ -496,23 +525,32 @@ func (d *Dispatcher) finish(ctx context.Context, log *zap.Logger, it postgres.Ou
 		default:
 			result = ResultDelivered
 		}
-	case a.retryable && it.Attempts < it.MaxAttempts:
+	case a.retryable && d.retry(it, &r.RetryIn):
 		r.State = postgres.OutboxPending
-		r.RetryIn = d.backoff(it.Attempts)
 		r.Error = a.err.Error()
 		if isMsg {
 			r.Message = &postgres.MessageUpdate{Status: StatusRetrying, Error: r.Error}
 		}
-		result = ResultRetry
-		if !isMsg {
+		switch it.Kind {
+		case postgres.OutboxKindMessage:
+			result = ResultRetry
+		case postgres.OutboxKindWebhook:
+			result = ResultWebhookRetry
+		default:
 			result = ResultMDNRetry
 		}
-		d.o.Metrics.retries.WithLabelValues(it.Partner).Inc()
+		if it.Kind != postgres.OutboxKindWebhook {
+			d.o.Metrics.retries.WithLabelValues(it.Partner).Inc()
+		}
 	default:
 		r.State = postgres.OutboxFailed
 		r.Error = a.err.Error()
 		if a.retryable {
-			r.Error = fmt.Sprintf("gave up after %d attempts: %s", it.Attempts, r.Error)
+			window := ""
+			if it.Attempts >= it.MaxAttempts && it.RetryWindowLeft > 0 {
+				window = " and the retry window"
+			}
+			r.Error = fmt.Sprintf("gave up after %d attempts%s: %s", it.Attempts, window, r.Error)
 		}
 		if isMsg {
 			if r.Message == nil {
@@ -520,8 +558,12 @@ func (d *Dispatcher) finish(ctx context.Context, log *zap.Logger, it postgres.Ou
 			}
 			r.Message.Error = r.Error
 		}
-		result = ResultFailed
-		if !isMsg {
+		switch it.Kind {
+		case postgres.OutboxKindMessage:
+			result = ResultFailed
+		case postgres.OutboxKindWebhook:
+			result = ResultWebhookFailed
+		default:
 			result = ResultMDNFailed
 		}
 	}
@@ -535,11 +577,15 @@ func (d *Dispatcher) finish(ctx context.Context, log *zap.Logger, it postgres.Ou
 		}
 		return
 	}
-	partner := it.Partner
-	if p == nil {
-		partner = "unknown"
+	if it.Kind == postgres.OutboxKindWebhook {
+		d.o.Metrics.webhook.WithLabelValues(result).Inc()
+	} else {
+		partner := it.Partner
+		if p == nil {
+			partner = "unknown"
+		}
+		d.o.Metrics.sent.WithLabelValues(partner, result).Inc()
 	}
-	d.o.Metrics.sent.WithLabelValues(partner, result).Inc()
 	fields := []zap.Field{zap.String("result", result), zap.Int("http_status", a.httpStatus)}
 	switch r.State {
 	case postgres.OutboxPending:

@@ -19,6 +19,13 @@ const (
 	ResultMDNFailed   = "mdn-failed"
 )
 
+// Results counted in edihub_webhook_deliveries_total{result}.
+const (
+	ResultWebhookDelivered = "delivered" // the webhook answered 2xx
+	ResultWebhookRetry     = "retry"     // attempt failed, will be retried
+	ResultWebhookFailed    = "failed"    // given up (final answer, or attempts and window used up)
+)
+
 // StatsFunc counts due and claimed outbox rows (postgres.Store.OutboxStats).
 type StatsFunc func(ctx context.Context) (due, claimed int64, err error)
 
@@ -29,6 +36,7 @@ type Metrics struct {
 	duration *prometheus.HistogramVec
 	retries  *prometheus.CounterVec
 	inFlight prometheus.Gauge
+	webhook  *prometheus.CounterVec
 }
 
 // NewMetrics registers the dispatcher's metrics on reg. With stats set,
@@ -53,8 +61,12 @@ func NewMetrics(reg prometheus.Registerer, stats StatsFunc) *Metrics {
 			Name: "edihub_outbox_in_flight",
 			Help: "Outbox items this replica is sending right now.",
 		}),
+		webhook: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "edihub_webhook_deliveries_total",
+			Help: "Webhook delivery attempts by outcome (delivered, retry, failed).",
+		}, []string{"result"}),
 	}
-	reg.MustRegister(m.sent, m.duration, m.retries, m.inFlight)
+	reg.MustRegister(m.sent, m.duration, m.retries, m.inFlight, m.webhook)
 	if stats != nil {
 		reg.MustRegister(&dueCollector{stats: stats, desc: prometheus.NewDesc("edihub_outbox_due",
 			"Pending outbox items whose next attempt is due and that no dispatcher holds (all replicas).", nil, nil)})

@@ -13,6 +13,8 @@ package outbox
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -43,6 +45,11 @@ type Document struct {
 	// Filename, when set, is sent in Content-Disposition.
 	Filename string
 	Payload  []byte
+	// IdempotencyKey, when set, makes Enqueue idempotent for the partner:
+	// the same key with the same document returns the message queued the
+	// first time (Queued.Replayed) instead of a second one; with another
+	// document it fails with postgres.ErrIdempotencyKeyReused.
+	IdempotencyKey string
 }
 
 // Queued describes a queued document.
@@ -51,6 +58,9 @@ type Queued struct {
 	MessageID string // the AS2 Message-ID
 	Status    string
 	CreatedAt time.Time
+	// Replayed reports a repeated IdempotencyKey: this is the message
+	// queued the first time, and nothing new was queued.
+	Replayed bool
 }
 
 // EnqueueStore stores an outbound message with its payload and outbox row
@@ -66,6 +76,7 @@ type Queue struct {
 	cfg    *config.File
 	newID  func() string
 	notify func()
+	window time.Duration
 }
 
 // QueueOptions configure NewQueue.
@@ -78,7 +89,15 @@ type QueueOptions struct {
 	// Notify, when set, is called after each successful enqueue (an
 	// in-process wakeup for the local dispatcher).
 	Notify func()
+	// RetryWindow is how long a message is retried, past its partner's
+	// max_attempts, before it fails; a partner's retry_window overrides
+	// it. Zero means no window: max_attempts alone decides. edihub serve
+	// sets it from EDIHUB_RETRY_WINDOW (DefaultRetryWindow).
+	RetryWindow time.Duration
 }
+
+// DefaultRetryWindow is edihub serve's default retry window.
+const DefaultRetryWindow = 24 * time.Hour
 
 // NewQueue returns a Queue.
 func NewQueue(o QueueOptions) (*Queue, error) {
@@ -88,7 +107,10 @@ func NewQueue(o QueueOptions) (*Queue, error) {
 	if o.MessageID == nil {
 		o.MessageID = MessageIDs(o.Config.Station.AS2ID, rand.Reader)
 	}
-	return &Queue{store: o.Store, cfg: o.Config, newID: o.MessageID, notify: o.Notify}, nil
+	if o.RetryWindow < 0 {
+		return nil, errors.New("outbox: negative retry window")
+	}
+	return &Queue{store: o.Store, cfg: o.Config, newID: o.MessageID, notify: o.Notify, window: o.RetryWindow}, nil
 }
 
 // Enqueue queues d. Errors wrap ErrUnknownPartner, ErrInvalidDocument or
@@ -120,6 +142,14 @@ func (q *Queue) Enqueue(ctx context.Context, d Document) (Queued, error) {
 		mdnURL = p.AsyncMDNURL
 	}
 	id := q.newID()
+	window := q.window
+	if p.RetryWindow > 0 {
+		window = p.RetryWindow
+	}
+	var hash []byte
+	if d.IdempotencyKey != "" {
+		hash = fingerprint(ct, d.Filename, d.Payload)
+	}
 	e, err := q.store.EnqueueOutbound(ctx, postgres.NewOutbound{
 		Partner:     p.AS2ID,
 		AS2From:     q.cfg.Station.AS2ID,
@@ -133,15 +163,36 @@ func (q *Queue) Enqueue(ctx context.Context, d Document) (Queued, error) {
 		MDNURL:      mdnURL,
 		URL:         p.URL.String(),
 		MaxAttempts: p.MaxAttempts,
+		RetryWindow: window,
 		Payload:     d.Payload,
+
+		IdempotencyKey:  d.IdempotencyKey,
+		IdempotencyHash: hash,
 	})
 	if err != nil {
 		return Queued{}, err
+	}
+	if e.Replayed {
+		return Queued{ID: e.ID, MessageID: e.MessageID, Status: e.Status, CreatedAt: e.CreatedAt, Replayed: true}, nil
 	}
 	if q.notify != nil {
 		q.notify()
 	}
 	return Queued{ID: e.ID, MessageID: id, Status: e.Status, CreatedAt: e.CreatedAt}, nil
+}
+
+// fingerprint identifies a document for idempotency: what the request
+// sends (content type, filename, payload), each length-prefixed so no two
+// documents share a fingerprint by moving bytes between fields.
+func fingerprint(ct, filename string, payload []byte) []byte {
+	h := sha256.New()
+	for _, b := range [][]byte{[]byte(ct), []byte(filename), payload} {
+		var n [8]byte
+		binary.BigEndian.PutUint64(n[:], uint64(len(b)))
+		h.Write(n[:])
+		h.Write(b)
+	}
+	return h.Sum(nil)
 }
 
 // MessageIDs returns a Message-ID generator for station: each call returns

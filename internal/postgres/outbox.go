@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -16,6 +17,7 @@ import (
 const (
 	OutboxKindMessage = "message" // an outbound AS2 message
 	OutboxKindMDN     = "mdn"     // an asynchronous MDN we owe a partner
+	OutboxKindWebhook = "webhook" // an event posted to the webhook
 )
 
 // OutboxChannel is the LISTEN/NOTIFY channel an insert into the outbox
@@ -25,6 +27,10 @@ const OutboxChannel = "edihub_outbox"
 // ErrDuplicateMessageID reports an outbound message whose Message-ID is
 // already used for the same partner.
 var ErrDuplicateMessageID = errors.New("message ID already used for this partner")
+
+// ErrIdempotencyKeyReused reports an Idempotency-Key already used for the
+// same partner with another document. Nothing was written.
+var ErrIdempotencyKeyReused = errors.New("idempotency key already used for another document")
 
 // ErrClaimLost reports a write for an outbox claim that is no longer held:
 // it expired and another dispatcher claimed the row, or the row was
@@ -45,15 +51,30 @@ type NewOutbound struct {
 	MDNURL      string // async MDN URL requested, if any
 	URL         string // where the message is posted
 	MaxAttempts int
-	Payload     []byte
+	// RetryWindow, when positive, keeps retrying a retryable failure past
+	// MaxAttempts until this long after the enqueue (database clock); a
+	// message fails only when both are used up.
+	RetryWindow time.Duration
+	// IdempotencyKey, when set, makes the enqueue idempotent per partner:
+	// a second enqueue with the same key returns the first message.
+	// IdempotencyHash fingerprints the document; a key reused with another
+	// fingerprint returns ErrIdempotencyKeyReused.
+	IdempotencyKey  string
+	IdempotencyHash []byte
+	Payload         []byte
 }
 
-// Enqueued describes a message EnqueueOutbound stored.
+// Enqueued describes a message EnqueueOutbound stored, or found.
 type Enqueued struct {
 	ID        int64 // messages.id
-	OutboxID  int64
+	OutboxID  int64 // 0 when Replayed
+	MessageID string
 	Status    string
 	CreatedAt time.Time
+	// Replayed reports that the idempotency key was already used for the
+	// same document: the message is the one queued then, nothing new was
+	// written.
+	Replayed bool
 }
 
 // StatusQueued is the status of an outbound message waiting for its first
@@ -63,19 +84,47 @@ const StatusQueued = "queued"
 // EnqueueOutbound stores an outbound message, its payload and its outbox
 // row in one transaction; the insert notifies OutboxChannel. A Message-ID
 // already used for the partner returns ErrDuplicateMessageID.
+//
+// With an IdempotencyKey the message insert is arbitrated by the unique
+// index on (partner, idempotency_key): of concurrent enqueues with one key,
+// one inserts and the others wait for it to commit, then find its message
+// (Replayed) or, for another document, ErrIdempotencyKeyReused.
 func (s *Store) EnqueueOutbound(ctx context.Context, m NewOutbound) (Enqueued, error) {
 	var e Enqueued
 	if m.MaxAttempts <= 0 {
 		m.MaxAttempts = 1
 	}
+	var key *string
+	if m.IdempotencyKey != "" {
+		key = &m.IdempotencyKey
+	}
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		err := tx.QueryRow(ctx, `
 INSERT INTO messages (direction, partner, as2_from, as2_to, message_id, status, subject, content_type,
-                      filename, payload_size, mdn_mode, mdn_signed, mdn_url)
-VALUES ('outbound', $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
-RETURNING id, status, created_at`,
+                      filename, payload_size, mdn_mode, mdn_signed, mdn_url, idempotency_key, idempotency_hash)
+VALUES ('outbound', $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)
+ON CONFLICT (partner, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+RETURNING id, message_id, status, created_at`,
 			m.Partner, m.AS2From, m.AS2To, m.MessageID, StatusQueued, m.Subject, m.ContentType,
-			m.Filename, len(m.Payload), m.MDNMode, m.MDNSigned, m.MDNURL).Scan(&e.ID, &e.Status, &e.CreatedAt)
+			m.Filename, len(m.Payload), m.MDNMode, m.MDNSigned, m.MDNURL, key, m.IdempotencyHash).
+			Scan(&e.ID, &e.MessageID, &e.Status, &e.CreatedAt)
+		if errors.Is(err, pgx.ErrNoRows) && key != nil {
+			// The key's message committed before this statement ended: a
+			// new statement sees it (READ COMMITTED).
+			var hash []byte
+			err = tx.QueryRow(ctx, `
+SELECT id, message_id, status, created_at, idempotency_hash FROM messages
+ WHERE partner = $1 AND idempotency_key = $2`, m.Partner, m.IdempotencyKey).
+				Scan(&e.ID, &e.MessageID, &e.Status, &e.CreatedAt, &hash)
+			if err != nil {
+				return err
+			}
+			if !bytes.Equal(hash, m.IdempotencyHash) {
+				return fmt.Errorf("%w (message %d)", ErrIdempotencyKeyReused, e.ID)
+			}
+			e.Replayed = true
+			return nil
+		}
 		if err != nil {
 			return err
 		}
@@ -83,10 +132,14 @@ RETURNING id, status, created_at`,
 			return err
 		}
 		return tx.QueryRow(ctx, `
-INSERT INTO outbox (kind, message_id, partner, url, max_attempts)
-VALUES ('message', $1, $2, $3, $4) RETURNING id`, e.ID, m.Partner, m.URL, m.MaxAttempts).Scan(&e.OutboxID)
+INSERT INTO outbox (kind, message_id, partner, url, max_attempts, retry_until)
+VALUES ('message', $1, $2, $3, $4, CASE WHEN $5::bigint > 0 THEN now() + $5::bigint * interval '1 microsecond' END)
+RETURNING id`, e.ID, m.Partner, m.URL, m.MaxAttempts, m.RetryWindow.Microseconds()).Scan(&e.OutboxID)
 	})
 	if err != nil {
+		if errors.Is(err, ErrIdempotencyKeyReused) {
+			return Enqueued{}, fmt.Errorf("enqueue for %s with idempotency key %q: %w", m.Partner, m.IdempotencyKey, err)
+		}
 		var pe *pgconn.PgError
 		if errors.As(err, &pe) && pe.Code == "23505" {
 			return Enqueued{}, fmt.Errorf("enqueue %s: %w", m.MessageID, ErrDuplicateMessageID)
@@ -112,6 +165,11 @@ type OutboxItem struct {
 	ClaimedBy   string
 	// ClaimedUntil ends the claim: after it, the row may be claimed again.
 	ClaimedUntil time.Time
+	// RetryWindowLeft is how much of the row's retry window was left at
+	// the claim (database clock); zero when it has none or it is over.
+	// A retryable failure is retried while Attempts < MaxAttempts or the
+	// next attempt falls inside the window.
+	RetryWindowLeft time.Duration
 }
 
 // Built reports whether the item's body has been frozen.
@@ -123,11 +181,13 @@ func (it *OutboxItem) Built() bool { return it.Body != nil }
 // the same row, and each claim counts one attempt. A claim that is never
 // finished comes back when it expires.
 //
-// A due row that has used all its attempts (attempts >= max_attempts) is
-// not claimed: its last claim expired without an outcome (a crash, an OOM
-// kill or a shutdown during the build or the send), so the same statement
-// fails it and its message, with an error saying so. Otherwise an item
-// that kills its dispatcher would be claimed forever.
+// A row is tried again while it has attempts left (attempts <
+// max_attempts) or its retry window is open (retry_until > now()). A due
+// row that has neither is not claimed: the same statement fails it and its
+// message, with an error saying why: its last claim expired without an
+// outcome (a crash, an OOM kill or a shutdown during the build or the
+// send; otherwise an item that kills its dispatcher would be claimed
+// forever), or its last retry was scheduled past the end of the window.
 func (s *Store) ClaimOutbox(ctx context.Context, by string, lease time.Duration, limit int) ([]OutboxItem, error) {
 	if limit <= 0 {
 		return nil, nil
@@ -136,14 +196,19 @@ func (s *Store) ClaimOutbox(ctx context.Context, by string, lease time.Duration,
 WITH exhausted AS (
     SELECT id FROM outbox
      WHERE status = 'pending' AND next_attempt_at <= now() AND attempts >= max_attempts
+       AND (retry_until IS NULL OR retry_until <= now())
      ORDER BY next_attempt_at, id
      LIMIT 100
      FOR UPDATE SKIP LOCKED
 ), gave_up AS (
     UPDATE outbox o
        SET status = 'failed', finished_at = now(), claimed_until = NULL,
-           last_error = format('gave up after %s attempts; the last one did not finish (crash or shutdown)', o.attempts)
-                        || CASE WHEN o.last_error <> '' THEN '; the one before failed: ' || o.last_error ELSE '' END
+           last_error = CASE
+               WHEN o.claimed_by <> '' THEN
+                   format('gave up after %s attempts; the last one did not finish (crash or shutdown)', o.attempts)
+                   || CASE WHEN o.last_error <> '' THEN '; the one before failed: ' || o.last_error ELSE '' END
+               ELSE format('gave up after %s attempts and the retry window: %s', o.attempts, o.last_error)
+           END
       FROM exhausted
      WHERE o.id = exhausted.id
  RETURNING o.kind, o.message_id, o.attempts, o.last_error
@@ -154,7 +219,8 @@ WITH exhausted AS (
      WHERE g.kind = 'message' AND m.id = g.message_id AND m.status NOT IN ('delivered', 'failed', 'sent')
 ), due AS (
     SELECT id FROM outbox
-     WHERE status = 'pending' AND next_attempt_at <= now() AND attempts < max_attempts
+     WHERE status = 'pending' AND next_attempt_at <= now()
+       AND (attempts < max_attempts OR retry_until > now())
      ORDER BY next_attempt_at, id
      LIMIT $3
      FOR UPDATE SKIP LOCKED
@@ -168,7 +234,8 @@ UPDATE outbox o
   FROM due
  WHERE o.id = due.id
 RETURNING o.id, o.kind, coalesce(o.message_id, 0), o.partner, o.url, o.headers, o.body, o.mic, o.mic_alg,
-          o.attempts, o.max_attempts, o.claimed_by, o.claimed_until`,
+          o.attempts, o.max_attempts, o.claimed_by, o.claimed_until,
+          coalesce(extract(epoch FROM greatest(o.retry_until - now(), interval '0')), 0)::float8`,
 		by, lease.Microseconds(), limit)
 	if err != nil {
 		return nil, fmt.Errorf("claim outbox: %w", err)
@@ -176,10 +243,12 @@ RETURNING o.id, o.kind, coalesce(o.message_id, 0), o.partner, o.url, o.headers, 
 	items, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (OutboxItem, error) {
 		var it OutboxItem
 		var hdr []byte
+		var windowLeft float64
 		if err := r.Scan(&it.ID, &it.Kind, &it.MessageID, &it.Partner, &it.URL, &hdr, &it.Body, &it.MIC, &it.MICAlg,
-			&it.Attempts, &it.MaxAttempts, &it.ClaimedBy, &it.ClaimedUntil); err != nil {
+			&it.Attempts, &it.MaxAttempts, &it.ClaimedBy, &it.ClaimedUntil, &windowLeft); err != nil {
 			return it, err
 		}
+		it.RetryWindowLeft = time.Duration(windowLeft * float64(time.Second))
 		it.Headers = http.Header{}
 		if len(hdr) > 0 {
 			if err := json.Unmarshal(hdr, &it.Headers); err != nil {

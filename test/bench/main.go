@@ -12,6 +12,9 @@
 //   - MDN poller throughput (poller.go): a backlog of -poller-mdns (10,000)
 //     signed async MDNs in the inbox, each for an outbound message awaiting
 //     it, applied by one leader's poller; MDNs per second;
+//   - purge (purge.go): the leader's purger deleting -purge-rows eligible
+//     rows, and the p99 of concurrent receives during it against the p99
+//     without it, in the same run;
 //   - peak memory: the receiver in a separate process receives one large
 //     payload (plain, and signed + encrypted); its VmHWM is read from
 //     /proc/<pid>/status.
@@ -89,6 +92,7 @@ type options struct {
 	pollerMDNs  int
 	pollerBatch int
 	pollerOnly  bool
+	purgeRows   int // eligible rows of the purge run (purge.go); 0 skips it
 }
 
 func run(ctx context.Context, args []string, out io.Writer) error {
@@ -104,6 +108,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	fs.IntVar(&o.pollerMDNs, "poller-mdns", 10000, "inbox MDNs in the MDN poller's backlog; 0 skips the poller run")
 	fs.IntVar(&o.pollerBatch, "poller-batch", 100, "MDNs the poller applies per fenced transaction")
 	fs.BoolVar(&o.pollerOnly, "poller-only", false, "run only the MDN poller measurement")
+	fs.IntVar(&o.purgeRows, "purge-rows", 1_000_000, "eligible rows of the purge run (rate, and receive p99 during the purge vs without); 0 skips it")
 	fs.StringVar(&o.child, "rss-child", "", "internal: run the receiver for the peak-memory run with the keys in this directory")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -155,6 +160,11 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	}
 	if o.pollerMDNs > 0 {
 		if err := pollerBench(ctx, out, o, store, partner, st); err != nil {
+			return err
+		}
+	}
+	if o.purgeRows > 0 {
+		if err := purgeBench(ctx, out, o, store, partner, st); err != nil {
 			return err
 		}
 	}

@@ -1,0 +1,311 @@
+package outbox_test
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/edihub/edihub/internal/outbox"
+	"github.com/edihub/edihub/internal/postgres"
+	"github.com/edihub/edihub/internal/postgres/pgtest"
+)
+
+// TestDispatchRetryWindow: with a retry window, a partner that is down for
+// more attempts than max_attempts still gets the message once it is back;
+// one that stays down fails only after the window, with more attempts
+// than max_attempts.
+func TestDispatchRetryWindow(t *testing.T) {
+	tests := []struct {
+		name      string
+		window    time.Duration
+		downFor   int // failed answers before 204; -1 for ever
+		want      string
+		wantError string
+	}{
+		{name: "back within the window", window: time.Hour, downFor: 6, want: "sent"},
+		{name: "down past the window", window: 700 * time.Millisecond, downFor: -1, want: "failed", wantError: "and the retry window: partner answered HTTP 503"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			st := pgtest.Store(t)
+			partner := newPartner(t, func(n int, _ request) (int, http.Header, []byte) {
+				if tt.downFor < 0 || n <= tt.downFor {
+					return 503, nil, nil
+				}
+				return 204, nil, nil
+			})
+			cfg := loadConfig(t, partnerYAML{id: "NIGHTLY", url: partner.URL, extra: []string{"mdn: none", "max_attempts: 2"}})
+			q, err := outbox.NewQueue(outbox.QueueOptions{Store: st, Config: cfg, RetryWindow: tt.window})
+			if err != nil {
+				t.Fatal(err)
+			}
+			m, err := q.Enqueue(context.Background(), outbox.Document{Partner: "NIGHTLY", Payload: []byte("x")})
+			if err != nil {
+				t.Fatal(err)
+			}
+			startDispatcher(t, dispatcherOpts(t, st, cfg, "d1"))
+			got := waitStatus(t, st, m.ID, "sent", "failed")
+			if got.Status != tt.want || !strings.Contains(got.Error, tt.wantError) {
+				t.Fatalf("status %q error %q; want %q with %q", got.Status, got.Error, tt.want, tt.wantError)
+			}
+			if got.Attempts <= 2 {
+				t.Errorf("%d attempts; want more than max_attempts 2", got.Attempts)
+			}
+			if tt.downFor > 0 && got.Attempts != tt.downFor+1 {
+				t.Errorf("%d attempts; want %d", got.Attempts, tt.downFor+1)
+			}
+		})
+	}
+}
+
+// TestPartnerRetryWindowOverrides: a partner's retry_window replaces the
+// queue's default.
+func TestPartnerRetryWindowOverrides(t *testing.T) {
+	st := pgtest.Store(t)
+	cfg := loadConfig(t, partnerYAML{id: "A", url: "http://127.0.0.1:1/as2", extra: []string{"max_attempts: 1", "retry_window: 90m"}},
+		partnerYAML{id: "B", url: "http://127.0.0.1:1/as2", extra: []string{"max_attempts: 1"}})
+	q, err := outbox.NewQueue(outbox.QueueOptions{Store: st, Config: cfg, RetryWindow: 24 * time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{"A", "B"} {
+		if _, err := q.Enqueue(context.Background(), outbox.Document{Partner: p, Payload: []byte("x")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	items, err := st.ClaimOutbox(context.Background(), "t", time.Minute, 10)
+	if err != nil || len(items) != 2 {
+		t.Fatalf("claim = %d items, %v", len(items), err)
+	}
+	want := map[string]time.Duration{"A": 90 * time.Minute, "B": 24 * time.Hour}
+	for _, it := range items {
+		if w := want[it.Partner]; it.RetryWindowLeft > w || it.RetryWindowLeft < w-time.Minute {
+			t.Errorf("partner %s: window left %s, want about %s", it.Partner, it.RetryWindowLeft, w)
+		}
+	}
+}
+
+// TestQueueIdempotencyKey: the queue's fingerprint covers content type,
+// filename and payload; the same document replays, any change is refused.
+func TestQueueIdempotencyKey(t *testing.T) {
+	st := pgtest.Store(t)
+	cfg := loadConfig(t, partnerYAML{id: "A", url: "http://127.0.0.1:1/as2"})
+	q, err := outbox.NewQueue(outbox.QueueOptions{Store: st, Config: cfg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := outbox.Document{Partner: "A", ContentType: "application/edi-x12", Filename: "po.edi", Payload: []byte("ISA*00"), IdempotencyKey: "k"}
+	first, err := q.Enqueue(context.Background(), doc)
+	if err != nil || first.Replayed {
+		t.Fatalf("first = %+v, %v", first, err)
+	}
+	again, err := q.Enqueue(context.Background(), doc)
+	if err != nil || !again.Replayed || again.ID != first.ID || again.MessageID != first.MessageID {
+		t.Errorf("repeat = %+v, %v; want replay of %+v", again, err, first)
+	}
+	for name, change := range map[string]func(*outbox.Document){
+		"payload":      func(d *outbox.Document) { d.Payload = []byte("ISA*01") },
+		"filename":     func(d *outbox.Document) { d.Filename = "po2.edi" },
+		"content type": func(d *outbox.Document) { d.ContentType = "text/plain" },
+	} {
+		d := doc
+		change(&d)
+		if _, err := q.Enqueue(context.Background(), d); !errors.Is(err, postgres.ErrIdempotencyKeyReused) {
+			t.Errorf("key reused with another %s = %v, want ErrIdempotencyKeyReused", name, err)
+		}
+	}
+}
+
+// hookServer is a webhook receiver on a real listener: it checks each
+// delivery's signature and answers 503 to the first delivery of each event.
+type hookServer struct {
+	*httptest.Server
+	secret []byte
+	mu     sync.Mutex
+	tries  map[int64]int
+	got    map[int64]outbox.Event
+	bad    []string
+}
+
+func newHookServer(t *testing.T, secret []byte) *hookServer {
+	h := &hookServer{secret: secret, tries: map[int64]int{}, got: map[int64]outbox.Event{}}
+	h.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		mac := hmac.New(sha256.New, h.secret)
+		mac.Write(body)
+		if want := "sha256=" + hex.EncodeToString(mac.Sum(nil)); r.Header.Get("X-Edihub-Signature") != want {
+			h.bad = append(h.bad, "bad signature "+r.Header.Get("X-Edihub-Signature"))
+			http.Error(w, "bad signature", http.StatusUnauthorized)
+			return
+		}
+		var e outbox.Event
+		if err := json.Unmarshal(body, &e); err != nil {
+			h.bad = append(h.bad, "body: "+err.Error())
+			http.Error(w, "bad body", http.StatusBadRequest)
+			return
+		}
+		if r.Header.Get("X-Edihub-Event-Id") != strconv.FormatInt(e.ID, 10) || r.Header.Get("X-Edihub-Event-Type") != e.Type ||
+			r.Header.Get("Content-Type") != "application/json" {
+			h.bad = append(h.bad, fmt.Sprintf("headers %v for event %d %s", r.Header, e.ID, e.Type))
+		}
+		h.tries[e.ID]++
+		if h.tries[e.ID] == 1 {
+			http.Error(w, "try again", http.StatusServiceUnavailable)
+			return
+		}
+		h.got[e.ID] = e
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	t.Cleanup(h.Close)
+	return h
+}
+
+// TestWebhookEndToEnd: two replicas' forwarders and dispatchers deliver
+// every event written while they run to a real HTTP listener, signed,
+// with the event id in a header, after a 503 on the first try of each.
+func TestWebhookEndToEnd(t *testing.T) {
+	ctx := context.Background()
+	db := openPurgeDB(t)
+	st := db.st
+	secret := []byte("webhook-secret-for-the-test")
+	hook := newHookServer(t, secret)
+	cfg := loadConfig(t, partnerYAML{id: "P", url: "http://127.0.0.1:1/as2"})
+	reg := prometheus.NewRegistry()
+	metrics := outbox.NewMetrics(reg, nil)
+	for _, name := range []string{"r1", "r2"} {
+		o := dispatcherOpts(t, st, cfg, name)
+		o.Metrics = metrics
+		o.WebhookSecret = secret
+		startDispatcher(t, o)
+		f, err := outbox.NewForwarder(outbox.ForwarderOptions{Store: st, Logger: zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)),
+			URL: hook.URL + "/events", Interval: 50 * time.Millisecond, MaxAttempts: 5})
+		if err != nil {
+			t.Fatal(err)
+		}
+		fctx, cancel := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- f.Run(fctx) }()
+		t.Cleanup(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("forwarder Run = %v", err)
+			}
+		})
+	}
+	// Events written before the first forward are not the webhook's: wait
+	// for the forwarders to take their place in the feed.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var cursors int
+		if err := db.conn.QueryRow(ctx, `SELECT count(*) FROM event_cursors WHERE name = 'webhook'`).Scan(&cursors); err != nil {
+			t.Fatal(err)
+		}
+		if cursors == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("forwarder cursor not set up")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	const n = 30
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			if _, err := st.SaveInbound(ctx, &postgres.InboundMessage{Partner: "P", AS2From: "P", AS2To: "S",
+				MessageID: fmt.Sprintf("<%d@p>", i), Status: postgres.InboundProcessed, MDNMode: "none", Payload: []byte("x")}); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	all, err := st.Events(ctx, postgres.EventCursor{}, 1000)
+	if err != nil || len(all) != n {
+		t.Fatalf("%d events, %v; want %d", len(all), err, n)
+	}
+	deadline = time.Now().Add(60 * time.Second)
+	for {
+		hook.mu.Lock()
+		got := len(hook.got)
+		hook.mu.Unlock()
+		if got == n {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("webhook got %d of %d events", got, n)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	hook.mu.Lock()
+	defer hook.mu.Unlock()
+	for _, b := range hook.bad {
+		t.Error(b)
+	}
+	for _, e := range all {
+		g, ok := hook.got[e.ID]
+		if !ok {
+			t.Errorf("event %d not delivered", e.ID)
+			continue
+		}
+		if g.Type != "received" || g.Message != e.Message || g.Partner != "P" || g.Direction != "inbound" || g.Cursor != e.Cursor.String() {
+			t.Errorf("event %d delivered as %+v", e.ID, g)
+		}
+		if hook.tries[e.ID] != 2 {
+			t.Errorf("event %d delivered in %d tries, want 2 (one 503, one success): queued more than once?", e.ID, hook.tries[e.ID])
+		}
+	}
+	for result, want := range map[string]float64{"delivered": n, "retry": n} {
+		if got := counterValue(t, reg, "edihub_webhook_deliveries_total", "result", result); got != want {
+			t.Errorf("edihub_webhook_deliveries_total{result=%q} = %v, want %v", result, got, want)
+		}
+	}
+}
+
+func counterValue(t *testing.T, reg *prometheus.Registry, name, label, value string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == label && l.GetValue() == value {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
+}
+
+// TestSign: the signature header value is the hex HMAC-SHA256 of the body.
+func TestSign(t *testing.T) {
+	// RFC 4231 test case 2.
+	got := outbox.Sign([]byte("Jefe"), []byte("what do ya want for nothing?"))
+	want := "sha256=5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"
+	if got != want {
+		t.Errorf("Sign = %s, want %s", got, want)
+	}
+}

@@ -1,0 +1,202 @@
+package outbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+
+	"github.com/edihub/edihub/internal/leader"
+	"github.com/edihub/edihub/internal/postgres"
+)
+
+// PurgeStore deletes finished rows in fenced batches; *postgres.Store
+// implements it.
+type PurgeStore interface {
+	PurgeBatch(ctx context.Context, f postgres.Fence, kind string, olderThan time.Duration, limit int) (int64, error)
+}
+
+// Defaults for PurgerOptions.
+const (
+	DefaultPurgeInterval  = time.Hour
+	DefaultRetention      = 30 * 24 * time.Hour
+	DefaultAuditRetention = 400 * 24 * time.Hour
+	DefaultPurgeBatch     = 1000
+	DefaultPurgePause     = 20 * time.Millisecond
+)
+
+// PurgerOptions configure NewPurger.
+type PurgerOptions struct {
+	Store      PurgeStore
+	Logger     *zap.Logger
+	Registerer prometheus.Registerer
+	// Interval between the starts of two runs (DefaultPurgeInterval). A
+	// run starts as soon as the term starts.
+	Interval time.Duration
+	// Retention is how long finished outbox rows, payloads, MDNs, inbox
+	// MDNs, heartbeats and events are kept (DefaultRetention).
+	Retention time.Duration
+	// AuditRetention is how long final message rows are kept
+	// (DefaultAuditRetention); at least Retention.
+	AuditRetention time.Duration
+	// Batch bounds the rows one transaction deletes (DefaultPurgeBatch).
+	Batch int
+	// Pause is the wait between two batches, so receivers and dispatchers
+	// get the database between them (DefaultPurgePause; negative: none).
+	Pause time.Duration
+	// RetryBase and RetryMax shape the backoff after a failed batch
+	// (1 s doubling up to 1 min by default).
+	RetryBase, RetryMax time.Duration
+}
+
+// Purger is the leader-gated worker that deletes what edihub no longer
+// needs: every Interval it deletes, kind by kind and in short fenced
+// batches, the finished rows older than Retention, and the final message
+// rows older than AuditRetention. It never touches a message that is not
+// final. Build it with NewPurger; register it as a leader.Worker.
+type Purger struct {
+	o       PurgerOptions
+	log     *zap.Logger
+	deleted *prometheus.CounterVec
+}
+
+// NewPurger validates o and registers edihub_purge_deleted_total{kind}.
+func NewPurger(o PurgerOptions) (*Purger, error) {
+	if o.Store == nil || o.Logger == nil || o.Registerer == nil {
+		return nil, errors.New("outbox: purger needs Store, Logger and Registerer")
+	}
+	if o.Interval <= 0 {
+		o.Interval = DefaultPurgeInterval
+	}
+	if o.Retention <= 0 {
+		o.Retention = DefaultRetention
+	}
+	if o.AuditRetention <= 0 {
+		o.AuditRetention = DefaultAuditRetention
+	}
+	if o.AuditRetention < o.Retention {
+		return nil, fmt.Errorf("outbox: audit retention %s is shorter than the retention %s", o.AuditRetention, o.Retention)
+	}
+	if o.Batch <= 0 {
+		o.Batch = DefaultPurgeBatch
+	}
+	if o.Pause < 0 {
+		o.Pause = 0
+	} else if o.Pause == 0 {
+		o.Pause = DefaultPurgePause
+	}
+	if o.RetryBase <= 0 {
+		o.RetryBase = time.Second
+	}
+	if o.RetryMax < o.RetryBase {
+		o.RetryMax = max(time.Minute, o.RetryBase)
+	}
+	p := &Purger{o: o, log: o.Logger.Named("purger"), deleted: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "edihub_purge_deleted_total",
+		Help: "Rows the leader's purger deleted, by kind (outbox, payloads, mdns, mdn_inbox, heartbeats, events, messages).",
+	}, []string{"kind"})}
+	for _, k := range postgres.PurgeKinds {
+		p.deleted.WithLabelValues(k)
+	}
+	if err := o.Registerer.Register(p.deleted); err != nil {
+		return nil, fmt.Errorf("purger metrics: %w", err)
+	}
+	return p, nil
+}
+
+// Run purges at once and then every Interval until ctx ends (nil). A
+// failed batch is logged and retried with backoff; Run returns an error
+// only when the fence is stale (wrapping postgres.ErrStaleFence).
+func (p *Purger) Run(ctx context.Context) error {
+	f, ok := leader.FenceFrom(ctx)
+	if !ok {
+		return errors.New("purger: no fence in the context (run it as a leader-gated worker)")
+	}
+	for {
+		start := time.Now()
+		counts, err := p.run(ctx, f)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		fields := []zap.Field{zap.Duration("took", time.Since(start))}
+		for _, k := range postgres.PurgeKinds {
+			fields = append(fields, zap.Int64(k, counts[k]))
+		}
+		p.log.Info("purge finished", fields...)
+		leader.MarkSuccess(ctx)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(max(0, p.o.Interval-time.Since(start))):
+		}
+	}
+}
+
+// run purges every kind to the end once. It returns the counts, or an
+// error when ctx ended or the fence is stale.
+func (p *Purger) run(ctx context.Context, f postgres.Fence) (map[string]int64, error) {
+	counts := map[string]int64{}
+	for _, kind := range postgres.PurgeKinds {
+		age := p.o.Retention
+		if kind == postgres.PurgeMessages {
+			age = p.o.AuditRetention
+		}
+		for {
+			n, err := p.batch(ctx, f, kind, age)
+			if err != nil {
+				return counts, err
+			}
+			counts[kind] += n
+			p.deleted.WithLabelValues(kind).Add(float64(n))
+			if n < int64(p.o.Batch) {
+				break
+			}
+			if err := sleep(ctx, p.o.Pause); err != nil {
+				return counts, err
+			}
+		}
+	}
+	return counts, nil
+}
+
+// batch deletes one batch, retrying transient errors with backoff until it
+// succeeds, ctx ends or the fence is stale.
+func (p *Purger) batch(ctx context.Context, f postgres.Fence, kind string, age time.Duration) (int64, error) {
+	wait := p.o.RetryBase
+	for {
+		n, err := p.o.Store.PurgeBatch(ctx, f, kind, age, p.o.Batch)
+		switch {
+		case err == nil:
+			return n, nil
+		case errors.Is(err, postgres.ErrStaleFence):
+			return 0, err
+		case ctx.Err() != nil:
+			return 0, ctx.Err()
+		}
+		p.log.Warn("purge batch failed; retrying", zap.String("kind", kind), zap.Duration("retry_in", wait), zap.Error(err))
+		if err := sleep(ctx, wait); err != nil {
+			return 0, err
+		}
+		wait = min(2*wait, p.o.RetryMax)
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}

@@ -1,0 +1,110 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// What PurgeBatch deletes, in the order a purge run goes through them.
+const (
+	PurgeOutbox     = "outbox"     // finished outbox rows (done, failed) of final messages, webhook deliveries
+	PurgePayloads   = "payloads"   // payloads of final messages
+	PurgeMDNs       = "mdns"       // MDNs kept for final messages
+	PurgeMDNInbox   = "mdn_inbox"  // processed async MDNs and orphans
+	PurgeHeartbeats = "heartbeats" // leader heartbeats
+	PurgeEvents     = "events"     // event feed entries
+	PurgeMessages   = "messages"   // final message rows (the audit trail), with what is left of them
+)
+
+// PurgeKinds lists the kinds in purge order.
+var PurgeKinds = []string{PurgeOutbox, PurgePayloads, PurgeMDNs, PurgeMDNInbox, PurgeHeartbeats, PurgeEvents, PurgeMessages}
+
+// finalMessage is the condition a message row m must meet before anything
+// of it is purged: a final status, finished before the cutoff ($1), and no
+// outbox row still pending for it (a resend in flight).
+const finalMessage = `
+m.status IN ('delivered', 'failed', 'sent', 'processed', 'error')
+AND coalesce(m.completed_at, m.updated_at) < $1
+AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.message_id = m.id AND o.status = 'pending')`
+
+// purgeSQL deletes at most $2 rows of a kind older than $1, oldest first.
+// SKIP LOCKED: a row a receiver or dispatcher holds is left for the next
+// batch instead of waited for.
+var purgeSQL = map[string]string{
+	// The message check must run per row, along the index order, so that
+	// a batch costs its own rows: the extra outer reference in the EXISTS
+	// keeps the planner from turning it into a hashed subplan over every
+	// message, and ANY(ARRAY(...)) deletes by primary key instead of
+	// hash-joining the whole table.
+	PurgeOutbox: `
+DELETE FROM outbox WHERE id = ANY(ARRAY(
+    SELECT x.id FROM outbox x
+     WHERE x.status <> 'pending' AND x.finished_at < $1
+       AND (x.message_id IS NULL OR EXISTS (
+            SELECT 1 FROM messages m WHERE m.id = x.message_id AND x.message_id IS NOT NULL AND ` + finalMessage + `))
+     ORDER BY x.finished_at LIMIT $2 FOR UPDATE SKIP LOCKED))`,
+	PurgePayloads: `
+DELETE FROM payloads WHERE message_id = ANY(ARRAY(
+    SELECT p.message_id FROM payloads p JOIN messages m ON m.id = p.message_id
+     WHERE p.created_at < $1 AND ` + finalMessage + `
+     ORDER BY p.created_at LIMIT $2 FOR UPDATE OF p SKIP LOCKED))`,
+	PurgeMDNs: `
+DELETE FROM mdns WHERE message_id = ANY(ARRAY(
+    SELECT d.message_id FROM mdns d JOIN messages m ON m.id = d.message_id
+     WHERE d.created_at < $1 AND ` + finalMessage + `
+     ORDER BY d.created_at LIMIT $2 FOR UPDATE OF d SKIP LOCKED))`,
+	PurgeMDNInbox: `
+DELETE FROM mdn_inbox WHERE id = ANY(ARRAY(
+    SELECT id FROM mdn_inbox WHERE processed_at IS NOT NULL AND processed_at < $1
+     ORDER BY processed_at LIMIT $2 FOR UPDATE SKIP LOCKED))`,
+	PurgeHeartbeats: `
+DELETE FROM leader_heartbeats WHERE id = ANY(ARRAY(
+    SELECT id FROM leader_heartbeats WHERE beat_at < $1
+     ORDER BY beat_at LIMIT $2 FOR UPDATE SKIP LOCKED))`,
+	PurgeEvents: `
+DELETE FROM events WHERE id = ANY(ARRAY(
+    SELECT id FROM events WHERE created_at < $1
+     ORDER BY created_at LIMIT $2 FOR UPDATE SKIP LOCKED))`,
+	PurgeMessages: `
+DELETE FROM messages WHERE id = ANY(ARRAY(
+    SELECT m.id FROM messages m
+     WHERE m.created_at < $1 AND ` + finalMessage + `
+     ORDER BY m.created_at LIMIT $2 FOR UPDATE OF m SKIP LOCKED))`,
+}
+
+// PurgeBatch deletes at most limit rows of kind that are older than
+// olderThan (database clock) and finished, in one short fenced transaction,
+// and returns how many it deleted; fewer than limit means the kind is done.
+// Nothing of a message that is not final (queued, sending, retrying,
+// awaiting-mdn) is ever deleted. Deleting a message row deletes what is
+// left of it (payload, MDN, outbox rows) with it. It returns ErrStaleFence
+// when f is no longer the current term.
+func (s *Store) PurgeBatch(ctx context.Context, f Fence, kind string, olderThan time.Duration, limit int) (int64, error) {
+	q, ok := purgeSQL[kind]
+	if !ok {
+		return 0, fmt.Errorf("purge: unknown kind %q", kind)
+	}
+	if olderThan <= 0 || limit <= 0 {
+		return 0, fmt.Errorf("purge %s: age %s and limit %d must be positive", kind, olderThan, limit)
+	}
+	var n int64
+	err := s.fenced(ctx, f, func(tx pgx.Tx) error {
+		var cutoff time.Time
+		if err := tx.QueryRow(ctx, `SELECT now() - $1 * interval '1 microsecond'`, olderThan.Microseconds()).Scan(&cutoff); err != nil {
+			return err
+		}
+		tag, err := tx.Exec(ctx, q, cutoff, limit)
+		if err != nil {
+			return err
+		}
+		n = tag.RowsAffected()
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("purge %s: %w", kind, err)
+	}
+	return n, nil
+}
