@@ -89,17 +89,15 @@ CREATE TRIGGER messages_event_update AFTER UPDATE OF status, mdn_overdue ON mess
     FOR EACH ROW WHEN (NEW.status IS DISTINCT FROM OLD.status OR NEW.mdn_overdue IS DISTINCT FROM OLD.mdn_overdue)
     EXECUTE FUNCTION edihub_message_event();
 
--- The purger's deletes, oldest first, and the cascade from messages to
--- outbox.
+-- The purger's deletes, oldest first (the cascade from messages to outbox
+-- uses outbox_message_id_idx of 00004).
 CREATE INDEX payloads_created_at_idx ON payloads (created_at);
 CREATE INDEX mdns_created_at_idx ON mdns (created_at);
 CREATE INDEX mdn_inbox_processed_at_idx ON mdn_inbox (processed_at) WHERE processed_at IS NOT NULL;
-CREATE INDEX outbox_message_id_idx ON outbox (message_id) WHERE message_id IS NOT NULL;
 CREATE INDEX leader_heartbeats_beat_at_only_idx ON leader_heartbeats (beat_at);
 
 -- +goose Down
 DROP INDEX leader_heartbeats_beat_at_only_idx;
-DROP INDEX outbox_message_id_idx;
 DROP INDEX mdn_inbox_processed_at_idx;
 DROP INDEX mdns_created_at_idx;
 DROP INDEX payloads_created_at_idx;
