@@ -353,7 +353,7 @@ SELECT count(*) OVER (), i.state, i.fence, f.token
 // failed or overdue are refused.
 func TestResendCommand(t *testing.T) {
 	a, b := newHubStation(t, "HUB ALPHA"), newHubStation(t, "HUB-BRAVO")
-	a.start(t, b, "sign: sha-256", "mdn: sync", "mdn_signed: true", "max_attempts: 1")
+	a.start(t, b, "sign: sha-256", "mdn: sync", "mdn_signed: true", "max_attempts: 1", "retry_window: 1ms")
 	// BRAVO is not running yet: the one attempt fails.
 	failed := a.send(t, b, []byte("ST*850*0002~\n"), "application/EDI-X12", "b.x12", "failed", "delivered")
 	if failed.Status != "failed" {
