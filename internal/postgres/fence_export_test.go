@@ -29,3 +29,10 @@ func (s *Store) ExpireLease(ctx context.Context, name string) error {
 	_, err := s.pool.Exec(ctx, `UPDATE leader_leases SET expires_at = now() - interval '1 second' WHERE name = $1`, name)
 	return err
 }
+
+// Show returns a setting as a pooled connection's server session sees it.
+func (s *Store) Show(ctx context.Context, name string) (string, error) {
+	var v string
+	err := s.pool.QueryRow(ctx, "SELECT current_setting($1)", name).Scan(&v)
+	return v, err
+}
