@@ -471,13 +471,13 @@ func (r result) print(w io.Writer, o options) (missed bool) {
 		partition.N, span(partition), mark(partition.N > 0 && partition.Max <= partitionMax))
 	if r.backend == failover.Kubernetes && o.dbCuts > 0 {
 		dbCut := failover.StatsOf(r.dbCut)
-		fmt.Fprintf(w, "| leader cut from PostgreSQL alone (cut → successor's workers running), %d trials | ≤ %v (lease + renew deadline) | %s | %s |\n",
-			dbCut.N, dbCutMax, span(dbCut), mark(dbCut.N > 0 && dbCut.Max <= dbCutMax))
+		fmt.Fprintf(w, "| leader cut from PostgreSQL alone (cut → successor's workers running), %d trials | ≤ %.0f s (lease + renew deadline) | %s | %s |\n",
+			dbCut.N, dbCutMax.Seconds(), span(dbCut), mark(dbCut.N > 0 && dbCut.Max <= dbCutMax))
 	}
 	if o.frozenTx > 0 {
 		frozen := failover.StatsOf(r.frozenTx)
-		fmt.Fprintf(w, "| leader frozen inside a fenced transaction (SIGSTOP → successor's workers running), %d trials | ≤ %v (lease + a few seconds) | %s | %s |\n",
-			frozen.N, frozenTxMax, span(frozen), mark(frozen.N > 0 && frozen.Max <= frozenTxMax))
+		fmt.Fprintf(w, "| leader frozen inside a fenced transaction (SIGSTOP → successor's workers running), %d trials | ≤ %.0f s (lease + 5 s) | %s | %s |\n",
+			frozen.N, frozenTxMax.Seconds(), span(frozen), mark(frozen.N > 0 && frozen.Max <= frozenTxMax))
 	}
 	fmt.Fprintf(w, "| accepted stale writes, overlapping terms | 0, 0 | %d, %d (%d terms, %d accepted writes checked) | %s |\n",
 		stale, overlapping, r.terms, r.writes, mark(stale == 0 && overlapping == 0))
