@@ -51,7 +51,7 @@ func (o *leaderOptions) flags(fs *flagSet) {
 	fs.Duration(&o.leaseDuration, "lease-duration", 30*time.Second, "how long followers wait after the lease last changed before taking it")
 	fs.Duration(&o.renewDeadline, "renew-deadline", 10*time.Second, "how long the leader keeps leading without renewing the lease")
 	fs.Duration(&o.retryPeriod, "retry-period", 2*time.Second, "how often the leader renews the lease and followers look at it")
-	fs.Duration(&o.workerStopTimeout, "worker-stop-timeout", 5*time.Second, "how long leader-gated workers may take to stop before the process exits")
+	fs.Duration(&o.workerStopTimeout, "worker-stop-timeout", 5*time.Second, "how long leader-gated workers may take to stop before the process exits; also the longest a fenced transaction may sit idle before the database ends it")
 	fs.Duration(&o.workerStuckAfter, "worker-stuck-after", 10*time.Minute, "a leader-gated worker that makes no progress for this long while this replica leads is stuck: /healthz fails so the replica is restarted")
 	fs.Duration(&o.mdnPollInterval, "mdn-poll-interval", mdn.DefaultPollInterval, "how often the leader's MDN poller looks for async MDNs and overdue messages when no notification woke it (a stored MDN wakes it at once through LISTEN/NOTIFY)")
 	fs.Int(&o.mdnBatchSize, "mdn-batch-size", mdn.DefaultBatchSize, "async MDNs the leader's poller applies per fenced transaction (keep transactions short: the next leader's term waits for them)")

@@ -14,6 +14,7 @@ import (
 
 	"github.com/edihub/edihub/internal/config"
 	"github.com/edihub/edihub/internal/outbox"
+	"github.com/edihub/edihub/internal/postgres"
 )
 
 // sendFlags defines edihub send: it queues a file for a partner directly in
@@ -53,7 +54,7 @@ func sendFlags(fs *flagSet) func(context.Context, *environment) error {
 		if err != nil {
 			return err
 		}
-		store, err := openStore(ctx, zap.NewNop(), url, 2, false)
+		store, err := openStore(ctx, zap.NewNop(), url, postgres.Options{MaxConns: 2}, false)
 		if err != nil {
 			return err
 		}

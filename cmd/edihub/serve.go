@@ -131,7 +131,13 @@ func serve(ctx context.Context, env *environment, o serveOptions) error {
 	}
 	log.Info("configuration loaded", zap.String("path", cfg.Path), zap.String("station", cfg.Station.AS2ID), zap.Int("partners", len(cfg.Partners)))
 
-	store, err := openStore(ctx, log, o.databaseURL, o.dbMaxConns, o.migrate)
+	store, err := openStore(ctx, log, o.databaseURL, postgres.Options{
+		MaxConns: int32(o.dbMaxConns),
+		// A paused or cut-off leader's fenced transaction holds the
+		// successor's term opening no longer than its workers may take
+		// to stop.
+		FencedIdleTimeout: o.leader.workerStopTimeout,
+	}, o.migrate)
 	if err != nil {
 		return err
 	}
@@ -263,8 +269,8 @@ func serve(ctx context.Context, env *environment, o serveOptions) error {
 
 // openStore connects and makes sure the schema is the one this binary
 // expects, migrating first when asked to.
-func openStore(ctx context.Context, log *zap.Logger, url string, maxConns int, migrate bool) (*postgres.Store, error) {
-	store, err := postgres.Open(ctx, url, postgres.Options{MaxConns: int32(maxConns)})
+func openStore(ctx context.Context, log *zap.Logger, url string, opts postgres.Options, migrate bool) (*postgres.Store, error) {
+	store, err := postgres.Open(ctx, url, opts)
 	if err != nil {
 		return nil, fmt.Errorf("%w (check EDIHUB_DATABASE_URL)", err)
 	}

@@ -64,6 +64,19 @@ type termReader interface {
 	CurrentTerm(ctx context.Context, lease string) (postgres.Term, error)
 }
 
+// termChecker confirms a term in PostgreSQL; a TermOpener that implements
+// it (*postgres.Store does) makes the leader confirm its term at every
+// renewal and step down when it cannot for the renew deadline.
+type termChecker interface {
+	CheckTerm(ctx context.Context, f postgres.Fence) error
+}
+
+// pinger is a TermOpener that can tell whether the database answers
+// (*postgres.Store): a replica that cannot reach it does not campaign.
+type pinger interface {
+	Ping(ctx context.Context) error
+}
+
 // ErrWorkersHung is returned by Elector.Run when workers did not stop
 // within Options.WorkerStopTimeout after leadership ended. The process must
 // exit: a restart is better than a second leader.
@@ -491,7 +504,30 @@ func (e *Elector) Run(ctx context.Context) error {
 // when election cannot go on (errFatal).
 func (e *Elector) campaign(ctx context.Context) (token int64, acquiredAt time.Time, _ error) {
 	var lastErr string
+	dbDown := false
 	for {
+		if p, ok := e.o.Terms.(pinger); ok {
+			pctx, cancel := context.WithTimeout(ctx, e.o.RenewDeadline/2)
+			err := p.Ping(pctx)
+			cancel()
+			if ctx.Err() != nil {
+				return 0, time.Time{}, nil
+			}
+			if err != nil {
+				if !dbDown {
+					e.log.Warn("the database does not answer; not campaigning until it does", zap.Error(err))
+					dbDown = true
+				}
+				if !sleep(ctx, jittered(e.o.RetryPeriod)) {
+					return 0, time.Time{}, nil
+				}
+				continue
+			}
+			if dbDown {
+				e.log.Info("the database answers again; campaigning")
+				dbDown = false
+			}
+		}
 		start := time.Now()
 		a, err := e.b.tryAcquire(ctx)
 		if errors.Is(err, errFatal) {
@@ -598,13 +634,27 @@ func (e *Elector) lead(ctx context.Context, token int64, acquiredAt time.Time) (
 		}()
 	}
 
-	lastRenew := acquiredAt
-	deadline := time.NewTimer(time.Until(lastRenew.Add(e.o.RenewDeadline)))
+	// lastRenew is the start of the last successful lease renewal,
+	// lastTerm that of the last confirmation of the term in PostgreSQL.
+	// Leadership ends at the earlier of the two plus the renew deadline.
+	lastRenew, lastTerm := acquiredAt, acquiredAt
+	checker, _ := e.o.Terms.(termChecker)
+	until := func() time.Time {
+		if lastTerm.Before(lastRenew) {
+			return lastTerm.Add(e.o.RenewDeadline)
+		}
+		return lastRenew.Add(e.o.RenewDeadline)
+	}
+	deadline := time.NewTimer(time.Until(until()))
 	defer deadline.Stop()
 	tick := time.NewTicker(e.o.RetryPeriod)
 	defer tick.Stop()
 
-	// renew renews once; it returns why leadership ended, or "".
+	var reason string
+	release, pause := false, false
+	dbFailing := false
+	// renew renews once and confirms the term; it returns why leadership
+	// ended, or "".
 	renew := func() string {
 		start := time.Now()
 		rctx, cancel := context.WithDeadline(ctx, lastRenew.Add(e.o.RenewDeadline))
@@ -614,9 +664,8 @@ func (e *Elector) lead(ctx context.Context, token int64, acquiredAt time.Time) (
 		switch {
 		case err == nil:
 			lastRenew = start
-			deadline.Reset(time.Until(lastRenew.Add(e.o.RenewDeadline)))
 		case ctx.Err() != nil:
-			// shutting down; the loop sees ctx end next
+			return "" // shutting down; the loop sees ctx end next
 		case errors.Is(err, errLost):
 			e.m.renewFailures.Inc()
 			return "lease lost: " + err.Error()
@@ -624,11 +673,34 @@ func (e *Elector) lead(ctx context.Context, token int64, acquiredAt time.Time) (
 			e.m.renewFailures.Inc()
 			log.Warn("lease renewal failed", zap.Error(err), zap.Duration("left", time.Until(lastRenew.Add(e.o.RenewDeadline))))
 		}
+		if checker != nil {
+			cstart := time.Now()
+			cctx, cancel := context.WithDeadline(ctx, lastTerm.Add(e.o.RenewDeadline))
+			err := checker.CheckTerm(cctx, fence)
+			cancel()
+			switch {
+			case err == nil:
+				lastTerm = cstart
+				if dbFailing {
+					log.Info("term confirmed in the database again")
+				}
+				dbFailing = false
+			case ctx.Err() != nil:
+				return ""
+			case errors.Is(err, postgres.ErrStaleFence):
+				pause = true
+				return "stale fence: a newer term opened in the database"
+			default:
+				if !dbFailing {
+					log.Warn("cannot confirm the term in the database", zap.Error(err), zap.Duration("left", time.Until(lastTerm.Add(e.o.RenewDeadline))))
+				}
+				dbFailing = true
+			}
+		}
+		deadline.Reset(time.Until(until()))
 		return ""
 	}
 
-	var reason string
-	release, pause := false, false
 loop:
 	for {
 		select {
@@ -649,6 +721,15 @@ loop:
 			reason, pause = "stale fence: worker "+r.name+" was refused, a newer term opened", true
 			break loop
 		case <-deadline.C:
+			if lastTerm.Before(lastRenew) {
+				// The lease is ours but the database is out of reach:
+				// give the lease up (we can still write it), so that a
+				// replica that reaches the database takes over now, and
+				// campaign again only once the database answers.
+				reason = fmt.Sprintf("cannot confirm the term in the database for the renew deadline (%s)", e.o.RenewDeadline)
+				release, pause = true, true
+				break loop
+			}
 			reason = fmt.Sprintf("lease not renewed for the renew deadline (%s)", e.o.RenewDeadline)
 			break loop
 		case <-tick.C:

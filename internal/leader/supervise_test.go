@@ -103,6 +103,35 @@ type fakeTerms struct {
 	mu    sync.Mutex
 	fence int64
 	stale bool // refuse every term as stale
+	// dbErr, when set, is what CheckTerm and Ping return: the database
+	// is out of reach.
+	dbErr error
+	pings int
+}
+
+func (t *fakeTerms) CheckTerm(_ context.Context, f postgres.Fence) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	switch {
+	case t.dbErr != nil:
+		return t.dbErr
+	case f.Token != t.fence:
+		return fmt.Errorf("check term: %w", postgres.ErrStaleFence)
+	}
+	return nil
+}
+
+func (t *fakeTerms) Ping(context.Context) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.pings++
+	return t.dbErr
+}
+
+func (t *fakeTerms) setDB(err error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.dbErr = err
 }
 
 func (t *fakeTerms) OpenTerm(_ context.Context, f postgres.Fence, holder string) error {
@@ -420,6 +449,82 @@ func TestStaleFenceEndsTheTerm(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(h.e.m.workerRestarts.WithLabelValues("a")); got != 0 {
 		t.Errorf("edihub_worker_restarts_total{worker=a} = %v, want 0 (the term ended)", got)
+	}
+}
+
+// TestLeaderCutFromTheDatabaseStepsDown: a leader that still renews its
+// lease but cannot confirm its term in the database for the renew deadline
+// stops its workers, releases the lease so that a replica that reaches the
+// database takes over, and does not campaign again until the database
+// answers.
+func TestLeaderCutFromTheDatabaseStepsDown(t *testing.T) {
+	h := newHarness(t)
+	stop, _ := h.start(t)
+	first := waitStart(t, h.a)
+	h.terms.setDB(errors.New("dial tcp: i/o timeout"))
+	deadline := time.Now().Add(5 * time.Second)
+	for h.j.index(fmt.Sprintf("release %d", first)) < 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("events %v: the lease was not released 5s after the database went away (renew deadline 200ms)", h.j.events())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	for _, w := range []string{"a", "b"} {
+		if s := h.j.index(fmt.Sprintf("%s stop %d", w, first)); s < 0 || s > h.j.index(fmt.Sprintf("release %d", first)) {
+			t.Errorf("events %v: worker %s not stopped before the release", h.j.events(), w)
+		}
+	}
+	// While the database is away it does not take the lease again, though
+	// the lease is free: wait for many pings (each a retry period apart).
+	h.terms.mu.Lock()
+	pings := h.terms.pings
+	h.terms.mu.Unlock()
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		h.terms.mu.Lock()
+		n := h.terms.pings
+		h.terms.mu.Unlock()
+		if n >= pings+5 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d pings of the database in 5s, want the follower to keep checking it", n-pings)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if slices.Contains(h.j.events(), fmt.Sprintf("acquire %d", first+1)) {
+		t.Fatalf("events %v: the lease was taken again while the database was away", h.j.events())
+	}
+	h.terms.setDB(nil)
+	if second := waitStart(t, h.a); second <= first {
+		t.Errorf("term after the database came back %d, want > %d", second, first)
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestTermCheckSeesAStaleFence: a renewal's term check that finds a newer
+// term in the database ends the term at once, without releasing.
+func TestTermCheckSeesAStaleFence(t *testing.T) {
+	h := newHarness(t)
+	stop, _ := h.start(t)
+	first := waitStart(t, h.a)
+	h.lease.mu.Lock()
+	h.lease.held = false // a successor took the lease...
+	h.lease.token++      // ...with a newer token...
+	h.lease.mu.Unlock()
+	h.terms.mu.Lock()
+	h.terms.fence = first + 1 // ...and opened its term
+	h.terms.mu.Unlock()
+	second := waitStart(t, h.a)
+	if second <= first+1 {
+		t.Errorf("next term %d, want > %d", second, first+1)
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if slices.Contains(h.j.events(), fmt.Sprintf("release %d", first)) {
+		t.Errorf("events %v: a stale term released the lease", h.j.events())
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // Fence identifies one leadership term: the lease it was won on and the
@@ -44,6 +45,11 @@ func (s *Store) OpenTerm(ctx context.Context, f Fence, holder string) error {
 		return fmt.Errorf("open term %s: invalid fence", f)
 	}
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		// Wait for the fence row's lock (held in share mode by in-flight
+		// fenced transactions) no longer than the lock timeout.
+		if _, err := tx.Exec(ctx, `SELECT set_config('lock_timeout', $1, true)`, msString(s.termLockTimeout)); err != nil {
+			return err
+		}
 		tag, err := tx.Exec(ctx, `
 INSERT INTO leader_fence (lease, token, holder, opened_at) VALUES ($1, $2, $3, now())
 ON CONFLICT (lease) DO UPDATE
@@ -67,8 +73,37 @@ INSERT INTO leader_terms (lease, token, holder, opened_at) VALUES ($1, $2, $3, c
 ON CONFLICT (lease, token) DO NOTHING`, f.Lease, f.Token, holder)
 		return err
 	})
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == "55P03" { // lock_not_available
+		return fmt.Errorf("open term %s: %w: the fence row stayed locked by an older term's transaction for %s (lock_timeout)", f, ErrTermLockTimeout, s.termLockTimeout)
+	}
 	if err != nil {
 		return fmt.Errorf("open term %s: %w", f, err)
+	}
+	return nil
+}
+
+// ErrTermLockTimeout reports a term opening that waited for the fence row's
+// lock longer than Options.TermLockTimeout: an older term's fenced
+// transaction still held it. The caller may try again.
+var ErrTermLockTimeout = errors.New("timed out waiting for the fence row's lock")
+
+// msString formats d for a PostgreSQL time setting.
+func msString(d time.Duration) string { return fmt.Sprintf("%dms", d.Milliseconds()) }
+
+// CheckTerm confirms that f is still the lease's current term: it returns
+// nil when it is, an error matching ErrStaleFence when another term has
+// opened (or none has), and another error when the database cannot say.
+// The elector calls it at every renewal, so that a leader that cannot reach
+// the database steps down.
+func (s *Store) CheckTerm(ctx context.Context, f Fence) error {
+	var current int64
+	err := s.pool.QueryRow(ctx, `SELECT token FROM leader_fence WHERE lease = $1`, f.Lease).Scan(&current)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows), err == nil && current != f.Token:
+		return fmt.Errorf("check term %s: %w", f, ErrStaleFence)
+	case err != nil:
+		return fmt.Errorf("check term %s: %w", f, err)
 	}
 	return nil
 }
@@ -83,8 +118,12 @@ ON CONFLICT (lease, token) DO NOTHING`, f.Lease, f.Token, holder)
 // network.
 func (s *Store) fenced(ctx context.Context, f Fence, fn func(pgx.Tx) error) error {
 	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		// The same statement limits how long this transaction may sit
+		// idle: a paused or cut-off leader cannot hold the share lock
+		// (and so a successor's term opening) past it.
 		var current int64
-		err := tx.QueryRow(ctx, `SELECT token FROM leader_fence WHERE lease = $1 FOR SHARE`, f.Lease).Scan(&current)
+		err := tx.QueryRow(ctx, `SELECT token FROM leader_fence, set_config('idle_in_transaction_session_timeout', $2, true) WHERE lease = $1 FOR SHARE OF leader_fence`,
+			f.Lease, msString(s.fencedIdleTimeout)).Scan(&current)
 		if errors.Is(err, pgx.ErrNoRows) || (err == nil && current != f.Token) {
 			s.fenceRejections.Inc()
 			return ErrStaleFence
@@ -186,4 +225,41 @@ func (s *Store) CurrentTerm(ctx context.Context, lease string) (Term, error) {
 		return Term{}, fmt.Errorf("read fence of %s: %w", lease, err)
 	}
 	return t, nil
+}
+
+// IdleTransaction is a database session idle inside a transaction.
+type IdleTransaction struct {
+	PID             int32
+	ApplicationName string
+	// Idle is how long it has been idle, by the database clock.
+	Idle time.Duration
+	// Query is the last statement it ran.
+	Query string
+}
+
+// IdleTransactions lists the sessions of this database that are idle in a
+// transaction for at least min, longest first. For diagnostics: a fenced
+// transaction left open by a paused leader shows here until the server
+// ends it (Options.FencedIdleTimeout).
+func (s *Store) IdleTransactions(ctx context.Context, min time.Duration) ([]IdleTransaction, error) {
+	rows, err := s.pool.Query(ctx, `
+SELECT pid, application_name, (extract(epoch FROM clock_timestamp() - state_change) * 1000000)::bigint, query
+  FROM pg_stat_activity
+ WHERE datname = current_database() AND state = 'idle in transaction'
+   AND clock_timestamp() - state_change >= $1 * interval '1 microsecond'
+ ORDER BY state_change`, min.Microseconds())
+	if err != nil {
+		return nil, fmt.Errorf("idle transactions: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (IdleTransaction, error) {
+		var it IdleTransaction
+		var us int64
+		err := r.Scan(&it.PID, &it.ApplicationName, &us, &it.Query)
+		it.Idle = time.Duration(us) * time.Microsecond
+		return it, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("idle transactions: %w", err)
+	}
+	return out, nil
 }

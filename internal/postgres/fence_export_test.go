@@ -45,3 +45,10 @@ func (s *Store) LockWaiters(ctx context.Context) (int, error) {
 	err := s.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&n)
 	return n, err
 }
+
+// Show returns a setting as a pooled connection's server session sees it.
+func (s *Store) Show(ctx context.Context, name string) (string, error) {
+	var v string
+	err := s.pool.QueryRow(ctx, "SELECT current_setting($1)", name).Scan(&v)
+	return v, err
+}

@@ -9,8 +9,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"strconv"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
@@ -22,6 +25,23 @@ type Options struct {
 	MaxConns int32
 	// ConnectTimeout bounds each new connection; 0 means 5 s.
 	ConnectTimeout time.Duration
+	// FencedIdleTimeout bounds how long a fenced transaction may sit idle
+	// (a paused or cut-off leader between statements): the server ends the
+	// session past it, and with it the share lock on the fence row that a
+	// successor's term opening waits for. 0 means 5 s; edihub serve passes
+	// the worker stop timeout.
+	FencedIdleTimeout time.Duration
+	// TermLockTimeout bounds OpenTerm's wait for the fence row's lock; past
+	// it OpenTerm fails and the elector tries again. 0 means
+	// FencedIdleTimeout + 2 s, so that a term opening normally outwaits an
+	// idle transaction that the server is about to end.
+	TermLockTimeout time.Duration
+	// DeadPeerTimeout is how fast a connection notices a peer that went
+	// away without closing it (network cut, host down): TCP keepalives and
+	// TCP_USER_TIMEOUT on the client side, and the same settings asked of
+	// the server for its end (tcp_keepalives_*, tcp_user_timeout), unless
+	// the URL sets them. 0 means 10 s.
+	DeadPeerTimeout time.Duration
 }
 
 // Store is the PostgreSQL-backed store. It is safe for concurrent use.
@@ -30,6 +50,9 @@ type Store struct {
 	// fenceRejections counts leader-gated writes refused for a stale
 	// fencing token (edihub_fencing_rejections_total), exported by Collector.
 	fenceRejections prometheus.Counter
+	// fencedIdleTimeout and termLockTimeout: see Options.
+	fencedIdleTimeout time.Duration
+	termLockTimeout   time.Duration
 }
 
 // ErrSchemaOutdated reports a database whose schema is older than this
@@ -54,11 +77,55 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 	}
 	cfg.ConnConfig.ConnectTimeout = opts.ConnectTimeout
 	cfg.ConnConfig.RuntimeParams["application_name"] = "edihub"
+	if opts.FencedIdleTimeout <= 0 {
+		opts.FencedIdleTimeout = 5 * time.Second
+	}
+	if opts.TermLockTimeout <= 0 {
+		opts.TermLockTimeout = opts.FencedIdleTimeout + 2*time.Second
+	}
+	if opts.DeadPeerTimeout <= 0 {
+		opts.DeadPeerTimeout = 10 * time.Second
+	}
+	detectDeadPeers(cfg.ConnConfig, opts.DeadPeerTimeout)
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("open database: %w", redact(err))
 	}
-	return &Store{pool: pool, fenceRejections: newFenceRejections()}, nil
+	return &Store{
+		pool:              pool,
+		fenceRejections:   newFenceRejections(),
+		fencedIdleTimeout: opts.FencedIdleTimeout,
+		termLockTimeout:   opts.TermLockTimeout,
+	}, nil
+}
+
+// detectDeadPeers makes connections notice within about d a peer that is
+// gone without closing the connection. Client side: TCP keepalives probe
+// an idle connection after d/3, every d/6, three times; TCP_USER_TIMEOUT
+// (Linux) drops a connection whose sent data stays unacknowledged for d.
+// Server side, unless the URL says otherwise: the same keepalives and
+// tcp_user_timeout, so the server ends the session of a replica cut off
+// with a transaction open.
+func detectDeadPeers(cc *pgx.ConnConfig, d time.Duration) {
+	idle, interval := max(d/3, time.Second), max(d/6, time.Second)
+	dialer := &net.Dialer{
+		Timeout: cc.ConnectTimeout,
+		KeepAliveConfig: net.KeepAliveConfig{
+			Enable: true, Idle: idle, Interval: interval, Count: 3,
+		},
+		Control: tcpUserTimeout(d),
+	}
+	cc.DialFunc = dialer.DialContext
+	for k, v := range map[string]string{
+		"tcp_keepalives_idle":     strconv.Itoa(int(idle / time.Second)),
+		"tcp_keepalives_interval": strconv.Itoa(int(interval / time.Second)),
+		"tcp_keepalives_count":    "3",
+		"tcp_user_timeout":        strconv.FormatInt(d.Milliseconds(), 10),
+	} {
+		if _, set := cc.RuntimeParams[k]; !set {
+			cc.RuntimeParams[k] = v
+		}
+	}
 }
 
 // Close closes every connection, waiting for those in use to be released.

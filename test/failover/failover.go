@@ -83,6 +83,8 @@ const (
 	MsgResumed    = "harness: SIGCONT"
 	MsgCut        = "harness: cut"
 	MsgRestored   = "harness: restored"
+	MsgDBCut      = "harness: database cut"
+	MsgDBRestored = "harness: database restored"
 )
 
 // BuildBinary builds edihub from the module containing the working
@@ -144,6 +146,10 @@ type Options struct {
 	// Output, if set, receives every log line prefixed with the replica's
 	// name.
 	Output io.Writer
+	// ProxyDatabase, on the Kubernetes backend, makes each replica reach
+	// PostgreSQL through a proxy of its own too (Replica.DBProxy), so a
+	// scenario can cut one replica from the database alone.
+	ProxyDatabase bool
 }
 
 // Cluster is a set of running replicas and what they did.
@@ -156,6 +162,7 @@ type Cluster struct {
 	replicas []*Replica
 	rec      *Recorder
 	proxies  []*netproxy.Proxy
+	dbProxy  []*netproxy.Proxy // per replica, or nil
 }
 
 // Replica is one edihub process slot: it keeps its name, addresses and
@@ -165,7 +172,10 @@ type Replica struct {
 	// Proxy carries this replica's traffic to the API server (Kubernetes
 	// backend) or to PostgreSQL (Postgres backend); Cut partitions it.
 	Proxy *netproxy.Proxy
-	cl    *Cluster
+	// DBProxy carries its traffic to PostgreSQL on the Kubernetes backend
+	// with Options.ProxyDatabase; nil otherwise. CutDatabase partitions it.
+	DBProxy *netproxy.Proxy
+	cl      *Cluster
 }
 
 // Start starts the replicas. It does not wait for readiness (WaitReady).
@@ -228,7 +238,19 @@ func Start(ctx context.Context, o Options) (_ *Cluster, err error) {
 				p.Close()
 				return nil, err
 			}
-			env = append(env, "EDIHUB_DATABASE_URL="+o.DatabaseURL, "EDIHUB_KUBECONFIG="+kc, "EDIHUB_LEASE_NAMESPACE="+o.Namespace)
+			db := o.DatabaseURL
+			var dp *netproxy.Proxy
+			if o.ProxyDatabase {
+				if dp, err = netproxy.Start(dbURL.Host); err != nil {
+					p.Close()
+					return nil, err
+				}
+				u := *dbURL
+				u.Host = dp.Addr()
+				db = u.String()
+			}
+			cl.dbProxy = append(cl.dbProxy, dp)
+			env = append(env, "EDIHUB_DATABASE_URL="+db, "EDIHUB_KUBECONFIG="+kc, "EDIHUB_LEASE_NAMESPACE="+o.Namespace)
 		case Postgres:
 			if p, err = netproxy.Start(dbURL.Host); err != nil {
 				return nil, err
@@ -252,7 +274,11 @@ func Start(ctx context.Context, o Options) (_ *Cluster, err error) {
 		return nil, err
 	}
 	for i, r := range cl.c.Replicas() {
-		cl.replicas = append(cl.replicas, &Replica{Replica: r, Proxy: cl.proxies[i], cl: cl})
+		rep := &Replica{Replica: r, Proxy: cl.proxies[i], cl: cl}
+		if i < len(cl.dbProxy) {
+			rep.DBProxy = cl.dbProxy[i]
+		}
+		cl.replicas = append(cl.replicas, rep)
 	}
 	return cl, nil
 }
@@ -271,6 +297,11 @@ func (cl *Cluster) Close() error {
 	}
 	for _, p := range cl.proxies {
 		p.Close()
+	}
+	for _, p := range cl.dbProxy {
+		if p != nil {
+			p.Close()
+		}
 	}
 	cl.Store.Close()
 	return errors.Join(errs...)
@@ -357,6 +388,92 @@ func (r *Replica) Restore() time.Time {
 	r.Proxy.Restore()
 	r.cl.rec.add(Event{Replica: r.Spec.Name, Identity: r.Identity(), Time: at, Msg: MsgRestored})
 	return at
+}
+
+// CutDatabase partitions the replica from PostgreSQL alone (DBProxy) and
+// records it.
+func (r *Replica) CutDatabase() time.Time {
+	at := time.Now()
+	r.DBProxy.Cut()
+	r.cl.rec.add(Event{Replica: r.Spec.Name, Identity: r.Identity(), Time: at, Msg: MsgDBCut})
+	return at
+}
+
+// RestoreDatabase ends a database cut and records it.
+func (r *Replica) RestoreDatabase() time.Time {
+	at := time.Now()
+	r.DBProxy.Restore()
+	r.cl.rec.add(Event{Replica: r.Spec.Name, Identity: r.Identity(), Time: at, Msg: MsgDBRestored})
+	return at
+}
+
+// FreezeInFencedTransaction sends SIGSTOP to the leader r while it is
+// inside a fenced transaction, so that the transaction stays open holding
+// the fence row's share lock (issue 10, item 2). It slows r's database
+// proxy (DBProxy, Options.ProxyDatabase) so each statement's round trip
+// leaves r's transaction idle for a while, waits for such an idle
+// transaction, freezes r, and checks that a transaction stays idle (it is
+// r's, frozen); otherwise it resumes r and tries again. On the Postgres
+// backend r's Proxy is the one slowed. It returns the
+// time of the SIGSTOP that held.
+func (cl *Cluster) FreezeInFencedTransaction(ctx context.Context, r *Replica) (time.Time, error) {
+	const delay = 150 * time.Millisecond
+	db := r.DBProxy
+	if cl.Backend == Postgres {
+		db = r.Proxy // all its traffic goes to PostgreSQL
+	}
+	if db == nil {
+		return time.Time{}, errors.New("failover: FreezeInFencedTransaction needs Options.ProxyDatabase on the Kubernetes backend")
+	}
+	db.SetDelay(delay)
+	defer db.SetDelay(0)
+	fenced := func(min time.Duration) (bool, error) {
+		its, err := cl.Store.IdleTransactions(ctx, min)
+		if err != nil {
+			return false, err
+		}
+		for _, it := range its {
+			if strings.Contains(it.Query, "leader_fence") || strings.Contains(it.Query, "leader_heartbeats") {
+				return true, nil
+			}
+		}
+		return false, nil
+	}
+	for attempt := 1; attempt <= 20; attempt++ {
+		for {
+			ok, err := fenced(0)
+			if err != nil {
+				return time.Time{}, err
+			}
+			if ok {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				return time.Time{}, ctx.Err()
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+		at, err := r.Freeze(ctx)
+		if err != nil {
+			return at, err
+		}
+		// A running leader's transaction is idle about two proxy delays
+		// at a time; one idle for much longer belongs to the frozen one.
+		select {
+		case <-ctx.Done():
+			return at, ctx.Err()
+		case <-time.After(8 * delay):
+		}
+		ok, err := fenced(6 * delay)
+		if err != nil || ok {
+			return at, err
+		}
+		if _, err := r.Resume(ctx); err != nil {
+			return at, err
+		}
+	}
+	return time.Time{}, errors.New("could not freeze the leader inside a fenced transaction in 20 attempts")
 }
 
 // Identity is the current (or last) process's leader identity, from its

@@ -65,6 +65,8 @@ type scenario struct {
 type setup struct {
 	// databaseURL overrides the fresh database of the shared test server.
 	databaseURL string
+	// proxyDatabase: see failover.Options.ProxyDatabase.
+	proxyDatabase bool
 }
 
 // start runs three replicas on backend with production timings: a
@@ -75,7 +77,7 @@ func start(t *testing.T, backend failover.Backend, s setup) *scenario {
 	t.Helper()
 	bin := binary(t)
 	sc := &scenario{}
-	o := failover.Options{Binary: bin, Backend: backend, DatabaseURL: s.databaseURL, Dir: t.TempDir()}
+	o := failover.Options{Binary: bin, Backend: backend, DatabaseURL: s.databaseURL, Dir: t.TempDir(), ProxyDatabase: s.proxyDatabase}
 	if o.DatabaseURL == "" {
 		o.DatabaseURL = pgtest.URL(t)
 	}

@@ -17,6 +17,7 @@ type Proxy struct {
 	ln     net.Listener
 
 	mu     sync.Mutex
+	delay  time.Duration
 	cut    bool
 	resume chan struct{} // closed when the cut ends
 	conns  map[net.Conn]struct{}
@@ -49,6 +50,15 @@ func (p *Proxy) Cut() {
 		p.cut = true
 		p.resume = make(chan struct{})
 	}
+}
+
+// SetDelay holds every chunk for d before forwarding it, in both
+// directions (0: none), as a slow network would. A test uses it to stretch
+// a transaction's round trips so that it can act while one is open.
+func (p *Proxy) SetDelay(d time.Duration) {
+	p.mu.Lock()
+	p.delay = d
+	p.mu.Unlock()
 }
 
 // Restore ends a cut. Connections that survived it carry on.
@@ -170,6 +180,12 @@ func (p *Proxy) pipe(dst, src net.Conn) {
 	for {
 		n, err := src.Read(buf)
 		if n > 0 {
+			p.mu.Lock()
+			d := p.delay
+			p.mu.Unlock()
+			if d > 0 {
+				time.Sleep(d)
+			}
 			if !p.gate() {
 				return
 			}

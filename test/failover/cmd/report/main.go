@@ -20,6 +20,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -48,6 +49,11 @@ const (
 	crashP50     = 31 * time.Second
 	gracefulMax  = time.Second
 	partitionMax = 12 * time.Second
+	// Issue 10: a leader cut from PostgreSQL alone is replaced within
+	// lease duration + renew deadline; a leader frozen inside a fenced
+	// transaction delays its successor a few seconds beyond the lease.
+	dbCutMax    = failover.LeaseDuration + failover.RenewDeadline
+	frozenTxMax = failover.LeaseDuration + 5*time.Second
 	// step bounds every wait of a trial, so a broken build fails instead
 	// of hanging.
 	step = 2 * time.Minute
@@ -55,6 +61,7 @@ const (
 
 type options struct {
 	trials, partitions int
+	dbCuts, frozenTx   int
 	backends           []failover.Backend
 	logDir             string
 }
@@ -65,6 +72,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	fs.IntVar(&o.trials, "trials", 10, "crash and graceful trials per backend (at least 10 for the targets)")
 	fs.IntVar(&o.partitions, "partition-trials", 3, "partition trials per backend")
+	fs.IntVar(&o.dbCuts, "database-cut-trials", 2, "trials of a leader cut from PostgreSQL alone (Kubernetes backend)")
+	fs.IntVar(&o.frozenTx, "frozen-tx-trials", 2, "trials of a leader frozen inside a fenced transaction, per backend")
 	backends := fs.String("backends", "kubernetes,postgres", "comma-separated leader backends to measure")
 	fs.StringVar(&o.logDir, "log-dir", "", "directory to keep the replicas' logs in (one file per backend); default: discarded")
 	if err := fs.Parse(args); err != nil {
@@ -78,8 +87,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return fmt.Errorf("-backends: unknown backend %q (kubernetes, postgres)", b)
 		}
 	}
-	if o.trials < 1 || o.partitions < 0 {
-		return errors.New("-trials must be at least 1 and -partition-trials not negative")
+	if o.trials < 1 || o.partitions < 0 || o.dbCuts < 0 || o.frozenTx < 0 {
+		return errors.New("-trials must be at least 1 and the other trial counts not negative")
 	}
 	logf := func(format string, a ...any) {
 		fmt.Fprintf(stderr, time.Now().Format("15:04:05")+" "+format+"\n", a...)
@@ -150,7 +159,9 @@ func measureBackend(ctx context.Context, b failover.Backend, bin string, pg *pgs
 	if err != nil {
 		return result{}, err
 	}
-	fo := failover.Options{Binary: bin, Backend: b, DatabaseURL: dbURL, Dir: bdir}
+	// On Kubernetes each replica reaches PostgreSQL through a proxy of its
+	// own too, for the database-cut and frozen-transaction trials.
+	fo := failover.Options{Binary: bin, Backend: b, DatabaseURL: dbURL, Dir: bdir, ProxyDatabase: b == failover.Kubernetes}
 	if o.logDir != "" {
 		if err := os.MkdirAll(o.logDir, 0o755); err != nil {
 			return result{}, err
@@ -204,8 +215,13 @@ func createDatabase(ctx context.Context, pg *pgserver.Server, name string) (stri
 type result struct {
 	backend                    failover.Backend
 	crash, graceful, partition []time.Duration
-	terms, writes              int
-	verdict                    failover.Verdict
+	dbCut, frozenTx            []time.Duration
+	// frozenPairs are the (frozen term, successor) token pairs of the
+	// frozen-transaction trials: the frozen leader believed it led until
+	// it resumed, so those terms overlap by design (the fence refused it).
+	frozenPairs   [][2]int64
+	terms, writes int
+	verdict       failover.Verdict
 }
 
 // measure runs the trials on one cluster.
@@ -354,6 +370,57 @@ func measure(ctx context.Context, fo failover.Options, o options, logf func(stri
 		}
 	}
 
+	for i := 1; fo.Backend == failover.Kubernetes && i <= o.dbCuts; i++ {
+		err := trial("database cut", i, func(ctx context.Context) error {
+			cut := cur.CutDatabase()
+			defer cur.RestoreDatabase()
+			next, tok, first, err := takeover(ctx, cut, cur)
+			if err != nil {
+				return err
+			}
+			d := first.Sub(cut)
+			res.dbCut = append(res.dbCut, d)
+			logf("database cut %d/%d: cut %s from PostgreSQL → %s's workers running after %v", i, o.dbCuts, cur.Spec.Name, next.Spec.Name, d.Round(time.Millisecond))
+			cur.RestoreDatabase()
+			cur, token = next, tok
+			return nil
+		})
+		if err != nil {
+			return res, err
+		}
+	}
+	for i := 1; i <= o.frozenTx; i++ {
+		err := trial("frozen transaction", i, func(ctx context.Context) error {
+			frozen, err := cl.FreezeInFencedTransaction(ctx, cur)
+			if err != nil {
+				return err
+			}
+			defer func() { _, _ = cur.Resume(context.WithoutCancel(ctx)) }()
+			next, tok, first, err := takeover(ctx, frozen, cur)
+			if err != nil {
+				return err
+			}
+			d := first.Sub(frozen)
+			res.frozenTx = append(res.frozenTx, d)
+			logf("frozen transaction %d/%d: SIGSTOP %s inside a fenced transaction → %s's workers running after %v", i, o.frozenTx, cur.Spec.Name, next.Spec.Name, d.Round(time.Millisecond))
+			resumed, err := cur.Resume(ctx)
+			if err != nil {
+				return err
+			}
+			if _, err := cl.WaitEvent(ctx, resumed, func(e failover.Event) bool {
+				return e.Replica == cur.Spec.Name && e.Token == token && (e.Msg == failover.MsgLost || e.Msg == failover.MsgReleased)
+			}); err != nil {
+				return fmt.Errorf("%s did not end its term after resuming: %w", cur.Spec.Name, err)
+			}
+			res.frozenPairs = append(res.frozenPairs, [2]int64{token, tok})
+			cur, token = next, tok
+			return nil
+		})
+		if err != nil {
+			return res, err
+		}
+	}
+
 	hctx, hcancel := context.WithTimeout(ctx, time.Minute)
 	defer hcancel()
 	h, err := cl.History(hctx)
@@ -361,6 +428,15 @@ func measure(ctx context.Context, fo failover.Options, o options, logf func(stri
 		return res, err
 	}
 	res.terms, res.writes, res.verdict = len(h.Terms), len(h.Beats), failover.Check(h)
+	var overlapping [][2]failover.Term
+	for _, p := range res.verdict.Overlapping {
+		if !slices.ContainsFunc(res.frozenPairs, func(f [2]int64) bool {
+			return (p[0].Token == f[0] && p[1].Token == f[1]) || (p[0].Token == f[1] && p[1].Token == f[0])
+		}) {
+			overlapping = append(overlapping, p)
+		}
+	}
+	res.verdict.Overlapping = overlapping
 	if err := res.verdict.Err(); err != nil {
 		logf("history: %v", err)
 	}
@@ -393,6 +469,16 @@ func (r result) print(w io.Writer, o options) (missed bool) {
 		graceful.N, span(graceful), mark(graceful.N >= 10 && graceful.Max <= gracefulMax))
 	fmt.Fprintf(w, "| partitioned leader's workers stopped after the cut, %d trials | ≤ 12 s | %s | %s |\n",
 		partition.N, span(partition), mark(partition.N > 0 && partition.Max <= partitionMax))
+	if r.backend == failover.Kubernetes && o.dbCuts > 0 {
+		dbCut := failover.StatsOf(r.dbCut)
+		fmt.Fprintf(w, "| leader cut from PostgreSQL alone (cut → successor's workers running), %d trials | ≤ %.0f s (lease + renew deadline) | %s | %s |\n",
+			dbCut.N, dbCutMax.Seconds(), span(dbCut), mark(dbCut.N > 0 && dbCut.Max <= dbCutMax))
+	}
+	if o.frozenTx > 0 {
+		frozen := failover.StatsOf(r.frozenTx)
+		fmt.Fprintf(w, "| leader frozen inside a fenced transaction (SIGSTOP → successor's workers running), %d trials | ≤ %.0f s (lease + 5 s) | %s | %s |\n",
+			frozen.N, frozenTxMax.Seconds(), span(frozen), mark(frozen.N > 0 && frozen.Max <= frozenTxMax))
+	}
 	fmt.Fprintf(w, "| accepted stale writes, overlapping terms | 0, 0 | %d, %d (%d terms, %d accepted writes checked) | %s |\n",
 		stale, overlapping, r.terms, r.writes, mark(stale == 0 && overlapping == 0))
 	return missed
