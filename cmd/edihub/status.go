@@ -8,10 +8,13 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"sort"
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/edihub/edihub/internal/leader"
 )
@@ -22,6 +25,11 @@ type statusOptions struct {
 	opsDNS  string
 	output  string
 	timeout time.Duration
+	// The Lease, read when a namespace is known (flag, POD_NAMESPACE or
+	// the pod's service account).
+	leaseName      string
+	leaseNamespace string
+	kubeconfig     string
 }
 
 func statusFlags(fs *flagSet) func(context.Context, *environment) error {
@@ -31,7 +39,53 @@ func statusFlags(fs *flagSet) func(context.Context, *environment) error {
 	fs.String(&o.output, "output", "table", "output format: table or json (also -o)")
 	fs.StringVar(&o.output, "o", "table", "short for -output")
 	fs.Duration(&o.timeout, "timeout", 3*time.Second, "how long to wait for each replica's answer")
+	fs.String(&o.leaseName, "lease-name", "edihub-leader", "name of the leader Lease to show beside the replicas' views")
+	fs.String(&o.leaseNamespace, "lease-namespace", "", "namespace of the Lease; default: the pod's service-account namespace; none: the Lease is not read", "POD_NAMESPACE")
+	fs.String(&o.kubeconfig, "kubeconfig", "", "kubeconfig file for reading the Lease; empty: the in-cluster service account", "KUBECONFIG")
 	return func(ctx context.Context, env *environment) error { return status(ctx, env, o) }
+}
+
+// leaseView is the leader Lease as the API server has it.
+type leaseView struct {
+	Name            string     `json:"name"`
+	Namespace       string     `json:"namespace"`
+	Holder          string     `json:"holder"`
+	Transitions     int32      `json:"transitions"`
+	RenewTime       *time.Time `json:"renew_time,omitempty"`
+	ResourceVersion string     `json:"resource_version"`
+	Error           string     `json:"error,omitempty"`
+}
+
+// readLease reads the Lease when a namespace is known; nil when not.
+func readLease(ctx context.Context, o statusOptions) *leaseView {
+	lo := leaderOptions{leaseName: o.leaseName, namespace: o.leaseNamespace, kubeconfig: o.kubeconfig, renewDeadline: 2 * o.timeout}
+	ns, err := lo.resolveNamespace(os.ReadFile)
+	if err != nil {
+		return nil
+	}
+	v := &leaseView{Name: o.leaseName, Namespace: ns}
+	cs, _, err := lo.kubeClients()
+	if err != nil {
+		v.Error = err.Error()
+		return v
+	}
+	l, err := cs.CoordinationV1().Leases(ns).Get(ctx, o.leaseName, metav1.GetOptions{})
+	if err != nil {
+		v.Error = fmt.Sprintf("get Lease %s/%s: %v", ns, o.leaseName, err)
+		return v
+	}
+	v.ResourceVersion = l.ResourceVersion
+	if l.Spec.HolderIdentity != nil {
+		v.Holder = *l.Spec.HolderIdentity
+	}
+	if l.Spec.LeaseTransitions != nil {
+		v.Transitions = *l.Spec.LeaseTransitions
+	}
+	if l.Spec.RenewTime != nil {
+		t := l.Spec.RenewTime.Time
+		v.RenewTime = &t
+	}
+	return v
 }
 
 // errNoConsensus is returned when the replicas disagree on the holder or
@@ -58,6 +112,7 @@ type clusterView struct {
 	Leader       string        `json:"leader,omitempty"`
 	FencingToken int64         `json:"fencing_token,omitempty"`
 	Since        *time.Time    `json:"since,omitempty"`
+	Lease        *leaseView    `json:"lease,omitempty"`
 	Consensus    bool          `json:"consensus"`
 	Problem      string        `json:"problem,omitempty"`
 	Replicas     []replicaView `json:"replicas"`
@@ -131,6 +186,7 @@ func status(ctx context.Context, env *environment, o statusOptions) error {
 			leaders = append(leaders, *r.Status)
 		}
 	}
+	view.Lease = readLease(ctx, o)
 	var problem error
 	switch {
 	case len(leaders) == 0:
@@ -139,6 +195,8 @@ func status(ctx context.Context, env *environment, o statusOptions) error {
 		problem = fmt.Errorf("%w: %d replicas say they lead", errNoConsensus, len(leaders))
 	case len(holders) > 1:
 		problem = fmt.Errorf("%w: the replicas disagree on the holder", errNoConsensus)
+	case view.Lease != nil && view.Lease.Error == "" && view.Lease.Holder != leaders[0].Identity:
+		problem = fmt.Errorf("%w: the Lease names %q, replica %s leads", errNoConsensus, view.Lease.Holder, leaders[0].Identity)
 	}
 	if len(leaders) > 0 {
 		view.Leader, view.FencingToken, view.Since = leaders[0].Identity, leaders[0].FencingToken, &leaders[0].Since
@@ -168,6 +226,17 @@ func status(ctx context.Context, env *environment, o statusOptions) error {
 	}
 	_ = tw.Flush()
 	fmt.Fprintln(env.stdout)
+	if l := view.Lease; l != nil {
+		if l.Error != "" {
+			fmt.Fprintf(env.stdout, "Lease %s/%s: %s\n", l.Namespace, l.Name, l.Error)
+		} else {
+			renewed := "-"
+			if l.RenewTime != nil {
+				renewed = l.RenewTime.Format(time.RFC3339)
+			}
+			fmt.Fprintf(env.stdout, "Lease %s/%s: holder %s, transitions %d, renewed %s, resourceVersion %s\n", l.Namespace, l.Name, orDash(l.Holder), l.Transitions, renewed, l.ResourceVersion)
+		}
+	}
 	if len(leaders) == 1 {
 		fmt.Fprintf(env.stdout, "holder %s, fencing token %d\n", leaders[0].Identity, leaders[0].FencingToken)
 	}

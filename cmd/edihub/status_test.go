@@ -12,7 +12,12 @@ import (
 	"testing"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
 	"github.com/edihub/edihub/internal/leader"
+	"github.com/edihub/edihub/test/controlplane"
 )
 
 // replicaHandler answers /leader with s and /readyz as a replica that is
@@ -178,4 +183,49 @@ func listenAll(t *testing.T, ips []string, statuses []leader.Status) string {
 	}
 	t.Fatal("found no port free on every loopback address")
 	return ""
+}
+
+// TestStatusReadsLease shows the Lease from a real kube-apiserver beside
+// the replicas' views, with the rights of the shipped Role (get on
+// edihub-leader), and reports a Lease that names another holder than the
+// replica that leads.
+func TestStatusReadsLease(t *testing.T) {
+	cp := controlplane.StartForTest(t, controlplane.Options{})
+	admin := kubernetes.NewForConfigOrDie(cp.AdminConfig())
+	holder := "edihub-a-1234"
+	transitions := int32(3)
+	if _, err := admin.CoordinationV1().Leases(cp.Namespace).Create(t.Context(), &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Name: "edihub-leader"},
+		Spec:       coordinationv1.LeaseSpec{HolderIdentity: &holder, LeaseTransitions: &transitions},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	urls := []string{
+		replicaServer(t, leader.Status{Identity: holder, IsLeader: true, Holder: holder, FencingToken: 9, Backend: "kubernetes"}),
+		replicaServer(t, leader.Status{Identity: "edihub-b-5678", Holder: holder, Backend: "kubernetes"}),
+	}
+	getenv := env("EDIHUB_OPS_URLS", strings.Join(urls, ","), "EDIHUB_KUBECONFIG", cp.EdihubKubeconfig, "POD_NAMESPACE", cp.Namespace)
+	out, _, err := runCmd(t, getenv, "status", "-o", "json")
+	if err != nil {
+		t.Fatalf("edihub status = %v\n%s", err, out)
+	}
+	var got clusterView
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatal(err)
+	}
+	if l := got.Lease; l == nil || l.Error != "" || l.Holder != holder || l.Transitions != 3 || l.Namespace != cp.Namespace || l.ResourceVersion == "" {
+		t.Fatalf("lease = %+v, want holder %s, 3 transitions, in %s", got.Lease, holder, cp.Namespace)
+	}
+	out, _, err = runCmd(t, getenv, "status")
+	if err != nil || !strings.Contains(out, "Lease "+cp.Namespace+"/edihub-leader: holder "+holder+", transitions 3") {
+		t.Errorf("edihub status = %v\n%s", err, out)
+	}
+
+	// A Lease that names someone else than the replica that leads.
+	urls[0] = replicaServer(t, leader.Status{Identity: "edihub-c-9999", IsLeader: true, Holder: "edihub-c-9999", FencingToken: 10, Backend: "kubernetes"})
+	urls[1] = replicaServer(t, leader.Status{Identity: "edihub-b-5678", Holder: "edihub-c-9999", Backend: "kubernetes"})
+	out, _, err = runCmd(t, env("EDIHUB_OPS_URLS", strings.Join(urls, ","), "EDIHUB_KUBECONFIG", cp.EdihubKubeconfig, "POD_NAMESPACE", cp.Namespace), "status")
+	if !errors.Is(err, errNoConsensus) || !strings.Contains(err.Error(), "the Lease names") {
+		t.Errorf("edihub status with a Lease naming another holder = %v, want errNoConsensus naming the Lease\n%s", err, out)
+	}
 }
