@@ -24,6 +24,12 @@ postgres_package() {
 	echo "${pkg:-postgresql}"
 }
 
+# deps.sh --postgres-package prints the package it would install (tests).
+if [[ ${1:-} == --postgres-package ]]; then
+	postgres_package
+	exit 0
+fi
+
 missing=()
 have_postgres || missing+=(postgresql)
 command -v openssl >/dev/null 2>&1 || missing+=(openssl)
