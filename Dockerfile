@@ -26,6 +26,7 @@ RUN mkdir -p /out/etc/ssl/certs /out/home/nonroot /out/tmp \
 FROM scratch
 ARG VERSION=dev
 COPY --from=build /out/ /
+COPY --from=build --chown=65532:65532 /out/home/nonroot /home/nonroot
 ENV PATH=/usr/local/bin SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt
 USER 65532:65532
 EXPOSE 8080 9090

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # deps.sh makes sure the machine has what edihub's stack and tests run
-# against: PostgreSQL server binaries, openssl and promtool (the alert rule
-# tests). On a Debian machine where we are root it installs what is missing;
+# against: PostgreSQL server binaries, openssl, and Prometheus with promtool
+# (the alert rule tests and the dashboard test). On a Debian machine where we are root it installs what is missing;
 # elsewhere it says what to install.
 #
 # PostgreSQL is whichever server major version the distribution ships (15 on
@@ -24,10 +24,16 @@ postgres_package() {
 	echo "${pkg:-postgresql}"
 }
 
+# deps.sh --postgres-package prints the package it would install (tests).
+if [[ ${1:-} == --postgres-package ]]; then
+	postgres_package
+	exit 0
+fi
+
 missing=()
 have_postgres || missing+=(postgresql)
 command -v openssl >/dev/null 2>&1 || missing+=(openssl)
-command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
+{ command -v promtool && command -v prometheus; } >/dev/null 2>&1 || missing+=(prometheus)
 
 if ((${#missing[@]} == 0)); then
 	exit 0

@@ -10,7 +10,7 @@ mkdir -p .cache
 
 step() { printf '\n== %s\n' "$*"; }
 
-step "dependencies (PostgreSQL, openssl)"
+step "dependencies (PostgreSQL, openssl, Prometheus)"
 scripts/deps.sh
 echo "ok"
 

@@ -30,7 +30,7 @@ func resendFlags(fs *flagSet) func(context.Context, *environment) error {
 		if url == "" {
 			return errors.New("no database: set EDIHUB_DATABASE_URL (or -database-url) to a PostgreSQL URL such as postgres://edihub:secret@localhost:5432/edihub")
 		}
-		store, err := openStore(ctx, zap.NewNop(), url, 2, false)
+		store, err := openStore(ctx, zap.NewNop(), url, postgres.Options{MaxConns: 2}, false)
 		if err != nil {
 			return err
 		}

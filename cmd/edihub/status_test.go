@@ -1,25 +1,48 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/edihub/edihub/internal/leader"
+	"github.com/edihub/edihub/test/controlplane"
 )
+
+// replicaHandler answers /leader with s and /readyz as a replica that is
+// ready, or draining when s.Identity ends in "-draining".
+func replicaHandler(s leader.Status) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/leader":
+			_ = json.NewEncoder(w).Encode(s)
+		case "/readyz":
+			if strings.HasSuffix(s.Identity, "-draining") {
+				w.WriteHeader(http.StatusServiceUnavailable)
+				_, _ = w.Write([]byte(`{"status":"unavailable","reason":"shutting down"}`))
+				return
+			}
+			_, _ = w.Write([]byte(`{"status":"ok"}`))
+		default:
+			http.NotFound(w, r)
+		}
+	})
+}
 
 func replicaServer(t *testing.T, s leader.Status) string {
 	t.Helper()
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path != "/leader" {
-			http.NotFound(w, r)
-			return
-		}
-		_ = json.NewEncoder(w).Encode(s)
-	}))
+	srv := httptest.NewServer(replicaHandler(s))
 	t.Cleanup(srv.Close)
 	return srv.URL
 }
@@ -60,5 +83,149 @@ func TestStatusCommand(t *testing.T) {
 	}
 	if _, _, err := runCmd(t, env(), "status"); err == nil || !strings.Contains(err.Error(), "EDIHUB_OPS_URLS") {
 		t.Errorf("edihub status without URLs = %v, want a message naming EDIHUB_OPS_URLS", err)
+	}
+}
+
+// TestStatusJSONAndDNS finds three replicas behind one DNS name (as behind
+// a headless Service: one port, an address each) and prints their view as
+// JSON, health included.
+func TestStatusJSONAndDNS(t *testing.T) {
+	statuses := []leader.Status{
+		{Identity: "edihub-a", IsLeader: true, Holder: "edihub-a", FencingToken: 7, Backend: "kubernetes"},
+		{Identity: "edihub-b", Holder: "edihub-a", Backend: "kubernetes"},
+		{Identity: "edihub-c-draining", Holder: "edihub-a", Backend: "kubernetes"},
+	}
+	ips := []string{"127.0.0.1", "127.0.0.2", "127.0.0.3"}
+	port := listenAll(t, ips, statuses)
+
+	lookupHost = func(_ context.Context, host string) ([]string, error) {
+		if host != "edihub-ops.edihub.svc" {
+			return nil, fmt.Errorf("no such host %s", host)
+		}
+		return []string{ips[2], ips[0], ips[1]}, nil
+	}
+	t.Cleanup(func() { lookupHost = net.DefaultResolver.LookupHost })
+
+	out, _, err := runCmd(t, env("EDIHUB_OPS_DNS", "edihub-ops.edihub.svc:"+port), "status", "-o", "json")
+	if err != nil {
+		t.Fatalf("edihub status -o json = %v\n%s", err, out)
+	}
+	var got clusterView
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatalf("output is not JSON: %v\n%s", err, out)
+	}
+	if got.Leader != "edihub-a" || got.FencingToken != 7 || !got.Consensus || len(got.Replicas) != 3 {
+		t.Fatalf("status = %+v, want leader edihub-a, token 7, consensus, three replicas", got)
+	}
+	for i, r := range got.Replicas {
+		wantURL := "http://" + net.JoinHostPort(ips[i], port)
+		wantReady := i != 2
+		if r.URL != wantURL || r.Status == nil || r.Status.Identity != statuses[i].Identity || r.Ready != wantReady {
+			t.Errorf("replica %d = %+v, want %s (%s) ready %v", i, r, wantURL, statuses[i].Identity, wantReady)
+		}
+	}
+	if h := got.Replicas[2].Health; h != "not ready: shutting down" {
+		t.Errorf("draining replica's health = %q, want not ready: shutting down", h)
+	}
+
+	// The table shows health too; no leader is an error in both formats.
+	out, _, err = runCmd(t, env("EDIHUB_OPS_DNS", "edihub-ops.edihub.svc:"+port), "status")
+	if err != nil || !strings.Contains(out, "not ready: shutting down") || !strings.Contains(out, "holder edihub-a, fencing token 7") {
+		t.Errorf("edihub status = %v\n%s", err, out)
+	}
+	tests := []struct {
+		name string
+		env  []string
+		args []string
+		want string
+	}{
+		{"bad output", []string{"EDIHUB_OPS_DNS", "edihub-ops.edihub.svc:" + port}, []string{"-o", "yaml"}, "EDIHUB_OUTPUT"},
+		{"no port", []string{"EDIHUB_OPS_DNS", "edihub-ops.edihub.svc"}, nil, "host:port"},
+		{"unknown name", []string{"EDIHUB_OPS_DNS", "nowhere:9090"}, nil, "resolve EDIHUB_OPS_DNS"},
+	}
+	for _, tt := range tests {
+		_, _, err := runCmd(t, env(tt.env...), append([]string{"status"}, tt.args...)...)
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%s: edihub status = %v, want an error containing %q", tt.name, err, tt.want)
+		}
+	}
+}
+
+// listenAll serves statuses[i] on ips[i], all on one port, and returns it.
+func listenAll(t *testing.T, ips []string, statuses []leader.Status) string {
+	t.Helper()
+	for try := 0; try < 20; try++ {
+		first, err := net.Listen("tcp", net.JoinHostPort(ips[0], "0"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, port, _ := net.SplitHostPort(first.Addr().String())
+		lns := []net.Listener{first}
+		for _, ip := range ips[1:] {
+			ln, err := net.Listen("tcp", net.JoinHostPort(ip, port))
+			if err != nil {
+				break
+			}
+			lns = append(lns, ln)
+		}
+		if len(lns) < len(ips) {
+			for _, ln := range lns {
+				ln.Close()
+			}
+			continue
+		}
+		for i, ln := range lns {
+			srv := &httptest.Server{Listener: ln, Config: &http.Server{Handler: replicaHandler(statuses[i]), ReadHeaderTimeout: time.Second}}
+			srv.Start()
+			t.Cleanup(srv.Close)
+		}
+		return port
+	}
+	t.Fatal("found no port free on every loopback address")
+	return ""
+}
+
+// TestStatusReadsLease shows the Lease from a real kube-apiserver beside
+// the replicas' views, with the rights of the shipped Role (get on
+// edihub-leader), and reports a Lease that names another holder than the
+// replica that leads.
+func TestStatusReadsLease(t *testing.T) {
+	cp := controlplane.StartForTest(t, controlplane.Options{})
+	admin := kubernetes.NewForConfigOrDie(cp.AdminConfig())
+	holder := "edihub-a-1234"
+	transitions := int32(3)
+	if _, err := admin.CoordinationV1().Leases(cp.Namespace).Create(t.Context(), &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Name: "edihub-leader"},
+		Spec:       coordinationv1.LeaseSpec{HolderIdentity: &holder, LeaseTransitions: &transitions},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	urls := []string{
+		replicaServer(t, leader.Status{Identity: holder, IsLeader: true, Holder: holder, FencingToken: 9, Backend: "kubernetes"}),
+		replicaServer(t, leader.Status{Identity: "edihub-b-5678", Holder: holder, Backend: "kubernetes"}),
+	}
+	getenv := env("EDIHUB_OPS_URLS", strings.Join(urls, ","), "EDIHUB_KUBECONFIG", cp.EdihubKubeconfig, "POD_NAMESPACE", cp.Namespace)
+	out, _, err := runCmd(t, getenv, "status", "-o", "json")
+	if err != nil {
+		t.Fatalf("edihub status = %v\n%s", err, out)
+	}
+	var got clusterView
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatal(err)
+	}
+	if l := got.Lease; l == nil || l.Error != "" || l.Holder != holder || l.Transitions != 3 || l.Namespace != cp.Namespace || l.ResourceVersion == "" {
+		t.Fatalf("lease = %+v, want holder %s, 3 transitions, in %s", got.Lease, holder, cp.Namespace)
+	}
+	out, _, err = runCmd(t, getenv, "status")
+	if err != nil || !strings.Contains(out, "Lease "+cp.Namespace+"/edihub-leader: holder "+holder+", transitions 3") {
+		t.Errorf("edihub status = %v\n%s", err, out)
+	}
+
+	// A Lease that names someone else than the replica that leads.
+	urls[0] = replicaServer(t, leader.Status{Identity: "edihub-c-9999", IsLeader: true, Holder: "edihub-c-9999", FencingToken: 10, Backend: "kubernetes"})
+	urls[1] = replicaServer(t, leader.Status{Identity: "edihub-b-5678", Holder: "edihub-c-9999", Backend: "kubernetes"})
+	out, _, err = runCmd(t, env("EDIHUB_OPS_URLS", strings.Join(urls, ","), "EDIHUB_KUBECONFIG", cp.EdihubKubeconfig, "POD_NAMESPACE", cp.Namespace), "status")
+	if !errors.Is(err, errNoConsensus) || !strings.Contains(err.Error(), "the Lease names") {
+		t.Errorf("edihub status with a Lease naming another holder = %v, want errNoConsensus naming the Lease\n%s", err, out)
 	}
 }

@@ -90,7 +90,7 @@ func TestDashboardsAndAlertsUseRealMetrics(t *testing.T) {
 	if len(names) < 10 {
 		t.Fatalf("found only %d metric names in the code; the scan is broken", len(names))
 	}
-	for _, file := range []string{"../../deploy/grafana/edihub.json", "../../deploy/k8s/monitoring/prometheusrule.yaml"} {
+	for _, file := range []string{"../../deploy/k8s/monitoring/grafana-dashboard.json", "../../deploy/k8s/monitoring/prometheusrule.yaml"} {
 		b, err := os.ReadFile(file)
 		if err != nil {
 			t.Fatal(err)
