@@ -107,6 +107,12 @@ func NewPurger(o PurgerOptions) (*Purger, error) {
 	return p, nil
 }
 
+// StuckAfter implements leader.ProgressDeadline: the purger marks success
+// once per run, every Interval, so only two missed runs (and half an hour
+// for a long one) make it stuck; the elector's default deadline is shorter
+// than the default interval.
+func (p *Purger) StuckAfter() time.Duration { return 2*p.o.Interval + 30*time.Minute }
+
 // Run purges at once and then every Interval until ctx ends (nil). A
 // failed batch is logged and retried with backoff; Run returns an error
 // only when the fence is stale (wrapping postgres.ErrStaleFence).

@@ -400,3 +400,21 @@ SELECT 'message', id, 'P', 'http://p', 'done', now() - interval '40 days' FROM m
 		t.Errorf("%d of the %d messages written during the purge still have their payload, %v", n, len(all), err)
 	}
 }
+
+// TestPurgerProgressDeadline: the elector's default stuck deadline (10 min)
+// is shorter than the purge interval (1 h); the purger must declare its own
+// or every leader would fail /healthz an hour into its term.
+func TestPurgerProgressDeadline(t *testing.T) {
+	p, err := outbox.NewPurger(outbox.PurgerOptions{Store: &postgres.Store{}, Logger: zap.NewNop(), Registerer: prometheus.NewRegistry(), Interval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var w leader.Worker = p
+	pd, ok := w.(leader.ProgressDeadline)
+	if !ok {
+		t.Fatal("*outbox.Purger does not implement leader.ProgressDeadline")
+	}
+	if got := pd.StuckAfter(); got <= 2*time.Hour {
+		t.Errorf("StuckAfter() = %s with a 1h interval, want more than two intervals", got)
+	}
+}
