@@ -55,7 +55,6 @@ ON CONFLICT (lease) DO UPDATE
 			return err
 		}
 		if tag.RowsAffected() == 0 {
-			s.fenceRejections.Inc()
 			return ErrStaleFence
 		}
 		// opened_at is taken now, after the UPDATE got the fence row's
@@ -67,6 +66,9 @@ INSERT INTO leader_terms (lease, token, holder, opened_at) VALUES ($1, $2, $3, c
 ON CONFLICT (lease, token) DO NOTHING`, f.Lease, f.Token, holder)
 		return err
 	})
+	if errors.Is(err, ErrStaleFence) {
+		s.rejected(ctx, f)
+	}
 	if err != nil {
 		return fmt.Errorf("open term %s: %w", f, err)
 	}
@@ -82,11 +84,12 @@ ON CONFLICT (lease, token) DO NOTHING`, f.Lease, f.Token, holder)
 // Store takes a Fence and goes through here; fn must not call out to the
 // network.
 func (s *Store) fenced(ctx context.Context, f Fence, fn func(pgx.Tx) error) error {
-	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	stale := false
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		var current int64
 		err := tx.QueryRow(ctx, `SELECT token FROM leader_fence WHERE lease = $1 FOR SHARE`, f.Lease).Scan(&current)
 		if errors.Is(err, pgx.ErrNoRows) || (err == nil && current != f.Token) {
-			s.fenceRejections.Inc()
+			stale = true
 			return ErrStaleFence
 		}
 		if err != nil {
@@ -94,6 +97,22 @@ func (s *Store) fenced(ctx context.Context, f Fence, fn func(pgx.Tx) error) erro
 		}
 		return fn(tx)
 	})
+	if stale {
+		s.rejected(ctx, f)
+	}
+	return err
+}
+
+// rejected counts a refusal for f: in edihub_fencing_rejections_total and,
+// after the refused transaction ended, as a row of fencing_rejections (the
+// hub's history, which the end-of-day report counts). The row is best
+// effort: a database that cannot take it has refused the write anyway, and
+// the process counter still counts it.
+func (s *Store) rejected(ctx context.Context, f Fence) {
+	s.fenceRejections.Inc()
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	_, _ = s.pool.Exec(ctx, `INSERT INTO fencing_rejections (lease, token) VALUES ($1, $2)`, f.Lease, f.Token)
 }
 
 // Heartbeat records one beat of the leader's heartbeat in
