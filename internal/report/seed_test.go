@@ -65,16 +65,23 @@ const (
 func (s *seed) traffic(rng *rand.Rand, day time.Time, scale float64) {
 	start := day
 	end := time.Date(day.Year(), day.Month(), day.Day()+1, 0, 0, 0, 0, day.Location())
-	span := end.Sub(start)
+	// Business hours weigh more; local hours, whatever the day's length.
+	weights := []int{1, 1, 1, 1, 1, 2, 3, 6, 9, 10, 10, 9, 7, 8, 9, 8, 6, 4, 3, 2, 2, 1, 1, 1}
+	total := 0
+	for _, w := range weights {
+		total += w
+	}
 	at := func() time.Time {
-		// Business hours weigh more: two draws, keep the one nearer 11:00.
-		a := time.Duration(rng.Int64N(int64(span)))
-		b := time.Duration(rng.Int64N(int64(span)))
-		mid := 11 * time.Hour
-		if absDur(b-mid) < absDur(a-mid) {
-			a = b
+		n, h := rng.IntN(total), 0
+		for ; n >= weights[h]; h++ {
+			n -= weights[h]
 		}
-		return start.Add(a).Truncate(time.Millisecond)
+		t := time.Date(day.Year(), day.Month(), day.Day(), h, 0, 0, 0, day.Location()).
+			Add(time.Duration(rng.Int64N(int64(time.Hour)))).Truncate(time.Millisecond)
+		if t.Before(start) || !t.Before(end) {
+			return start
+		}
+		return t
 	}
 	for _, p := range partnerMix {
 		for range int(float64(p.in) * scale) {
@@ -124,12 +131,6 @@ func (s *seed) traffic(rng *rand.Rand, day time.Time, scale float64) {
 	}
 }
 
-func absDur(d time.Duration) time.Duration {
-	if d < 0 {
-		return -d
-	}
-	return d
-}
 
 // standard seeds the report day (local midnight day in its zone) and the
 // day before and the week before, plus leadership history, rejections and
