@@ -131,7 +131,6 @@ func (s *seed) traffic(rng *rand.Rand, day time.Time, scale float64) {
 	}
 }
 
-
 // standard seeds the report day (local midnight day in its zone) and the
 // day before and the week before, plus leadership history, rejections and
 // the MDN inbox.
