@@ -131,8 +131,9 @@ func (o leaderOptions) kubeClients() (lock, watch *kubernetes.Clientset, err err
 }
 
 // newElector builds the elector of o.backend with edihub's leader-gated
-// workers.
-func newElector(log *zap.Logger, reg prometheus.Registerer, store *postgres.Store, o leaderOptions) (*leader.Elector, error) {
+// workers: the heartbeat and those extra returns for this process's
+// identity.
+func newElector(log *zap.Logger, reg prometheus.Registerer, store *postgres.Store, o leaderOptions, extra func(identity string) (map[string]leader.Worker, error)) (*leader.Elector, error) {
 	identity, err := newIdentity(o.identity)
 	if err != nil {
 		return nil, err
@@ -141,6 +142,16 @@ func newElector(log *zap.Logger, reg prometheus.Registerer, store *postgres.Stor
 	if err != nil {
 		return nil, err
 	}
+	workers := map[string]leader.Worker{"heartbeat": hb}
+	if extra != nil {
+		more, err := extra(identity)
+		if err != nil {
+			return nil, err
+		}
+		for name, w := range more {
+			workers[name] = w
+		}
+	}
 	opts := leader.Options{
 		LeaseName:         o.leaseName,
 		Identity:          identity,
@@ -148,7 +159,7 @@ func newElector(log *zap.Logger, reg prometheus.Registerer, store *postgres.Stor
 		RenewDeadline:     o.renewDeadline,
 		RetryPeriod:       o.retryPeriod,
 		WorkerStopTimeout: o.workerStopTimeout,
-		Workers:           map[string]leader.Worker{"heartbeat": hb},
+		Workers:           workers,
 		Terms:             store,
 		Logger:            log,
 		Registerer:        reg,

@@ -56,7 +56,7 @@ type outbound struct {
 	dispatcher *outbox.Dispatcher
 }
 
-func newOutbound(log *zap.Logger, reg prometheus.Registerer, store *postgres.Store, cfg *config.File, o serveOptions) (*outbound, error) {
+func newOutbound(log *zap.Logger, reg prometheus.Registerer, store *postgres.Store, cfg *config.File, o serveOptions, reports api.Reports) (*outbound, error) {
 	identity, err := newIdentity(o.leader.identity)
 	if err != nil {
 		return nil, err
@@ -83,7 +83,7 @@ func newOutbound(log *zap.Logger, reg prometheus.Registerer, store *postgres.Sto
 	if err != nil {
 		return nil, err
 	}
-	h, err := api.New(api.Options{Queue: q, Store: store, Logger: log})
+	h, err := api.New(api.Options{Queue: q, Store: store, Logger: log, Reports: reports})
 	if err != nil {
 		return nil, err
 	}

@@ -15,7 +15,9 @@ import (
 
 	"github.com/edihub/edihub/internal/config"
 	"github.com/edihub/edihub/internal/httpserver"
+	"github.com/edihub/edihub/internal/leader"
 	"github.com/edihub/edihub/internal/postgres"
+	"github.com/edihub/edihub/internal/report"
 )
 
 // serveOptions are the settings of edihub serve.
@@ -38,6 +40,7 @@ type serveOptions struct {
 	dbMaxConns           int
 	leader               leaderOptions
 	outbound             outboundOptions
+	report               reportOptions
 }
 
 func serveFlags(fs *flagSet) func(context.Context, *environment) error {
@@ -57,6 +60,7 @@ func serveFlags(fs *flagSet) func(context.Context, *environment) error {
 	fs.Int(&o.dbMaxConns, "db-max-conns", 20, "largest number of database connections this replica opens")
 	o.leader.flags(fs)
 	o.outbound.flags(fs)
+	o.report.flags(fs)
 	return func(ctx context.Context, env *environment) error { return serve(ctx, env, o) }
 }
 
@@ -89,6 +93,9 @@ func (o serveOptions) validate() error {
 		return err
 	}
 	if err := o.outbound.validate(); err != nil {
+		return err
+	}
+	if _, err := o.report.settings(os.ReadFile); err != nil {
 		return err
 	}
 	return o.log.validate()
@@ -142,11 +149,26 @@ func serve(ctx context.Context, env *environment, o serveOptions) error {
 	if err != nil {
 		return err
 	}
-	elector, err := newElector(log, reg, store, o.leader)
+	rs, err := o.report.settings(os.ReadFile)
 	if err != nil {
 		return err
 	}
-	out, err := newOutbound(log, reg, store, cfg, o)
+	if rs.mailer == nil {
+		log.Info("report mail not configured (EDIHUB_SMTP_URL is empty): the leader stores each day's report, mails none")
+	}
+	elector, err := newElector(log, reg, store, o.leader, func(identity string) (map[string]leader.Worker, error) {
+		w, err := newReportWorker(log, reg, store, cfg, o.leader.leaseName, identity, rs)
+		if err != nil {
+			return nil, err
+		}
+		return map[string]leader.Worker{"report": w}, nil
+	})
+	if err != nil {
+		return err
+	}
+	reports := &report.Service{Store: store, Location: rs.loc, Now: time.Now, Builder: &report.Builder{
+		Source: store, Station: cfg.Station.AS2ID, Lease: o.leader.leaseName, Partners: partnerNames(cfg), Now: time.Now}}
+	out, err := newOutbound(log, reg, store, cfg, o, reports)
 	if err != nil {
 		return err
 	}
