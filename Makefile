@@ -3,10 +3,11 @@ GO ?= go
 
 .PHONY: run test build vet fmt controlplane bench clean failover-report
 
-## run: start PostgreSQL, a kube-apiserver (unless EDIHUB_LEADER_BACKEND=postgres), three replicas and their logs (Ctrl-C stops all)
+## run: start PostgreSQL, a kube-apiserver (unless EDIHUB_LEADER_BACKEND=postgres), Mailpit, three replicas and their logs (Ctrl-C stops all)
 run: build
 	@scripts/deps.sh
 	@if [ "$${EDIHUB_LEADER_BACKEND:-kubernetes}" = kubernetes ]; then scripts/controlplane-build.sh; fi
+	@scripts/mailpit-build.sh || echo "make run: Mailpit not built (see above); the stack runs without a mail catcher"
 	./bin/edihub-localstack
 
 ## test: vet, unit + integration tests (race), short fuzzing, summary
