@@ -8,6 +8,9 @@ import (
 	"os"
 	"strings"
 	"time"
+	// The report's time zones must resolve in images without a zone
+	// database (distroless, scratch).
+	_ "time/tzdata"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
