@@ -408,21 +408,25 @@ func Text(r *Report) []byte {
 	if !r.Empty() {
 		table("Hub", hubRows(r, partnerFigures))
 		table("Failures by disposition", kindRows(r))
-		b.WriteString("Partners (change against the day before in brackets)\n\n")
-		tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
-		b2 := []string{"Partner"}
-		for _, k := range partnerColumns {
-			b2 = append(b2, shortLabels[k])
-		}
-		fmt.Fprintf(tw, "%s\t\n", strings.Join(b2, "\t"))
+		b.WriteString("Partners (change against the day before in brackets)\n")
 		for _, pr := range partnerRows(r) {
-			cells := []string{pr.Name}
-			for _, c := range pr.Cells {
-				cells = append(cells, fmt.Sprintf("%s [%s]", c.Value, c.Day.Text))
+			fmt.Fprintf(&b, "\n%s\n", pr.Name)
+			const indent = "  "
+			line := indent
+			for i, c := range pr.Cells {
+				item := fmt.Sprintf("%s %s [%s]", shortLabels[partnerColumns[i]], c.Value, c.Day.Text)
+				if line != indent {
+					if len([]rune(line))+3+len([]rune(item)) > 76 {
+						b.WriteString(line + "\n")
+						line = indent
+					} else {
+						line += " · "
+					}
+				}
+				line += item
 			}
-			fmt.Fprintf(tw, "%s\t\n", strings.Join(cells, "\t"))
+			b.WriteString(line + "\n")
 		}
-		_ = tw.Flush()
 		b.WriteString("\nDocuments per hour (received / sent)\n\n")
 		for _, h := range r.Hours {
 			line := fmt.Sprintf("  %-10s %4d / %-4d %s", h.Label, h.In, h.Out, strings.Repeat("#", int(min(h.In+h.Out, 60))))
