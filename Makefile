@@ -6,10 +6,11 @@ REVISION ?= $(shell git rev-parse HEAD 2>/dev/null)
 
 .PHONY: run test build image vet fmt controlplane bench clean failover-report
 
-## run: start PostgreSQL, a kube-apiserver (unless EDIHUB_LEADER_BACKEND=postgres), three replicas and their logs (Ctrl-C stops all)
+## run: start PostgreSQL, a kube-apiserver (unless EDIHUB_LEADER_BACKEND=postgres), Mailpit, three replicas and their logs (Ctrl-C stops all)
 run: build
 	@scripts/deps.sh
 	@if [ "$${EDIHUB_LEADER_BACKEND:-kubernetes}" = kubernetes ]; then scripts/controlplane-build.sh; fi
+	@scripts/mailpit-build.sh || echo "make run: Mailpit not built (see above); the stack runs without a mail catcher"
 	./bin/edihub-localstack
 
 ## test: vet, unit + integration tests (race), short fuzzing, summary

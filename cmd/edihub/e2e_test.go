@@ -152,6 +152,30 @@ func TestBinaryServe(t *testing.T) {
 		t.Fatalf("GET /leader = %+v, want this replica leading on postgres with a token", st)
 	}
 
+	// The leader runs the report worker; without SMTP settings it stores
+	// reports and says that it mails none. Its first cycle (no day due
+	// yet: the lease's first term opened today) is a success.
+	var metrics string
+	for deadline := time.Now().Add(15 * time.Second); ; {
+		resp, err := http.Get(ops + "/metrics")
+		if err != nil {
+			t.Fatalf("GET /metrics: %v", err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		metrics = string(b)
+		if strings.Contains(metrics, `edihub_worker_running{worker="report"} 1`) && !strings.Contains(metrics, "edihub_report_last_success_timestamp_seconds 0") ||
+			time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	for _, want := range []string{`edihub_worker_running{worker="report"} 1`, "edihub_report_last_success_timestamp_seconds 1", `edihub_report_failures_total{cause="connect"} 0`} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
@@ -169,6 +193,9 @@ func TestBinaryServe(t *testing.T) {
 	}
 	logMu.Lock()
 	defer logMu.Unlock()
+	if !strings.Contains(logs.String(), "report mail not configured") {
+		t.Errorf("log lacks the line saying reports are not mailed:\n%s", logs.String())
+	}
 	if !strings.Contains(logs.String(), `"msg":"edihub stopped"`) {
 		t.Errorf("log lacks the stop line:\n%s", logs.String())
 	}

@@ -180,8 +180,9 @@ func (o leaderOptions) kubeClients() (lock, watch *kubernetes.Clientset, err err
 }
 
 // newElector builds the elector of o.backend with edihub's leader-gated
-// workers.
-func newElector(log *zap.Logger, reg prometheus.Registerer, store *postgres.Store, cfg *config.File, limits as2.Limits, o leaderOptions, po purgeOptions) (*leader.Elector, error) {
+// workers: the heartbeat, the MDN poller, the purger and those extra returns
+// for this process's identity.
+func newElector(log *zap.Logger, reg prometheus.Registerer, store *postgres.Store, cfg *config.File, limits as2.Limits, o leaderOptions, po purgeOptions, extra func(identity string) (map[string]leader.Worker, error)) (*leader.Elector, error) {
 	identity, err := newIdentity(o.identity)
 	if err != nil {
 		return nil, err
@@ -210,6 +211,16 @@ func newElector(log *zap.Logger, reg prometheus.Registerer, store *postgres.Stor
 	if err != nil {
 		return nil, err
 	}
+	workers := map[string]leader.Worker{"heartbeat": hb, "mdn-poller": poller, "purger": purger}
+	if extra != nil {
+		more, err := extra(identity)
+		if err != nil {
+			return nil, err
+		}
+		for name, w := range more {
+			workers[name] = w
+		}
+	}
 	opts := leader.Options{
 		LeaseName:         o.leaseName,
 		Identity:          identity,
@@ -218,7 +229,7 @@ func newElector(log *zap.Logger, reg prometheus.Registerer, store *postgres.Stor
 		RetryPeriod:       o.retryPeriod,
 		WorkerStopTimeout: o.workerStopTimeout,
 		StuckAfter:        o.workerStuckAfter,
-		Workers:           map[string]leader.Worker{"heartbeat": hb, "mdn-poller": poller, "purger": purger},
+		Workers:           workers,
 		Terms:             store,
 		Logger:            log,
 		Registerer:        reg,

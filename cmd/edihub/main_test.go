@@ -135,6 +135,13 @@ func TestServeRejectsBadSettings(t *testing.T) {
 		{"webhook URL not absolute", []string{"EDIHUB_DATABASE_URL", "postgres://x@127.0.0.1:1/x", "EDIHUB_CONFIG", cfg, "EDIHUB_WEBHOOK_URL", "/hook", "EDIHUB_WEBHOOK_SECRET_FILE", cfg}, []string{"EDIHUB_WEBHOOK_URL", "-webhook-url"}},
 		{"audit retention shorter", []string{"EDIHUB_DATABASE_URL", "postgres://x@127.0.0.1:1/x", "EDIHUB_CONFIG", cfg, "EDIHUB_AUDIT_RETENTION", "24h"}, []string{"EDIHUB_AUDIT_RETENTION", "-audit-retention", "EDIHUB_RETENTION"}},
 		{"zero purge interval", []string{"EDIHUB_DATABASE_URL", "postgres://x@127.0.0.1:1/x", "EDIHUB_CONFIG", cfg, "EDIHUB_PURGE_INTERVAL", "0s"}, []string{"EDIHUB_PURGE_INTERVAL", "-purge-interval"}},
+		{"bad report zone", []string{"EDIHUB_DATABASE_URL", "postgres://x@127.0.0.1:1/x", "EDIHUB_CONFIG", cfg, "EDIHUB_REPORT_TZ", "Mars/Olympus"}, []string{"EDIHUB_REPORT_TZ", "-report-tz", "IANA"}},
+		{"bad report time", []string{"EDIHUB_DATABASE_URL", "postgres://x@127.0.0.1:1/x", "EDIHUB_CONFIG", cfg, "EDIHUB_REPORT_AT", "25:00"}, []string{"EDIHUB_REPORT_AT", "-report-at", "HH:MM"}},
+		{"zero catch-up days", []string{"EDIHUB_DATABASE_URL", "postgres://x@127.0.0.1:1/x", "EDIHUB_CONFIG", cfg, "EDIHUB_REPORT_CATCHUP_DAYS", "0"}, []string{"EDIHUB_REPORT_CATCHUP_DAYS", "-report-catchup-days"}},
+		{"bad SMTP URL", []string{"EDIHUB_DATABASE_URL", "postgres://x@127.0.0.1:1/x", "EDIHUB_CONFIG", cfg, "EDIHUB_SMTP_URL", "smtp://u:hunter2@mail.example"}, []string{"EDIHUB_SMTP_URL", "-smtp-url", "password file"}},
+		{"SMTP user without password file", []string{"EDIHUB_DATABASE_URL", "postgres://x@127.0.0.1:1/x", "EDIHUB_CONFIG", cfg, "EDIHUB_SMTP_URL", "smtp://u@mail.example", "EDIHUB_REPORT_FROM", "a@b.example", "EDIHUB_REPORT_TO", "c@d.example"}, []string{"EDIHUB_SMTP_PASSWORD_FILE", "-smtp-password-file"}},
+		{"no recipients", []string{"EDIHUB_DATABASE_URL", "postgres://x@127.0.0.1:1/x", "EDIHUB_CONFIG", cfg, "EDIHUB_SMTP_URL", "smtp://mail.example", "EDIHUB_REPORT_FROM", "a@b.example"}, []string{"EDIHUB_REPORT_TO", "-report-to"}},
+		{"recipients without SMTP", []string{"EDIHUB_DATABASE_URL", "postgres://x@127.0.0.1:1/x", "EDIHUB_CONFIG", cfg, "EDIHUB_REPORT_TO", "c@d.example"}, []string{"EDIHUB_SMTP_URL", "-smtp-url"}},
 		{"secret not echoed", []string{"EDIHUB_DB_MAX_CONNS", "many", "EDIHUB_API_TOKEN", "tok3n"}, []string{"EDIHUB_DB_MAX_CONNS"}},
 	}
 	for _, tt := range tests {
@@ -148,7 +155,7 @@ func TestServeRejectsBadSettings(t *testing.T) {
 					t.Errorf("serve error = %q, want it to name %q", err, w)
 				}
 			}
-			if strings.Contains(err.Error(), "tok3n") {
+			if strings.Contains(err.Error(), "tok3n") || strings.Contains(err.Error(), "hunter2") {
 				t.Errorf("serve error leaks a secret: %q", err)
 			}
 		})

@@ -102,7 +102,7 @@ type outbound struct {
 	forwarder *outbox.Forwarder
 }
 
-func newOutbound(log *zap.Logger, reg prometheus.Registerer, store *postgres.Store, cfg *config.File, o serveOptions) (*outbound, error) {
+func newOutbound(log *zap.Logger, reg prometheus.Registerer, store *postgres.Store, cfg *config.File, o serveOptions, reports api.Reports) (*outbound, error) {
 	identity, err := newIdentity(o.leader.identity)
 	if err != nil {
 		return nil, err
@@ -134,7 +134,7 @@ func newOutbound(log *zap.Logger, reg prometheus.Registerer, store *postgres.Sto
 	if err != nil {
 		return nil, err
 	}
-	h, err := api.New(api.Options{Queue: q, Store: store, Logger: log, Resender: store, Inbox: store})
+	h, err := api.New(api.Options{Queue: q, Store: store, Logger: log, Resender: store, Inbox: store, Reports: reports})
 	if err != nil {
 		return nil, err
 	}

@@ -16,7 +16,9 @@ import (
 	"github.com/edihub/edihub/internal/as2"
 	"github.com/edihub/edihub/internal/config"
 	"github.com/edihub/edihub/internal/httpserver"
+	"github.com/edihub/edihub/internal/leader"
 	"github.com/edihub/edihub/internal/postgres"
+	"github.com/edihub/edihub/internal/report"
 )
 
 // serveOptions are the settings of edihub serve.
@@ -41,6 +43,7 @@ type serveOptions struct {
 	leader               leaderOptions
 	outbound             outboundOptions
 	purge                purgeOptions
+	report               reportOptions
 }
 
 func serveFlags(fs *flagSet) func(context.Context, *environment) error {
@@ -62,6 +65,7 @@ func serveFlags(fs *flagSet) func(context.Context, *environment) error {
 	o.leader.flags(fs)
 	o.outbound.flags(fs)
 	o.purge.flags(fs)
+	o.report.flags(fs)
 	return func(ctx context.Context, env *environment) error { return serve(ctx, env, o) }
 }
 
@@ -97,6 +101,9 @@ func (o serveOptions) validate() error {
 		return err
 	}
 	if err := o.purge.validate(); err != nil {
+		return err
+	}
+	if _, err := o.report.settings(os.ReadFile); err != nil {
 		return err
 	}
 	return o.log.validate()
@@ -156,11 +163,26 @@ func serve(ctx context.Context, env *environment, o serveOptions) error {
 	if err != nil {
 		return err
 	}
-	elector, err := newElector(log, reg, store, cfg, as2.Limits{MaxDecompressedSize: o.decompressionLimit()}, o.leader, o.purge)
+	rs, err := o.report.settings(os.ReadFile)
 	if err != nil {
 		return err
 	}
-	out, err := newOutbound(log, reg, store, cfg, o)
+	if rs.mailer == nil {
+		log.Info("report mail not configured (EDIHUB_SMTP_URL is empty): the leader stores each day's report, mails none")
+	}
+	elector, err := newElector(log, reg, store, cfg, as2.Limits{MaxDecompressedSize: o.decompressionLimit()}, o.leader, o.purge, func(identity string) (map[string]leader.Worker, error) {
+		w, err := newReportWorker(log, reg, store, cfg, o.leader.leaseName, identity, rs)
+		if err != nil {
+			return nil, err
+		}
+		return map[string]leader.Worker{"report": w}, nil
+	})
+	if err != nil {
+		return err
+	}
+	reports := &report.Service{Store: store, Location: rs.loc, Now: time.Now, Builder: &report.Builder{
+		Source: store, Station: cfg.Station.AS2ID, Lease: o.leader.leaseName, Partners: partnerNames(cfg), Now: time.Now}}
+	out, err := newOutbound(log, reg, store, cfg, o, reports)
 	if err != nil {
 		return err
 	}

@@ -10,6 +10,10 @@
 //	POST /messages/{id}/resend             send a failed or overdue message again
 //	GET  /mdns?state=&limit=&cursor=       async MDNs received: pending, processed, orphan
 //	GET  /events?after=CURSOR&limit=N      the event feed, oldest first
+//	GET  /reports/{day}?format=            a day's report (YYYY-MM-DD, today,
+//	                                       yesterday): html, text, csv, json
+//	                                       or png (the hourly chart); by
+//	                                       default chosen from Accept, else json
 //
 // Errors are JSON {"error": "...", "parameter": "..."}; a bad query
 // parameter is a 400 that names it.
@@ -32,6 +36,7 @@ import (
 	"github.com/edihub/edihub/internal/httpserver"
 	"github.com/edihub/edihub/internal/outbox"
 	"github.com/edihub/edihub/internal/postgres"
+	"github.com/edihub/edihub/internal/report"
 )
 
 // Enqueuer queues outbound documents; *outbox.Queue implements it.
@@ -58,6 +63,13 @@ type Resender interface {
 // InboxReader lists the async MDNs received; *postgres.Store implements it.
 type InboxReader interface {
 	InboxMDNs(ctx context.Context, q postgres.InboxQuery) ([]postgres.InboxMDNInfo, error)
+}
+
+// Reports renders day reports; *report.Service implements it. Errors
+// wrapping report.ErrInvalidDay or report.ErrUnknownFormat are the
+// caller's.
+type Reports interface {
+	Render(ctx context.Context, day, format string) ([]byte, error)
 }
 
 // Limits of GET /messages.
@@ -90,6 +102,8 @@ type Options struct {
 	// BasePath is where the handler is mounted, for Location headers;
 	// default "/api/v1".
 	BasePath string
+	// Reports serves GET /reports/{day}; nil leaves it out.
+	Reports Reports
 }
 
 type handler struct {
@@ -119,6 +133,9 @@ func New(o Options) (http.Handler, error) {
 		r.Get("/mdns", h.mdns)
 	}
 	r.Get("/events", h.events)
+	if o.Reports != nil {
+		r.Get("/reports/{day}", h.report)
+	}
 	r.NotFound(func(w http.ResponseWriter, _ *http.Request) {
 		writeError(w, http.StatusNotFound, "", "no such API endpoint")
 	})
@@ -589,4 +606,54 @@ func raw(w http.ResponseWriter, ct, disposition string, b []byte) {
 
 func writeError(w http.ResponseWriter, status int, param, msg string) {
 	httpserver.WriteJSON(w, status, apiError{Error: msg, Parameter: param})
+}
+
+// reportTypes maps report formats to content types.
+var reportTypes = map[string]string{
+	"html": "text/html; charset=utf-8",
+	"text": "text/plain; charset=utf-8",
+	"csv":  "text/csv; charset=utf-8",
+	"json": "application/json",
+	"png":  "image/png",
+}
+
+// reportFormat is ?format=, else the first known type in Accept, else json.
+func reportFormat(r *http.Request) string {
+	if f := r.URL.Query().Get("format"); f != "" {
+		return f
+	}
+	for _, part := range strings.Split(r.Header.Get("Accept"), ",") {
+		mt, _, err := mime.ParseMediaType(strings.TrimSpace(part))
+		if err != nil {
+			continue
+		}
+		for f, ct := range reportTypes {
+			if want, _, _ := mime.ParseMediaType(ct); want == mt {
+				return f
+			}
+		}
+	}
+	return "json"
+}
+
+func (h *handler) report(w http.ResponseWriter, r *http.Request) {
+	format := reportFormat(r)
+	b, err := h.o.Reports.Render(r.Context(), chi.URLParam(r, "day"), format)
+	switch {
+	case errors.Is(err, report.ErrInvalidDay):
+		writeError(w, http.StatusBadRequest, "day", err.Error())
+		return
+	case errors.Is(err, report.ErrUnknownFormat):
+		writeError(w, http.StatusBadRequest, "format", err.Error())
+		return
+	case err != nil:
+		h.log.Error("render report", zap.Error(err))
+		writeError(w, http.StatusServiceUnavailable, "", "the report could not be built; try again later")
+		return
+	}
+	w.Header().Set("Content-Type", reportTypes[format])
+	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+	w.Header().Set("Vary", "Accept")
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(b)
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/edihub/edihub/internal/outbox"
 	"github.com/edihub/edihub/internal/postgres"
 	"github.com/edihub/edihub/internal/postgres/pgtest"
+	"github.com/edihub/edihub/internal/report"
 )
 
 func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
@@ -74,7 +75,9 @@ partners:
 		t.Fatal(err)
 	}
 	log := zaptest.NewLogger(t)
-	h, err := api.New(api.Options{Queue: q, Store: st, Logger: log})
+	reports := &report.Service{Store: st, Location: time.UTC, Now: time.Now,
+		Builder: &report.Builder{Source: st, Station: "EDIHUB", Lease: "edihub-leader", Partners: []string{"ACME CORP", "GLOBEX"}, Now: time.Now}}
+	h, err := api.New(api.Options{Queue: q, Store: st, Logger: log, Reports: reports})
 	if err != nil {
 		t.Fatal(err)
 	}

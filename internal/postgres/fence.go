@@ -61,7 +61,6 @@ ON CONFLICT (lease) DO UPDATE
 			return err
 		}
 		if tag.RowsAffected() == 0 {
-			s.fenceRejections.Inc()
 			return ErrStaleFence
 		}
 		// opened_at is taken now, after the UPDATE got the fence row's
@@ -73,6 +72,9 @@ INSERT INTO leader_terms (lease, token, holder, opened_at) VALUES ($1, $2, $3, c
 ON CONFLICT (lease, token) DO NOTHING`, f.Lease, f.Token, holder)
 		return err
 	})
+	if errors.Is(err, ErrStaleFence) {
+		s.rejected(ctx, f)
+	}
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) && pe.Code == "55P03" { // lock_not_available
 		return fmt.Errorf("open term %s: %w: the fence row stayed locked by an older term's transaction for %s (lock_timeout)", f, ErrTermLockTimeout, s.termLockTimeout)
@@ -117,7 +119,8 @@ func (s *Store) CheckTerm(ctx context.Context, f Fence) error {
 // Store takes a Fence and goes through here; fn must not call out to the
 // network.
 func (s *Store) fenced(ctx context.Context, f Fence, fn func(pgx.Tx) error) error {
-	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	stale := false
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		// The same statement limits how long this transaction may sit
 		// idle: a paused or cut-off leader cannot hold the share lock
 		// (and so a successor's term opening) past it.
@@ -125,7 +128,7 @@ func (s *Store) fenced(ctx context.Context, f Fence, fn func(pgx.Tx) error) erro
 		err := tx.QueryRow(ctx, `SELECT token FROM leader_fence, set_config('idle_in_transaction_session_timeout', $2, true) WHERE lease = $1 FOR SHARE OF leader_fence`,
 			f.Lease, msString(s.fencedIdleTimeout)).Scan(&current)
 		if errors.Is(err, pgx.ErrNoRows) || (err == nil && current != f.Token) {
-			s.fenceRejections.Inc()
+			stale = true
 			return ErrStaleFence
 		}
 		if err != nil {
@@ -133,6 +136,22 @@ func (s *Store) fenced(ctx context.Context, f Fence, fn func(pgx.Tx) error) erro
 		}
 		return fn(tx)
 	})
+	if stale {
+		s.rejected(ctx, f)
+	}
+	return err
+}
+
+// rejected counts a refusal for f: in edihub_fencing_rejections_total and,
+// after the refused transaction ended, as a row of fencing_rejections (the
+// hub's history, which the end-of-day report counts). The row is best
+// effort: a database that cannot take it has refused the write anyway, and
+// the process counter still counts it.
+func (s *Store) rejected(ctx context.Context, f Fence) {
+	s.fenceRejections.Inc()
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	_, _ = s.pool.Exec(ctx, `INSERT INTO fencing_rejections (lease, token) VALUES ($1, $2)`, f.Lease, f.Token)
 }
 
 // Heartbeat records one beat of the leader's heartbeat in

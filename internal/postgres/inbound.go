@@ -89,7 +89,8 @@ const loChunk = 1 << 20
 // outbox row, atomically. It returns the message row's id, or
 // ErrDuplicateInbound when the partner's Message-ID is already stored (a
 // concurrent identical insert waits for the other transaction and then
-// reports the duplicate, or succeeds if that one rolled back).
+// reports the duplicate, or succeeds if that one rolled back). Each
+// duplicate is recorded in the duplicates table for the end-of-day report.
 //
 // Up to largePayload the whole write is one statement (one round trip);
 // above it, one transaction that streams the payload.
@@ -121,6 +122,11 @@ func (s *Store) SaveInbound(ctx context.Context, m *InboundMessage) (int64, erro
 	case err == nil:
 		return id, nil
 	case errors.Is(err, ErrDuplicateInbound):
+		// Counted for the end-of-day report, on the day it came. A
+		// failure to count must not change the partner's answer.
+		if cerr := s.countDuplicate(ctx, m); cerr != nil {
+			return 0, fmt.Errorf("%w (not counted: %v)", ErrDuplicateInbound, cerr)
+		}
 		return 0, ErrDuplicateInbound
 	}
 	return 0, fmt.Errorf("save inbound message: %w", err)
@@ -140,6 +146,14 @@ func (s *Store) saveInbound(ctx context.Context, m *InboundMessage, hdr []byte) 
 		err = ErrDuplicateInbound
 	}
 	return id, err
+}
+
+// countDuplicate records one duplicate answered for m's stored receipt.
+func (s *Store) countDuplicate(ctx context.Context, m *InboundMessage) error {
+	_, err := s.pool.Exec(ctx, `
+INSERT INTO duplicates (message_id, partner)
+SELECT id, partner FROM messages WHERE partner = $1 AND direction = 'inbound' AND message_id = $2`, m.Partner, m.MessageID)
+	return err
 }
 
 // deleteFailedInbound deletes the stored receipt of m's Message-ID when it

@@ -55,6 +55,10 @@ func TestReceiveDuplicate(t *testing.T) {
 	if n := e.received(partnerACME, "duplicate"); n != 1 {
 		t.Errorf("duplicate count = %v, want 1", n)
 	}
+	// The end-of-day report counts it on the day the resend came.
+	if n := e.count(t, `SELECT count(*) FROM duplicates WHERE answered_at > now() - interval '1 hour'`); n != 1 {
+		t.Errorf("%d duplicates rows, want 1", n)
+	}
 }
 
 // TestReceiveDuplicateOfFailure: a Message-ID is consumed by its first

@@ -1,7 +1,8 @@
 // Command localstack is the local development stack behind "make run": a
 // private PostgreSQL, a development station with a demo partner, and three
 // edihub replicas on fixed loopback ports, with their logs interleaved and
-// prefixed. Ctrl-C stops everything it started.
+// prefixed, and Mailpit, an SMTP catcher whose web UI shows the end-of-day
+// report mails (mail.go). Ctrl-C stops everything it started.
 //
 // State lives in .local/ (git-ignored) and is reused across runs: the
 // database keeps its data, and the keys are generated once.
@@ -195,15 +196,18 @@ func run(ctx context.Context) error {
 		defer func() { _ = demo.Stop(7 * time.Second) }()
 	}
 
+	mailEnv, stopMail := startMailpit(ctx, state, o.portOffset)
+	defer stopMail()
+
 	c, err := cluster.Start(cluster.Options{
 		Binary: o.binary,
-		Env: append([]string{
+		Env: append(append([]string{
 			"EDIHUB_DATABASE_URL=" + dbURL,
 			"EDIHUB_CONFIG=" + cfgPath,
 			"EDIHUB_LOG_FORMAT=console",
 			"EDIHUB_API_TOKEN=" + token,
 			"EDIHUB_SHUTDOWN_TIMEOUT=5s",
-		}, leaderEnv...),
+		}, leaderEnv...), mailEnv...),
 		Replicas: specs,
 		Output:   os.Stdout,
 		OnExit: func(r *cluster.Replica, err error) {
@@ -222,6 +226,9 @@ func run(ctx context.Context) error {
 		}
 	}
 	cancel()
+	if demoURL != "" {
+		exchange(ctx, o.binary, state, dbURL, cfgPath, demoURL)
+	}
 	fmt.Println()
 	say("stack is up (Ctrl-C stops it):")
 	for _, r := range c.Replicas() {
@@ -231,6 +238,7 @@ func run(ctx context.Context) error {
 	if demoURL != "" {
 		say("  demo       DEMO PARTNER station on http://%s (the hub's partner; warnings only in the log)", demoSpec.HTTPAddr)
 	}
+	sayMail(mailEnv, o.binary, dbURL, cfgPath, o.portOffset)
 	say("  config     %s", cfgPath)
 	say("  API token  in %s", filepath.Join(state, "api-token"))
 	fmt.Println()

@@ -199,3 +199,16 @@ func withDB(connURL, db string) string {
 	u.Path = "/" + db
 	return u.String()
 }
+
+// Conn opens a connection to the database at connURL (from URL), closed at
+// cleanup, for tests that seed rows no Store method writes (messages of a
+// past day, terms of other holders).
+func Conn(t testing.TB, connURL string) *pgx.Conn {
+	t.Helper()
+	c, err := pgx.Connect(context.Background(), connURL)
+	if err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	t.Cleanup(func() { _ = c.Close(context.Background()) })
+	return c
+}

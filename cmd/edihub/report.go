@@ -1,0 +1,236 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+	// The report's time zones must resolve in images without a zone
+	// database (distroless, scratch).
+	_ "time/tzdata"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+
+	"github.com/edihub/edihub/internal/config"
+	"github.com/edihub/edihub/internal/postgres"
+	"github.com/edihub/edihub/internal/report"
+)
+
+// reportOptions are the end-of-day report's settings, shared by edihub
+// serve (the leader's report worker) and edihub report.
+type reportOptions struct {
+	smtpURL      string
+	passwordFile string
+	from         string
+	to           string
+	at           string
+	tz           string
+	catchUpDays  int
+}
+
+func (o *reportOptions) flags(fs *flagSet) {
+	fs.String(&o.smtpURL, "smtp-url", "", "SMTP server of the report mail: smtp://user@host:587 (STARTTLS required), smtps://user@host:465 (implicit TLS), or smtp://host:1025?tls=none for a local catcher; empty: reports are stored, not mailed")
+	fs.String(&o.passwordFile, "smtp-password-file", "", "file holding the SMTP password (trailing newline ignored); needed when the SMTP URL names a user")
+	fs.String(&o.from, "report-from", "", "sender of the report mail, e.g. \"edihub <edihub@example.com>\"")
+	fs.String(&o.to, "report-to", "", "recipients of the report mail, comma-separated")
+	fs.String(&o.at, "report-at", "00:15", "local time (HH:MM in the report time zone) the previous day's report is mailed")
+	fs.String(&o.tz, "report-tz", "UTC", "IANA time zone of the report's days, e.g. Europe/Berlin")
+	fs.Int(&o.catchUpDays, "report-catchup-days", 7, "how many past days a leader reports when they were missed (no leader, SMTP down)")
+}
+
+// reportSettings are the validated settings.
+type reportSettings struct {
+	loc     *time.Location
+	at      report.TimeOfDay
+	catchUp int
+	// mailer is nil when no SMTP URL is set.
+	mailer *report.Mailer
+}
+
+func (o reportOptions) settings(readFile func(string) ([]byte, error)) (reportSettings, error) {
+	var s reportSettings
+	var err error
+	if s.loc, err = time.LoadLocation(o.tz); err != nil || o.tz == "" || strings.EqualFold(o.tz, "local") {
+		return s, fmt.Errorf("EDIHUB_REPORT_TZ (-report-tz) %q is not an IANA time zone; set it to a name such as Europe/Berlin or UTC", o.tz)
+	}
+	if s.at, err = report.ParseTimeOfDay(o.at); err != nil {
+		return s, fmt.Errorf("EDIHUB_REPORT_AT (-report-at) %q is not a time of day; set it as HH:MM, e.g. 00:15", o.at)
+	}
+	if o.catchUpDays < 1 || o.catchUpDays > 366 {
+		return s, fmt.Errorf("EDIHUB_REPORT_CATCHUP_DAYS (-report-catchup-days) must be between 1 and 366, got %d", o.catchUpDays)
+	}
+	s.catchUp = o.catchUpDays
+	if o.smtpURL == "" {
+		if o.to != "" || o.from != "" || o.passwordFile != "" {
+			return s, errors.New("EDIHUB_REPORT_TO, EDIHUB_REPORT_FROM or EDIHUB_SMTP_PASSWORD_FILE is set but EDIHUB_SMTP_URL (-smtp-url) is not: set the SMTP server, e.g. smtp://reports@mail.example.com:587")
+		}
+		return s, nil
+	}
+	smtp, err := report.ParseSMTPURL(o.smtpURL)
+	if err != nil {
+		return s, fmt.Errorf("EDIHUB_SMTP_URL (-smtp-url) is invalid: %v", err)
+	}
+	if smtp.User != "" {
+		if o.passwordFile == "" {
+			return s, errors.New("EDIHUB_SMTP_URL names a user but EDIHUB_SMTP_PASSWORD_FILE (-smtp-password-file) is not set: point it at a file holding the password")
+		}
+		b, err := readFile(o.passwordFile)
+		if err != nil {
+			return s, fmt.Errorf("EDIHUB_SMTP_PASSWORD_FILE (-smtp-password-file): %w", err)
+		}
+		if smtp.Password = strings.TrimRight(string(b), "\r\n"); smtp.Password == "" {
+			return s, fmt.Errorf("EDIHUB_SMTP_PASSWORD_FILE (-smtp-password-file) %s is empty", o.passwordFile)
+		}
+	}
+	if o.from == "" {
+		return s, errors.New("EDIHUB_REPORT_FROM (-report-from) is not set: the report mail needs a sender, e.g. edihub@example.com")
+	}
+	to, err := report.ParseAddresses(o.to)
+	if err != nil || len(to) == 0 {
+		return s, fmt.Errorf("EDIHUB_REPORT_TO (-report-to) %q is not a comma-separated list of mail addresses", o.to)
+	}
+	if s.mailer, err = report.NewMailer(report.MailerOptions{SMTP: smtp, From: o.from, To: to}); err != nil {
+		return s, fmt.Errorf("EDIHUB_REPORT_FROM (-report-from) %q: %w", o.from, err)
+	}
+	return s, nil
+}
+
+// partnerNames lists the configured partners' AS2 IDs.
+func partnerNames(cfg *config.File) []string {
+	names := make([]string, 0, len(cfg.Partners))
+	for _, p := range cfg.Partners {
+		names = append(names, p.AS2ID)
+	}
+	return names
+}
+
+// newReportWorker builds the leader's report worker. Without an SMTP URL
+// it stores the reports and mails none.
+func newReportWorker(log *zap.Logger, reg prometheus.Registerer, store *postgres.Store, cfg *config.File, lease, identity string, s reportSettings) (*report.Worker, error) {
+	o := report.WorkerOptions{
+		Store: store,
+		Builder: &report.Builder{Source: store, Station: cfg.Station.AS2ID, Lease: lease,
+			Partners: partnerNames(cfg), Now: time.Now},
+		Holder:      identity,
+		Location:    s.loc,
+		At:          s.at,
+		CatchUpDays: s.catchUp,
+		Logger:      log,
+		Registerer:  reg,
+	}
+	if s.mailer != nil {
+		o.Sender = s.mailer
+	}
+	return report.NewWorker(o)
+}
+
+// reportFlags defines edihub report: render any day's report from the
+// database, and mail it with -send.
+func reportFlags(fs *flagSet) func(context.Context, *environment) error {
+	var url, cfgPath, date, format, out, lease string
+	var send, force bool
+	var ro reportOptions
+	fs.String(&url, "database-url", "", "PostgreSQL connection URL, e.g. postgres://edihub:secret@db:5432/edihub?sslmode=verify-full")
+	fs.String(&cfgPath, "config", "", "path of the station and partner YAML file (see docs/configuration.md)")
+	fs.String(&lease, "lease-name", "edihub-leader", "name of the leader lease whose terms the report counts and whose fence a -send claims under")
+	ro.flags(fs)
+	fs.String(&date, "date", "yesterday", "the day: YYYY-MM-DD, today or yesterday (in the report time zone)")
+	fs.String(&format, "format", "text", "output: html, text, csv, json or png (the hourly chart)")
+	fs.String(&out, "o", "", "write the report to this file instead of standard output")
+	fs.Bool(&send, "send", false, "mail the report (a finished day through the same exactly-once claim as the leader; refused when already mailed)")
+	fs.Bool(&force, "force", false, "with -send: mail even when the day was mailed or is claimed, under a new Message-ID, without touching the claim")
+	return func(ctx context.Context, env *environment) error {
+		if url == "" {
+			return errors.New("no database: set EDIHUB_DATABASE_URL (or -database-url) to a PostgreSQL URL such as postgres://edihub:secret@localhost:5432/edihub")
+		}
+		if cfgPath == "" {
+			return errors.New("no station configuration: set EDIHUB_CONFIG (or -config) to the path of the station and partner YAML file")
+		}
+		if force && !send {
+			return errors.New("report: -force only goes with -send")
+		}
+		s, err := ro.settings(os.ReadFile)
+		if err != nil {
+			return err
+		}
+		if send && s.mailer == nil {
+			return errors.New("report -send: no SMTP server: set EDIHUB_SMTP_URL (-smtp-url), EDIHUB_REPORT_FROM and EDIHUB_REPORT_TO")
+		}
+		day, err := parseReportDate(date, time.Now(), s.loc)
+		if err != nil {
+			return err
+		}
+		cfg, err := config.Load(cfgPath, config.Options{Now: time.Now})
+		if err != nil {
+			return err
+		}
+		store, err := openStore(ctx, zap.NewNop(), url, postgres.Options{MaxConns: 2}, false)
+		if err != nil {
+			return err
+		}
+		defer store.Close()
+		b := &report.Builder{Source: store, Station: cfg.Station.AS2ID, Lease: lease, Partners: partnerNames(cfg), Now: time.Now}
+		r, err := report.Load(ctx, store, b, day)
+		if err != nil {
+			return err
+		}
+		if !send || out != "" || format != "text" {
+			if err := writeReport(env.stdout, out, format, r); err != nil {
+				return err
+			}
+		}
+		if !send {
+			return nil
+		}
+		res, err := report.SendManual(ctx, report.ManualOptions{Store: store, Builder: b, Sender: s.mailer, Lease: lease,
+			By: "edihub report (" + hostname() + ")", Force: force, Now: time.Now}, day)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(env.stderr, "report %s mailed: Message-ID <%s>%s\n", day, res.MessageID, res.Note)
+		return nil
+	}
+}
+
+func hostname() string {
+	h, err := os.Hostname()
+	if err != nil {
+		return "unknown host"
+	}
+	return h
+}
+
+// parseReportDate reads -date in loc.
+func parseReportDate(s string, now time.Time, loc *time.Location) (report.Day, error) {
+	switch s {
+	case "today":
+		return report.DayOf(now, loc), nil
+	case "yesterday":
+		return report.DayOf(now, loc).AddDays(-1), nil
+	}
+	d, err := report.ParseDay(s, loc)
+	if err != nil {
+		return d, fmt.Errorf("report: -date %q: want YYYY-MM-DD, today or yesterday", s)
+	}
+	return d, nil
+}
+
+// writeReport renders r in format to the file out, or to w.
+func writeReport(w io.Writer, out, format string, r *report.Report) error {
+	b, err := report.Format(r, format)
+	if err != nil {
+		return fmt.Errorf("report: -format: %w", err)
+	}
+	if out == "" {
+		_, err = w.Write(b)
+		return err
+	}
+	if err := os.WriteFile(out, b, 0o644); err != nil {
+		return fmt.Errorf("report: %w", err)
+	}
+	return nil
+}
