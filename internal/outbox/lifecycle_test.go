@@ -272,8 +272,17 @@ func TestWebhookEndToEnd(t *testing.T) {
 			t.Errorf("event %d delivered in %d tries, want 2 (one 503, one success): queued more than once?", e.ID, hook.tries[e.ID])
 		}
 	}
+	// The webhook saw every event; the dispatchers count a delivery only
+	// once its answer is back, so wait for the counters to catch up.
 	for result, want := range map[string]float64{"delivered": n, "retry": n} {
-		if got := counterValue(t, reg, "edihub_webhook_deliveries_total", "result", result); got != want {
+		got := counterValue(t, reg, "edihub_webhook_deliveries_total", "result", result)
+		for deadline := time.Now().Add(10 * time.Second); got < want && time.Now().Before(deadline); {
+			hook.mu.Unlock()
+			time.Sleep(20 * time.Millisecond)
+			hook.mu.Lock()
+			got = counterValue(t, reg, "edihub_webhook_deliveries_total", "result", result)
+		}
+		if got != want {
 			t.Errorf("edihub_webhook_deliveries_total{result=%q} = %v, want %v", result, got, want)
 		}
 	}
