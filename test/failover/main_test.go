@@ -65,6 +65,10 @@ type scenario struct {
 type setup struct {
 	// databaseURL overrides the fresh database of the shared test server.
 	databaseURL string
+	// config overrides the generated station (failover.Options.Config).
+	config string
+	// env is added to every replica's environment.
+	env []string
 }
 
 // start runs three replicas on backend with production timings: a
@@ -75,7 +79,7 @@ func start(t *testing.T, backend failover.Backend, s setup) *scenario {
 	t.Helper()
 	bin := binary(t)
 	sc := &scenario{}
-	o := failover.Options{Binary: bin, Backend: backend, DatabaseURL: s.databaseURL, Dir: t.TempDir()}
+	o := failover.Options{Binary: bin, Backend: backend, DatabaseURL: s.databaseURL, Dir: t.TempDir(), Config: s.config, Env: s.env}
 	if o.DatabaseURL == "" {
 		o.DatabaseURL = pgtest.URL(t)
 	}
