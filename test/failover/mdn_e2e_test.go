@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -82,19 +81,19 @@ func TestAsyncMDNEndToEnd(t *testing.T) {
 				if err := e.waitDelivered(ctx, 1); err != nil {
 					t.Fatal(err)
 				}
-				e.proxy.hold()
+				e.proxy.Hold()
 				for range e2eHeld {
 					e.send(ctx, t, i)
 					i++
 				}
 				if err := e.waitPartnerReceived(ctx, i); err != nil {
-					e.proxy.release()
+					e.proxy.Release()
 					t.Fatal(err)
 				}
 				notFinalAtKill = e.countNotFinal(ctx, t)
 				var err error
 				killedAt, err = leader.Kill(ctx)
-				e.proxy.release()
+				e.proxy.Release()
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -125,7 +124,7 @@ func TestAsyncMDNEndToEnd(t *testing.T) {
 // proxy carrying the partner's MDNs, and what was queued.
 type e2e struct {
 	sc      *scenario
-	proxy   *roundRobin
+	proxy   *cluster.Balancer
 	partner *postgres.Store
 	queued  []queuedDoc
 	next    int // the replica the next document is queued through
@@ -149,8 +148,11 @@ func startE2E(t *testing.T, b failover.Backend) *e2e {
 	if err != nil {
 		t.Fatal(err)
 	}
-	proxy := newRoundRobin()
-	t.Cleanup(proxy.Close)
+	proxy, err := cluster.StartBalancer("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = proxy.Close() })
 	partnerHTTP, err := cluster.FreeAddr()
 	if err != nil {
 		t.Fatal(err)
@@ -242,7 +244,7 @@ partners:
 	for _, r := range sc.cl.Replicas() {
 		backends = append(backends, r.Spec.HTTPAddr)
 	}
-	proxy.setBackends(backends)
+	proxy.SetBackends(backends...)
 	return &e2e{sc: sc, proxy: proxy, partner: st}
 }
 
@@ -516,7 +518,7 @@ func (e *e2e) check(t *testing.T, successor int64) {
 			perReplica[name]++
 		}
 	}
-	t.Logf("async MDNs received per replica: %v; forwarded by the proxy: %v", perReplica, e.proxy.counts())
+	t.Logf("async MDNs received per replica: %v; forwarded by the proxy: %v", perReplica, e.proxy.Served())
 	if len(perReplica) < 2 {
 		t.Errorf("async MDNs received by %v: want more than one replica", perReplica)
 	}
@@ -541,121 +543,6 @@ func (e *e2e) check(t *testing.T, successor int64) {
 	if len(got) != len(sentIDs) {
 		t.Errorf("partner has %d inbound messages, want %d (one per message sent)", len(got), len(sentIDs))
 	}
-}
-
-// roundRobin is an HTTP proxy that spreads requests over backends in turn;
-// a backend that refuses the connection (a killed replica) is skipped for
-// the next one.
-type roundRobin struct {
-	srv *httptest.Server
-	tr  *http.Transport
-
-	mu       sync.Mutex
-	backends []string
-	next     int
-	served   map[string]int
-	held     chan struct{} // requests wait while it is open
-}
-
-func newRoundRobin() *roundRobin {
-	p := &roundRobin{tr: &http.Transport{}, served: map[string]int{}, held: closedChan()}
-	p.srv = httptest.NewServer(p)
-	return p
-}
-
-// URL is the proxy's base URL (http://host:port).
-func (p *roundRobin) URL() string { return p.srv.URL }
-
-func closedChan() chan struct{} {
-	c := make(chan struct{})
-	close(c)
-	return c
-}
-
-// hold makes requests wait until release.
-func (p *roundRobin) hold() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.held = make(chan struct{})
-}
-
-func (p *roundRobin) release() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	select {
-	case <-p.held:
-	default:
-		close(p.held)
-	}
-}
-
-func (p *roundRobin) Close() {
-	p.release()
-	p.srv.Close()
-	p.tr.CloseIdleConnections()
-}
-
-func (p *roundRobin) setBackends(bs []string) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.backends = bs
-}
-
-func (p *roundRobin) counts() map[string]int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	out := map[string]int{}
-	for k, v := range p.served {
-		out[k] = v
-	}
-	return out
-}
-
-func (p *roundRobin) pick() string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	b := p.backends[p.next%len(p.backends)]
-	p.next++
-	return b
-}
-
-func (p *roundRobin) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	body, err := io.ReadAll(r.Body)
-	if err != nil {
-		http.Error(w, err.Error(), http.StatusBadRequest)
-		return
-	}
-	p.mu.Lock()
-	n, held := len(p.backends), p.held
-	p.mu.Unlock()
-	select {
-	case <-held:
-	case <-r.Context().Done():
-		return
-	}
-	for range n {
-		b := p.pick()
-		out := r.Clone(r.Context())
-		out.RequestURI = ""
-		out.URL.Scheme, out.URL.Host = "http", b
-		out.Body = io.NopCloser(bytes.NewReader(body))
-		out.ContentLength = int64(len(body))
-		resp, err := p.tr.RoundTrip(out)
-		if err != nil {
-			continue // refused (killed) or cut off: the next backend
-		}
-		p.mu.Lock()
-		p.served[b]++
-		p.mu.Unlock()
-		for k, vs := range resp.Header {
-			w.Header()[k] = vs
-		}
-		w.WriteHeader(resp.StatusCode)
-		_, _ = io.Copy(w, resp.Body)
-		resp.Body.Close()
-		return
-	}
-	http.Error(w, "no backend answered", http.StatusBadGateway)
 }
 
 // lockedBuffer collects a process's log lines.

@@ -1,7 +1,8 @@
 // Command localstack is the local development stack behind "make run": a
-// private PostgreSQL, a development station with a demo partner, and three
-// edihub replicas on fixed loopback ports, with their logs interleaved and
-// prefixed. Ctrl-C stops everything it started.
+// private PostgreSQL, a development station with a demo partner station,
+// and three edihub replicas behind a round-robin balancer on fixed loopback
+// ports, with their logs interleaved and prefixed. Ctrl-C stops everything
+// it started.
 //
 // State lives in .local/ (git-ignored) and is reused across runs: the
 // database keeps its data, and the keys are generated once.
@@ -56,6 +57,7 @@ type ports struct {
 	o options
 }
 
+func (p ports) balancer() string         { return fmt.Sprintf("127.0.0.1:%d", 8080+p.o.portOffset) }
 func (p ports) replicaHTTP(i int) string { return fmt.Sprintf("127.0.0.1:%d", 8080+p.o.portOffset+i) }
 func (p ports) replicaOps(i int) string  { return fmt.Sprintf("127.0.0.1:%d", 9090+p.o.portOffset+i) }
 func (p ports) demoHTTP() string         { return fmt.Sprintf("127.0.0.1:%d", 8090+p.o.portOffset) }
@@ -73,7 +75,7 @@ func run(ctx context.Context) error {
 	flag.StringVar(&o.state, "state", ".local", "directory for the stack's state (database, keys, config)")
 	flag.IntVar(&o.replicas, "replicas", 3, "number of replicas (AS2/API on 127.0.0.1:8081.., ops on 127.0.0.1:9091..)")
 	flag.IntVar(&o.pgPort, "pg-port", 0, "port of the private PostgreSQL on 127.0.0.1 (default 55432 + port-offset)")
-	flag.IntVar(&o.portOffset, "port-offset", 0, "added to every port of the stack (8081.., 9091.., 8090, 9190, 55432), to run a second stack beside the first")
+	flag.IntVar(&o.portOffset, "port-offset", 0, "added to every port of the stack (8080, 8081.., 9091.., 8090, 9190, 55432), to run a second stack beside the first")
 	backend := os.Getenv("EDIHUB_LEADER_BACKEND")
 	if backend == "" {
 		backend = "kubernetes"
@@ -97,7 +99,8 @@ func run(ctx context.Context) error {
 		return err
 	}
 	var specs []cluster.ReplicaSpec
-	var addrs []string
+	var backends []string
+	addrs := []string{pt.balancer()}
 	for i := 1; i <= o.replicas; i++ {
 		s := cluster.ReplicaSpec{
 			Name:     fmt.Sprintf("replica-%d", i),
@@ -106,6 +109,7 @@ func run(ctx context.Context) error {
 			Env:      []string{fmt.Sprintf("EDIHUB_IDENTITY=replica-%d", i)},
 		}
 		specs = append(specs, s)
+		backends = append(backends, s.HTTPAddr)
 		addrs = append(addrs, s.HTTPAddr, s.OpsAddr)
 	}
 	if err := cluster.CheckFree(addrs...); err != nil {
@@ -130,7 +134,15 @@ func run(ctx context.Context) error {
 		say("using the database at EDIHUB_DATABASE_URL (no demo partner station: it needs a database of its own)")
 	}
 
-	cfgPath, err := ensureStation(state, "http://"+demoSpec.HTTPAddr+"/as2", "http://"+specs[0].HTTPAddr+"/as2")
+	// The hub's public AS2 URL: a round-robin balancer in front of the
+	// replicas, as in production, so partners' messages and async MDNs
+	// reach every replica and keep coming while one is down.
+	lb, err := cluster.StartBalancer(pt.balancer(), backends...)
+	if err != nil {
+		return fmt.Errorf("balancer: %w", err)
+	}
+	defer lb.Close()
+	cfgPath, err := ensureStation(state, "http://"+demoSpec.HTTPAddr+"/as2", lb.URL()+"/as2")
 	if err != nil {
 		return err
 	}
@@ -228,6 +240,7 @@ func run(ctx context.Context) error {
 	for _, r := range c.Replicas() {
 		say("  %-10s AS2/API http://%s   ops http://%s   pid %d", r.Spec.Name, r.Spec.HTTPAddr, r.Spec.OpsAddr, r.PID())
 	}
+	say("  balancer   http://%s (round robin over the replicas: the hub's AS2 URL for partners)", lb.Addr())
 	say("  leader     edihub status -ops-urls %s   (kill the leader's process to see a takeover)", opsURLs(c))
 	if demoURL != "" {
 		say("  demo       DEMO PARTNER station on http://%s (the hub's partner; warnings only in the log)", demoSpec.HTTPAddr)
@@ -313,8 +326,9 @@ func ensureStation(state, demoURL, hubURL string) (string, error) {
 # regenerated while it exists.
 #
 # DEMO PARTNER answers with asynchronous MDNs: it posts each signed MDN to
-# async_mdn_url (replica-1's AS2 URL), the receiving replica stores it in
-# the MDN inbox, and the leader's MDN poller applies it to the message.
+# async_mdn_url (the balancer in front of the replicas), the receiving
+# replica stores it in the MDN inbox, and the leader's MDN poller applies it
+# to the message.
 station:
   as2_id: "EDIHUB"
   private_key: station/station.key

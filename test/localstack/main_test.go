@@ -214,8 +214,8 @@ func runStack(t *testing.T, root, localstack, edihub, state string, offset int) 
 	// Ctrl-C: nothing the stack started outlives it.
 	procs := descendants(cmd.Process.Pid)
 	listening := listeningPorts(procs)
-	if len(listening) < 9 { // 3 × 2 replica listeners, demo × 2, PostgreSQL, and the control plane's
-		t.Errorf("the stack listens on %v; expected at least the replicas', the demo station's and PostgreSQL's ports", listening)
+	if len(listening) < 10 { // the balancer, 3 × 2 replica listeners, demo × 2, PostgreSQL, and the control plane's
+		t.Errorf("the stack listens on %v; expected at least the balancer's, the replicas', the demo station's and PostgreSQL's ports", listening)
 	}
 	t.Logf("stack: %d processes, listening on %v", len(procs), listening)
 	if err := syscall.Kill(-cmd.Process.Pid, syscall.SIGINT); err != nil {
@@ -271,7 +271,7 @@ func freeOffset(t *testing.T) int {
 	for range 50 {
 		off := 100 * (1 + rand.IntN(99)) // 100..9900: PostgreSQL stays below 65536
 		pt := ports{options{portOffset: off}}
-		addrs := []string{pt.demoHTTP(), pt.demoOps(), fmt.Sprintf("127.0.0.1:%d", pt.postgres())}
+		addrs := []string{pt.balancer(), pt.demoHTTP(), pt.demoOps(), fmt.Sprintf("127.0.0.1:%d", pt.postgres())}
 		for i := 1; i <= 3; i++ {
 			addrs = append(addrs, pt.replicaHTTP(i), pt.replicaOps(i))
 		}
