@@ -1,7 +1,8 @@
 // Package cluster runs several edihub processes (replicas) from a built
 // binary, as the local stack and the multi-replica tests need: it starts
 // them, prefixes and collects their logs, signals single replicas (kill,
-// stop, freeze) and stops them all, leaving no process behind.
+// stop, freeze) and stops them all, leaving no process behind. A Balancer
+// spreads HTTP requests over the replicas, as a load balancer would.
 package cluster
 
 import (

@@ -143,6 +143,10 @@ type Options struct {
 	Dir string
 	// Env is added to every replica's environment.
 	Env []string
+	// Config, if set, is the edihub.yaml the replicas run (its keys and
+	// certificates beside it); default: a generated station with one
+	// partner that is never sent to.
+	Config string
 	// Output, if set, receives every log line prefixed with the replica's
 	// name.
 	Output io.Writer
@@ -200,9 +204,11 @@ func Start(ctx context.Context, o Options) (_ *Cluster, err error) {
 			_ = cl.Close()
 		}
 	}()
-	cfg, err := writeStation(o.Dir)
-	if err != nil {
-		return nil, err
+	cfg := o.Config
+	if cfg == "" {
+		if cfg, err = writeStation(o.Dir); err != nil {
+			return nil, err
+		}
 	}
 	dbURL, err := url.Parse(o.DatabaseURL)
 	if err != nil || dbURL.Host == "" {

@@ -67,6 +67,10 @@ type setup struct {
 	databaseURL string
 	// proxyDatabase: see failover.Options.ProxyDatabase.
 	proxyDatabase bool
+	// config overrides the generated station (failover.Options.Config).
+	config string
+	// env is added to every replica's environment.
+	env []string
 }
 
 // start runs three replicas on backend with production timings: a
@@ -77,7 +81,7 @@ func start(t *testing.T, backend failover.Backend, s setup) *scenario {
 	t.Helper()
 	bin := binary(t)
 	sc := &scenario{}
-	o := failover.Options{Binary: bin, Backend: backend, DatabaseURL: s.databaseURL, Dir: t.TempDir(), ProxyDatabase: s.proxyDatabase}
+	o := failover.Options{Binary: bin, Backend: backend, DatabaseURL: s.databaseURL, Dir: t.TempDir(), ProxyDatabase: s.proxyDatabase, Config: s.config, Env: s.env}
 	if o.DatabaseURL == "" {
 		o.DatabaseURL = pgtest.URL(t)
 	}

@@ -27,7 +27,8 @@ import (
 // real kube-apiserver, etcd and PostgreSQL), twice in a row: first from a
 // state directory that does not exist, then from the one the first run left.
 // Each time three replicas become ready, exactly one leads, a document sent
-// to the demo partner is delivered, and Ctrl-C (SIGINT to the process group)
+// to the demo partner is delivered on an async MDN the leader's poller
+// applied, and Ctrl-C (SIGINT to the process group)
 // leaves no process and no listening port behind.
 func TestMakeRunTwice(t *testing.T) {
 	root := repoRoot(t)
@@ -166,8 +167,10 @@ func runStack(t *testing.T, root, localstack, edihub, state string, offset int) 
 		t.Fatalf("POST /api/v1/messages = %d %s, want 2xx with an id", resp.StatusCode, body)
 	}
 	var msg struct {
-		Status string `json:"status"`
-		Error  string `json:"error"`
+		Status    string `json:"status"`
+		Error     string `json:"error"`
+		MDNMode   string `json:"mdn_mode"`
+		MessageID string `json:"message_id"`
 	}
 	for deadline := time.Now().Add(90 * time.Second); ; {
 		get(t, client, fmt.Sprintf("http://%s/api/v1/messages/%d", pt.replicaHTTP(2), queued.ID), &msg, "Authorization", auth)
@@ -179,12 +182,40 @@ func runStack(t *testing.T, root, localstack, edihub, state string, offset int) 
 	if msg.Status != "delivered" {
 		t.Errorf("message %d to DEMO PARTNER: status %q (%s), want delivered", queued.ID, msg.Status, msg.Error)
 	}
+	// It asked for an async MDN, and the leader's MDN poller applied the
+	// MDN the demo station posted: the inbox lists it processed, for this
+	// message, with the fence of the term that decided it.
+	if msg.MDNMode != "async" {
+		t.Errorf("message %d to DEMO PARTNER: mdn_mode %q, want async (the hub's partner profile asks for async MDNs)", queued.ID, msg.MDNMode)
+	}
+	var inbox struct {
+		MDNs []struct {
+			State             string `json:"state"`
+			Result            string `json:"result"`
+			OriginalMessageID string `json:"original_message_id"`
+			Message           *int64 `json:"message"`
+			Fence             *int64 `json:"fence"`
+		} `json:"mdns"`
+	}
+	get(t, client, "http://"+pt.replicaHTTP(3)+"/api/v1/mdns?state=processed&limit=500", &inbox, "Authorization", auth)
+	applied := false
+	for _, m := range inbox.MDNs {
+		if m.Message != nil && *m.Message == queued.ID {
+			applied = m.State == "processed" && m.Result == "delivered" && m.OriginalMessageID == msg.MessageID && m.Fence != nil
+			if !applied {
+				t.Errorf("inbox MDN for message %d: %+v, want processed, result delivered, Original-Message-ID %q, a fence", queued.ID, m, msg.MessageID)
+			}
+		}
+	}
+	if !applied {
+		t.Errorf("GET /api/v1/mdns?state=processed lists no MDN for message %d (%d listed): the leader's poller did not apply an async MDN", queued.ID, len(inbox.MDNs))
+	}
 
 	// Ctrl-C: nothing the stack started outlives it.
 	procs := descendants(cmd.Process.Pid)
 	listening := listeningPorts(procs)
-	if len(listening) < 9 { // 3 × 2 replica listeners, demo × 2, PostgreSQL, and the control plane's
-		t.Errorf("the stack listens on %v; expected at least the replicas', the demo station's and PostgreSQL's ports", listening)
+	if len(listening) < 10 { // the balancer, 3 × 2 replica listeners, demo × 2, PostgreSQL, and the control plane's
+		t.Errorf("the stack listens on %v; expected at least the balancer's, the replicas', the demo station's and PostgreSQL's ports", listening)
 	}
 	t.Logf("stack: %d processes, listening on %v", len(procs), listening)
 	if err := syscall.Kill(-cmd.Process.Pid, syscall.SIGINT); err != nil {
@@ -240,7 +271,7 @@ func freeOffset(t *testing.T) int {
 	for range 50 {
 		off := 100 * (1 + rand.IntN(99)) // 100..9900: PostgreSQL stays below 65536
 		pt := ports{options{portOffset: off}}
-		addrs := []string{pt.demoHTTP(), pt.demoOps(), fmt.Sprintf("127.0.0.1:%d", pt.postgres())}
+		addrs := []string{pt.balancer(), pt.demoHTTP(), pt.demoOps(), fmt.Sprintf("127.0.0.1:%d", pt.postgres())}
 		for i := 1; i <= 3; i++ {
 			addrs = append(addrs, pt.replicaHTTP(i), pt.replicaOps(i))
 		}
