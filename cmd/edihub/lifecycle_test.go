@@ -140,14 +140,17 @@ func TestServeLifecycle(t *testing.T) {
 		}
 	}
 	mu.Lock()
-	defer mu.Unlock()
 	if len(bad) > 0 || len(hooked) != 1 || hooked[0].Type != "delivered" || hooked[0].Message != q1.ID {
 		t.Errorf("webhook got %+v (problems %v), want the delivered event of message %d", hooked, bad, q1.ID)
 	}
+	mu.Unlock()
 	if strings.Contains(a.logs.String(), secret) {
 		t.Error("the webhook secret appears in the log")
 	}
-	if !strings.Contains(a.metrics(t), `edihub_webhook_deliveries_total{result="delivered"} 1`) {
-		t.Error("edihub_webhook_deliveries_total{result=\"delivered\"} is not 1")
+	// Counted once the outcome is recorded, just after the webhook answered.
+	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(a.metrics(t), `edihub_webhook_deliveries_total{result="delivered"} 1`); time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal(`edihub_webhook_deliveries_total{result="delivered"} is not 1`)
+		}
 	}
 }
