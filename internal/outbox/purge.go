@@ -139,7 +139,9 @@ func (p *Purger) Run(ctx context.Context) error {
 }
 
 // run purges every kind to the end once. It returns the counts, or an
-// error when ctx ended or the fence is stale.
+// error when ctx ended or the fence is stale. A kind whose batches keep
+// failing is left for the next run after purgeTries attempts, so one bad
+// row does not stop the other kinds.
 func (p *Purger) run(ctx context.Context, f postgres.Fence) (map[string]int64, error) {
 	counts := map[string]int64{}
 	for _, kind := range postgres.PurgeKinds {
@@ -149,6 +151,9 @@ func (p *Purger) run(ctx context.Context, f postgres.Fence) (map[string]int64, e
 		}
 		for {
 			n, err := p.batch(ctx, f, kind, age)
+			if errors.Is(err, errGaveUp) {
+				break
+			}
 			if err != nil {
 				return counts, err
 			}
@@ -165,11 +170,17 @@ func (p *Purger) run(ctx context.Context, f postgres.Fence) (map[string]int64, e
 	return counts, nil
 }
 
-// batch deletes one batch, retrying transient errors with backoff until it
-// succeeds, ctx ends or the fence is stale.
+// purgeTries bounds the attempts at one batch within a run.
+const purgeTries = 5
+
+var errGaveUp = errors.New("purge batch kept failing")
+
+// batch deletes one batch, retrying transient errors with backoff. It
+// returns errGaveUp after purgeTries failures, and the error when ctx ends
+// or the fence is stale.
 func (p *Purger) batch(ctx context.Context, f postgres.Fence, kind string, age time.Duration) (int64, error) {
 	wait := p.o.RetryBase
-	for {
+	for try := 1; ; try++ {
 		n, err := p.o.Store.PurgeBatch(ctx, f, kind, age, p.o.Batch)
 		switch {
 		case err == nil:
@@ -178,6 +189,9 @@ func (p *Purger) batch(ctx context.Context, f postgres.Fence, kind string, age t
 			return 0, err
 		case ctx.Err() != nil:
 			return 0, ctx.Err()
+		case try == purgeTries:
+			p.log.Error("purge batch keeps failing; this kind waits for the next run", zap.String("kind", kind), zap.Int("tries", try), zap.Error(err))
+			return 0, errGaveUp
 		}
 		p.log.Warn("purge batch failed; retrying", zap.String("kind", kind), zap.Duration("retry_in", wait), zap.Error(err))
 		if err := sleep(ctx, wait); err != nil {
