@@ -44,8 +44,11 @@ type PurgerOptions struct {
 	AuditRetention time.Duration
 	// Batch bounds the rows one transaction deletes (DefaultPurgeBatch).
 	Batch int
-	// Pause is the wait between two batches, so receivers and dispatchers
-	// get the database between them (DefaultPurgePause; negative: none).
+	// Pause is the least wait between two batches, so receivers and
+	// dispatchers get the database between them (DefaultPurgePause;
+	// negative: none). The wait is at least as long as the batch took, so
+	// the purger keeps to half of one connection's time and backs off by
+	// itself when the database is busy.
 	Pause time.Duration
 	// RetryBase and RetryMax shape the backoff after a failed batch
 	// (1 s doubling up to 1 min by default).
@@ -83,9 +86,7 @@ func NewPurger(o PurgerOptions) (*Purger, error) {
 	if o.Batch <= 0 {
 		o.Batch = DefaultPurgeBatch
 	}
-	if o.Pause < 0 {
-		o.Pause = 0
-	} else if o.Pause == 0 {
+	if o.Pause == 0 {
 		o.Pause = DefaultPurgePause
 	}
 	if o.RetryBase <= 0 {
@@ -150,6 +151,7 @@ func (p *Purger) run(ctx context.Context, f postgres.Fence) (map[string]int64, e
 			age = p.o.AuditRetention
 		}
 		for {
+			start := time.Now()
 			n, err := p.batch(ctx, f, kind, age)
 			if errors.Is(err, errGaveUp) {
 				break
@@ -162,7 +164,11 @@ func (p *Purger) run(ctx context.Context, f postgres.Fence) (map[string]int64, e
 			if n < int64(p.o.Batch) {
 				break
 			}
-			if err := sleep(ctx, p.o.Pause); err != nil {
+			pause := p.o.Pause
+			if pause >= 0 {
+				pause = max(pause, time.Since(start))
+			}
+			if err := sleep(ctx, pause); err != nil {
 				return counts, err
 			}
 		}

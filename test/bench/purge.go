@@ -28,7 +28,7 @@ import (
 // same receives without it, measured in this run just before; then the
 // rate of the purger alone on a fifth as many rows.
 func purgeBench(ctx context.Context, out io.Writer, o options, store *postgres.Store, partner, st *identity) error {
-	fmt.Fprintf(out, "Purge: %d eligible rows (%d finished outbox rows + %d payloads of final messages), default batch %d, pause %s\n",
+	fmt.Fprintf(out, "Purge: %d eligible rows (%d finished outbox rows + %d payloads of final messages), default batch %d, pause at least %s and the batch time\n",
 		o.purgeRows, o.purgeRows/2, o.purgeRows/2, outbox.DefaultPurgeBatch, outbox.DefaultPurgePause)
 	t0 := time.Now()
 	if err := seedEligible(ctx, o.databaseURL, o.purgeRows/2); err != nil {
