@@ -36,6 +36,8 @@ type hubStation struct {
 	stop     func()
 	keyPath  string
 	certPath string
+	// extraEnv adds or overrides serve's environment.
+	extraEnv []string
 }
 
 type hubLog struct {
@@ -95,13 +97,13 @@ func (s *hubStation) start(t *testing.T, peer *hubStation, profile ...string) {
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	getenv := env(
+	getenv := env(append([]string{
 		"EDIHUB_DATABASE_URL", s.dbURL, "EDIHUB_CONFIG", path,
 		"EDIHUB_HTTP_ADDR", s.as2Addr, "EDIHUB_OPS_ADDR", s.opsAddr,
 		"EDIHUB_API_TOKEN", s.token, "EDIHUB_LEADER_BACKEND", "postgres",
 		"EDIHUB_IDENTITY", strings.ReplaceAll(s.name, " ", "-"), "EDIHUB_SHUTDOWN_TIMEOUT", "5s",
 		"EDIHUB_RETRY_BACKOFF", "200ms", "EDIHUB_RETRY_BACKOFF_MAX", "1s", "EDIHUB_LOG_LEVEL", "debug",
-	)
+	}, s.extraEnv...)...)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- run(ctx, []string{"serve"}, getenv, io.Discard, s.logs) }()

@@ -322,6 +322,12 @@ func (d *Dispatcher) process(ctx context.Context, it postgres.OutboxItem) {
 		p = nil
 		log = d.log.With(zap.Int64("outbox_id", it.ID), zap.String("kind", it.Kind), zap.Int("attempt", it.Attempts),
 			zap.String("event_id", first(it.Headers, EventIDHeader)))
+		if len(d.o.WebhookSecret) == 0 {
+			// A replica configured without the webhook (a rolling change)
+			// must not post unsigned deliveries; one that has it retries.
+			d.finish(ctx, log, it, p, attempt{retryable: true, err: errors.New("this replica has no webhook secret (EDIHUB_WEBHOOK_SECRET_FILE); a replica with one retries")})
+			return
+		}
 		it.Headers = it.Headers.Clone()
 		it.Headers.Set(SignatureHeader, Sign(d.o.WebhookSecret, it.Body))
 	}

@@ -255,7 +255,6 @@ func TestWebhookEndToEnd(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	hook.mu.Lock()
-	defer hook.mu.Unlock()
 	for _, b := range hook.bad {
 		t.Error(b)
 	}
@@ -272,17 +271,16 @@ func TestWebhookEndToEnd(t *testing.T) {
 			t.Errorf("event %d delivered in %d tries, want 2 (one 503, one success): queued more than once?", e.ID, hook.tries[e.ID])
 		}
 	}
-	// The webhook saw every event; the dispatchers count a delivery only
-	// once its answer is back, so wait for the counters to catch up.
-	for result, want := range map[string]float64{"delivered": n, "retry": n} {
-		got := counterValue(t, reg, "edihub_webhook_deliveries_total", "result", result)
-		for deadline := time.Now().Add(10 * time.Second); got < want && time.Now().Before(deadline); {
-			hook.mu.Unlock()
-			time.Sleep(20 * time.Millisecond)
-			hook.mu.Lock()
-			got = counterValue(t, reg, "edihub_webhook_deliveries_total", "result", result)
+	hook.mu.Unlock()
+	// The last outcome is counted after its record commits, just after the
+	// webhook answered: wait for it.
+	for deadline := time.Now().Add(30 * time.Second); counterValue(t, reg, "edihub_webhook_deliveries_total", "result", "delivered") < n; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			break
 		}
-		if got != want {
+	}
+	for result, want := range map[string]float64{"delivered": n, "retry": n, "failed": 0} {
+		if got := counterValue(t, reg, "edihub_webhook_deliveries_total", "result", result); got != want {
 			t.Errorf("edihub_webhook_deliveries_total{result=%q} = %v, want %v", result, got, want)
 		}
 	}
@@ -316,5 +314,53 @@ func TestSign(t *testing.T) {
 	want := "sha256=5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"
 	if got != want {
 		t.Errorf("Sign = %s, want %s", got, want)
+	}
+}
+
+// TestWebhookNeedsSecret: a dispatcher without the webhook secret (a
+// replica not yet configured) reschedules webhook deliveries instead of
+// posting them unsigned.
+func TestWebhookNeedsSecret(t *testing.T) {
+	ctx := context.Background()
+	st := pgtest.Store(t)
+	hook := newHookServer(t, []byte("s"))
+	forward := func() int {
+		n, err := st.ForwardEvents(ctx, postgres.WebhookForward{Cursor: outbox.WebhookCursor, URL: hook.URL, MaxAttempts: 3, RetryWindow: time.Hour,
+			Build: func(e postgres.Event) (postgres.WebhookDelivery, error) {
+				return postgres.WebhookDelivery{Header: http.Header{"X-Edihub-Event-Id": {strconv.FormatInt(e.ID, 10)}}, Body: []byte("{}")}, nil
+			}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	forward() // the cursor starts at the end of the feed
+	if _, err := st.SaveInbound(ctx, &postgres.InboundMessage{Partner: "P", AS2From: "P", AS2To: "S", MessageID: "<1@p>",
+		Status: postgres.InboundProcessed, MDNMode: "none", Payload: []byte("x")}); err != nil {
+		t.Fatal(err)
+	}
+	if n := forward(); n != 1 {
+		t.Fatalf("forwarded %d events, want 1", n)
+	}
+	if n := forward(); n != 0 {
+		t.Fatalf("forwarded %d events again, want 0", n)
+	}
+	reg := prometheus.NewRegistry()
+	o := dispatcherOpts(t, st, loadConfig(t, partnerYAML{id: "P", url: "http://127.0.0.1:1/as2"}), "no-secret")
+	o.Metrics = outbox.NewMetrics(reg, nil)
+	stop := startDispatcher(t, o)
+	for deadline := time.Now().Add(30 * time.Second); counterValue(t, reg, "edihub_webhook_deliveries_total", "result", "retry") < 2; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the delivery was not rescheduled")
+		}
+	}
+	stop()
+	hook.mu.Lock()
+	defer hook.mu.Unlock()
+	if len(hook.tries) != 0 || len(hook.bad) != 0 {
+		t.Errorf("the webhook got requests from a replica without the secret: %v %v", hook.tries, hook.bad)
+	}
+	if got := counterValue(t, reg, "edihub_webhook_deliveries_total", "result", "failed"); got != 0 {
+		t.Errorf("%v deliveries failed, want 0 (attempts left within the window)", got)
 	}
 }

@@ -44,8 +44,11 @@ type PurgerOptions struct {
 	AuditRetention time.Duration
 	// Batch bounds the rows one transaction deletes (DefaultPurgeBatch).
 	Batch int
-	// Pause is the wait between two batches, so receivers and dispatchers
-	// get the database between them (DefaultPurgePause; negative: none).
+	// Pause is the least wait between two batches, so receivers and
+	// dispatchers get the database between them (DefaultPurgePause;
+	// negative: none). The wait is at least as long as the batch took, so
+	// the purger keeps to half of one connection's time and backs off by
+	// itself when the database is busy.
 	Pause time.Duration
 	// RetryBase and RetryMax shape the backoff after a failed batch
 	// (1 s doubling up to 1 min by default).
@@ -83,9 +86,7 @@ func NewPurger(o PurgerOptions) (*Purger, error) {
 	if o.Batch <= 0 {
 		o.Batch = DefaultPurgeBatch
 	}
-	if o.Pause < 0 {
-		o.Pause = 0
-	} else if o.Pause == 0 {
+	if o.Pause == 0 {
 		o.Pause = DefaultPurgePause
 	}
 	if o.RetryBase <= 0 {
@@ -145,7 +146,9 @@ func (p *Purger) Run(ctx context.Context) error {
 }
 
 // run purges every kind to the end once. It returns the counts, or an
-// error when ctx ended or the fence is stale.
+// error when ctx ended or the fence is stale. A kind whose batches keep
+// failing is left for the next run after purgeTries attempts, so one bad
+// row does not stop the other kinds.
 func (p *Purger) run(ctx context.Context, f postgres.Fence) (map[string]int64, error) {
 	counts := map[string]int64{}
 	for _, kind := range postgres.PurgeKinds {
@@ -154,7 +157,11 @@ func (p *Purger) run(ctx context.Context, f postgres.Fence) (map[string]int64, e
 			age = p.o.AuditRetention
 		}
 		for {
+			start := time.Now()
 			n, err := p.batch(ctx, f, kind, age)
+			if errors.Is(err, errGaveUp) {
+				break
+			}
 			if err != nil {
 				return counts, err
 			}
@@ -163,7 +170,11 @@ func (p *Purger) run(ctx context.Context, f postgres.Fence) (map[string]int64, e
 			if n < int64(p.o.Batch) {
 				break
 			}
-			if err := sleep(ctx, p.o.Pause); err != nil {
+			pause := p.o.Pause
+			if pause >= 0 {
+				pause = max(pause, time.Since(start))
+			}
+			if err := sleep(ctx, pause); err != nil {
 				return counts, err
 			}
 		}
@@ -171,11 +182,17 @@ func (p *Purger) run(ctx context.Context, f postgres.Fence) (map[string]int64, e
 	return counts, nil
 }
 
-// batch deletes one batch, retrying transient errors with backoff until it
-// succeeds, ctx ends or the fence is stale.
+// purgeTries bounds the attempts at one batch within a run.
+const purgeTries = 5
+
+var errGaveUp = errors.New("purge batch kept failing")
+
+// batch deletes one batch, retrying transient errors with backoff. It
+// returns errGaveUp after purgeTries failures, and the error when ctx ends
+// or the fence is stale.
 func (p *Purger) batch(ctx context.Context, f postgres.Fence, kind string, age time.Duration) (int64, error) {
 	wait := p.o.RetryBase
-	for {
+	for try := 1; ; try++ {
 		n, err := p.o.Store.PurgeBatch(ctx, f, kind, age, p.o.Batch)
 		switch {
 		case err == nil:
@@ -184,6 +201,9 @@ func (p *Purger) batch(ctx context.Context, f postgres.Fence, kind string, age t
 			return 0, err
 		case ctx.Err() != nil:
 			return 0, ctx.Err()
+		case try == purgeTries:
+			p.log.Error("purge batch keeps failing; this kind waits for the next run", zap.String("kind", kind), zap.Int("tries", try), zap.Error(err))
+			return 0, errGaveUp
 		}
 		p.log.Warn("purge batch failed; retrying", zap.String("kind", kind), zap.Duration("retry_in", wait), zap.Error(err))
 		if err := sleep(ctx, wait); err != nil {

@@ -418,3 +418,41 @@ func TestPurgerProgressDeadline(t *testing.T) {
 		t.Errorf("StuckAfter() = %s with a 1h interval, want more than two intervals", got)
 	}
 }
+
+// flakyStore fails kinds as scripted: failures[kind] times, or for ever
+// when negative; otherwise it deletes nothing.
+type flakyStore struct {
+	mu       sync.Mutex
+	failures map[string]int
+	calls    map[string]int
+}
+
+func (s *flakyStore) PurgeBatch(_ context.Context, _ postgres.Fence, kind string, _ time.Duration, _ int) (int64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.calls[kind]++
+	if f := s.failures[kind]; f < 0 || s.calls[kind] <= f {
+		return 0, errors.New("connection reset by peer")
+	}
+	return 0, nil
+}
+
+// TestPurgerTransientErrors: a failing batch is retried with backoff inside
+// the worker; one that keeps failing is left for the next run without
+// stopping the other kinds or the worker.
+func TestPurgerTransientErrors(t *testing.T) {
+	fs := &flakyStore{failures: map[string]int{postgres.PurgePayloads: 2, postgres.PurgeMDNs: -1}, calls: map[string]int{}}
+	cs := &countingStore{PurgeStore: fs, calls: map[string][]int64{}, done: make(chan struct{})}
+	p := newTestPurger(t, cs, prometheus.NewRegistry(), 10)
+	f := postgres.Fence{Lease: "flaky", Token: 1}
+	runOnce(t, leader.WithFence(context.Background(), f), p, cs)
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	want := map[string]int{postgres.PurgeOutbox: 1, postgres.PurgePayloads: 3, postgres.PurgeMDNs: 5, postgres.PurgeMDNInbox: 1,
+		postgres.PurgeHeartbeats: 1, postgres.PurgeEvents: 1, postgres.PurgeMessages: 1}
+	for kind, n := range want {
+		if fs.calls[kind] != n {
+			t.Errorf("%s: %d calls, want %d", kind, fs.calls[kind], n)
+		}
+	}
+}

@@ -81,12 +81,14 @@ func ParseEventCursor(s string) (EventCursor, error) {
 
 // eventsAfter selects the feed after ($1 txid, $2 id), at most $3 events,
 // up to the oldest running transaction of the statement's snapshot.
+// ORDER BY names the table's columns: a bare "txid" would sort by the
+// output column txid::text, and "999" sorts after "1000".
 const eventsAfter = `
-SELECT id, txid::text, type, message, partner, direction, created_at, detail
-  FROM events
- WHERE (txid, id) > ($1::text::xid8, $2::bigint)
-   AND txid < pg_snapshot_xmin(pg_current_snapshot())
- ORDER BY txid, id
+SELECT e.id, e.txid::text AS txid_text, e.type, e.message, e.partner, e.direction, e.created_at, e.detail
+  FROM events e
+ WHERE (e.txid, e.id) > ($1::text::xid8, $2::bigint)
+   AND e.txid < pg_snapshot_xmin(pg_current_snapshot())
+ ORDER BY e.txid, e.id
  LIMIT $3`
 
 func scanEvents(rows pgx.Rows) ([]Event, error) {

@@ -269,7 +269,7 @@ func TestEventsPagingUnderConcurrentWriters(t *testing.T) {
 		}
 		for _, e := range evs {
 			if seen[e.ID] {
-				t.Errorf("event %d returned twice", e.ID)
+				t.Errorf("event %d (cursor %v) returned twice, after %v", e.ID, e.Cursor, cursor)
 			}
 			seen[e.ID] = true
 			order = append(order, e.Cursor)
@@ -323,5 +323,32 @@ func TestEventCursorRoundTrip(t *testing.T) {
 		if !tt.wantErr && tt.give != "" && tt.give != "0" && got.String() != tt.give {
 			t.Errorf("%v.String() = %q, want %q", got, got.String(), tt.give)
 		}
+	}
+}
+
+// TestEventsOrderedByTransactionNumber: the feed sorts transaction ids as
+// numbers (9 before 10), then event ids.
+func TestEventsOrderedByTransactionNumber(t *testing.T) {
+	ctx := context.Background()
+	st := pgtest.Store(t)
+	if _, err := st.ExecSQL(ctx, `INSERT INTO events (txid, type, message, partner, direction) VALUES
+        ('10', 'received', 1, 'P', 'inbound'), ('9', 'received', 2, 'P', 'inbound'), ('9', 'received', 3, 'P', 'inbound')`); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	var cursor postgres.EventCursor
+	for {
+		evs, err := st.Events(ctx, cursor, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(evs) == 0 {
+			break
+		}
+		got = append(got, evs[0].Cursor.String())
+		cursor = evs[0].Cursor
+	}
+	if want := "9-2 9-3 10-1"; strings.Join(got, " ") != want {
+		t.Errorf("feed order %v, want %s", got, want)
 	}
 }

@@ -25,9 +25,10 @@ import (
 // o.purgeRows eligible rows (half finished outbox rows, half payloads of
 // final messages, 40 days old) with its default batch and pause, and the
 // p99 latency of concurrent receives while it runs, against the p99 of the
-// same receives without it, measured in this run just before.
+// same receives without it, measured in this run just before; then the
+// rate of the purger alone on a fifth as many rows.
 func purgeBench(ctx context.Context, out io.Writer, o options, store *postgres.Store, partner, st *identity) error {
-	fmt.Fprintf(out, "Purge: %d eligible rows (%d finished outbox rows + %d payloads of final messages), default batch %d, pause %s\n",
+	fmt.Fprintf(out, "Purge: %d eligible rows (%d finished outbox rows + %d payloads of final messages), default batch %d, pause at least %s and the batch time\n",
 		o.purgeRows, o.purgeRows/2, o.purgeRows/2, outbox.DefaultPurgeBatch, outbox.DefaultPurgePause)
 	t0 := time.Now()
 	if err := seedEligible(ctx, o.databaseURL, o.purgeRows/2); err != nil {
@@ -118,30 +119,11 @@ func purgeBench(ctx context.Context, out io.Writer, o options, store *postgres.S
 	if err := leaderStore.OpenTerm(ctx, f, "bench"); err != nil {
 		return err
 	}
-	counting := &purgeCounter{PurgeStore: leaderStore, done: make(chan struct{})}
-	p, err := outbox.NewPurger(outbox.PurgerOptions{Store: counting, Logger: zap.NewNop(), Registerer: prometheus.NewRegistry()})
+	var during []time.Duration
+	var rerr error
+	counting, purgeTook, err := runPurger(ctx, leaderStore, f, func(done <-chan struct{}) { during, rerr = receive(done) })
 	if err != nil {
 		return err
-	}
-	pctx, cancel := context.WithCancel(withFence(ctx, f))
-	defer cancel()
-	perr := make(chan error, 1)
-	start := time.Now()
-	go func() { perr <- p.Run(pctx) }()
-	var purgeTook time.Duration
-	recvDone := make(chan struct{})
-	go func() {
-		select {
-		case <-counting.done:
-		case <-pctx.Done():
-		}
-		purgeTook = time.Since(start)
-		close(recvDone)
-	}()
-	during, rerr := receive(recvDone)
-	cancel()
-	if err := <-perr; err != nil {
-		return fmt.Errorf("purger: %w", err)
 	}
 	if rerr != nil {
 		return fmt.Errorf("receives during purge: %w", rerr)
@@ -150,7 +132,7 @@ func purgeBench(ctx context.Context, out io.Writer, o options, store *postgres.S
 	a, b := p99(base), p99(during)
 	fmt.Fprintf(out, "  %-40s %10d\n", "rows deleted", deleted)
 	fmt.Fprintf(out, "  %-40s %10s  (%d batches)\n", "purge took", purgeTook.Round(10*time.Millisecond), counting.batches.Load())
-	fmt.Fprintf(out, "  %-40s %10.0f  (pauses between batches included)\n", "purge rate rows/s", float64(deleted)/purgeTook.Seconds())
+	fmt.Fprintf(out, "  %-40s %10.0f  (pauses between batches included)\n", "purge rate rows/s, during receives", float64(deleted)/purgeTook.Seconds())
 	for _, kind := range postgres.PurgeKinds {
 		d := counting.took[kind]
 		if len(d) == 0 {
@@ -174,8 +156,54 @@ func purgeBench(ctx context.Context, out io.Writer, o options, store *postgres.S
 	fmt.Fprintf(out, "  %-40s %10s  (%d receives, %d senders, %s)\n", "receive p99 without purge", a.Round(10*time.Microsecond), len(base), o.senders, o.duration)
 	fmt.Fprintf(out, "  %-40s %10s  (%d receives)\n", "receive p99 during purge", b.Round(10*time.Microsecond), len(during))
 	fmt.Fprintf(out, "  %-40s %10.2f\n", "p99 ratio (during / without)", float64(b)/float64(a))
+
+	// The purger alone, for its rate without receives competing for CPU.
+	solo := max(1, o.purgeRows/5)
+	if err := seedEligible(ctx, o.databaseURL, solo/2); err != nil {
+		return fmt.Errorf("seed purge rows: %w", err)
+	}
+	alone, took, err := runPurger(ctx, leaderStore, f, nil)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "  %-40s %10.0f  (%d rows, no receives)\n", "purge rate rows/s, purger alone", float64(alone.deleted.Load())/took.Seconds(), alone.deleted.Load())
 	fmt.Fprintln(out)
 	return nil
+}
+
+// runPurger runs one purge to its end with the real Purger (default
+// batch and pause) under fence f, calling alongside (when set) until it
+// is over, and returns its counts and duration.
+func runPurger(ctx context.Context, st *postgres.Store, f postgres.Fence, alongside func(done <-chan struct{})) (*purgeCounter, time.Duration, error) {
+	counting := &purgeCounter{PurgeStore: st, done: make(chan struct{})}
+	p, err := outbox.NewPurger(outbox.PurgerOptions{Store: counting, Logger: zap.NewNop(), Registerer: prometheus.NewRegistry()})
+	if err != nil {
+		return nil, 0, err
+	}
+	pctx, cancel := context.WithCancel(withFence(ctx, f))
+	defer cancel()
+	perr := make(chan error, 1)
+	start := time.Now()
+	go func() { perr <- p.Run(pctx) }()
+	var took time.Duration
+	done := make(chan struct{})
+	go func() {
+		select {
+		case <-counting.done:
+		case <-pctx.Done():
+		}
+		took = time.Since(start)
+		close(done)
+	}()
+	if alongside != nil {
+		alongside(done)
+	}
+	<-done
+	cancel()
+	if err := <-perr; err != nil {
+		return nil, 0, fmt.Errorf("purger: %w", err)
+	}
+	return counting, took, nil
 }
 
 // purgeCounter counts deleted rows and batches and closes done when the
