@@ -159,10 +159,12 @@ type Partner struct {
 	// MDNSigned requests a signed MDN; ignored when MDN is MDNNone.
 	MDNSigned bool
 	// RequireSigned rejects unsigned inbound messages with
-	// insufficient-message-security.
+	// insufficient-message-security. The default is true; require_signed:
+	// false opts out.
 	RequireSigned bool
 	// RequireEncrypted rejects unencrypted inbound messages with
-	// insufficient-message-security.
+	// insufficient-message-security. The default is true when the partner
+	// profile encrypts (Encrypt set); require_encrypted: false opts out.
 	RequireEncrypted bool
 	// Chunked sends bodies with chunked transfer encoding instead of
 	// Content-Length.
@@ -439,8 +441,20 @@ func (p *parser) partner(field string, raw *rawPartner, st *Station) (Partner, e
 	}
 	pa.Compress = raw.Compress
 	pa.MDNSigned = raw.MDNSigned
-	pa.RequireSigned = raw.RequireSigned
-	pa.RequireEncrypted = raw.RequireEncrypted
+	// Secure by default: anyone who knows a partner's AS2 name can post
+	// in its name, so only a verified signature proves the sender. A
+	// partner that cannot sign (or encrypt) is an explicit opt-out.
+	pa.RequireSigned = true
+	if raw.RequireSigned != nil {
+		pa.RequireSigned = *raw.RequireSigned
+	}
+	pa.RequireEncrypted = pa.Encrypt != ""
+	if raw.RequireEncrypted != nil {
+		pa.RequireEncrypted = *raw.RequireEncrypted
+	}
+	if !pa.RequireSigned {
+		p.warn(field+".require_signed", "unsigned messages from this partner are accepted: anyone who knows its AS2 ID can send in its name")
+	}
 	pa.Chunked = raw.Chunked
 
 	if raw.AsyncMDNURL != "" {

@@ -50,8 +50,8 @@ type rawPartner struct {
 	MDN              string `yaml:"mdn"`
 	MDNSigned        bool   `yaml:"mdn_signed"`
 	MDNMICAlg        string `yaml:"mdn_micalg"`
-	RequireSigned    bool   `yaml:"require_signed"`
-	RequireEncrypted bool   `yaml:"require_encrypted"`
+	RequireSigned    *bool  `yaml:"require_signed"`
+	RequireEncrypted *bool  `yaml:"require_encrypted"`
 	KeyEncryption    string `yaml:"key_encryption"`
 	TransferEncoding string `yaml:"transfer_encoding"`
 	Chunked          bool   `yaml:"chunked"`

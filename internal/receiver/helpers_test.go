@@ -44,6 +44,9 @@ const (
 	partnerACME   = "ACME CORP"
 	partnerQuoted = `Q "Quoted" \ Co`
 	partnerStrict = "STRICT"
+	// partnerDefault has the default security settings of a partner that
+	// encrypts: signed and encrypted messages required.
+	partnerDefault = "DEFAULT"
 )
 
 // identity is a throwaway key pair made by openssl, shared with the as2
@@ -121,10 +124,11 @@ func newEnv(t testing.TB, eo envOptions) *env {
 	t.Cleanup(db.Close)
 	yaml := fmt.Sprintf(`station: {as2_id: %q, private_key: as2-b.key, certificate: as2-b.crt}
 partners:
-  - {as2_id: %q, url: "http://127.0.0.1:9/as2", certificate: as2-a.crt}
-  - {as2_id: %q, url: "http://127.0.0.1:9/as2", certificate: as2-a.crt}
+  - {as2_id: %q, url: "http://127.0.0.1:9/as2", certificate: as2-a.crt, require_signed: false}
+  - {as2_id: %q, url: "http://127.0.0.1:9/as2", certificate: as2-a.crt, require_signed: false}
   - {as2_id: %q, url: "http://127.0.0.1:9/as2", certificate: as2-a.crt, require_signed: true, require_encrypted: true}
-`, station, partnerACME, partnerQuoted, partnerStrict)
+  - {as2_id: %q, url: "http://127.0.0.1:9/as2", certificate: as2-a.crt, encrypt: aes256-cbc}
+`, station, partnerACME, partnerQuoted, partnerStrict, partnerDefault)
 	cfg, err := config.Parse([]byte(yaml), keyDir, "test.yaml", config.Options{Now: func() time.Time { return testTime }})
 	if err != nil {
 		t.Fatal(err)
