@@ -99,8 +99,20 @@ type Message struct {
 //   - else: per opts.UnsignedMIC.
 //
 // Every error is an *Error whose Disposition is the MDN modifier to send.
+// Every failure under an encrypted layer before a signature has verified
+// is decryption-failed, whatever its cause (which stays in the error's
+// text, for logs): distinct answers for a padding error and for altered
+// content would make a CBC decryption oracle.
 // body is not modified unless opts.InPlace; the Message may alias it.
-func Unwrap(h http.Header, body []byte, opts UnwrapOptions) (*Message, error) {
+func Unwrap(h http.Header, body []byte, opts UnwrapOptions) (_ *Message, err error) {
+	// blind is set while the bytes in hand came out of a decryption that
+	// no signature has yet vouched for.
+	blind := false
+	defer func() {
+		if err != nil && blind {
+			err = &Error{Disposition: DispositionDecryptionFailed, Err: err}
+		}
+	}()
 	lim := opts.Limits.withDefaults()
 	top := &Entity{Body: body}
 	for _, name := range []string{"Content-Type", "Content-Transfer-Encoding", "Content-Disposition"} {
@@ -154,6 +166,7 @@ func Unwrap(h http.Header, body []byte, opts UnwrapOptions) (*Message, error) {
 				return nil, err
 			}
 			m.Signed = true
+			blind = false
 			m.Layers = append(m.Layers, LayerSigned)
 			if signedMIC.IsZero() {
 				signedMIC, m.Signer = MIC{Alg: v.Hash, Digest: v.Digest}, v.Signer
@@ -174,6 +187,7 @@ func Unwrap(h http.Header, body []byte, opts UnwrapOptions) (*Message, error) {
 			switch typ {
 			case cms.TypeEnvelopedData, cms.TypeAuthEnvelopedData:
 				s = stageDecrypt
+				blind = blind || !m.Signed
 				if owned || fresh {
 					digestPending() // they may alias der
 					inner, err = cms.DecryptInPlace(der, opts.Keys)
@@ -212,6 +226,7 @@ func Unwrap(h http.Header, body []byte, opts UnwrapOptions) (*Message, error) {
 				}
 				inner = v.Content
 				m.Signed = true
+				blind = false
 				m.Layers = append(m.Layers, LayerSigned)
 				if signedMIC.IsZero() {
 					signedMIC, m.Signer = MIC{Alg: v.Hash, Digest: v.Digest}, v.Signer

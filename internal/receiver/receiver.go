@@ -585,6 +585,12 @@ func (h *Handler) unwrap(log *zap.Logger, hdr http.Header, body []byte, rq reque
 	if err == nil {
 		msg.Signed, msg.Encrypted, msg.Compressed = m.Signed, m.Encrypted, m.Compressed
 		switch {
+		case partner.RequireSigned && !m.Signed && m.Encrypted:
+			// Decrypted content no signature vouches for gets the answer
+			// of every other failure under encryption: telling "your
+			// padding was right" apart would be a decryption oracle.
+			err = &as2.Error{Disposition: as2.DispositionDecryptionFailed,
+				Err: fmt.Errorf("%w: partner profile requires signed messages; encrypted but unsigned", as2.ErrInsufficientSecurity)}
 		case partner.RequireSigned && !m.Signed:
 			err = fmt.Errorf("%w: partner profile requires signed messages", as2.ErrInsufficientSecurity)
 		case partner.RequireEncrypted && !m.Encrypted:

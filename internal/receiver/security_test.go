@@ -1,7 +1,9 @@
 package receiver_test
 
 import (
+	"bytes"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/edihub/edihub/internal/mdn"
@@ -20,7 +22,9 @@ func TestReceiveSecurityDefaults(t *testing.T) {
 	}{
 		{"unsigned, unencrypted", build{}, mdn.Errored("insufficient-message-security")},
 		{"unsigned, compressed", build{comp: "before"}, mdn.Errored("insufficient-message-security")},
-		{"encrypted, unsigned", build{enc: "aes256"}, mdn.Errored("insufficient-message-security")},
+		// Encrypted content no signature vouches for: the one answer of
+		// every failure under encryption (no decryption oracle).
+		{"encrypted, unsigned", build{enc: "aes256"}, mdn.Errored("decryption-failed")},
 		{"signed, unencrypted", build{sign: "sha256"}, mdn.Errored("insufficient-message-security")},
 		{"signed and encrypted", build{sign: "sha256", enc: "aes256"}, mdn.Processed()},
 	}
@@ -49,5 +53,56 @@ func TestReceiveSecurityDefaults(t *testing.T) {
 				t.Errorf("received_total{result=%q} grew by %v, want 1", result, n)
 			}
 		})
+	}
+}
+
+// TestReceiveNoDecryptionOracle flips one ciphertext byte of a signed,
+// encrypted (AES-CBC) message at many positions, the padding block
+// included: every failure is the same decryption-failed, so an attacker
+// learns nothing about the padding or the plaintext. (An alteration
+// outside what the signature covers is processed: the signature verified.)
+func TestReceiveNoDecryptionOracle(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	for _, enc := range []string{"aes128", "aes256", "des3"} {
+		m := buildOpenSSL(t, build{sign: "sha256", enc: enc})
+		answers, processed := map[string]int{}, 0
+		n := len(m.body)
+		// The last 64 bytes hold the padding block and the one before it;
+		// the rest are spread over the content and the envelope.
+		var positions []int
+		for i := n - 64; i < n; i += 3 {
+			positions = append(positions, i)
+		}
+		for i := n / 3; i < n-64; i += (n - 64 - n/3) / 24 {
+			positions = append(positions, i)
+		}
+		for _, partner := range []string{partnerACME, partnerDefault} {
+			for _, pos := range positions {
+				for _, x := range []byte{0x01, 0x80} {
+					b := bytes.Clone(m.body)
+					b[pos] ^= x
+					id := fmt.Sprintf("<oracle-%s-%s-%d-%x@partner.example>", enc, strings.ReplaceAll(partner, " ", "_"), pos, x)
+					r := post(t, e.url, request(as2Header(partner, station, id, "sha-256"), m), b, false)
+					got := parseMDN(t, r)
+					if got.Disposition == mdn.Processed() {
+						// The altered block lay outside what the
+						// signature covers (the signature part's
+						// certificates) and the signature verified.
+						processed++
+						continue
+					}
+					answers[got.Disposition.String()+" "+strings.ReplaceAll(got.Text, id, "<id>")]++
+				}
+			}
+		}
+		if len(answers) != 1 {
+			t.Errorf("%s: %d different failures for altered ciphertext, want 1: %v", enc, len(answers), answers)
+		}
+		for a, k := range answers {
+			if !strings.Contains(a, "processed/Error: decryption-failed") || k < processed {
+				t.Errorf("%s: answer %q (%d times, %d processed), want decryption-failed for most", enc, a, k, processed)
+			}
+		}
+		t.Logf("%s: %d altered messages, %d processed, failures %v", enc, 4*len(positions), processed, answers)
 	}
 }
