@@ -1,0 +1,72 @@
+package receiver_test
+
+import (
+	"bytes"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/edihub/edihub/internal/as2"
+	"github.com/edihub/edihub/internal/mdn"
+)
+
+// TestReceiveUnquotedContentType: signed messages and signed async MDNs
+// whose Content-Type carries unquoted values (as IBM Sterling, Cleo and
+// others write them) are read as the peer meant: the message is processed
+// with the MIC openssl computes, the MDN lands in the MDN inbox.
+func TestReceiveUnquotedContentType(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	m := buildOpenSSL(t, build{sign: "sha256"})
+	_, params := as2.ParseMediaType(m.header.Get("Content-Type"))
+	old := params["boundary"]
+	if old == "" {
+		t.Fatalf("no boundary in %q", m.header.Get("Content-Type"))
+	}
+	variants := []struct{ name, boundary, ct string }{
+		{"IBM Sterling shape", "----=_Part_5_1234.5678", "multipart/signed; protocol=application/pkcs7-signature; micalg=sha-256; boundary=%s"},
+		{"Cleo shape", "_=1234567890ABC=_", "multipart/signed; boundary=%s; protocol=application/pkcs7-signature; micalg=sha256"},
+		{"spaces and case", "b:1@x/y", "Multipart/Signed ; Protocol = application/pkcs7-signature ; MICALG = SHA-256 ; Boundary = %s ;"},
+	}
+	want := dgst(t, "sha256", m.micFile)
+	for i, v := range variants {
+		t.Run("message "+v.name, func(t *testing.T) {
+			h := request(as2Header(partnerACME, station, fmt.Sprintf("<unquoted-%d@partner.example>", i), "sha-256"), m)
+			h.Set("Content-Type", strings.Replace(v.ct, "%s", v.boundary, 1))
+			body := bytes.ReplaceAll(m.body, []byte("--"+old), []byte("--"+v.boundary))
+			got := parseMDN(t, post(t, e.url, h, body, false))
+			if got.Disposition != mdn.Processed() || got.MIC != want {
+				t.Errorf("Content-Type %q: %q MIC %q, want processed with %q", h.Get("Content-Type"), got.Disposition, got.MIC, want)
+			}
+		})
+	}
+
+	rep, mb, err := mdn.Build(mdn.Report{ReportingUA: "partner", OriginalRecipient: partnerACME, FinalRecipient: partnerACME,
+		OriginalMessageID: "<ours-1@edihub>", Disposition: mdn.Processed(), MIC: want},
+		mdn.BuildOptions{Sign: true, Key: idA.Key, Cert: idA.Cert, Time: time.Now()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, params = as2.ParseMediaType(rep.Get("Content-Type"))
+	for i, v := range variants {
+		t.Run("MDN "+v.name, func(t *testing.T) {
+			f, _ := as2.FormatAS2Name(partnerACME)
+			s, _ := as2.FormatAS2Name(station)
+			h := http.Header{"AS2-From": {f}, "AS2-To": {s}, "Message-ID": {fmt.Sprintf("<mdn-unquoted-%d@partner>", i)},
+				"Content-Type": {strings.Replace(v.ct, "%s", v.boundary, 1)}}
+			body := bytes.ReplaceAll(mb, []byte("--"+params["boundary"]), []byte("--"+v.boundary))
+			before := e.count(t, `SELECT count(*) FROM mdn_inbox`)
+			r := post(t, e.url, h, body, false)
+			if r.status != http.StatusOK || len(r.body) != 0 {
+				t.Errorf("MDN answered %d %q, want an empty 200", r.status, r.body)
+			}
+			if n := e.count(t, `SELECT count(*) FROM mdn_inbox`) - before; n != 1 {
+				t.Errorf("%d MDNs stored in the inbox, want 1 (taken for a message?)", n)
+			}
+		})
+	}
+	if n := e.count(t, `SELECT count(*) FROM messages WHERE message_id LIKE '<mdn-unquoted-%'`); n != 0 {
+		t.Errorf("%d MDNs stored as messages, want 0", n)
+	}
+}
