@@ -12,19 +12,23 @@ import (
 )
 
 // MICScope chooses what the MIC of a message that is neither signed nor
-// encrypted covers; the RFCs disagree (see docs/as2.md).
+// encrypted covers (see docs/as2.md).
 type MICScope int
 
 const (
-	// MICWithHeaders digests the MIME entity, header fields included (RFC
-	// 4130 §7.3.1; for compressed messages the uncompressed entity, RFC
-	// 5402 §4). For a plain message the entity is rebuilt from the HTTP
-	// Content-Type, Content-Transfer-Encoding and Content-Disposition
-	// fields, in that order, as "Name: value" CRLF lines. The default.
-	MICWithHeaders MICScope = iota
 	// MICContentOnly digests the payload content alone, after transfer
-	// decoding, as several older products do.
-	MICContentOnly
+	// decoding and decompression, without MIME header fields: RFC 4130
+	// §7.3.1 ("calculated over the message contents without the MIME or
+	// any other RFC 2822 headers, since these are sometimes altered or
+	// reordered"). The default.
+	MICContentOnly MICScope = iota
+	// MICWithHeaders digests the MIME entity, header fields included (for
+	// compressed messages the uncompressed entity). For a plain message
+	// the entity is rebuilt from the HTTP Content-Type,
+	// Content-Transfer-Encoding and Content-Disposition fields, in that
+	// order, as "Name: value" CRLF lines. A compatibility setting for
+	// peers that compute it this way (mic_include_headers).
+	MICWithHeaders
 )
 
 // Layer names one S/MIME layer found by Unwrap.

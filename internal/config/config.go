@@ -169,6 +169,11 @@ type Partner struct {
 	// Chunked sends bodies with chunked transfer encoding instead of
 	// Content-Length.
 	Chunked bool
+	// MICIncludeHeaders computes the MIC of unsigned, unencrypted messages
+	// (both directions) over the MIME entity, header fields included,
+	// instead of over the content alone (RFC 4130 §7.3.1), for peers that
+	// compute it the old way.
+	MICIncludeHeaders bool
 	// AsyncMDNURL is where the partner should send async MDNs: the
 	// partner's async_mdn_url, else the station's. Set whenever MDN is
 	// MDNAsync; may be empty otherwise.
@@ -456,6 +461,7 @@ func (p *parser) partner(field string, raw *rawPartner, st *Station) (Partner, e
 		p.warn(field+".require_signed", "unsigned messages from this partner are accepted: anyone who knows its AS2 ID can send in its name")
 	}
 	pa.Chunked = raw.Chunked
+	pa.MICIncludeHeaders = raw.MICIncludeHeaders
 
 	if raw.AsyncMDNURL != "" {
 		if _, err := p.url(field+".async_mdn_url", raw.AsyncMDNURL); err != nil {

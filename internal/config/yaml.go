@@ -22,6 +22,7 @@ var (
 		"as2_id", "url", "certificate", "sign", "encrypt", "compress", "mdn", "mdn_signed",
 		"mdn_micalg", "require_signed", "require_encrypted", "key_encryption",
 		"transfer_encoding", "chunked", "compress_order", "async_mdn_url", "timeout", "max_attempts",
+		"mic_include_headers",
 	}
 )
 
@@ -41,24 +42,25 @@ type rawStation struct {
 }
 
 type rawPartner struct {
-	AS2ID            string `yaml:"as2_id"`
-	URL              string `yaml:"url"`
-	Certificate      string `yaml:"certificate"`
-	Sign             string `yaml:"sign"`
-	Encrypt          string `yaml:"encrypt"`
-	Compress         bool   `yaml:"compress"`
-	MDN              string `yaml:"mdn"`
-	MDNSigned        bool   `yaml:"mdn_signed"`
-	MDNMICAlg        string `yaml:"mdn_micalg"`
-	RequireSigned    *bool  `yaml:"require_signed"`
-	RequireEncrypted *bool  `yaml:"require_encrypted"`
-	KeyEncryption    string `yaml:"key_encryption"`
-	TransferEncoding string `yaml:"transfer_encoding"`
-	Chunked          bool   `yaml:"chunked"`
-	CompressOrder    string `yaml:"compress_order"`
-	AsyncMDNURL      string `yaml:"async_mdn_url"`
-	Timeout          string `yaml:"timeout"`
-	MaxAttempts      *int   `yaml:"max_attempts"`
+	AS2ID             string `yaml:"as2_id"`
+	URL               string `yaml:"url"`
+	Certificate       string `yaml:"certificate"`
+	Sign              string `yaml:"sign"`
+	Encrypt           string `yaml:"encrypt"`
+	Compress          bool   `yaml:"compress"`
+	MDN               string `yaml:"mdn"`
+	MDNSigned         bool   `yaml:"mdn_signed"`
+	MDNMICAlg         string `yaml:"mdn_micalg"`
+	RequireSigned     *bool  `yaml:"require_signed"`
+	RequireEncrypted  *bool  `yaml:"require_encrypted"`
+	KeyEncryption     string `yaml:"key_encryption"`
+	TransferEncoding  string `yaml:"transfer_encoding"`
+	Chunked           bool   `yaml:"chunked"`
+	CompressOrder     string `yaml:"compress_order"`
+	AsyncMDNURL       string `yaml:"async_mdn_url"`
+	Timeout           string `yaml:"timeout"`
+	MaxAttempts       *int   `yaml:"max_attempts"`
+	MICIncludeHeaders bool   `yaml:"mic_include_headers"`
 }
 
 // nodeIndex maps YAML paths to line numbers, so that errors found after

@@ -89,6 +89,9 @@ func wrapOptions(st *config.Station, p *config.Partner, now time.Time, rnd io.Re
 	if o.MICAlg, err = digest(p.MDNMICAlg); err != nil {
 		return o, err
 	}
+	if p.MICIncludeHeaders {
+		o.UnsignedMIC = as2.MICWithHeaders
+	}
 	o.Time = now
 	o.Rand = rnd
 	return o, nil

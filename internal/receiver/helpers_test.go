@@ -47,6 +47,9 @@ const (
 	// partnerDefault has the default security settings of a partner that
 	// encrypts: signed and encrypted messages required.
 	partnerDefault = "DEFAULT"
+	// partnerLegacyMIC computes the MIC of unsigned messages over the
+	// entity, headers included (mic_include_headers).
+	partnerLegacyMIC = "LEGACY MIC"
 )
 
 // identity is a throwaway key pair made by openssl, shared with the as2
@@ -128,7 +131,8 @@ partners:
   - {as2_id: %q, url: "http://127.0.0.1:9/as2", certificate: as2-a.crt, require_signed: false}
   - {as2_id: %q, url: "http://127.0.0.1:9/as2", certificate: as2-a.crt, require_signed: true, require_encrypted: true}
   - {as2_id: %q, url: "http://127.0.0.1:9/as2", certificate: as2-a.crt, encrypt: aes256-cbc}
-`, station, partnerACME, partnerQuoted, partnerStrict, partnerDefault)
+  - {as2_id: %q, url: "http://127.0.0.1:9/as2", certificate: as2-a.crt, require_signed: false, mic_include_headers: true}
+`, station, partnerACME, partnerQuoted, partnerStrict, partnerDefault, partnerLegacyMIC)
 	cfg, err := config.Parse([]byte(yaml), keyDir, "test.yaml", config.Options{Now: func() time.Time { return testTime }})
 	if err != nil {
 		t.Fatal(err)

@@ -70,3 +70,26 @@ func TestReceiveUnquotedContentType(t *testing.T) {
 		t.Errorf("%d MDNs stored as messages, want 0", n)
 	}
 }
+
+// TestReceiveUnsignedMIC: the MIC returned for an unsigned, unencrypted
+// message is the digest of the content alone (RFC 4130 §7.3.1), compressed
+// or not, as openssl dgst computes it; a partner with mic_include_headers
+// gets the digest of the MIME entity, headers included.
+func TestReceiveUnsignedMIC(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	for i, tt := range []struct {
+		name string
+		give build
+	}{{"plain", build{}}, {"base64", build{cte: "base64"}}, {"compressed", build{comp: "before"}}} {
+		t.Run(tt.name, func(t *testing.T) {
+			m := buildOpenSSL(t, tt.give)
+			for _, p := range []struct{ partner, file string }{{partnerACME, m.micFile}, {partnerLegacyMIC, m.entityFile}} {
+				id := fmt.Sprintf("<unsigned-mic-%d-%s@partner.example>", i, strings.ReplaceAll(p.partner, " ", "_"))
+				got := parseMDN(t, post(t, e.url, request(as2Header(p.partner, station, id, "sha-256"), m), m.body, false))
+				if want := dgst(t, "sha256", p.file); got.Disposition != mdn.Processed() || got.MIC != want {
+					t.Errorf("%s: %q MIC %q, want processed with %q", p.partner, got.Disposition, got.MIC, want)
+				}
+			}
+		})
+	}
+}

@@ -579,6 +579,7 @@ func (h *Handler) unwrap(log *zap.Logger, hdr http.Header, body []byte, rq reque
 		Keys:         h.o.Station.Keys,
 		PartnerCerts: partner.Certificates,
 		MICAlgs:      plan.micAlgs,
+		UnsignedMIC:  unsignedMIC(partner),
 		Limits:       h.o.Limits,
 		InPlace:      true, // body is ours and unused afterwards: a large message is held once
 	})
@@ -613,6 +614,16 @@ func (h *Handler) unwrap(log *zap.Logger, hdr http.Header, body []byte, rq reque
 		msg.Payload = []byte{}
 	}
 	return mdn.Processed(), msg.MIC
+}
+
+// unsignedMIC is the partner's MIC scope for unsigned, unencrypted
+// messages: the content alone (RFC 4130 §7.3.1) unless its profile asks
+// for the old form.
+func unsignedMIC(p *config.Partner) as2.MICScope {
+	if p.MICIncludeHeaders {
+		return as2.MICWithHeaders
+	}
+	return as2.MICContentOnly
 }
 
 // mdnResponse builds the MDN and its HTTP header fields.
