@@ -50,8 +50,9 @@ type UnwrapOptions struct {
 	// message are never trusted.
 	PartnerCerts []*x509.Certificate
 	// MICAlgs is the partner's signed-receipt-micalg list, supported
-	// algorithms only, in order (DispositionOptions.SupportedMICAlgs). It
-	// chooses the MIC algorithm of unsigned messages; SHA-256 when empty.
+	// algorithms only, in order (DispositionOptions.SupportedMICAlgs). Its
+	// first entry is the MIC algorithm; when empty, the signature's digest
+	// (signed messages) or SHA-256.
 	MICAlgs []crypto.Hash
 	// UnsignedMIC selects the MIC scope of unsigned, unencrypted messages.
 	UnsignedMIC MICScope
@@ -98,7 +99,7 @@ type Message struct {
 //
 //   - signed: over the outermost signed content exactly as received (the
 //     first part of multipart/signed, headers included); algorithm = the
-//     signature's digest;
+//     first of opts.MICAlgs, else the signature's digest;
 //   - else encrypted: over the outermost decrypted MIME entity;
 //   - else: per opts.UnsignedMIC.
 //
@@ -165,7 +166,7 @@ func Unwrap(h http.Header, body []byte, opts UnwrapOptions) (_ *Message, err err
 					return nil, classify(stageVerify, err)
 				}
 			}
-			v, err := verifyMultipart(ent, opts.PartnerCerts)
+			v, covered, err := verifyMultipart(ent, opts.PartnerCerts)
 			if err != nil {
 				return nil, err
 			}
@@ -173,7 +174,7 @@ func Unwrap(h http.Header, body []byte, opts UnwrapOptions) (_ *Message, err err
 			blind = false
 			m.Layers = append(m.Layers, LayerSigned)
 			if signedMIC.IsZero() {
-				signedMIC, m.Signer = MIC{Alg: v.Hash, Digest: v.Digest}, v.Signer
+				signedMIC, m.Signer = signatureMIC(v, covered, opts.MICAlgs), v.Signer
 			}
 			ent = ent.Parts[0]
 
@@ -233,7 +234,7 @@ func Unwrap(h http.Header, body []byte, opts UnwrapOptions) (_ *Message, err err
 				blind = false
 				m.Layers = append(m.Layers, LayerSigned)
 				if signedMIC.IsZero() {
-					signedMIC, m.Signer = MIC{Alg: v.Hash, Digest: v.Digest}, v.Signer
+					signedMIC, m.Signer = signatureMIC(v, v.Content, opts.MICAlgs), v.Signer
 				}
 				owned = owned || fresh // the content aliases der or is new
 			default:
@@ -298,29 +299,43 @@ func plainMIC(alg crypto.Hash, top *Entity) MIC {
 	return MIC{Alg: alg, Digest: h.Sum(nil)}
 }
 
+// signatureMIC is the MIC of a signed message: in the first supported
+// algorithm the sender asked for (RFC 4130 §7.3: signed-receipt-micalg is
+// honoured left to right, also when the message was signed with another
+// digest), else the signature's own digest. covered are the bytes the
+// signature verified over.
+func signatureMIC(v *cms.Verified, covered []byte, micAlgs []crypto.Hash) MIC {
+	if len(micAlgs) > 0 && micAlgs[0] != v.Hash {
+		return ComputeMIC(micAlgs[0], covered)
+	}
+	return MIC{Alg: v.Hash, Digest: v.Digest}
+}
+
 // verifyMultipart verifies a multipart/signed entity over its first part
 // exactly as received or, when only that verifies, over its CRLF-canonical
-// form (a partner whose transport turned CRLF into LF). The Verified's
-// Digest is then that of the bytes that verified: the MIC.
-func verifyMultipart(ent *Entity, certs []*x509.Certificate) (*cms.Verified, error) {
+// form (a partner whose transport turned CRLF into LF). It returns the
+// bytes that verified (the MIC covers them) and the Verified, whose Digest
+// is theirs.
+func verifyMultipart(ent *Entity, certs []*x509.Certificate) (*cms.Verified, []byte, error) {
 	if len(ent.Parts) < 2 {
-		return nil, classify(stageVerify, fmt.Errorf("%w: multipart/signed with %d parts", ErrMalformedMIME, len(ent.Parts)))
+		return nil, nil, classify(stageVerify, fmt.Errorf("%w: multipart/signed with %d parts", ErrMalformedMIME, len(ent.Parts)))
 	}
 	sig, _, err := cmsBody(ent.Parts[1])
 	if err != nil {
-		return nil, classify(stageVerify, fmt.Errorf("signature part: %w", err))
+		return nil, nil, classify(stageVerify, fmt.Errorf("signature part: %w", err))
 	}
 	signed := ent.Parts[0].Raw
 	v, err := cms.Verify(sig, signed, certs)
 	if err != nil && hasBareLF(signed) && (errors.Is(err, cms.ErrSignature) || errors.Is(err, cms.ErrDigestMismatch)) {
-		if v2, err2 := cms.Verify(sig, toCRLF(signed), certs); err2 == nil {
-			return v2, nil
+		crlf := toCRLF(signed)
+		if v2, err2 := cms.Verify(sig, crlf, certs); err2 == nil {
+			return v2, crlf, nil
 		}
 	}
 	if err != nil {
-		return nil, classify(stageVerify, fmt.Errorf("verify: %w", err))
+		return nil, nil, classify(stageVerify, fmt.Errorf("verify: %w", err))
 	}
-	return v, nil
+	return v, signed, nil
 }
 
 // cmsBody returns the DER of an application/pkcs7-* entity, undoing its

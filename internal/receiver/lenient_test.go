@@ -93,3 +93,34 @@ func TestReceiveUnsignedMIC(t *testing.T) {
 		})
 	}
 }
+
+// TestReceiveMICAlgorithm: the MIC is computed with the first supported
+// algorithm of the sender's signed-receipt-micalg list, not with the
+// signature's digest; with no list, the signature's digest (signed) or
+// SHA-256.
+func TestReceiveMICAlgorithm(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	tests := []struct {
+		name   string
+		give   build
+		micalg string // "" asks for an unsigned receipt without a list
+		want   string // openssl dgst name
+	}{
+		{"sha-1 signature, sha-512 asked", build{sign: "sha1"}, "sha-512, sha-256", "sha512"},
+		{"sha-512 signature, sha-256 asked", build{sign: "sha512"}, "sha-256", "sha256"},
+		{"unsupported first", build{sign: "sha256"}, "md5, sha-384", "sha384"},
+		{"encrypted sha-384 signature, sha-1 asked", build{sign: "sha384", enc: "aes256"}, "sha1, sha-256", "sha1"},
+		{"no list, sha-512 signature", build{sign: "sha512"}, "", "sha512"},
+		{"no list, unsigned", build{}, "", "sha256"},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m := buildOpenSSL(t, tt.give)
+			id := fmt.Sprintf("<micalg-%d@partner.example>", i)
+			got := parseMDN(t, post(t, e.url, request(as2Header(partnerACME, station, id, tt.micalg), m), m.body, false))
+			if want := dgst(t, tt.want, m.micFile); got.Disposition != mdn.Processed() || got.MIC != want {
+				t.Errorf("%q MIC %q, want processed with %q", got.Disposition, got.MIC, want)
+			}
+		})
+	}
+}

@@ -42,7 +42,8 @@ func TestReceiveOpenSSLMatrix(t *testing.T) {
 							if got.Disposition != mdn.Processed() {
 								t.Fatalf("MDN disposition = %q, want processed", got.Disposition)
 							}
-							if want := dgst(t, m.micDigest, m.micFile); got.MIC != want {
+							// The first algorithm asked for, whatever the signature's digest.
+							if want := dgst(t, "sha256", m.micFile); got.MIC != want {
 								t.Errorf("Received-content-MIC = %q, want %q (openssl dgst)", got.MIC, want)
 							}
 							if got.OriginalMessageID != id {
