@@ -13,7 +13,7 @@ import (
 // message is openssl's digest of the content alone (RFC 4130 §7.3.1),
 // and a partner returning that MIC gets the message delivered; with
 // mic_include_headers it is the digest of the entity rebuilt from the
-// header fields sent.
+// header fields sent. The request carries EDIINT-Features.
 func TestDispatchUnsignedMIC(t *testing.T) {
 	payload := []byte("UNB+UNOA:2+EDIHUB+ACME'\nUNZ+1'\n")
 	for _, tt := range []struct {
@@ -26,8 +26,9 @@ func TestDispatchUnsignedMIC(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			st := pgtest.Store(t)
-			var want string
+			var want, features string
 			partner := newPartner(t, func(n int, r request) (int, http.Header, []byte) {
+				features = r.header.Get("EDIINT-Features")
 				b := payload
 				if tt.headers {
 					b = nil
@@ -47,6 +48,10 @@ func TestDispatchUnsignedMIC(t *testing.T) {
 			m := waitStatus(t, st, q.ID, "delivered", "failed")
 			if m.Status != "delivered" || m.MIC != want {
 				t.Errorf("status %q (error %q), MIC %q; want delivered with openssl's %q", m.Status, m.Error, m.MIC, want)
+			}
+			// EDIINT-Features names only what edihub supports.
+			if features != "AS2-Reliability" {
+				t.Errorf("EDIINT-Features = %q, want %q", features, "AS2-Reliability")
 			}
 		})
 	}

@@ -97,7 +97,7 @@ func TestReceiveUnsignedMIC(t *testing.T) {
 // TestReceiveMICAlgorithm: the MIC is computed with the first supported
 // algorithm of the sender's signed-receipt-micalg list, not with the
 // signature's digest; with no list, the signature's digest (signed) or
-// SHA-256.
+// SHA-256. The MDN's EDIINT-Features is checked on the way.
 func TestReceiveMICAlgorithm(t *testing.T) {
 	e := newEnv(t, envOptions{})
 	tests := []struct {
@@ -117,7 +117,12 @@ func TestReceiveMICAlgorithm(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			m := buildOpenSSL(t, tt.give)
 			id := fmt.Sprintf("<micalg-%d@partner.example>", i)
-			got := parseMDN(t, post(t, e.url, request(as2Header(partnerACME, station, id, tt.micalg), m), m.body, false))
+			r := post(t, e.url, request(as2Header(partnerACME, station, id, tt.micalg), m), m.body, false)
+			// EDIINT-Features names only what edihub supports.
+			if f := r.header.Values("EDIINT-Features"); len(f) != 1 || f[0] != "AS2-Reliability" {
+				t.Errorf("EDIINT-Features = %q, want [AS2-Reliability]", f)
+			}
+			got := parseMDN(t, r)
 			if want := dgst(t, tt.want, m.micFile); got.Disposition != mdn.Processed() || got.MIC != want {
 				t.Errorf("%q MIC %q, want processed with %q", got.Disposition, got.MIC, want)
 			}

@@ -656,6 +656,7 @@ func (h *Handler) mdnResponse(rq request, plan mdnPlan, d mdn.Disposition, mic s
 	hdr.Set("Message-ID", h.o.NewMessageID())
 	hdr.Set("Date", now.UTC().Format(time.RFC1123Z))
 	hdr.Set("Subject", "Message Disposition Notification")
+	hdr["EDIINT-Features"] = []string{as2.EDIINTFeatures}
 	return &response{status: http.StatusOK, header: hdr, body: body}, nil
 }
 
