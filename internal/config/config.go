@@ -30,6 +30,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"net/netip"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -174,6 +175,15 @@ type Partner struct {
 	// instead of over the content alone (RFC 4130 §7.3.1), for peers that
 	// compute it the old way.
 	MICIncludeHeaders bool
+	// MDNHosts are the host names (lower-case, without port) async MDNs
+	// for this partner's messages may be sent to: its mdn_hosts, else the
+	// host of URL. Receipt-Delivery-Option is not covered by the
+	// signature, so it is never trusted beyond them.
+	MDNHosts []string
+	// AllowPrivateMDNTargets lets async MDNs go to loopback, link-local,
+	// private and other non-public addresses (checked when dialling);
+	// false by default.
+	AllowPrivateMDNTargets bool
 	// AsyncMDNURL is where the partner should send async MDNs: the
 	// partner's async_mdn_url, else the station's. Set whenever MDN is
 	// MDNAsync; may be empty otherwise.
@@ -236,6 +246,54 @@ func (p *Partner) EncryptionCertificate(now time.Time) *x509.Certificate {
 	}
 	return latest
 }
+
+// ErrMDNTarget means an async MDN URL is not one the partner's profile
+// allows.
+var ErrMDNTarget = errors.New("async MDN target not allowed")
+
+// AllowsMDNTarget checks an async MDN URL (a Receipt-Delivery-Option)
+// against the profile: an http or https URL whose host is one of MDNHosts
+// and, unless AllowPrivateMDNTargets, not a non-public IP address
+// literal. Names are checked again when dialling (see outbox). Errors
+// wrap ErrMDNTarget and never hold the URL's userinfo.
+func (p *Partner) AllowsMDNTarget(raw string) error {
+	u, err := url.Parse(strings.TrimSpace(raw))
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" {
+		return fmt.Errorf("%w: not an http or https URL with a host", ErrMDNTarget)
+	}
+	host := strings.ToLower(u.Hostname())
+	allowed := false
+	for _, h := range p.MDNHosts {
+		if h == host {
+			allowed = true
+			break
+		}
+	}
+	if !allowed {
+		return fmt.Errorf("%w: host %q is not in the partner's mdn_hosts %q", ErrMDNTarget, host, p.MDNHosts)
+	}
+	if ip, err := netip.ParseAddr(host); err == nil && !p.AllowPrivateMDNTargets && !PublicAddr(ip) {
+		return fmt.Errorf("%w: %s is not a public address and the partner profile does not set allow_private_mdn_targets", ErrMDNTarget, host)
+	}
+	return nil
+}
+
+// PublicAddr reports whether ip is a public unicast address: not
+// loopback, private (RFC 1918, RFC 4193), link-local, unspecified,
+// multicast, CGNAT (100.64/10) or an IPv4-mapped form of those.
+func PublicAddr(ip netip.Addr) bool {
+	ip = ip.Unmap()
+	switch {
+	case !ip.IsValid(), ip.IsLoopback(), ip.IsPrivate(), ip.IsLinkLocalUnicast(), ip.IsLinkLocalMulticast(),
+		ip.IsInterfaceLocalMulticast(), ip.IsMulticast(), ip.IsUnspecified():
+		return false
+	case ip.Is4() && cgnat.Contains(ip):
+		return false
+	}
+	return true
+}
+
+var cgnat = netip.MustParsePrefix("100.64.0.0/10")
 
 func validAt(c *x509.Certificate, now time.Time) bool {
 	return !now.Before(c.NotBefore) && !now.After(c.NotAfter)
@@ -462,6 +520,19 @@ func (p *parser) partner(field string, raw *rawPartner, st *Station) (Partner, e
 	}
 	pa.Chunked = raw.Chunked
 	pa.MICIncludeHeaders = raw.MICIncludeHeaders
+	pa.AllowPrivateMDNTargets = raw.AllowPrivateMDNTargets
+	pa.MDNHosts = []string{strings.ToLower(u.Hostname())}
+	if len(raw.MDNHosts) > 0 {
+		pa.MDNHosts = nil
+		for i, h := range raw.MDNHosts {
+			h = strings.ToLower(strings.TrimSpace(h))
+			if h == "" || strings.ContainsAny(h, "/:@ ") && !strings.HasPrefix(h, "[") {
+				return pa, p.fail(fmt.Sprintf("%s.mdn_hosts[%d]", field, i), fmt.Sprintf("%q is not a host name", raw.MDNHosts[i]),
+					"list host names or IP addresses only, without scheme, port or path, like as2.partner.example")
+			}
+			pa.MDNHosts = append(pa.MDNHosts, strings.Trim(h, "[]"))
+		}
+	}
 
 	if raw.AsyncMDNURL != "" {
 		if _, err := p.url(field+".async_mdn_url", raw.AsyncMDNURL); err != nil {

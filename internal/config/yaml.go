@@ -22,7 +22,7 @@ var (
 		"as2_id", "url", "certificate", "sign", "encrypt", "compress", "mdn", "mdn_signed",
 		"mdn_micalg", "require_signed", "require_encrypted", "key_encryption",
 		"transfer_encoding", "chunked", "compress_order", "async_mdn_url", "timeout", "max_attempts",
-		"mic_include_headers",
+		"mic_include_headers", "mdn_hosts", "allow_private_mdn_targets",
 	}
 )
 
@@ -42,25 +42,27 @@ type rawStation struct {
 }
 
 type rawPartner struct {
-	AS2ID             string `yaml:"as2_id"`
-	URL               string `yaml:"url"`
-	Certificate       string `yaml:"certificate"`
-	Sign              string `yaml:"sign"`
-	Encrypt           string `yaml:"encrypt"`
-	Compress          bool   `yaml:"compress"`
-	MDN               string `yaml:"mdn"`
-	MDNSigned         bool   `yaml:"mdn_signed"`
-	MDNMICAlg         string `yaml:"mdn_micalg"`
-	RequireSigned     *bool  `yaml:"require_signed"`
-	RequireEncrypted  *bool  `yaml:"require_encrypted"`
-	KeyEncryption     string `yaml:"key_encryption"`
-	TransferEncoding  string `yaml:"transfer_encoding"`
-	Chunked           bool   `yaml:"chunked"`
-	CompressOrder     string `yaml:"compress_order"`
-	AsyncMDNURL       string `yaml:"async_mdn_url"`
-	Timeout           string `yaml:"timeout"`
-	MaxAttempts       *int   `yaml:"max_attempts"`
-	MICIncludeHeaders bool   `yaml:"mic_include_headers"`
+	AS2ID                  string   `yaml:"as2_id"`
+	URL                    string   `yaml:"url"`
+	Certificate            string   `yaml:"certificate"`
+	Sign                   string   `yaml:"sign"`
+	Encrypt                string   `yaml:"encrypt"`
+	Compress               bool     `yaml:"compress"`
+	MDN                    string   `yaml:"mdn"`
+	MDNSigned              bool     `yaml:"mdn_signed"`
+	MDNMICAlg              string   `yaml:"mdn_micalg"`
+	RequireSigned          *bool    `yaml:"require_signed"`
+	RequireEncrypted       *bool    `yaml:"require_encrypted"`
+	KeyEncryption          string   `yaml:"key_encryption"`
+	TransferEncoding       string   `yaml:"transfer_encoding"`
+	Chunked                bool     `yaml:"chunked"`
+	CompressOrder          string   `yaml:"compress_order"`
+	AsyncMDNURL            string   `yaml:"async_mdn_url"`
+	Timeout                string   `yaml:"timeout"`
+	MaxAttempts            *int     `yaml:"max_attempts"`
+	MICIncludeHeaders      bool     `yaml:"mic_include_headers"`
+	MDNHosts               []string `yaml:"mdn_hosts"`
+	AllowPrivateMDNTargets bool     `yaml:"allow_private_mdn_targets"`
 }
 
 // nodeIndex maps YAML paths to line numbers, so that errors found after

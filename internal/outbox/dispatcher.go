@@ -113,6 +113,9 @@ type Dispatcher struct {
 	o    Options
 	log  *zap.Logger
 	wake chan struct{}
+	// mdnClient delivers async MDNs to partners that do not allow
+	// non-public targets (see mdntarget.go).
+	mdnClient *http.Client
 }
 
 // NewDispatcher validates o and returns a Dispatcher.
@@ -169,7 +172,7 @@ func NewDispatcher(o Options) (*Dispatcher, error) {
 	if o.Lease <= longest {
 		return nil, fmt.Errorf("outbox: claim lease %s must exceed the longest partner timeout %s", o.Lease, longest)
 	}
-	return &Dispatcher{o: o, log: o.Logger.Named("outbox"), wake: make(chan struct{}, 1)}, nil
+	return &Dispatcher{o: o, log: o.Logger.Named("outbox"), wake: make(chan struct{}, 1), mdnClient: guardedClient(o.Client)}, nil
 }
 
 // Wake makes Run claim at once instead of at the next poll. It never
@@ -366,6 +369,10 @@ func (d *Dispatcher) send(ctx context.Context, it postgres.OutboxItem, p *config
 	if p != nil {
 		timeout, chunked = p.Timeout, p.Chunked
 	}
+	client, err := d.clientFor(it, p)
+	if err != nil {
+		return attempt{err: err}
+	}
 	rctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	var body io.Reader = bytes.NewReader(it.Body)
@@ -386,7 +393,7 @@ func (d *Dispatcher) send(ctx context.Context, it postgres.OutboxItem, p *config
 		req.ContentLength = int64(len(it.Body))
 	}
 	start := d.o.Now()
-	resp, err := d.o.Client.Do(req)
+	resp, err := client.Do(req)
 	var respBody []byte
 	if err == nil {
 		respBody, err = io.ReadAll(io.LimitReader(resp.Body, d.o.MaxResponseBytes+1))
@@ -400,7 +407,8 @@ func (d *Dispatcher) send(ctx context.Context, it postgres.OutboxItem, p *config
 		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
 			err = fmt.Errorf("no answer within the partner timeout %s: %w", timeout, err)
 		}
-		return attempt{retryable: true, err: fmt.Errorf("post: %w", err)}
+		// A refused target stays refused: no retry.
+		return attempt{retryable: !errors.Is(err, errPrivateTarget), err: fmt.Errorf("post: %w", err)}
 	}
 	a := attempt{httpStatus: resp.StatusCode}
 	switch c := resp.StatusCode; {

@@ -127,8 +127,8 @@ func newEnv(t testing.TB, eo envOptions) *env {
 	t.Cleanup(db.Close)
 	yaml := fmt.Sprintf(`station: {as2_id: %q, private_key: as2-b.key, certificate: as2-b.crt}
 partners:
-  - {as2_id: %q, url: "http://127.0.0.1:9/as2", certificate: as2-a.crt, require_signed: false}
-  - {as2_id: %q, url: "http://127.0.0.1:9/as2", certificate: as2-a.crt, require_signed: false}
+  - {as2_id: %q, url: "http://127.0.0.1:9/as2", certificate: as2-a.crt, require_signed: false, allow_private_mdn_targets: true}
+  - {as2_id: %q, url: "http://127.0.0.1:9/as2", certificate: as2-a.crt, require_signed: false, allow_private_mdn_targets: true}
   - {as2_id: %q, url: "http://127.0.0.1:9/as2", certificate: as2-a.crt, require_signed: true, require_encrypted: true}
   - {as2_id: %q, url: "http://127.0.0.1:9/as2", certificate: as2-a.crt, encrypt: aes256-cbc}
   - {as2_id: %q, url: "http://127.0.0.1:9/as2", certificate: as2-a.crt, require_signed: false, mic_include_headers: true}

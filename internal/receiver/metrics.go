@@ -13,6 +13,11 @@ type metrics struct {
 	duration prometheus.Histogram
 	bytes    *prometheus.CounterVec
 	inbox    *prometheus.CounterVec
+	// mdnTargetRefused counts Receipt-Delivery-Option URLs the partner's
+	// profile does not allow.
+	mdnTargetRefused *prometheus.CounterVec
+	// replays counts signed content seen again under a new Message-ID.
+	replays *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -34,8 +39,16 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "edihub_as2_mdn_inbox_received_total",
 			Help: "Asynchronous MDNs stored in the MDN inbox, by partner.",
 		}, []string{"partner"}),
+		mdnTargetRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "edihub_as2_mdn_target_refused_total",
+			Help: "Receipt-Delivery-Option URLs refused because the partner profile does not allow their host (mdn_hosts, allow_private_mdn_targets); the MDN went in the response.",
+		}, []string{"partner"}),
+		replays: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "edihub_as2_replays_total",
+			Help: "Signed content received again under a new Message-ID within the partner's replay window, by partner and action (flagged, refused).",
+		}, []string{"partner", "action"}),
 	}
-	for _, c := range []prometheus.Collector{m.received, m.duration, m.bytes, m.inbox} {
+	for _, c := range []prometheus.Collector{m.received, m.duration, m.bytes, m.inbox, m.mdnTargetRefused, m.replays} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("receiver: register metrics: %w", err)
 		}

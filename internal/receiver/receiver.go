@@ -494,7 +494,7 @@ func (h *Handler) receive(ctx context.Context, hdr http.Header, body []byte, rq 
 		msg.MDNMode = "sync"
 	}
 	disp, mic := h.unwrap(log, hdr, body, rq, plan, partner, msg)
-	asyncURL := h.asyncURL(log, rq, msg.Signed)
+	asyncURL := h.asyncURL(log, rq, partner)
 	if asyncURL != "" {
 		msg.MDNMode, msg.MDNURL, msg.Outbox = "async", asyncURL, true
 	}
@@ -534,24 +534,32 @@ func (h *Handler) receive(ctx context.Context, hdr http.Header, body []byte, rq 
 }
 
 // asyncURL is the URL an asynchronous MDN goes to, or "" for an answer in
-// the response: Receipt-Delivery-Option is honoured only for a message
-// whose signature verified against the partner's certificates (anyone can
-// put a partner's name in AS2-From; only the partner can make us post to
-// a URL) and only for an http or https URL with a host.
-func (h *Handler) asyncURL(log *zap.Logger, rq request, verified bool) string {
+// the response. Receipt-Delivery-Option is not covered by any signature,
+// so it is honoured only for an http or https URL whose host the
+// partner's profile allows (config.Partner.AllowsMDNTarget: mdn_hosts,
+// else the host of the partner's URL; never a non-public address unless
+// allowed, checked again when the outbox dials). Signed or not, a message
+// whose target is allowed gets its MDN asynchronously, as asked.
+func (h *Handler) asyncURL(log *zap.Logger, rq request, partner *config.Partner) string {
 	if !rq.mdnWanted || rq.asyncURL == "" {
 		return ""
 	}
-	if !verified {
-		log.Warn("Receipt-Delivery-Option of a message without a verified signature ignored; MDN sent in the response")
-		return ""
-	}
-	u, err := url.Parse(rq.asyncURL)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		log.Warn("Receipt-Delivery-Option is not an http or https URL; MDN sent in the response", zap.String("receipt_delivery_option", rq.asyncURL))
+	if err := partner.AllowsMDNTarget(rq.asyncURL); err != nil {
+		h.metrics.mdnTargetRefused.WithLabelValues(partner.AS2ID).Inc()
+		log.Warn("Receipt-Delivery-Option refused; MDN sent in the response", zap.String("receipt_delivery_option", redactURL(rq.asyncURL)), zap.Error(err))
 		return ""
 	}
 	return rq.asyncURL
+}
+
+// redactURL removes the userinfo (a password) from a URL for logs and
+// stored text; what cannot be parsed is replaced whole.
+func redactURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(unparsable URL)"
+	}
+	return u.Redacted()
 }
 
 func unavailable(partner string) *response {
@@ -669,7 +677,16 @@ func (h *Handler) duplicate(ctx context.Context, log *zap.Logger, rq request, pl
 		return &response{status: http.StatusOK, partner: partner.AS2ID, result: resultDuplicate}
 	}
 	if rec.MDN != nil {
+		if asyncURL != "" && rec.MDNURL == "" {
+			// The first answer went in the response: so does this one. A
+			// resend never sends the stored MDN somewhere new.
+			asyncURL = ""
+		}
 		if asyncURL != "" {
+			if rec.MDNURL != asyncURL {
+				log.Warn("resend asks for its MDN at another URL; sent to the first one", zap.String("receipt_delivery_option", redactURL(asyncURL)), zap.String("first", redactURL(rec.MDNURL)))
+				asyncURL = rec.MDNURL
+			}
 			if err := h.o.Store.RequeueInboundMDN(ctx, rec.ID, asyncURL); err != nil {
 				log.Error("requeue MDN", zap.Error(err))
 				return unavailable(partner.AS2ID)

@@ -297,6 +297,7 @@ partners:
     compress: false
     mdn: sync
     mdn_signed: true
+    allow_private_mdn_targets: true # both stations run on 127.0.0.1
 `); err != nil {
 		return "", err
 	}
@@ -312,6 +313,7 @@ partners:
     compress: false
     mdn: sync
     mdn_signed: true
+    allow_private_mdn_targets: true # both stations run on 127.0.0.1
 `); err != nil {
 		return "", err
 	}
