@@ -184,6 +184,11 @@ type Partner struct {
 	// private and other non-public addresses (checked when dialling);
 	// false by default.
 	AllowPrivateMDNTargets bool
+	// BasicAuth, when set, is sent as HTTP basic authentication with
+	// every request to the partner's URL host (auth: {user,
+	// password_file}); nil otherwise. Userinfo in URL works too but is
+	// discouraged: URLs end up in logs (they are redacted there).
+	BasicAuth *BasicAuth
 	// AsyncMDNURL is where the partner should send async MDNs: the
 	// partner's async_mdn_url, else the station's. Set whenever MDN is
 	// MDNAsync; may be empty otherwise.
@@ -194,6 +199,23 @@ type Partner struct {
 	// MaxAttempts is how many times an outbound message is tried before it
 	// fails; the default is DefaultMaxAttempts.
 	MaxAttempts int
+}
+
+// BasicAuth is a partner's HTTP basic authentication credential.
+type BasicAuth struct {
+	User, Password string
+}
+
+// String hides the password, so that a credential printed by mistake
+// does not leak it.
+func (b BasicAuth) String() string { return b.User + ":***" }
+
+// RedactedURL is the partner's URL without its password, for logs.
+func (p *Partner) RedactedURL() string {
+	if p.URL == nil {
+		return ""
+	}
+	return p.URL.Redacted()
 }
 
 // File is a loaded and validated configuration. It is not modified after
@@ -521,6 +543,20 @@ func (p *parser) partner(field string, raw *rawPartner, st *Station) (Partner, e
 	pa.Chunked = raw.Chunked
 	pa.MICIncludeHeaders = raw.MICIncludeHeaders
 	pa.AllowPrivateMDNTargets = raw.AllowPrivateMDNTargets
+	if raw.Auth != nil {
+		if raw.Auth.User == "" || strings.ContainsAny(raw.Auth.User, ":\r\n") {
+			return pa, p.fail(field+".auth.user", "missing, or holds ':' or a line break", "set auth.user to the HTTP user name the partner gave you")
+		}
+		data, err := p.readRef(field+".auth.password_file", raw.Auth.PasswordFile, "a file holding the partner's HTTP password (one line)")
+		if err != nil {
+			return pa, err
+		}
+		pw := strings.TrimRight(string(data), "\r\n")
+		if pw == "" || strings.ContainsAny(pw, "\r\n") {
+			return pa, p.fail(field+".auth.password_file", "the file must hold the password on one line", "write the password alone on the first line of "+raw.Auth.PasswordFile)
+		}
+		pa.BasicAuth = &BasicAuth{User: raw.Auth.User, Password: pw}
+	}
 	pa.MDNHosts = []string{strings.ToLower(u.Hostname())}
 	if len(raw.MDNHosts) > 0 {
 		pa.MDNHosts = nil

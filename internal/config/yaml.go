@@ -22,7 +22,7 @@ var (
 		"as2_id", "url", "certificate", "sign", "encrypt", "compress", "mdn", "mdn_signed",
 		"mdn_micalg", "require_signed", "require_encrypted", "key_encryption",
 		"transfer_encoding", "chunked", "compress_order", "async_mdn_url", "timeout", "max_attempts",
-		"mic_include_headers", "mdn_hosts", "allow_private_mdn_targets",
+		"mic_include_headers", "mdn_hosts", "allow_private_mdn_targets", "auth",
 	}
 )
 
@@ -63,6 +63,12 @@ type rawPartner struct {
 	MICIncludeHeaders      bool     `yaml:"mic_include_headers"`
 	MDNHosts               []string `yaml:"mdn_hosts"`
 	AllowPrivateMDNTargets bool     `yaml:"allow_private_mdn_targets"`
+	Auth                   *rawAuth `yaml:"auth"`
+}
+
+type rawAuth struct {
+	User         string `yaml:"user"`
+	PasswordFile string `yaml:"password_file"`
 }
 
 // nodeIndex maps YAML paths to line numbers, so that errors found after

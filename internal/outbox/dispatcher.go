@@ -381,11 +381,12 @@ func (d *Dispatcher) send(ctx context.Context, it postgres.OutboxItem, p *config
 	}
 	req, err := http.NewRequestWithContext(rctx, http.MethodPost, it.URL, body)
 	if err != nil {
-		return attempt{err: fmt.Errorf("request: %w", err)}
+		return attempt{err: fmt.Errorf("request: %w", redactError(err))}
 	}
 	for k, v := range it.Headers {
 		req.Header[k] = v
 	}
+	applyAuth(req, p)
 	if chunked {
 		req.ContentLength = -1
 		req.TransferEncoding = []string{"chunked"}
@@ -404,6 +405,7 @@ func (d *Dispatcher) send(ctx context.Context, it postgres.OutboxItem, p *config
 	}
 	d.o.Metrics.duration.WithLabelValues(it.Partner).Observe(d.o.Now().Sub(start).Seconds())
 	if err != nil {
+		err = redactError(err)
 		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
 			err = fmt.Errorf("no answer within the partner timeout %s: %w", timeout, err)
 		}
@@ -423,7 +425,7 @@ func (d *Dispatcher) send(ctx context.Context, it postgres.OutboxItem, p *config
 		if loc == "" {
 			loc = "(no Location)"
 		}
-		a.err = fmt.Errorf("partner answered HTTP %d redirecting to %s; edihub does not follow redirects: update partner %q's url in the configuration (now %s)", c, loc, it.Partner, it.URL)
+		a.err = fmt.Errorf("partner answered HTTP %d redirecting to %s; edihub does not follow redirects: update partner %q's url in the configuration (now %s)", c, redactURL(loc), it.Partner, redactURL(it.URL))
 		return a
 	case c < 200 || c > 299:
 		a.err = fmt.Errorf("partner answered HTTP %d", c)

@@ -88,4 +88,3 @@ func metric(reg *prometheus.Registry, result string) float64 {
 	}
 	return 0
 }
-
