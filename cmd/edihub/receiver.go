@@ -3,6 +3,7 @@ package main
 import (
 	"crypto/rand"
 	"net/http"
+	"runtime/debug"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -36,5 +37,8 @@ func newReceiver(log *zap.Logger, reg prometheus.Registerer, store *postgres.Sto
 		ReadTimeout:  o.as2ReadTimeout,
 		Limits:       as2.Limits{MaxDecompressedSize: o.decompressionLimit()},
 		ReportingUA:  "edihub " + version(),
+
+		MaxInFlightBytes:        o.inFlightLimit(debug.SetMemoryLimit(-1)),
+		MaxConcurrentPerPartner: o.maxConcurrentPerPartner,
 	})
 }

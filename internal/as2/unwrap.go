@@ -58,6 +58,12 @@ type UnwrapOptions struct {
 	UnsignedMIC MICScope
 	// Limits bound the parse.
 	Limits Limits
+	// Reserve, when set, is called before decompression allocates or
+	// grows its output, with the bytes about to be added; an error stops
+	// Unwrap, which returns it in its error chain (errors.Is finds it)
+	// instead of a decompression failure. It accounts decompression
+	// against a memory budget shared by concurrent messages.
+	Reserve func(n int64) error
 	// InPlace lets Unwrap decrypt into body instead of a copy, so that a
 	// large message is held once: the caller owns body and does not use
 	// it after Unwrap returns (its bytes are then undefined). The
@@ -213,7 +219,19 @@ func Unwrap(h http.Header, body []byte, opts UnwrapOptions) (_ *Message, err err
 				if decompressBudget <= 0 { // 0 would mean Decompress's default
 					return nil, classify(s, fmt.Errorf("decompress: %w: %w: more than %d bytes in all", cms.ErrDecompression, cms.ErrTooLarge, lim.MaxDecompressedSize))
 				}
-				if inner, err = cms.Decompress(der, decompressBudget); err != nil {
+				var reserveErr error
+				reserve := opts.Reserve
+				if reserve != nil {
+					reserve = func(n int64) error {
+						reserveErr = opts.Reserve(n)
+						return reserveErr
+					}
+				}
+				if inner, err = cms.DecompressReserving(der, decompressBudget, reserve); err != nil {
+					if reserveErr != nil {
+						// Not the message's fault: the process is busy.
+						return nil, fmt.Errorf("decompress: %w", reserveErr)
+					}
 					return nil, classify(s, fmt.Errorf("decompress: %w", err))
 				}
 				decompressBudget -= int64(len(inner))

@@ -106,6 +106,11 @@ type envOptions struct {
 	readTimeout time.Duration
 	// wrap replaces the store the receiver sees.
 	wrap func(receiver.Store) receiver.Store
+	// maxInFlight, perPartner and maxDecompressed set the receiver's
+	// in-flight budget, partner concurrency cap and decompression limit.
+	maxInFlight     int64
+	perPartner      int
+	maxDecompressed int64
 }
 
 var testTime = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
@@ -156,6 +161,10 @@ partners:
 		Now:          func() time.Time { return testTime },
 		NewMessageID: func() string { return fmt.Sprintf("<mdn-%d@edihub.test>", seq.Add(1)) },
 		ReadTimeout:  eo.readTimeout,
+		Limits:       as2.Limits{MaxDecompressedSize: eo.maxDecompressed},
+
+		MaxInFlightBytes:        eo.maxInFlight,
+		MaxConcurrentPerPartner: eo.perPartner,
 	})
 	if err != nil {
 		t.Fatal(err)

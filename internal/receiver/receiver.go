@@ -107,7 +107,22 @@ type Options struct {
 	// header; a body not received in time is answered 408 and nothing is
 	// stored. 0 means DefaultReadTimeout.
 	ReadTimeout time.Duration
+	// MaxInFlightBytes bounds the bytes all requests in flight hold at
+	// once, process-wide: bodies (reserved from Content-Length before the
+	// body is read, or grown as a chunked body arrives) and decompression
+	// output (reserved as it grows). A request that does not fit is
+	// answered 503 with Retry-After, nothing stored. 0 means no limit.
+	MaxInFlightBytes int64
+	// MaxConcurrentPerPartner bounds the requests in flight per partner;
+	// over it, 503 with Retry-After before the body is read. 0 means no
+	// limit.
+	MaxConcurrentPerPartner int
+	// RetryAfter is the Retry-After of a 503; 0 means DefaultRetryAfter.
+	RetryAfter time.Duration
 }
+
+// DefaultRetryAfter is the Retry-After of Options that set none.
+const DefaultRetryAfter = 10 * time.Second
 
 // DefaultReadTimeout is the ReadTimeout of Options that set none.
 const DefaultReadTimeout = 5 * time.Minute
@@ -117,6 +132,7 @@ type Handler struct {
 	o       Options
 	log     *zap.Logger
 	metrics *metrics
+	budget  *budget
 }
 
 // New validates o and returns the handler, its metrics registered on
@@ -153,11 +169,18 @@ func New(o Options) (*Handler, error) {
 	if o.ReportingUA == "" {
 		o.ReportingUA = "edihub"
 	}
-	m, err := newMetrics(o.Registerer)
+	if o.RetryAfter <= 0 {
+		o.RetryAfter = DefaultRetryAfter
+	}
+	if o.MaxInFlightBytes < 0 || o.MaxConcurrentPerPartner < 0 {
+		return nil, errors.New("receiver: negative MaxInFlightBytes or MaxConcurrentPerPartner")
+	}
+	b := newBudget(o.MaxInFlightBytes, o.MaxConcurrentPerPartner)
+	m, err := newMetrics(o.Registerer, b)
 	if err != nil {
 		return nil, err
 	}
-	return &Handler{o: o, log: o.Logger.Named("receiver"), metrics: m}, nil
+	return &Handler{o: o, log: o.Logger.Named("receiver"), metrics: m, budget: b}, nil
 }
 
 // MessageIDs returns a Message-ID generator: "<edihub-" + 16 random hex
@@ -189,6 +212,7 @@ const (
 	resultBadRequest  = "bad-request"
 	resultUnavailable = "unavailable"
 	resultTimeout     = "timeout"
+	resultBusy        = "busy"
 	partnerUnknown    = "unknown"
 )
 
@@ -210,10 +234,30 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	partnerLabel := partner.AS2ID
+	need := r.ContentLength
+	if need <= 0 {
+		need = chunkedReserve
+	}
+	held, err := h.budget.admit(partnerLabel, need)
+	if err != nil {
+		// Decided from the header: the body stays unread.
+		w.Header().Set("Connection", "close")
+		h.busy(w, partnerLabel, "admission")
+		return
+	}
+	defer held.release()
+	if r.ContentLength <= 0 {
+		r.Body = struct {
+			io.Reader
+			io.Closer
+		}{&growingReader{r: r.Body, res: held, reserved: need}, r.Body}
+	}
 	body, err := h.readBody(w, r)
 	if err != nil {
 		var mbe *http.MaxBytesError
 		switch {
+		case errors.Is(err, errBusy):
+			h.busy(w, partnerLabel, "body")
 		case errors.As(err, &mbe):
 			h.metrics.received.WithLabelValues(partnerLabel, resultTooLarge).Inc()
 			h.log.Warn("request body over the limit", zap.String("partner", partnerLabel), zap.Int64("limit", mbe.Limit))
@@ -234,10 +278,25 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.intake(w, r, body, partnerLabel)
 		return
 	}
-	res = h.receive(r.Context(), r.Header, body, rq, partner)
-	h.metrics.received.WithLabelValues(res.partner, res.result).Inc()
+	out := h.receive(r.Context(), r.Header, body, rq, partner, held)
+	if out.result == resultBusy {
+		h.busy(w, partnerLabel, "decompression")
+		return
+	}
+	h.metrics.received.WithLabelValues(out.partner, out.result).Inc()
 	h.metrics.duration.Observe(time.Since(start).Seconds())
-	res.write(w)
+	out.write(w)
+}
+
+// busy answers a request that does not fit the in-flight budget or its
+// partner's concurrency cap: 503 with Retry-After, nothing stored.
+func (h *Handler) busy(w http.ResponseWriter, partner, stage string) {
+	h.metrics.received.WithLabelValues(partner, resultBusy).Inc()
+	h.metrics.busy.WithLabelValues(partner, stage).Inc()
+	h.log.Warn("request refused: in-flight budget or partner concurrency cap reached", zap.String("partner", partner), zap.String("stage", stage),
+		zap.Int64("in_flight_bytes", h.budget.inUse()), zap.Int64("limit", h.o.MaxInFlightBytes))
+	w.Header().Set("Retry-After", strconv.Itoa(int(h.o.RetryAfter.Round(time.Second)/time.Second)))
+	http.Error(w, "busy: nothing was accepted, please resend after the Retry-After delay", http.StatusServiceUnavailable)
 }
 
 // address finds the partner of a request from its header alone, for
@@ -466,7 +525,7 @@ func planMDN(rq request) mdnPlan {
 	return p
 }
 
-func (h *Handler) receive(ctx context.Context, hdr http.Header, body []byte, rq request, partner *config.Partner) *response {
+func (h *Handler) receive(ctx context.Context, hdr http.Header, body []byte, rq request, partner *config.Partner, budget *reservation) *response {
 	log := h.log.With(zap.String("as2_from", rq.from), zap.String("as2_to", rq.to), zap.String("message_id", rq.messageID), zap.String("partner", partner.AS2ID))
 	plan := planMDN(rq)
 	if rq.messageID == "" {
@@ -493,7 +552,10 @@ func (h *Handler) receive(ctx context.Context, hdr http.Header, body []byte, rq 
 	if rq.mdnWanted {
 		msg.MDNMode = "sync"
 	}
-	disp, mic := h.unwrap(log, hdr, body, rq, plan, partner, msg)
+	disp, mic, err := h.unwrap(log, hdr, body, rq, plan, partner, msg, budget)
+	if err != nil {
+		return &response{partner: partner.AS2ID, result: resultBusy}
+	}
 	asyncURL := h.asyncURL(log, rq, partner)
 	if asyncURL != "" {
 		msg.MDNMode, msg.MDNURL, msg.Outbox = "async", asyncURL, true
@@ -576,18 +638,19 @@ func resultFor(d mdn.Disposition) string {
 
 // unwrap runs the receive pipeline and fills msg; it returns the
 // disposition and the MIC to report.
-func (h *Handler) unwrap(log *zap.Logger, hdr http.Header, body []byte, rq request, plan mdnPlan, partner *config.Partner, msg *postgres.InboundMessage) (mdn.Disposition, string) {
+func (h *Handler) unwrap(log *zap.Logger, hdr http.Header, body []byte, rq request, plan mdnPlan, partner *config.Partner, msg *postgres.InboundMessage, budget *reservation) (mdn.Disposition, string, error) {
 	msg.Status = postgres.InboundError
 	if plan.failure != "" {
 		msg.Error = "MDN request cannot be honoured: " + plan.failure
 		log.Warn("MDN request cannot be honoured", zap.String("options", hdr.Get("Disposition-Notification-Options")))
-		return mdn.Failed(plan.failure), ""
+		return mdn.Failed(plan.failure), "", nil
 	}
 	m, err := as2.Unwrap(hdr, body, as2.UnwrapOptions{
 		Keys:         h.o.Station.Keys,
 		PartnerCerts: partner.Certificates,
 		MICAlgs:      plan.micAlgs,
 		UnsignedMIC:  unsignedMIC(partner),
+		Reserve:      budget.grow,
 		Limits:       h.o.Limits,
 		InPlace:      true, // body is ours and unused afterwards: a large message is held once
 	})
@@ -606,11 +669,14 @@ func (h *Handler) unwrap(log *zap.Logger, hdr http.Header, body []byte, rq reque
 			err = fmt.Errorf("%w: partner profile requires encrypted messages", as2.ErrInsufficientSecurity)
 		}
 	}
+	if errors.Is(err, errBusy) {
+		return mdn.Disposition{}, "", err
+	}
 	if err != nil {
 		d := as2.Disposition(err)
 		msg.Error = err.Error()
 		log.Warn("message refused", zap.String("disposition", d), zap.Error(err))
-		return mdn.Errored(d), ""
+		return mdn.Errored(d), "", nil
 	}
 	msg.Status = postgres.InboundProcessed
 	msg.MIC = m.MIC.String()
@@ -621,7 +687,7 @@ func (h *Handler) unwrap(log *zap.Logger, hdr http.Header, body []byte, rq reque
 	if msg.Payload == nil {
 		msg.Payload = []byte{}
 	}
-	return mdn.Processed(), msg.MIC
+	return mdn.Processed(), msg.MIC, nil
 }
 
 // unsignedMIC is the partner's MIC scope for unsigned, unencrypted
