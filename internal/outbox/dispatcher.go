@@ -304,6 +304,7 @@ type attempt struct {
 // shutdown gives up on in-flight sends: the item is then abandoned.
 func (d *Dispatcher) process(ctx context.Context, it postgres.OutboxItem) {
 	log := d.log.With(zap.String("partner", it.Partner), zap.Int64("outbox_id", it.ID), zap.String("kind", it.Kind), zap.Int("attempt", it.Attempts))
+	defer d.keepClaim(ctx, log, it)()
 	p, _ := d.o.Config.Partner(it.Partner)
 	if it.Kind == postgres.OutboxKindMessage {
 		if p == nil {
