@@ -25,11 +25,13 @@ package config
 
 import (
 	"crypto/rsa"
+	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
+	"net/http"
 	"net/netip"
 	"net/url"
 	"os"
@@ -189,6 +191,17 @@ type Partner struct {
 	// password_file}); nil otherwise. Userinfo in URL works too but is
 	// discouraged: URLs end up in logs (they are redacted there).
 	BasicAuth *BasicAuth
+	// TLS is the client TLS configuration for an https URL: minimum TLS
+	// 1.2, the partner's CA bundle (tls.ca_file; the system pool when
+	// absent) and our client certificate (tls.cert_file, tls.key_file).
+	// Nil for http URLs without a tls section.
+	TLS *tls.Config
+	// Headers are extra HTTP header fields sent with every request to the
+	// partner's URL host; they never replace AS2 fields.
+	Headers http.Header
+	// Proxy is the HTTP proxy for requests to the partner, or nil for the
+	// environment's (HTTPS_PROXY, NO_PROXY).
+	Proxy *url.URL
 	// AsyncMDNURL is where the partner should send async MDNs: the
 	// partner's async_mdn_url, else the station's. Set whenever MDN is
 	// MDNAsync; may be empty otherwise.
@@ -543,6 +556,9 @@ func (p *parser) partner(field string, raw *rawPartner, st *Station) (Partner, e
 	pa.Chunked = raw.Chunked
 	pa.MICIncludeHeaders = raw.MICIncludeHeaders
 	pa.AllowPrivateMDNTargets = raw.AllowPrivateMDNTargets
+	if err := p.transport(field, raw, &pa); err != nil {
+		return pa, err
+	}
 	if raw.Auth != nil {
 		if raw.Auth.User == "" || strings.ContainsAny(raw.Auth.User, ":\r\n") {
 			return pa, p.fail(field+".auth.user", "missing, or holds ':' or a line break", "set auth.user to the HTTP user name the partner gave you")
@@ -604,6 +620,65 @@ func (p *parser) partner(field string, raw *rawPartner, st *Station) (Partner, e
 		pa.MaxAttempts = *raw.MaxAttempts
 	}
 	return pa, nil
+}
+
+// transport reads the partner's HTTPS, extra header and proxy settings.
+func (p *parser) transport(field string, raw *rawPartner, pa *Partner) error {
+	if raw.TLS != nil || pa.URL.Scheme == "https" {
+		pa.TLS = &tls.Config{MinVersion: tls.VersionTLS12}
+	}
+	if raw.TLS != nil {
+		if pa.URL.Scheme != "https" {
+			return p.fail(field+".tls", "tls is set but url is not https", "use an https url, or remove the tls section")
+		}
+		if raw.TLS.CAFile != "" {
+			data, err := p.readRef(field+".tls.ca_file", raw.TLS.CAFile, "the partner's CA certificates in PEM")
+			if err != nil {
+				return err
+			}
+			pool := x509.NewCertPool()
+			if !pool.AppendCertsFromPEM(data) {
+				return p.fail(field+".tls.ca_file", "no PEM certificate in "+raw.TLS.CAFile, "point ca_file at the PEM certificates of the CA that issued the partner's server certificate")
+			}
+			pa.TLS.RootCAs = pool
+		}
+		if (raw.TLS.CertFile == "") != (raw.TLS.KeyFile == "") {
+			return p.fail(field+".tls", "cert_file and key_file go together", "set both (our client certificate and its key) or neither")
+		}
+		if raw.TLS.CertFile != "" {
+			certPEM, err := p.readRef(field+".tls.cert_file", raw.TLS.CertFile, "our client certificate in PEM")
+			if err != nil {
+				return err
+			}
+			keyPEM, err := p.readRef(field+".tls.key_file", raw.TLS.KeyFile, "the key of our client certificate in PEM")
+			if err != nil {
+				return err
+			}
+			pair, err := tls.X509KeyPair(certPEM, keyPEM)
+			if err != nil {
+				return p.failErr(field+".tls.cert_file", err, "client certificate and key do not load: "+err.Error(), "check that cert_file and key_file are PEM and belong together")
+			}
+			pa.TLS.Certificates = []tls.Certificate{pair}
+		}
+	}
+	for k, v := range raw.Headers {
+		ck := http.CanonicalHeaderKey(strings.TrimSpace(k))
+		if ck == "" || strings.ContainsAny(ck+v, "\r\n") || strings.HasPrefix(strings.ToLower(ck), "as2-") {
+			return p.fail(field+".headers."+k, "not a usable extra header field", "use a plain header name (not an AS2-* field) and a one-line value")
+		}
+		if pa.Headers == nil {
+			pa.Headers = http.Header{}
+		}
+		pa.Headers.Set(ck, v)
+	}
+	if raw.Proxy != "" {
+		u, err := p.url(field+".proxy", raw.Proxy)
+		if err != nil {
+			return err
+		}
+		pa.Proxy = u
+	}
+	return nil
 }
 
 // as2ID checks an AS2 name against RFC 4130: 1 to 128 printable ASCII

@@ -23,6 +23,7 @@ var (
 		"mdn_micalg", "require_signed", "require_encrypted", "key_encryption",
 		"transfer_encoding", "chunked", "compress_order", "async_mdn_url", "timeout", "max_attempts",
 		"mic_include_headers", "mdn_hosts", "allow_private_mdn_targets", "auth",
+		"tls", "headers", "proxy",
 	}
 )
 
@@ -42,28 +43,37 @@ type rawStation struct {
 }
 
 type rawPartner struct {
-	AS2ID                  string   `yaml:"as2_id"`
-	URL                    string   `yaml:"url"`
-	Certificate            string   `yaml:"certificate"`
-	Sign                   string   `yaml:"sign"`
-	Encrypt                string   `yaml:"encrypt"`
-	Compress               bool     `yaml:"compress"`
-	MDN                    string   `yaml:"mdn"`
-	MDNSigned              bool     `yaml:"mdn_signed"`
-	MDNMICAlg              string   `yaml:"mdn_micalg"`
-	RequireSigned          *bool    `yaml:"require_signed"`
-	RequireEncrypted       *bool    `yaml:"require_encrypted"`
-	KeyEncryption          string   `yaml:"key_encryption"`
-	TransferEncoding       string   `yaml:"transfer_encoding"`
-	Chunked                bool     `yaml:"chunked"`
-	CompressOrder          string   `yaml:"compress_order"`
-	AsyncMDNURL            string   `yaml:"async_mdn_url"`
-	Timeout                string   `yaml:"timeout"`
-	MaxAttempts            *int     `yaml:"max_attempts"`
-	MICIncludeHeaders      bool     `yaml:"mic_include_headers"`
-	MDNHosts               []string `yaml:"mdn_hosts"`
-	AllowPrivateMDNTargets bool     `yaml:"allow_private_mdn_targets"`
-	Auth                   *rawAuth `yaml:"auth"`
+	AS2ID                  string            `yaml:"as2_id"`
+	URL                    string            `yaml:"url"`
+	Certificate            string            `yaml:"certificate"`
+	Sign                   string            `yaml:"sign"`
+	Encrypt                string            `yaml:"encrypt"`
+	Compress               bool              `yaml:"compress"`
+	MDN                    string            `yaml:"mdn"`
+	MDNSigned              bool              `yaml:"mdn_signed"`
+	MDNMICAlg              string            `yaml:"mdn_micalg"`
+	RequireSigned          *bool             `yaml:"require_signed"`
+	RequireEncrypted       *bool             `yaml:"require_encrypted"`
+	KeyEncryption          string            `yaml:"key_encryption"`
+	TransferEncoding       string            `yaml:"transfer_encoding"`
+	Chunked                bool              `yaml:"chunked"`
+	CompressOrder          string            `yaml:"compress_order"`
+	AsyncMDNURL            string            `yaml:"async_mdn_url"`
+	Timeout                string            `yaml:"timeout"`
+	MaxAttempts            *int              `yaml:"max_attempts"`
+	MICIncludeHeaders      bool              `yaml:"mic_include_headers"`
+	MDNHosts               []string          `yaml:"mdn_hosts"`
+	AllowPrivateMDNTargets bool              `yaml:"allow_private_mdn_targets"`
+	Auth                   *rawAuth          `yaml:"auth"`
+	TLS                    *rawTLS           `yaml:"tls"`
+	Headers                map[string]string `yaml:"headers"`
+	Proxy                  string            `yaml:"proxy"`
+}
+
+type rawTLS struct {
+	CAFile   string `yaml:"ca_file"`
+	CertFile string `yaml:"cert_file"`
+	KeyFile  string `yaml:"key_file"`
 }
 
 type rawAuth struct {

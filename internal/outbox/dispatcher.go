@@ -116,6 +116,9 @@ type Dispatcher struct {
 	// mdnClient delivers async MDNs to partners that do not allow
 	// non-public targets (see mdntarget.go).
 	mdnClient *http.Client
+	// partnerClients are the clients of partners with their own TLS or
+	// proxy settings (see credentials.go).
+	partnerClients map[string]clientPair
 }
 
 // NewDispatcher validates o and returns a Dispatcher.
@@ -172,7 +175,7 @@ func NewDispatcher(o Options) (*Dispatcher, error) {
 	if o.Lease <= longest {
 		return nil, fmt.Errorf("outbox: claim lease %s must exceed the longest partner timeout %s", o.Lease, longest)
 	}
-	return &Dispatcher{o: o, log: o.Logger.Named("outbox"), wake: make(chan struct{}, 1), mdnClient: guardedClient(o.Client)}, nil
+	return &Dispatcher{o: o, log: o.Logger.Named("outbox"), wake: make(chan struct{}, 1), mdnClient: guardedClient(o.Client), partnerClients: partnerClients(o.Client, o.Config)}, nil
 }
 
 // Wake makes Run claim at once instead of at the next poll. It never
@@ -190,6 +193,7 @@ func (d *Dispatcher) Wake() {
 // Errors from the database are logged and retried at the next poll; Run
 // never returns an error.
 func (d *Dispatcher) Run(ctx context.Context) error {
+	defer d.closeIdle()
 	sendCtx, cancelSends := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelSends()
 	var sends, bg sync.WaitGroup

@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"net/url"
 	"syscall"
 	"time"
 
@@ -55,8 +56,16 @@ func guardedClient(base *http.Client) *http.Client {
 // receiver checked it when it queued the MDN, but the profile may have
 // changed since.
 func (d *Dispatcher) clientFor(it postgres.OutboxItem, p *config.Partner) (*http.Client, error) {
+	pair := clientPair{plain: d.o.Client, guarded: d.mdnClient}
+	if p != nil {
+		if own, ok := d.partnerClients[p.AS2ID]; ok {
+			if u, err := url.Parse(it.URL); err == nil && partnerHost(u, p) {
+				pair = own // its TLS and proxy settings are for its own host
+			}
+		}
+	}
 	if it.Kind == postgres.OutboxKindMessage {
-		return d.o.Client, nil
+		return pair.plain, nil
 	}
 	if p == nil {
 		return d.mdnClient, nil
@@ -65,7 +74,7 @@ func (d *Dispatcher) clientFor(it postgres.OutboxItem, p *config.Partner) (*http
 		return nil, err
 	}
 	if p.AllowPrivateMDNTargets {
-		return d.o.Client, nil
+		return pair.plain, nil
 	}
-	return d.mdnClient, nil
+	return pair.guarded, nil
 }
