@@ -10,7 +10,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/edihub/edihub/internal/as2"
-	"github.com/edihub/edihub/internal/as2/cms"
 	"github.com/edihub/edihub/internal/config"
 	"github.com/edihub/edihub/internal/postgres"
 	"github.com/edihub/edihub/internal/receiver"
@@ -20,14 +19,9 @@ import (
 func newReceiver(log *zap.Logger, reg prometheus.Registerer, store *postgres.Store, cfg *config.File, o serveOptions) (http.Handler, error) {
 	st := cfg.Station
 	return receiver.New(receiver.Options{
-		Store:    store,
-		Partners: cfg,
-		Station: receiver.Station{
-			AS2ID: st.AS2ID,
-			Keys:  []cms.Recipient{{Cert: st.Certificate, Key: st.PrivateKey}},
-			Key:   st.PrivateKey,
-			Cert:  st.Certificate,
-		},
+		Store:        store,
+		Partners:     cfg,
+		Station:      receiver.StationFromConfig(st),
 		Logger:       log,
 		Registerer:   reg,
 		Now:          time.Now,

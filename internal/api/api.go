@@ -6,6 +6,7 @@
 //	GET  /messages/{id}                    one message, inbound or outbound
 //	GET  /messages/{id}/payload            the document, raw
 //	GET  /messages/{id}/mdn                the MDN as stored, raw
+//	GET  /certificates                     station and partner certificates, with expiry
 //
 // Errors are JSON {"error": "...", "parameter": "..."}; a bad query
 // parameter is a 400 that names it.
@@ -25,6 +26,7 @@ import (
 	"github.com/go-chi/chi/v5"
 	"go.uber.org/zap"
 
+	"github.com/edihub/edihub/internal/config"
 	"github.com/edihub/edihub/internal/httpserver"
 	"github.com/edihub/edihub/internal/outbox"
 	"github.com/edihub/edihub/internal/postgres"
@@ -54,6 +56,9 @@ type Options struct {
 	Queue  Enqueuer
 	Store  Reader
 	Logger *zap.Logger
+	// Certificates lists the configured certificates for GET
+	// /certificates; nil answers an empty list.
+	Certificates CertificateLister
 	// BasePath is where the handler is mounted, for Location headers;
 	// default "/api/v1".
 	BasePath string
@@ -72,6 +77,9 @@ func New(o Options) (http.Handler, error) {
 	if o.BasePath == "" {
 		o.BasePath = "/api/v1"
 	}
+	if o.Certificates == nil {
+		o.Certificates = func(time.Time) []config.CertificateInfo { return nil }
+	}
 	h := &handler{o: o, log: o.Logger.Named("api")}
 	r := chi.NewRouter()
 	r.Post("/messages", h.enqueue)
@@ -79,6 +87,7 @@ func New(o Options) (http.Handler, error) {
 	r.Get("/messages/{id}", h.get)
 	r.Get("/messages/{id}/payload", h.payload)
 	r.Get("/messages/{id}/mdn", h.mdn)
+	r.Get("/certificates", h.certificates)
 	r.NotFound(func(w http.ResponseWriter, _ *http.Request) {
 		writeError(w, http.StatusNotFound, "", "no such API endpoint")
 	})

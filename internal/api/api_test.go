@@ -74,7 +74,7 @@ partners:
 		t.Fatal(err)
 	}
 	log := zaptest.NewLogger(t)
-	h, err := api.New(api.Options{Queue: q, Store: st, Logger: log})
+	h, err := api.New(api.Options{Queue: q, Store: st, Logger: log, Certificates: cfg.Certificates})
 	if err != nil {
 		t.Fatal(err)
 	}

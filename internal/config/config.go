@@ -125,6 +125,54 @@ type Station struct {
 	// AsyncMDNURL is where partners send asynchronous MDNs to us, unless a
 	// partner overrides it; empty when not set.
 	AsyncMDNURL string
+	// Keys are all station key pairs, the active one (PrivateKey,
+	// Certificate) first: every one decrypts inbound messages, so that a
+	// partner still encrypting to the previous certificate during a
+	// rollover keeps working; only the active one signs.
+	Keys []StationKey
+}
+
+// StationKey is one station key pair.
+type StationKey struct {
+	PrivateKey  *rsa.PrivateKey
+	Certificate *x509.Certificate
+	Active      bool
+}
+
+// CertificateInfo describes one configured certificate, for the API and
+// the expiry metric.
+type CertificateInfo struct {
+	// Owner is "station" or "partner"; Partner the partner's AS2 ID ("" for
+	// the station).
+	Owner, Partner  string
+	Subject, Issuer string
+	// Serial is the serial number in hex.
+	Serial              string
+	NotBefore, NotAfter time.Time
+	// Active marks the station certificate that signs, and the partner
+	// certificate we encrypt to at the time asked.
+	Active bool
+}
+
+// Certificates lists every configured certificate at now: the station's
+// (active first) and each partner's in file order.
+func (f *File) Certificates(now time.Time) []CertificateInfo {
+	var out []CertificateInfo
+	info := func(owner, partner string, c *x509.Certificate, active bool) CertificateInfo {
+		return CertificateInfo{Owner: owner, Partner: partner, Subject: c.Subject.String(), Issuer: c.Issuer.String(),
+			Serial: c.SerialNumber.Text(16), NotBefore: c.NotBefore, NotAfter: c.NotAfter, Active: active}
+	}
+	for _, k := range f.Station.Keys {
+		out = append(out, info("station", "", k.Certificate, k.Active))
+	}
+	for i := range f.Partners {
+		p := &f.Partners[i]
+		enc := p.EncryptionCertificate(now)
+		for _, c := range p.Certificates {
+			out = append(out, info("partner", p.AS2ID, c, c == enc))
+		}
+	}
+	return out
 }
 
 // Partner is one trading partner's profile, with every default filled in and
@@ -434,35 +482,35 @@ func (p *parser) station(raw *rawStation) (Station, error) {
 	}
 	st.AS2ID = raw.AS2ID
 
-	keyData, err := p.readRef("station.private_key", raw.PrivateKey, "the station's PEM private key file")
-	if err != nil {
-		return st, err
+	pairs := raw.Keys
+	switch {
+	case len(pairs) > 0 && (raw.PrivateKey != "" || raw.Certificate != ""):
+		return st, p.fail("station.keys", "keys and private_key/certificate are both set", "list every key pair under keys (one with active: true) and remove private_key and certificate")
+	case len(pairs) == 0:
+		pairs = []rawStationKey{{PrivateKey: raw.PrivateKey, Certificate: raw.Certificate, Active: true}}
 	}
-	key, prob := parsePrivateKey(keyData, raw.PrivateKey)
-	if prob != nil {
-		return st, p.failErr("station.private_key", prob.err, prob.msg, prob.fix)
+	active := 0
+	for i, rk := range pairs {
+		field := "station"
+		if len(raw.Keys) > 0 {
+			field = fmt.Sprintf("station.keys[%d]", i)
+		}
+		k, err := p.stationKey(field, rk)
+		if err != nil {
+			return st, err
+		}
+		if k.Active {
+			active++
+			st.PrivateKey, st.Certificate = k.PrivateKey, k.Certificate
+			st.Keys = append([]StationKey{k}, st.Keys...)
+		} else {
+			st.Keys = append(st.Keys, k)
+		}
 	}
-	if bits := key.N.BitLen(); bits < 2048 {
-		p.warn("station.private_key", "the RSA key has %d bits; use at least 2048", bits)
+	if active != 1 {
+		return st, p.fail("station.keys", fmt.Sprintf("%d key pairs are marked active: true", active),
+			"mark exactly one key pair active: true; it signs, all of them decrypt")
 	}
-	st.PrivateKey = key
-
-	certData, err := p.readRef("station.certificate", raw.Certificate, "the station's PEM certificate file")
-	if err != nil {
-		return st, err
-	}
-	certs, prob := parseCertificates(certData, raw.Certificate)
-	if prob != nil {
-		return st, p.failErr("station.certificate", prob.err, prob.msg, prob.fix)
-	}
-	cert := certs[0]
-	if pub, ok := cert.PublicKey.(*rsa.PublicKey); !ok || !pub.Equal(&key.PublicKey) {
-		return st, p.fail("station.certificate",
-			fmt.Sprintf("the certificate in %s does not match the key in %s (different public keys)", raw.Certificate, raw.PrivateKey),
-			fmt.Sprintf("point certificate at the certificate issued for the station key; compare `openssl x509 -noout -pubkey -in %s` with `openssl pkey -pubout -in %s`", raw.Certificate, raw.PrivateKey))
-	}
-	p.checkValidity("station.certificate", cert, "", "renew it and send partners the new certificate")
-	st.Certificate = cert
 
 	if raw.AsyncMDNURL != "" {
 		if _, err := p.url("station.async_mdn_url", raw.AsyncMDNURL); err != nil {
@@ -471,6 +519,46 @@ func (p *parser) station(raw *rawStation) (Station, error) {
 		st.AsyncMDNURL = strings.TrimSpace(raw.AsyncMDNURL)
 	}
 	return st, nil
+}
+
+// stationKey loads one station key pair; field is "station" for the
+// single private_key/certificate form.
+func (p *parser) stationKey(field string, raw rawStationKey) (StationKey, error) {
+	k := StationKey{Active: raw.Active}
+	keyData, err := p.readRef(field+".private_key", raw.PrivateKey, "the station's PEM private key file")
+	if err != nil {
+		return k, err
+	}
+	key, prob := parsePrivateKey(keyData, raw.PrivateKey)
+	if prob != nil {
+		return k, p.failErr(field+".private_key", prob.err, prob.msg, prob.fix)
+	}
+	if bits := key.N.BitLen(); bits < 2048 {
+		p.warn(field+".private_key", "the RSA key has %d bits; use at least 2048", bits)
+	}
+	k.PrivateKey = key
+
+	certData, err := p.readRef(field+".certificate", raw.Certificate, "the station's PEM certificate file")
+	if err != nil {
+		return k, err
+	}
+	certs, prob := parseCertificates(certData, raw.Certificate)
+	if prob != nil {
+		return k, p.failErr(field+".certificate", prob.err, prob.msg, prob.fix)
+	}
+	cert := certs[0]
+	if pub, ok := cert.PublicKey.(*rsa.PublicKey); !ok || !pub.Equal(&key.PublicKey) {
+		return k, p.fail(field+".certificate",
+			fmt.Sprintf("the certificate in %s does not match the key in %s (different public keys)", raw.Certificate, raw.PrivateKey),
+			fmt.Sprintf("point certificate at the certificate issued for the station key; compare `openssl x509 -noout -pubkey -in %s` with `openssl pkey -pubout -in %s`", raw.Certificate, raw.PrivateKey))
+	}
+	fix := "renew it and send partners the new certificate"
+	if !raw.Active {
+		fix = "remove this old key pair once no partner encrypts to it"
+	}
+	p.checkValidity(field+".certificate", cert, "", fix)
+	k.Certificate = cert
+	return k, nil
 }
 
 func (p *parser) partner(field string, raw *rawPartner, st *Station) (Partner, error) {

@@ -17,7 +17,7 @@ import (
 // lists only make the error's fix useful.
 var (
 	topKeys     = []string{"station", "partners"}
-	stationKeys = []string{"as2_id", "private_key", "certificate", "async_mdn_url"}
+	stationKeys = []string{"as2_id", "private_key", "certificate", "keys", "async_mdn_url"}
 	partnerKeys = []string{
 		"as2_id", "url", "certificate", "sign", "encrypt", "compress", "mdn", "mdn_signed",
 		"mdn_micalg", "require_signed", "require_encrypted", "key_encryption",
@@ -36,10 +36,17 @@ type rawFile struct {
 }
 
 type rawStation struct {
-	AS2ID       string `yaml:"as2_id"`
+	AS2ID       string          `yaml:"as2_id"`
+	PrivateKey  string          `yaml:"private_key"`
+	Certificate string          `yaml:"certificate"`
+	Keys        []rawStationKey `yaml:"keys"`
+	AsyncMDNURL string          `yaml:"async_mdn_url"`
+}
+
+type rawStationKey struct {
 	PrivateKey  string `yaml:"private_key"`
 	Certificate string `yaml:"certificate"`
-	AsyncMDNURL string `yaml:"async_mdn_url"`
+	Active      bool   `yaml:"active"`
 }
 
 type rawPartner struct {

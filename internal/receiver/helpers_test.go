@@ -108,6 +108,9 @@ type envOptions struct {
 	wrap func(receiver.Store) receiver.Store
 	// maxInFlight, perPartner and maxDecompressed set the receiver's
 	// in-flight budget, partner concurrency cap and decompression limit.
+	// stationKeys replaces the station's key fields in the configuration
+	// (a keys: list), and the receiver's station is then built from it.
+	stationKeys     string
 	maxInFlight     int64
 	perPartner      int
 	maxDecompressed int64
@@ -130,7 +133,11 @@ func newEnv(t testing.TB, eo envOptions) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(db.Close)
-	yaml := fmt.Sprintf(`station: {as2_id: %q, private_key: as2-b.key, certificate: as2-b.crt}
+	keyFields := "private_key: as2-b.key, certificate: as2-b.crt"
+	if eo.stationKeys != "" {
+		keyFields = eo.stationKeys
+	}
+	yaml := fmt.Sprintf(`station: {as2_id: %q, `+keyFields+`}
 partners:
   - {as2_id: %q, url: "http://127.0.0.1:9/as2", certificate: as2-a.crt, require_signed: false, allow_private_mdn_targets: true}
   - {as2_id: %q, url: "http://127.0.0.1:9/as2", certificate: as2-a.crt, require_signed: false, allow_private_mdn_targets: true}
@@ -148,14 +155,18 @@ partners:
 	}
 	var seq atomic.Int64
 	reg := prometheus.NewRegistry()
+	st := receiver.Station{
+		AS2ID: station,
+		Keys:  []cms.Recipient{{Cert: idB.Cert, Key: idB.Key.(crypto.Decrypter)}},
+		Key:   idB.Key, Cert: idB.Cert,
+	}
+	if eo.stationKeys != "" {
+		st = receiver.StationFromConfig(cfg.Station)
+	}
 	h, err := receiver.New(receiver.Options{
-		Store:    rs,
-		Partners: cfg,
-		Station: receiver.Station{
-			AS2ID: station,
-			Keys:  []cms.Recipient{{Cert: idB.Cert, Key: idB.Key.(crypto.Decrypter)}},
-			Key:   idB.Key, Cert: idB.Cert,
-		},
+		Store:        rs,
+		Partners:     cfg,
+		Station:      st,
 		Logger:       zap.NewNop(),
 		Registerer:   reg,
 		Now:          func() time.Time { return testTime },

@@ -79,6 +79,19 @@ type Station struct {
 	Cert *x509.Certificate
 }
 
+// StationFromConfig is the receiver's view of the configured station:
+// every key pair decrypts (a key rollover), the active one signs MDNs.
+func StationFromConfig(st config.Station) Station {
+	out := Station{AS2ID: st.AS2ID, Key: st.PrivateKey, Cert: st.Certificate}
+	for _, k := range st.Keys {
+		out.Keys = append(out.Keys, cms.Recipient{Cert: k.Certificate, Key: k.PrivateKey})
+	}
+	if len(out.Keys) == 0 && st.PrivateKey != nil {
+		out.Keys = []cms.Recipient{{Cert: st.Certificate, Key: st.PrivateKey}}
+	}
+	return out
+}
+
 // Options configure New. Store, Partners, Station (AS2ID, Keys, Key, Cert),
 // Logger and Registerer are required.
 type Options struct {

@@ -2,6 +2,7 @@ package receiver_test
 
 import (
 	"bytes"
+	"crypto/x509"
 	"fmt"
 	"strings"
 	"testing"
@@ -104,5 +105,28 @@ func TestReceiveNoDecryptionOracle(t *testing.T) {
 			}
 		}
 		t.Logf("%s: %d altered messages, %d processed, failures %v", enc, 4*len(positions), processed, answers)
+	}
+}
+
+// TestReceiveStationKeyRollover: with two station key pairs, a message
+// encrypted to the previous certificate and one encrypted to the new
+// (active) one are both processed, and the MDNs are signed with the
+// active key only.
+func TestReceiveStationKeyRollover(t *testing.T) {
+	keys(t)
+	e := newEnv(t, envOptions{stationKeys: `keys: [{private_key: as2-c.key, certificate: as2-c.crt, active: true}, {private_key: as2-b.key, certificate: as2-b.crt}]`})
+	for i, to := range []*identity{idB, idC} {
+		m := buildOpenSSL(t, build{sign: "sha256", enc: "aes256", recipient: to})
+		r := post(t, e.url, request(as2Header(partnerDefault, station, fmt.Sprintf("<rollover-%d@x>", i), "sha-256"), m), m.body, false)
+		got, err := mdn.Parse(r.header, r.body, mdn.ParseOptions{PartnerCerts: []*x509.Certificate{idC.Cert}, RequireSigned: true})
+		if err != nil {
+			t.Fatalf("encrypted to %s: MDN not signed by the active key: %v", to.Cert.Subject.CommonName, err)
+		}
+		if got.Disposition != mdn.Processed() {
+			t.Errorf("encrypted to %s: %q, want processed", to.Cert.Subject.CommonName, got.Disposition)
+		}
+		if _, err := mdn.Parse(r.header, r.body, mdn.ParseOptions{PartnerCerts: []*x509.Certificate{idB.Cert}, RequireSigned: true}); err == nil {
+			t.Errorf("MDN verifies against the previous certificate: signed with the old key")
+		}
 	}
 }
