@@ -93,6 +93,9 @@ type Message struct {
 	MIC MIC
 	// Signer is the partner certificate that verified the signature.
 	Signer *x509.Certificate
+	// SignedContent is what the outermost signature covers (it may alias
+	// body), for recognising the same signed content sent again.
+	SignedContent []byte
 }
 
 // Unwrap runs the receive pipeline on an AS2 request: h supplies the
@@ -181,6 +184,7 @@ func Unwrap(h http.Header, body []byte, opts UnwrapOptions) (_ *Message, err err
 			m.Layers = append(m.Layers, LayerSigned)
 			if signedMIC.IsZero() {
 				signedMIC, m.Signer = signatureMIC(v, covered, opts.MICAlgs), v.Signer
+				m.SignedContent = covered
 			}
 			ent = ent.Parts[0]
 
@@ -253,6 +257,7 @@ func Unwrap(h http.Header, body []byte, opts UnwrapOptions) (_ *Message, err err
 				m.Layers = append(m.Layers, LayerSigned)
 				if signedMIC.IsZero() {
 					signedMIC, m.Signer = signatureMIC(v, v.Content, opts.MICAlgs), v.Signer
+					m.SignedContent = v.Content
 				}
 				owned = owned || fresh // the content aliases der or is new
 			default:

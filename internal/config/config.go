@@ -97,6 +97,7 @@ const (
 	DefaultCompressOrder    = CompressBeforeSigning
 	DefaultTimeout          = 60 * time.Second
 	DefaultMaxAttempts      = 8
+	DefaultReplayWindow     = 24 * time.Hour
 )
 
 // MaxAS2IDLength is the longest AS2 name RFC 4130 allows.
@@ -250,6 +251,13 @@ type Partner struct {
 	// Proxy is the HTTP proxy for requests to the partner, or nil for the
 	// environment's (HTTPS_PROXY, NO_PROXY).
 	Proxy *url.URL
+	// ReplayWindow is how far back the same signed content under another
+	// Message-ID is looked for (a replay, or a resend with a new ID); 0
+	// disables the check. The default is DefaultReplayWindow.
+	ReplayWindow time.Duration
+	// RefuseReplays refuses such messages (authentication-failed) instead
+	// of only flagging them.
+	RefuseReplays bool
 	// AsyncMDNURL is where the partner should send async MDNs: the
 	// partner's async_mdn_url, else the station's. Set whenever MDN is
 	// MDNAsync; may be empty otherwise.
@@ -690,6 +698,15 @@ func (p *parser) partner(field string, raw *rawPartner, st *Station) (Partner, e
 		p.warn(field+".mdn", "async MDNs from this partner are stored in the MDN inbox but not yet applied (the MDN poller is not implemented in this version), so messages to it stay awaiting-mdn; use mdn: sync until then")
 	}
 
+	pa.RefuseReplays = raw.RefuseReplays
+	pa.ReplayWindow = DefaultReplayWindow
+	if raw.ReplayWindow != "" {
+		d, err := time.ParseDuration(strings.TrimSpace(raw.ReplayWindow))
+		if err != nil || d < 0 {
+			return pa, p.failErr(field+".replay_window", err, fmt.Sprintf("%q is not a duration", raw.ReplayWindow), "write a duration with a unit, like 24h, or 0s to disable the check")
+		}
+		pa.ReplayWindow = d
+	}
 	pa.Timeout = DefaultTimeout
 	if raw.Timeout != "" {
 		d, err := time.ParseDuration(strings.TrimSpace(raw.Timeout))

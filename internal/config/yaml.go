@@ -23,7 +23,7 @@ var (
 		"mdn_micalg", "require_signed", "require_encrypted", "key_encryption",
 		"transfer_encoding", "chunked", "compress_order", "async_mdn_url", "timeout", "max_attempts",
 		"mic_include_headers", "mdn_hosts", "allow_private_mdn_targets", "auth",
-		"tls", "headers", "proxy",
+		"tls", "headers", "proxy", "replay_window", "refuse_replays",
 	}
 )
 
@@ -75,6 +75,8 @@ type rawPartner struct {
 	TLS                    *rawTLS           `yaml:"tls"`
 	Headers                map[string]string `yaml:"headers"`
 	Proxy                  string            `yaml:"proxy"`
+	ReplayWindow           string            `yaml:"replay_window"`
+	RefuseReplays          bool              `yaml:"refuse_replays"`
 }
 
 type rawTLS struct {

@@ -50,6 +50,9 @@ const (
 	// partnerLegacyMIC computes the MIC of unsigned messages over the
 	// entity, headers included (mic_include_headers).
 	partnerLegacyMIC = "LEGACY MIC"
+	// partnerNoReplay refuses signed content seen before under another
+	// Message-ID (refuse_replays).
+	partnerNoReplay = "NO REPLAY"
 )
 
 // identity is a throwaway key pair made by openssl, shared with the as2
@@ -144,7 +147,8 @@ partners:
   - {as2_id: %q, url: "http://127.0.0.1:9/as2", certificate: as2-a.crt, require_signed: true, require_encrypted: true}
   - {as2_id: %q, url: "http://127.0.0.1:9/as2", certificate: as2-a.crt, encrypt: aes256-cbc}
   - {as2_id: %q, url: "http://127.0.0.1:9/as2", certificate: as2-a.crt, require_signed: false, mic_include_headers: true}
-`, station, partnerACME, partnerQuoted, partnerStrict, partnerDefault, partnerLegacyMIC)
+  - {as2_id: %q, url: "http://127.0.0.1:9/as2", certificate: as2-a.crt, refuse_replays: true}
+`, station, partnerACME, partnerQuoted, partnerStrict, partnerDefault, partnerLegacyMIC, partnerNoReplay)
 	cfg, err := config.Parse([]byte(yaml), keyDir, "test.yaml", config.Options{Now: func() time.Time { return testTime }})
 	if err != nil {
 		t.Fatal(err)

@@ -565,7 +565,7 @@ func (h *Handler) receive(ctx context.Context, hdr http.Header, body []byte, rq 
 	if rq.mdnWanted {
 		msg.MDNMode = "sync"
 	}
-	disp, mic, err := h.unwrap(log, hdr, body, rq, plan, partner, msg, budget)
+	disp, mic, err := h.unwrap(ctx, log, hdr, body, rq, plan, partner, msg, budget)
 	if err != nil {
 		return &response{partner: partner.AS2ID, result: resultBusy}
 	}
@@ -651,7 +651,7 @@ func resultFor(d mdn.Disposition) string {
 
 // unwrap runs the receive pipeline and fills msg; it returns the
 // disposition and the MIC to report.
-func (h *Handler) unwrap(log *zap.Logger, hdr http.Header, body []byte, rq request, plan mdnPlan, partner *config.Partner, msg *postgres.InboundMessage, budget *reservation) (mdn.Disposition, string, error) {
+func (h *Handler) unwrap(ctx context.Context, log *zap.Logger, hdr http.Header, body []byte, rq request, plan mdnPlan, partner *config.Partner, msg *postgres.InboundMessage, budget *reservation) (mdn.Disposition, string, error) {
 	msg.Status = postgres.InboundError
 	if plan.failure != "" {
 		msg.Error = "MDN request cannot be honoured: " + plan.failure
@@ -685,6 +685,9 @@ func (h *Handler) unwrap(log *zap.Logger, hdr http.Header, body []byte, rq reque
 	if errors.Is(err, errBusy) {
 		return mdn.Disposition{}, "", err
 	}
+	if err == nil && m.Signed {
+		err = h.checkReplay(ctx, log, partner, rq.messageID, m.SignedContent)
+	}
 	if err != nil {
 		d := as2.Disposition(err)
 		msg.Error = err.Error()
@@ -701,6 +704,66 @@ func (h *Handler) unwrap(log *zap.Logger, hdr http.Header, body []byte, rq reque
 		msg.Payload = []byte{}
 	}
 	return mdn.Processed(), msg.MIC, nil
+}
+
+// replayFinder finds earlier signed messages by MIC; *postgres.Store
+// implements it. Stores without it skip the replay check.
+type replayFinder interface {
+	SignedMICAlgs(ctx context.Context, partner, messageID string, since time.Time) ([]string, error)
+	SignedByMIC(ctx context.Context, partner, messageID string, mics []string, since time.Time) (string, error)
+}
+
+// errReplay means the same signed content arrived before under another
+// Message-ID and the partner's profile refuses replays.
+var errReplay = errors.New("replay of signed content")
+
+// checkReplay looks for the same signed content received from partner
+// under another Message-ID within its replay window: a captured message
+// replayed with a fresh Message-ID (which the duplicate check cannot
+// catch), or a partner resending with a new ID. Such a message is logged
+// and counted; with refuse_replays it is refused (authentication-failed).
+// The earlier messages' MICs may be in any algorithm, so the content is
+// digested in each algorithm found among them. A failing lookup is
+// logged, never fatal.
+func (h *Handler) checkReplay(ctx context.Context, log *zap.Logger, partner *config.Partner, messageID string, content []byte) error {
+	rf, ok := h.o.Store.(replayFinder)
+	if !ok || partner.ReplayWindow <= 0 || content == nil {
+		return nil
+	}
+	since := h.o.Now().Add(-partner.ReplayWindow)
+	algs, err := rf.SignedMICAlgs(ctx, partner.AS2ID, messageID, since)
+	if err != nil {
+		log.Warn("replay check", zap.Error(err))
+		return nil
+	}
+	var mics []string
+	for _, name := range algs {
+		if alg, err := as2.ParseMICAlg(name); err == nil {
+			mics = append(mics, as2.ComputeMIC(alg, content).String())
+		}
+	}
+	if len(mics) == 0 {
+		return nil
+	}
+	first, err := rf.SignedByMIC(ctx, partner.AS2ID, messageID, mics, since)
+	if err != nil {
+		log.Warn("replay check", zap.Error(err))
+		return nil
+	}
+	if first == "" {
+		return nil
+	}
+	action := "flagged"
+	if partner.RefuseReplays {
+		action = "refused"
+	}
+	h.metrics.replays.WithLabelValues(partner.AS2ID, action).Inc()
+	log.Warn("signed content received before under another Message-ID", zap.String("first_message_id", first),
+		zap.Duration("window", partner.ReplayWindow), zap.String("action", action))
+	if !partner.RefuseReplays {
+		return nil
+	}
+	return &as2.Error{Disposition: as2.DispositionAuthenticationFailed, Err: fmt.Errorf("%w: first received as %s", errReplay, first)}
 }
 
 // unsignedMIC is the partner's MIC scope for unsigned, unencrypted

@@ -130,3 +130,37 @@ func TestReceiveStationKeyRollover(t *testing.T) {
 		}
 	}
 }
+
+// TestReceiveReplay: the same signed content under a new Message-ID
+// within the replay window is flagged (metric), also when the replay asks
+// for its MIC in another algorithm; a partner with refuse_replays gets
+// authentication-failed for it.
+func TestReceiveReplay(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	m := buildOpenSSL(t, build{sign: "sha256"})
+	other := buildOpenSSL(t, build{sign: "sha256", payload: "UNB+OTHER'\n"})
+	tests := []struct {
+		partner, id, micalg string
+		give                opensslMessage
+		want                mdn.Disposition
+		flagged, refused    float64
+	}{
+		{partnerACME, "<orig@x>", "sha-256", m, mdn.Processed(), 0, 0},
+		{partnerACME, "<other@x>", "sha-256", other, mdn.Processed(), 0, 0},
+		{partnerACME, "<replay-1@x>", "sha-256", m, mdn.Processed(), 1, 0},
+		{partnerACME, "<replay-2@x>", "sha-512", m, mdn.Processed(), 2, 0},
+		{partnerNoReplay, "<orig@x>", "sha-1", m, mdn.Processed(), 0, 0},
+		{partnerNoReplay, "<replay-1@x>", "sha-384", m, mdn.Errored("authentication-failed"), 0, 1},
+	}
+	for _, tt := range tests {
+		got := parseMDN(t, post(t, e.url, request(as2Header(tt.partner, station, tt.id, tt.micalg), tt.give), tt.give.body, false))
+		if got.Disposition != tt.want {
+			t.Errorf("%s %s: %q, want %q", tt.partner, tt.id, got.Disposition, tt.want)
+		}
+		flagged := metricValue(e.reg, "edihub_as2_replays_total", map[string]string{"partner": tt.partner, "action": "flagged"})
+		refused := metricValue(e.reg, "edihub_as2_replays_total", map[string]string{"partner": tt.partner, "action": "refused"})
+		if flagged != tt.flagged || refused != tt.refused {
+			t.Errorf("%s %s: replays flagged %v refused %v, want %v %v", tt.partner, tt.id, flagged, refused, tt.flagged, tt.refused)
+		}
+	}
+}
