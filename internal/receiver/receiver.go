@@ -14,9 +14,11 @@
 // only requests that cannot be addressed (no AS2-From, AS2-To), requests
 // from unknown parties without an MDN request (403, answered before the
 // body is read, MDNs included), bodies over the limit (413), bodies not
-// received within the read timeout (408), unreadable bodies (400) and an
-// unavailable database (503, so that the partner retries) are HTTP errors. Internal error text
-// is logged, never sent.
+// received within the read timeout (408), unreadable bodies (400), an
+// unavailable database (503, so that the partner retries) and requests
+// over the in-flight byte budget or the partner's concurrency cap (503
+// with Retry-After, decided from the header when possible) are HTTP
+// errors. Internal error text is logged, never sent.
 package receiver
 
 import (
