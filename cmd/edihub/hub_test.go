@@ -88,7 +88,9 @@ func (s *hubStation) as2URL() string { return "http://" + s.as2Addr + "/as2" }
 // lines, and runs serve until the test ends.
 func (s *hubStation) start(t *testing.T, peer *hubStation, profile ...string) {
 	t.Helper()
-	cfg := fmt.Sprintf("station: {as2_id: %q, private_key: station.key, certificate: station.crt, async_mdn_url: %q}\npartners:\n  - as2_id: %q\n    url: %q\n    certificate: %q\n",
+	// Both stations run on 127.0.0.1: async MDNs to loopback must be
+	// allowed explicitly.
+	cfg := fmt.Sprintf("station: {as2_id: %q, private_key: station.key, certificate: station.crt, async_mdn_url: %q}\npartners:\n  - as2_id: %q\n    url: %q\n    certificate: %q\n    allow_private_mdn_targets: true\n",
 		s.name, s.as2URL(), peer.name, peer.as2URL(), peer.certPath)
 	for _, l := range profile {
 		cfg += "    " + l + "\n"

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"math"
 	"os"
 	"path/filepath"
 	"runtime/debug"
@@ -60,3 +61,25 @@ func TestApplyMemoryLimit(t *testing.T) {
 }
 
 func ptr(s string) *string { return &s }
+
+// TestInFlightLimit: the in-flight budget is the setting, else half the
+// Go memory limit, never below one largest message.
+func TestInFlightLimit(t *testing.T) {
+	tests := []struct {
+		name     string
+		set      int64
+		memLimit int64
+		want     int64
+	}{
+		{"set", 300 << 20, 1 << 30, 300 << 20},
+		{"half the memory limit", 0, 4 << 30, 2 << 30},
+		{"at least one largest message", 0, 600 << 20, 500 << 20},
+		{"no memory limit", 0, math.MaxInt64, 4 * (500 << 20)},
+	}
+	for _, tt := range tests {
+		o := serveOptions{maxBodyBytes: 100 << 20, maxInFlightBytes: tt.set}
+		if got := o.inFlightLimit(tt.memLimit); got != tt.want {
+			t.Errorf("%s: inFlightLimit(%d) = %d, want %d", tt.name, tt.memLimit, got, tt.want)
+		}
+	}
+}

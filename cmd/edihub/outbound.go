@@ -134,9 +134,12 @@ func newOutbound(log *zap.Logger, reg prometheus.Registerer, store *postgres.Sto
 	if err != nil {
 		return nil, err
 	}
-	h, err := api.New(api.Options{Queue: q, Store: store, Logger: log, Resender: store, Inbox: store, Reports: reports})
+	h, err := api.New(api.Options{Queue: q, Store: store, Logger: log, Resender: store, Inbox: store, Reports: reports, Certificates: cfg.Certificates})
 	if err != nil {
 		return nil, err
+	}
+	if err := reg.Register(api.NewCertificateCollector(cfg.Certificates)); err != nil {
+		return nil, fmt.Errorf("register certificate metrics: %w", err)
 	}
 	out := &outbound{api: h, dispatcher: d}
 	if o.outbound.webhookURL != "" {

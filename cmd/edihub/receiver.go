@@ -3,13 +3,13 @@ package main
 import (
 	"crypto/rand"
 	"net/http"
+	"runtime/debug"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
 	"github.com/edihub/edihub/internal/as2"
-	"github.com/edihub/edihub/internal/as2/cms"
 	"github.com/edihub/edihub/internal/config"
 	"github.com/edihub/edihub/internal/postgres"
 	"github.com/edihub/edihub/internal/receiver"
@@ -19,14 +19,9 @@ import (
 func newReceiver(log *zap.Logger, reg prometheus.Registerer, store *postgres.Store, cfg *config.File, o serveOptions) (http.Handler, error) {
 	st := cfg.Station
 	return receiver.New(receiver.Options{
-		Store:    store,
-		Partners: cfg,
-		Station: receiver.Station{
-			AS2ID: st.AS2ID,
-			Keys:  []cms.Recipient{{Cert: st.Certificate, Key: st.PrivateKey}},
-			Key:   st.PrivateKey,
-			Cert:  st.Certificate,
-		},
+		Store:        store,
+		Partners:     cfg,
+		Station:      receiver.StationFromConfig(st),
 		Logger:       log,
 		Registerer:   reg,
 		Now:          time.Now,
@@ -36,5 +31,8 @@ func newReceiver(log *zap.Logger, reg prometheus.Registerer, store *postgres.Sto
 		ReadTimeout:  o.as2ReadTimeout,
 		Limits:       as2.Limits{MaxDecompressedSize: o.decompressionLimit()},
 		ReportingUA:  "edihub " + version(),
+
+		MaxInFlightBytes:        o.inFlightLimit(debug.SetMemoryLimit(-1)),
+		MaxConcurrentPerPartner: o.maxConcurrentPerPartner,
 	})
 }

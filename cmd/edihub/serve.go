@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"sync/atomic"
 	"time"
@@ -36,14 +37,20 @@ type serveOptions struct {
 	// maxDecompressedBytes bounds the decompressed bytes of one message;
 	// 0 means 4 × maxBodyBytes (see decompressionLimit).
 	maxDecompressedBytes int64
-	drainTimeout         time.Duration
-	drainDelay           time.Duration
-	apiToken             string
-	dbMaxConns           int
-	leader               leaderOptions
-	outbound             outboundOptions
-	purge                purgeOptions
-	report               reportOptions
+	// maxInFlightBytes bounds the bytes all AS2 requests in flight hold;
+	// 0 derives it from the Go memory limit (see inFlightLimit).
+	maxInFlightBytes int64
+	// maxConcurrentPerPartner bounds the AS2 requests in flight per
+	// partner; 0 means no cap.
+	maxConcurrentPerPartner int
+	drainTimeout            time.Duration
+	drainDelay              time.Duration
+	apiToken                string
+	dbMaxConns              int
+	leader                  leaderOptions
+	outbound                outboundOptions
+	purge                   purgeOptions
+	report                  reportOptions
 }
 
 func serveFlags(fs *flagSet) func(context.Context, *environment) error {
@@ -57,6 +64,8 @@ func serveFlags(fs *flagSet) func(context.Context, *environment) error {
 	fs.Bool(&o.migrate, "migrate", false, "apply pending database migrations before serving (otherwise an outdated schema stops the start)")
 	fs.Int64(&o.maxBodyBytes, "max-body-bytes", 100<<20, "largest request body accepted on the AS2 and API listener, in bytes")
 	fs.Int64(&o.maxDecompressedBytes, "max-decompressed-bytes", 0, "largest number of bytes one AS2 message may decompress to, all compressed layers together (decompression-failed above it); 0 means 4 × max-body-bytes")
+	fs.Int64(&o.maxInFlightBytes, "max-in-flight-bytes", 0, "largest number of bytes all AS2 requests in flight on this replica may hold at once (bodies and decompression); over it, HTTP 503 with Retry-After so partners resend; 0 derives it from the Go memory limit (half of it, at least max-body-bytes plus the decompression limit; without a memory limit, 4 times that)")
+	fs.Int(&o.maxConcurrentPerPartner, "max-concurrent-per-partner", 32, "largest number of AS2 requests one partner may have in flight on this replica; over it, HTTP 503 with Retry-After before the body is read; 0 means no cap")
 	fs.Duration(&o.as2ReadTimeout, "as2-read-timeout", 5*time.Minute, "how long a partner may take to send the body of one AS2 request (after its header); slower requests get HTTP 408 and nothing is stored")
 	fs.Duration(&o.drainTimeout, "shutdown-timeout", 20*time.Second, "how long shutdown waits for in-flight HTTP requests")
 	fs.Duration(&o.drainDelay, "shutdown-delay", 0, "on SIGTERM, how long to keep serving HTTP (with /readyz failing) after the lease is released, so load balancers stop sending traffic before the listeners close; 5s suits Kubernetes")
@@ -81,6 +90,15 @@ func (o serveOptions) validate() error {
 	}
 	if o.maxDecompressedBytes < 0 {
 		return fmt.Errorf("EDIHUB_MAX_DECOMPRESSED_BYTES (-max-decompressed-bytes) must not be negative, got %d; 0 means 4 × EDIHUB_MAX_BODY_BYTES", o.maxDecompressedBytes)
+	}
+	if o.maxInFlightBytes < 0 {
+		return fmt.Errorf("EDIHUB_MAX_IN_FLIGHT_BYTES (-max-in-flight-bytes) must not be negative, got %d; 0 derives it from the Go memory limit", o.maxInFlightBytes)
+	}
+	if o.maxInFlightBytes > 0 && o.maxInFlightBytes < o.maxBodyBytes {
+		return fmt.Errorf("EDIHUB_MAX_IN_FLIGHT_BYTES (-max-in-flight-bytes) %d is below EDIHUB_MAX_BODY_BYTES %d: the largest message could never be accepted; raise it or set 0 to derive it from the Go memory limit", o.maxInFlightBytes, o.maxBodyBytes)
+	}
+	if o.maxConcurrentPerPartner < 0 {
+		return fmt.Errorf("EDIHUB_MAX_CONCURRENT_PER_PARTNER (-max-concurrent-per-partner) must not be negative, got %d; 0 means no cap", o.maxConcurrentPerPartner)
 	}
 	if o.as2ReadTimeout <= 0 {
 		return fmt.Errorf("EDIHUB_AS2_READ_TIMEOUT (-as2-read-timeout) must be positive, got %s; set it to a duration such as 5m", o.as2ReadTimeout)
@@ -115,6 +133,21 @@ func (o serveOptions) decompressionLimit() int64 {
 		return o.maxDecompressedBytes
 	}
 	return 4 * o.maxBodyBytes
+}
+
+// inFlightLimit is the in-flight byte budget of the AS2 receiver: the
+// setting, or half the Go memory limit (memLimit, math.MaxInt64 when
+// none), never below what the largest message needs (its body and its
+// decompression); without a memory limit, four such messages.
+func (o serveOptions) inFlightLimit(memLimit int64) int64 {
+	if o.maxInFlightBytes > 0 {
+		return o.maxInFlightBytes
+	}
+	one := o.maxBodyBytes + o.decompressionLimit()
+	if memLimit <= 0 || memLimit == math.MaxInt64 {
+		return 4 * one
+	}
+	return max(memLimit/2, one)
 }
 
 // serve runs one replica until ctx ends, then shuts down in order.

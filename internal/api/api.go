@@ -14,6 +14,7 @@
 //	                                       yesterday): html, text, csv, json
 //	                                       or png (the hourly chart); by
 //	                                       default chosen from Accept, else json
+//	GET  /certificates                     station and partner certificates, with expiry
 //
 // Errors are JSON {"error": "...", "parameter": "..."}; a bad query
 // parameter is a 400 that names it.
@@ -33,6 +34,7 @@ import (
 	"github.com/go-chi/chi/v5"
 	"go.uber.org/zap"
 
+	"github.com/edihub/edihub/internal/config"
 	"github.com/edihub/edihub/internal/httpserver"
 	"github.com/edihub/edihub/internal/outbox"
 	"github.com/edihub/edihub/internal/postgres"
@@ -99,6 +101,9 @@ type Options struct {
 	Resender Resender
 	// Inbox, when set, serves GET /mdns.
 	Inbox InboxReader
+	// Certificates lists the configured certificates for GET
+	// /certificates; nil answers an empty list.
+	Certificates CertificateLister
 	// BasePath is where the handler is mounted, for Location headers;
 	// default "/api/v1".
 	BasePath string
@@ -119,6 +124,9 @@ func New(o Options) (http.Handler, error) {
 	if o.BasePath == "" {
 		o.BasePath = "/api/v1"
 	}
+	if o.Certificates == nil {
+		o.Certificates = func(time.Time) []config.CertificateInfo { return nil }
+	}
 	h := &handler{o: o, log: o.Logger.Named("api")}
 	r := chi.NewRouter()
 	r.Post("/messages", h.enqueue)
@@ -136,6 +144,7 @@ func New(o Options) (http.Handler, error) {
 	if o.Reports != nil {
 		r.Get("/reports/{day}", h.report)
 	}
+	r.Get("/certificates", h.certificates)
 	r.NotFound(func(w http.ResponseWriter, _ *http.Request) {
 		writeError(w, http.StatusNotFound, "", "no such API endpoint")
 	})

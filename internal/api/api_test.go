@@ -77,7 +77,7 @@ partners:
 	log := zaptest.NewLogger(t)
 	reports := &report.Service{Store: st, Location: time.UTC, Now: time.Now,
 		Builder: &report.Builder{Source: st, Station: "EDIHUB", Lease: "edihub-leader", Partners: []string{"ACME CORP", "GLOBEX"}, Now: time.Now}}
-	h, err := api.New(api.Options{Queue: q, Store: st, Logger: log, Reports: reports})
+	h, err := api.New(api.Options{Queue: q, Store: st, Logger: log, Reports: reports, Certificates: cfg.Certificates})
 	if err != nil {
 		t.Fatal(err)
 	}

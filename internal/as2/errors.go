@@ -16,6 +16,14 @@ const (
 	DispositionUnexpectedProcessing = "unexpected-processing-error"
 )
 
+// EDIINTFeatures is the EDIINT-Features header field value (RFC 6017)
+// edihub puts on what it sends and answers: only what it supports.
+// AS2-Reliability: a resend keeps its Message-ID and bytes, and a
+// repeated Message-ID is answered with the MDN stored the first time,
+// delivered once. Not listed: multiple-attachments (one payload per
+// message) and CEM (no certificate exchange messages).
+const EDIINTFeatures = "AS2-Reliability"
+
 // ErrInsufficientSecurity is for the caller to return when a message lacks
 // the signing or encryption its partner profile requires (Unwrap reports
 // what it found in Message.Signed and Message.Encrypted).

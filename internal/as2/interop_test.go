@@ -162,21 +162,38 @@ func TestUnwrapOpenSSLMatrix(t *testing.T) {
 							if got.Signed != (sign != "") || got.Encrypted != (enc != "") || got.Compressed != (comp != "none") {
 								t.Errorf("Unwrap() signed %v encrypted %v compressed %v", got.Signed, got.Encrypted, got.Compressed)
 							}
-							want := dgst(t, m.micDigest, m.micFile) + ", " + micName(m.micDigest)
+							// The first algorithm of opts.MICAlgs, whatever the signature's digest.
+							want := dgst(t, "sha256", m.micFile) + ", sha-256"
+							if sign == "" && enc == "" {
+								// RFC 4130 §7.3.1: the content alone, without MIME headers.
+								want = dgst(t, "sha256", write(t, t.TempDir(), []byte(doc))) + ", sha-256"
+							}
 							if got.MIC.String() != want {
 								t.Errorf("Unwrap().MIC = %q, want %q", got.MIC, want)
 							}
-							if sign == "" && enc == "" {
-								// The other reading of the RFCs: content only.
+							if sign != "" {
+								// No signed-receipt-micalg list: the signature's digest.
 								o := opts
-								o.UnsignedMIC = as2.MICContentOnly
+								o.MICAlgs = nil
 								got, err := as2.Unwrap(m.header, m.body, o)
 								if err != nil {
 									t.Fatal(err)
 								}
-								want := dgst(t, "sha256", write(t, t.TempDir(), []byte(doc))) + ", sha-256"
+								if want := dgst(t, m.micDigest, m.micFile) + ", " + micName(m.micDigest); got.MIC.String() != want {
+									t.Errorf("Unwrap(no micalg list).MIC = %q, want %q", got.MIC, want)
+								}
+							}
+							if sign == "" && enc == "" {
+								// The compatibility form: the entity, headers included.
+								o := opts
+								o.UnsignedMIC = as2.MICWithHeaders
+								got, err := as2.Unwrap(m.header, m.body, o)
+								if err != nil {
+									t.Fatal(err)
+								}
+								want := dgst(t, "sha256", m.micFile) + ", sha-256"
 								if got.MIC.String() != want {
-									t.Errorf("Unwrap(content only).MIC = %q, want %q", got.MIC, want)
+									t.Errorf("Unwrap(with headers).MIC = %q, want %q", got.MIC, want)
 								}
 							}
 							if !t.Failed() {
@@ -357,10 +374,9 @@ func TestWrapOpenSSLMatrix(t *testing.T) {
 									if _, p, _ := mime.ParseMediaType(hdr.Get("Content-Disposition")); p["filename"] != "order 1.edi" {
 										t.Errorf("Content-Disposition = %q", hdr.Get("Content-Disposition"))
 									}
-									if micBytes == nil {
-										// Plain: the entity rebuilt from the HTTP fields (MICWithHeaders).
-										micBytes = fmt.Appendf(nil, "Content-Type: %s\r\nContent-Transfer-Encoding: %s\r\nContent-Disposition: %s\r\n\r\n%s",
-											w.Header.Get("Content-Type"), w.Header.Get("Content-Transfer-Encoding"), w.Header.Get("Content-Disposition"), w.Body)
+									if sign == "" && enc.name == "" {
+										// Unsigned, unencrypted: the content alone (RFC 4130 §7.3.1).
+										micBytes = payload
 									}
 									want := dgst(t, micAlg, write(t, dir, micBytes)) + ", " + micName(micAlg)
 									if w.MIC.String() != want {
@@ -405,6 +421,43 @@ func writeHTTPHeader(h http.Header) []byte {
 	}
 	b.WriteString("\r\n")
 	return b.Bytes()
+}
+
+// TestUnsignedMICScope: the MIC of an unsigned, unencrypted message we
+// send is the digest of the content alone (RFC 4130 §7.3.1), as openssl
+// dgst computes it over the payload; MICWithHeaders keeps the old form,
+// the entity rebuilt from the header fields sent. Unwrap agrees with
+// Wrap either way.
+func TestUnsignedMICScope(t *testing.T) {
+	dir := t.TempDir()
+	payload := []byte(doc)
+	for _, tt := range []struct {
+		name  string
+		scope as2.MICScope
+	}{{"content only (default)", as2.MICContentOnly}, {"with headers", as2.MICWithHeaders}} {
+		t.Run(tt.name, func(t *testing.T) {
+			w, err := as2.Wrap(payload, "application/EDI-X12", "order 1.edi", as2.WrapOptions{UnsignedMIC: tt.scope})
+			if err != nil {
+				t.Fatal(err)
+			}
+			micBytes := payload
+			if tt.scope == as2.MICWithHeaders {
+				micBytes = fmt.Appendf(nil, "Content-Type: %s\r\nContent-Transfer-Encoding: %s\r\nContent-Disposition: %s\r\n\r\n%s",
+					w.Header.Get("Content-Type"), w.Header.Get("Content-Transfer-Encoding"), w.Header.Get("Content-Disposition"), w.Body)
+			}
+			want := dgst(t, "sha256", write(t, dir, micBytes)) + ", sha-256"
+			if w.MIC.String() != want {
+				t.Errorf("Wrap().MIC = %q, want %q", w.MIC, want)
+			}
+			got, err := as2.Unwrap(w.Header, w.Body, as2.UnwrapOptions{UnsignedMIC: tt.scope})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.MIC.String() != want {
+				t.Errorf("Unwrap().MIC = %q, want %q", got.MIC, want)
+			}
+		})
+	}
 }
 
 // TestUnwrapSameKindLayersMIC pins which layer the MIC is taken from when

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"mime"
 	"mime/quotedprintable"
 	"strings"
 	"unicode"
@@ -298,23 +297,10 @@ func nilIfEmpty(parts [][]byte, boundary string) ([][]byte, error) {
 }
 
 // MediaType returns the lower-cased media type and the parameters of the
-// Content-Type field, or "" when it is absent or unparsable. Parameter
-// names are lower-cased by mime.ParseMediaType.
+// Content-Type field, parsed leniently (ParseMediaType), or "" when it is
+// absent. Parameter names are lower-cased.
 func (e *Entity) MediaType() (string, map[string]string) {
-	return parseMediaType(e.Header.Get("Content-Type"))
-}
-
-func parseMediaType(v string) (string, map[string]string) {
-	if v == "" {
-		return "", nil
-	}
-	mt, params, err := mime.ParseMediaType(v)
-	if err != nil && !errors.Is(err, mime.ErrInvalidMediaParameter) {
-		// Tolerate trailing junk: keep the type before the first ';'.
-		t, _, _ := strings.Cut(v, ";")
-		return strings.ToLower(strings.TrimSpace(t)), nil
-	}
-	return mt, params
+	return ParseMediaType(e.Header.Get("Content-Type"))
 }
 
 // TransferEncoding returns the lower-cased Content-Transfer-Encoding, with
@@ -422,20 +408,8 @@ func filename(cd string) string {
 	if cd == "" {
 		return ""
 	}
-	if _, params, err := mime.ParseMediaType(cd); err == nil {
-		return params["filename"]
-	}
-	lower := strings.ToLower(cd)
-	i := strings.Index(lower, "filename=")
-	if i < 0 {
-		return ""
-	}
-	v, _, _ := strings.Cut(cd[i+len("filename="):], ";")
-	v = strings.TrimSpace(v)
-	if len(v) >= 2 && v[0] == '"' && v[len(v)-1] == '"' {
-		v = v[1 : len(v)-1]
-	}
-	return v
+	_, params := ParseMediaType(cd)
+	return params["filename"]
 }
 
 // toCRLF converts bare LF line ends to CRLF.

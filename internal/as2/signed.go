@@ -25,7 +25,7 @@ func VerifyMultipartSigned(e *Entity, certs []*x509.Certificate, lim Limits) ([]
 			return nil, nil, classify(stageVerify, err)
 		}
 	}
-	v, err := verifyMultipart(e, certs)
+	v, _, err := verifyMultipart(e, certs)
 	if err != nil {
 		return nil, nil, err
 	}

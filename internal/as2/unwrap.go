@@ -12,20 +12,24 @@ import (
 )
 
 // MICScope chooses what the MIC of a message that is neither signed nor
-// encrypted covers; the RFCs disagree (see docs/as2.md).
+// encrypted covers (see docs/as2.md).
 type MICScope int
 
 const (
-	// MICWithHeaders digests the MIME entity, header fields included (RFC
-	// 4130 §7.3.1; for compressed messages the uncompressed entity, RFC
-	// 5402 §4, of the outermost compressed layer when there are several).
-	// For a plain message the entity is rebuilt from the HTTP
-	// Content-Type, Content-Transfer-Encoding and Content-Disposition
-	// fields, in that order, as "Name: value" CRLF lines. The default.
-	MICWithHeaders MICScope = iota
 	// MICContentOnly digests the payload content alone, after transfer
-	// decoding, as several older products do.
-	MICContentOnly
+	// decoding and decompression, without MIME header fields: RFC 4130
+	// §7.3.1 ("calculated over the message contents without the MIME or
+	// any other RFC 2822 headers, since these are sometimes altered or
+	// reordered"). The default.
+	MICContentOnly MICScope = iota
+	// MICWithHeaders digests the MIME entity, header fields included (for
+	// compressed messages the uncompressed entity, RFC 5402 §4, of the
+	// outermost compressed layer when there are several). For a plain message
+	// the entity is rebuilt from the HTTP Content-Type,
+	// Content-Transfer-Encoding and Content-Disposition fields, in that
+	// order, as "Name: value" CRLF lines. A compatibility setting for
+	// peers that compute it this way (mic_include_headers).
+	MICWithHeaders
 )
 
 // Layer names one S/MIME layer found by Unwrap.
@@ -47,13 +51,20 @@ type UnwrapOptions struct {
 	// message are never trusted.
 	PartnerCerts []*x509.Certificate
 	// MICAlgs is the partner's signed-receipt-micalg list, supported
-	// algorithms only, in order (DispositionOptions.SupportedMICAlgs). It
-	// chooses the MIC algorithm of unsigned messages; SHA-256 when empty.
+	// algorithms only, in order (DispositionOptions.SupportedMICAlgs). Its
+	// first entry is the MIC algorithm; when empty, the signature's digest
+	// (signed messages) or SHA-256.
 	MICAlgs []crypto.Hash
 	// UnsignedMIC selects the MIC scope of unsigned, unencrypted messages.
 	UnsignedMIC MICScope
 	// Limits bound the parse.
 	Limits Limits
+	// Reserve, when set, is called before decompression allocates or
+	// grows its output, with the bytes about to be added; an error stops
+	// Unwrap, which returns it in its error chain (errors.Is finds it)
+	// instead of a decompression failure. It accounts decompression
+	// against a memory budget shared by concurrent messages.
+	Reserve func(n int64) error
 	// InPlace lets Unwrap decrypt into body instead of a copy, so that a
 	// large message is held once: the caller owns body and does not use
 	// it after Unwrap returns (its bytes are then undefined). The
@@ -83,6 +94,9 @@ type Message struct {
 	MIC MIC
 	// Signer is the partner certificate that verified the signature.
 	Signer *x509.Certificate
+	// SignedContent is what the outermost signature covers (it may alias
+	// body), for recognising the same signed content sent again.
+	SignedContent []byte
 }
 
 // Unwrap runs the receive pipeline on an AS2 request: h supplies the
@@ -95,13 +109,25 @@ type Message struct {
 //
 //   - signed: over the outermost signed content exactly as received (the
 //     first part of multipart/signed, headers included); algorithm = the
-//     signature's digest;
+//     first of opts.MICAlgs, else the signature's digest;
 //   - else encrypted: over the outermost decrypted MIME entity;
 //   - else: per opts.UnsignedMIC.
 //
 // Every error is an *Error whose Disposition is the MDN modifier to send.
+// Every failure under an encrypted layer before a signature has verified
+// is decryption-failed, whatever its cause (which stays in the error's
+// text, for logs): distinct answers for a padding error and for altered
+// content would make a CBC decryption oracle.
 // body is not modified unless opts.InPlace; the Message may alias it.
-func Unwrap(h http.Header, body []byte, opts UnwrapOptions) (*Message, error) {
+func Unwrap(h http.Header, body []byte, opts UnwrapOptions) (_ *Message, err error) {
+	// blind is set while the bytes in hand came out of a decryption that
+	// no signature has yet vouched for.
+	blind := false
+	defer func() {
+		if err != nil && blind {
+			err = &Error{Disposition: DispositionDecryptionFailed, Err: err}
+		}
+	}()
 	lim := opts.Limits.withDefaults()
 	top := &Entity{Body: body}
 	for _, name := range []string{"Content-Type", "Content-Transfer-Encoding", "Content-Disposition"} {
@@ -150,14 +176,16 @@ func Unwrap(h http.Header, body []byte, opts UnwrapOptions) (*Message, error) {
 					return nil, classify(stageVerify, err)
 				}
 			}
-			v, err := verifyMultipart(ent, opts.PartnerCerts)
+			v, covered, err := verifyMultipart(ent, opts.PartnerCerts)
 			if err != nil {
 				return nil, err
 			}
 			m.Signed = true
+			blind = false
 			m.Layers = append(m.Layers, LayerSigned)
 			if signedMIC.IsZero() {
-				signedMIC, m.Signer = MIC{Alg: v.Hash, Digest: v.Digest}, v.Signer
+				signedMIC, m.Signer = signatureMIC(v, covered, opts.MICAlgs), v.Signer
+				m.SignedContent = covered
 			}
 			ent = ent.Parts[0]
 
@@ -175,6 +203,7 @@ func Unwrap(h http.Header, body []byte, opts UnwrapOptions) (*Message, error) {
 			switch typ {
 			case cms.TypeEnvelopedData, cms.TypeAuthEnvelopedData:
 				s = stageDecrypt
+				blind = blind || !m.Signed
 				if owned || fresh {
 					digestPending() // they may alias der
 					inner, err = cms.DecryptInPlace(der, opts.Keys)
@@ -195,7 +224,19 @@ func Unwrap(h http.Header, body []byte, opts UnwrapOptions) (*Message, error) {
 				if decompressBudget <= 0 { // 0 would mean Decompress's default
 					return nil, classify(s, fmt.Errorf("decompress: %w: %w: more than %d bytes in all", cms.ErrDecompression, cms.ErrTooLarge, lim.MaxDecompressedSize))
 				}
-				if inner, err = cms.Decompress(der, decompressBudget); err != nil {
+				var reserveErr error
+				reserve := opts.Reserve
+				if reserve != nil {
+					reserve = func(n int64) error {
+						reserveErr = opts.Reserve(n)
+						return reserveErr
+					}
+				}
+				if inner, err = cms.DecompressReserving(der, decompressBudget, reserve); err != nil {
+					if reserveErr != nil {
+						// Not the message's fault: the process is busy.
+						return nil, fmt.Errorf("decompress: %w", reserveErr)
+					}
 					return nil, classify(s, fmt.Errorf("decompress: %w", err))
 				}
 				decompressBudget -= int64(len(inner))
@@ -213,9 +254,11 @@ func Unwrap(h http.Header, body []byte, opts UnwrapOptions) (*Message, error) {
 				}
 				inner = v.Content
 				m.Signed = true
+				blind = false
 				m.Layers = append(m.Layers, LayerSigned)
 				if signedMIC.IsZero() {
-					signedMIC, m.Signer = MIC{Alg: v.Hash, Digest: v.Digest}, v.Signer
+					signedMIC, m.Signer = signatureMIC(v, v.Content, opts.MICAlgs), v.Signer
+					m.SignedContent = v.Content
 				}
 				owned = owned || fresh // the content aliases der or is new
 			default:
@@ -280,29 +323,43 @@ func plainMIC(alg crypto.Hash, top *Entity) MIC {
 	return MIC{Alg: alg, Digest: h.Sum(nil)}
 }
 
+// signatureMIC is the MIC of a signed message: in the first supported
+// algorithm the sender asked for (RFC 4130 §7.3: signed-receipt-micalg is
+// honoured left to right, also when the message was signed with another
+// digest), else the signature's own digest. covered are the bytes the
+// signature verified over.
+func signatureMIC(v *cms.Verified, covered []byte, micAlgs []crypto.Hash) MIC {
+	if len(micAlgs) > 0 && micAlgs[0] != v.Hash {
+		return ComputeMIC(micAlgs[0], covered)
+	}
+	return MIC{Alg: v.Hash, Digest: v.Digest}
+}
+
 // verifyMultipart verifies a multipart/signed entity over its first part
 // exactly as received or, when only that verifies, over its CRLF-canonical
-// form (a partner whose transport turned CRLF into LF). The Verified's
-// Digest is then that of the bytes that verified: the MIC.
-func verifyMultipart(ent *Entity, certs []*x509.Certificate) (*cms.Verified, error) {
+// form (a partner whose transport turned CRLF into LF). It returns the
+// bytes that verified (the MIC covers them) and the Verified, whose Digest
+// is theirs.
+func verifyMultipart(ent *Entity, certs []*x509.Certificate) (*cms.Verified, []byte, error) {
 	if len(ent.Parts) < 2 {
-		return nil, classify(stageVerify, fmt.Errorf("%w: multipart/signed with %d parts", ErrMalformedMIME, len(ent.Parts)))
+		return nil, nil, classify(stageVerify, fmt.Errorf("%w: multipart/signed with %d parts", ErrMalformedMIME, len(ent.Parts)))
 	}
 	sig, _, err := cmsBody(ent.Parts[1])
 	if err != nil {
-		return nil, classify(stageVerify, fmt.Errorf("signature part: %w", err))
+		return nil, nil, classify(stageVerify, fmt.Errorf("signature part: %w", err))
 	}
 	signed := ent.Parts[0].Raw
 	v, err := cms.Verify(sig, signed, certs)
 	if err != nil && hasBareLF(signed) && (errors.Is(err, cms.ErrSignature) || errors.Is(err, cms.ErrDigestMismatch)) {
-		if v2, err2 := cms.Verify(sig, toCRLF(signed), certs); err2 == nil {
-			return v2, nil
+		crlf := toCRLF(signed)
+		if v2, err2 := cms.Verify(sig, crlf, certs); err2 == nil {
+			return v2, crlf, nil
 		}
 	}
 	if err != nil {
-		return nil, classify(stageVerify, fmt.Errorf("verify: %w", err))
+		return nil, nil, classify(stageVerify, fmt.Errorf("verify: %w", err))
 	}
-	return v, nil
+	return v, signed, nil
 }
 
 // cmsBody returns the DER of an application/pkcs7-* entity, undoing its

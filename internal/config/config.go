@@ -25,11 +25,14 @@ package config
 
 import (
 	"crypto/rsa"
+	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
+	"net/http"
+	"net/netip"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -95,7 +98,8 @@ const (
 	DefaultTimeout          = 60 * time.Second
 	DefaultMaxAttempts      = 8
 	// MaxResendOverdue bounds a partner's resend_overdue.
-	MaxResendOverdue = 10
+	MaxResendOverdue    = 10
+	DefaultReplayWindow = 24 * time.Hour
 )
 
 // MaxAS2IDLength is the longest AS2 name RFC 4130 allows.
@@ -124,6 +128,54 @@ type Station struct {
 	// AsyncMDNURL is where partners send asynchronous MDNs to us, unless a
 	// partner overrides it; empty when not set.
 	AsyncMDNURL string
+	// Keys are all station key pairs, the active one (PrivateKey,
+	// Certificate) first: every one decrypts inbound messages, so that a
+	// partner still encrypting to the previous certificate during a
+	// rollover keeps working; only the active one signs.
+	Keys []StationKey
+}
+
+// StationKey is one station key pair.
+type StationKey struct {
+	PrivateKey  *rsa.PrivateKey
+	Certificate *x509.Certificate
+	Active      bool
+}
+
+// CertificateInfo describes one configured certificate, for the API and
+// the expiry metric.
+type CertificateInfo struct {
+	// Owner is "station" or "partner"; Partner the partner's AS2 ID ("" for
+	// the station).
+	Owner, Partner  string
+	Subject, Issuer string
+	// Serial is the serial number in hex.
+	Serial              string
+	NotBefore, NotAfter time.Time
+	// Active marks the station certificate that signs, and the partner
+	// certificate we encrypt to at the time asked.
+	Active bool
+}
+
+// Certificates lists every configured certificate at now: the station's
+// (active first) and each partner's in file order.
+func (f *File) Certificates(now time.Time) []CertificateInfo {
+	var out []CertificateInfo
+	info := func(owner, partner string, c *x509.Certificate, active bool) CertificateInfo {
+		return CertificateInfo{Owner: owner, Partner: partner, Subject: c.Subject.String(), Issuer: c.Issuer.String(),
+			Serial: c.SerialNumber.Text(16), NotBefore: c.NotBefore, NotAfter: c.NotAfter, Active: active}
+	}
+	for _, k := range f.Station.Keys {
+		out = append(out, info("station", "", k.Certificate, k.Active))
+	}
+	for i := range f.Partners {
+		p := &f.Partners[i]
+		enc := p.EncryptionCertificate(now)
+		for _, c := range p.Certificates {
+			out = append(out, info("partner", p.AS2ID, c, c == enc))
+		}
+	}
+	return out
 }
 
 // Partner is one trading partner's profile, with every default filled in and
@@ -161,14 +213,53 @@ type Partner struct {
 	// MDNSigned requests a signed MDN; ignored when MDN is MDNNone.
 	MDNSigned bool
 	// RequireSigned rejects unsigned inbound messages with
-	// insufficient-message-security.
+	// insufficient-message-security. The default is true; require_signed:
+	// false opts out.
 	RequireSigned bool
 	// RequireEncrypted rejects unencrypted inbound messages with
-	// insufficient-message-security.
+	// insufficient-message-security. The default is true when the partner
+	// profile encrypts (Encrypt set); require_encrypted: false opts out.
 	RequireEncrypted bool
 	// Chunked sends bodies with chunked transfer encoding instead of
 	// Content-Length.
 	Chunked bool
+	// MICIncludeHeaders computes the MIC of unsigned, unencrypted messages
+	// (both directions) over the MIME entity, header fields included,
+	// instead of over the content alone (RFC 4130 §7.3.1), for peers that
+	// compute it the old way.
+	MICIncludeHeaders bool
+	// MDNHosts are the host names (lower-case, without port) async MDNs
+	// for this partner's messages may be sent to: its mdn_hosts, else the
+	// host of URL. Receipt-Delivery-Option is not covered by the
+	// signature, so it is never trusted beyond them.
+	MDNHosts []string
+	// AllowPrivateMDNTargets lets async MDNs go to loopback, link-local,
+	// private and other non-public addresses (checked when dialling);
+	// false by default.
+	AllowPrivateMDNTargets bool
+	// BasicAuth, when set, is sent as HTTP basic authentication with
+	// every request to the partner's URL host (auth: {user,
+	// password_file}); nil otherwise. Userinfo in URL works too but is
+	// discouraged: URLs end up in logs (they are redacted there).
+	BasicAuth *BasicAuth
+	// TLS is the client TLS configuration for an https URL: minimum TLS
+	// 1.2, the partner's CA bundle (tls.ca_file; the system pool when
+	// absent) and our client certificate (tls.cert_file, tls.key_file).
+	// Nil for http URLs without a tls section.
+	TLS *tls.Config
+	// Headers are extra HTTP header fields sent with every request to the
+	// partner's URL host; they never replace AS2 fields.
+	Headers http.Header
+	// Proxy is the HTTP proxy for requests to the partner, or nil for the
+	// environment's (HTTPS_PROXY, NO_PROXY).
+	Proxy *url.URL
+	// ReplayWindow is how far back the same signed content under another
+	// Message-ID is looked for (a replay, or a resend with a new ID); 0
+	// disables the check. The default is DefaultReplayWindow.
+	ReplayWindow time.Duration
+	// RefuseReplays refuses such messages (authentication-failed) instead
+	// of only flagging them.
+	RefuseReplays bool
 	// AsyncMDNURL is where the partner should send async MDNs: the
 	// partner's async_mdn_url, else the station's. Set whenever MDN is
 	// MDNAsync; may be empty otherwise.
@@ -189,6 +280,23 @@ type Partner struct {
 	// when both are used up. Zero means edihub's default
 	// (EDIHUB_RETRY_WINDOW).
 	RetryWindow time.Duration
+}
+
+// BasicAuth is a partner's HTTP basic authentication credential.
+type BasicAuth struct {
+	User, Password string
+}
+
+// String hides the password, so that a credential printed by mistake
+// does not leak it.
+func (b BasicAuth) String() string { return b.User + ":***" }
+
+// RedactedURL is the partner's URL without its password, for logs.
+func (p *Partner) RedactedURL() string {
+	if p.URL == nil {
+		return ""
+	}
+	return p.URL.Redacted()
 }
 
 // File is a loaded and validated configuration. It is not modified after
@@ -241,6 +349,54 @@ func (p *Partner) EncryptionCertificate(now time.Time) *x509.Certificate {
 	}
 	return latest
 }
+
+// ErrMDNTarget means an async MDN URL is not one the partner's profile
+// allows.
+var ErrMDNTarget = errors.New("async MDN target not allowed")
+
+// AllowsMDNTarget checks an async MDN URL (a Receipt-Delivery-Option)
+// against the profile: an http or https URL whose host is one of MDNHosts
+// and, unless AllowPrivateMDNTargets, not a non-public IP address
+// literal. Names are checked again when dialling (see outbox). Errors
+// wrap ErrMDNTarget and never hold the URL's userinfo.
+func (p *Partner) AllowsMDNTarget(raw string) error {
+	u, err := url.Parse(strings.TrimSpace(raw))
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" {
+		return fmt.Errorf("%w: not an http or https URL with a host", ErrMDNTarget)
+	}
+	host := strings.ToLower(u.Hostname())
+	allowed := false
+	for _, h := range p.MDNHosts {
+		if h == host {
+			allowed = true
+			break
+		}
+	}
+	if !allowed {
+		return fmt.Errorf("%w: host %q is not in the partner's mdn_hosts %q", ErrMDNTarget, host, p.MDNHosts)
+	}
+	if ip, err := netip.ParseAddr(host); err == nil && !p.AllowPrivateMDNTargets && !PublicAddr(ip) {
+		return fmt.Errorf("%w: %s is not a public address and the partner profile does not set allow_private_mdn_targets", ErrMDNTarget, host)
+	}
+	return nil
+}
+
+// PublicAddr reports whether ip is a public unicast address: not
+// loopback, private (RFC 1918, RFC 4193), link-local, unspecified,
+// multicast, CGNAT (100.64/10) or an IPv4-mapped form of those.
+func PublicAddr(ip netip.Addr) bool {
+	ip = ip.Unmap()
+	switch {
+	case !ip.IsValid(), ip.IsLoopback(), ip.IsPrivate(), ip.IsLinkLocalUnicast(), ip.IsLinkLocalMulticast(),
+		ip.IsInterfaceLocalMulticast(), ip.IsMulticast(), ip.IsUnspecified():
+		return false
+	case ip.Is4() && cgnat.Contains(ip):
+		return false
+	}
+	return true
+}
+
+var cgnat = netip.MustParsePrefix("100.64.0.0/10")
 
 func validAt(c *x509.Certificate, now time.Time) bool {
 	return !now.Before(c.NotBefore) && !now.After(c.NotAfter)
@@ -346,35 +502,35 @@ func (p *parser) station(raw *rawStation) (Station, error) {
 	}
 	st.AS2ID = raw.AS2ID
 
-	keyData, err := p.readRef("station.private_key", raw.PrivateKey, "the station's PEM private key file")
-	if err != nil {
-		return st, err
+	pairs := raw.Keys
+	switch {
+	case len(pairs) > 0 && (raw.PrivateKey != "" || raw.Certificate != ""):
+		return st, p.fail("station.keys", "keys and private_key/certificate are both set", "list every key pair under keys (one with active: true) and remove private_key and certificate")
+	case len(pairs) == 0:
+		pairs = []rawStationKey{{PrivateKey: raw.PrivateKey, Certificate: raw.Certificate, Active: true}}
 	}
-	key, prob := parsePrivateKey(keyData, raw.PrivateKey)
-	if prob != nil {
-		return st, p.failErr("station.private_key", prob.err, prob.msg, prob.fix)
+	active := 0
+	for i, rk := range pairs {
+		field := "station"
+		if len(raw.Keys) > 0 {
+			field = fmt.Sprintf("station.keys[%d]", i)
+		}
+		k, err := p.stationKey(field, rk)
+		if err != nil {
+			return st, err
+		}
+		if k.Active {
+			active++
+			st.PrivateKey, st.Certificate = k.PrivateKey, k.Certificate
+			st.Keys = append([]StationKey{k}, st.Keys...)
+		} else {
+			st.Keys = append(st.Keys, k)
+		}
 	}
-	if bits := key.N.BitLen(); bits < 2048 {
-		p.warn("station.private_key", "the RSA key has %d bits; use at least 2048", bits)
+	if active != 1 {
+		return st, p.fail("station.keys", fmt.Sprintf("%d key pairs are marked active: true", active),
+			"mark exactly one key pair active: true; it signs, all of them decrypt")
 	}
-	st.PrivateKey = key
-
-	certData, err := p.readRef("station.certificate", raw.Certificate, "the station's PEM certificate file")
-	if err != nil {
-		return st, err
-	}
-	certs, prob := parseCertificates(certData, raw.Certificate)
-	if prob != nil {
-		return st, p.failErr("station.certificate", prob.err, prob.msg, prob.fix)
-	}
-	cert := certs[0]
-	if pub, ok := cert.PublicKey.(*rsa.PublicKey); !ok || !pub.Equal(&key.PublicKey) {
-		return st, p.fail("station.certificate",
-			fmt.Sprintf("the certificate in %s does not match the key in %s (different public keys)", raw.Certificate, raw.PrivateKey),
-			fmt.Sprintf("point certificate at the certificate issued for the station key; compare `openssl x509 -noout -pubkey -in %s` with `openssl pkey -pubout -in %s`", raw.Certificate, raw.PrivateKey))
-	}
-	p.checkValidity("station.certificate", cert, "", "renew it and send partners the new certificate")
-	st.Certificate = cert
 
 	if raw.AsyncMDNURL != "" {
 		if _, err := p.url("station.async_mdn_url", raw.AsyncMDNURL); err != nil {
@@ -383,6 +539,46 @@ func (p *parser) station(raw *rawStation) (Station, error) {
 		st.AsyncMDNURL = strings.TrimSpace(raw.AsyncMDNURL)
 	}
 	return st, nil
+}
+
+// stationKey loads one station key pair; field is "station" for the
+// single private_key/certificate form.
+func (p *parser) stationKey(field string, raw rawStationKey) (StationKey, error) {
+	k := StationKey{Active: raw.Active}
+	keyData, err := p.readRef(field+".private_key", raw.PrivateKey, "the station's PEM private key file")
+	if err != nil {
+		return k, err
+	}
+	key, prob := parsePrivateKey(keyData, raw.PrivateKey)
+	if prob != nil {
+		return k, p.failErr(field+".private_key", prob.err, prob.msg, prob.fix)
+	}
+	if bits := key.N.BitLen(); bits < 2048 {
+		p.warn(field+".private_key", "the RSA key has %d bits; use at least 2048", bits)
+	}
+	k.PrivateKey = key
+
+	certData, err := p.readRef(field+".certificate", raw.Certificate, "the station's PEM certificate file")
+	if err != nil {
+		return k, err
+	}
+	certs, prob := parseCertificates(certData, raw.Certificate)
+	if prob != nil {
+		return k, p.failErr(field+".certificate", prob.err, prob.msg, prob.fix)
+	}
+	cert := certs[0]
+	if pub, ok := cert.PublicKey.(*rsa.PublicKey); !ok || !pub.Equal(&key.PublicKey) {
+		return k, p.fail(field+".certificate",
+			fmt.Sprintf("the certificate in %s does not match the key in %s (different public keys)", raw.Certificate, raw.PrivateKey),
+			fmt.Sprintf("point certificate at the certificate issued for the station key; compare `openssl x509 -noout -pubkey -in %s` with `openssl pkey -pubout -in %s`", raw.Certificate, raw.PrivateKey))
+	}
+	fix := "renew it and send partners the new certificate"
+	if !raw.Active {
+		fix = "remove this old key pair once no partner encrypts to it"
+	}
+	p.checkValidity(field+".certificate", cert, "", fix)
+	k.Certificate = cert
+	return k, nil
 }
 
 func (p *parser) partner(field string, raw *rawPartner, st *Station) (Partner, error) {
@@ -451,9 +647,52 @@ func (p *parser) partner(field string, raw *rawPartner, st *Station) (Partner, e
 	}
 	pa.Compress = raw.Compress
 	pa.MDNSigned = raw.MDNSigned
-	pa.RequireSigned = raw.RequireSigned
-	pa.RequireEncrypted = raw.RequireEncrypted
+	// Secure by default: anyone who knows a partner's AS2 name can post
+	// in its name, so only a verified signature proves the sender. A
+	// partner that cannot sign (or encrypt) is an explicit opt-out.
+	pa.RequireSigned = true
+	if raw.RequireSigned != nil {
+		pa.RequireSigned = *raw.RequireSigned
+	}
+	pa.RequireEncrypted = pa.Encrypt != ""
+	if raw.RequireEncrypted != nil {
+		pa.RequireEncrypted = *raw.RequireEncrypted
+	}
+	if !pa.RequireSigned {
+		p.warn(field+".require_signed", "unsigned messages from this partner are accepted: anyone who knows its AS2 ID can send in its name")
+	}
 	pa.Chunked = raw.Chunked
+	pa.MICIncludeHeaders = raw.MICIncludeHeaders
+	pa.AllowPrivateMDNTargets = raw.AllowPrivateMDNTargets
+	if err := p.transport(field, raw, &pa); err != nil {
+		return pa, err
+	}
+	if raw.Auth != nil {
+		if raw.Auth.User == "" || strings.ContainsAny(raw.Auth.User, ":\r\n") {
+			return pa, p.fail(field+".auth.user", "missing, or holds ':' or a line break", "set auth.user to the HTTP user name the partner gave you")
+		}
+		data, err := p.readRef(field+".auth.password_file", raw.Auth.PasswordFile, "a file holding the partner's HTTP password (one line)")
+		if err != nil {
+			return pa, err
+		}
+		pw := strings.TrimRight(string(data), "\r\n")
+		if pw == "" || strings.ContainsAny(pw, "\r\n") {
+			return pa, p.fail(field+".auth.password_file", "the file must hold the password on one line", "write the password alone on the first line of "+raw.Auth.PasswordFile)
+		}
+		pa.BasicAuth = &BasicAuth{User: raw.Auth.User, Password: pw}
+	}
+	pa.MDNHosts = []string{strings.ToLower(u.Hostname())}
+	if len(raw.MDNHosts) > 0 {
+		pa.MDNHosts = nil
+		for i, h := range raw.MDNHosts {
+			h = strings.ToLower(strings.TrimSpace(h))
+			if h == "" || strings.ContainsAny(h, "/:@ ") && !strings.HasPrefix(h, "[") {
+				return pa, p.fail(fmt.Sprintf("%s.mdn_hosts[%d]", field, i), fmt.Sprintf("%q is not a host name", raw.MDNHosts[i]),
+					"list host names or IP addresses only, without scheme, port or path, like as2.partner.example")
+			}
+			pa.MDNHosts = append(pa.MDNHosts, strings.Trim(h, "[]"))
+		}
+	}
 
 	if raw.AsyncMDNURL != "" {
 		if _, err := p.url(field+".async_mdn_url", raw.AsyncMDNURL); err != nil {
@@ -468,6 +707,15 @@ func (p *parser) partner(field string, raw *rawPartner, st *Station) (Partner, e
 		pa.AsyncMDNURL = st.AsyncMDNURL
 	}
 
+	pa.RefuseReplays = raw.RefuseReplays
+	pa.ReplayWindow = DefaultReplayWindow
+	if raw.ReplayWindow != "" {
+		d, err := time.ParseDuration(strings.TrimSpace(raw.ReplayWindow))
+		if err != nil || d < 0 {
+			return pa, p.failErr(field+".replay_window", err, fmt.Sprintf("%q is not a duration", raw.ReplayWindow), "write a duration with a unit, like 24h, or 0s to disable the check")
+		}
+		pa.ReplayWindow = d
+	}
 	pa.Timeout = DefaultTimeout
 	if raw.Timeout != "" {
 		d, err := time.ParseDuration(strings.TrimSpace(raw.Timeout))
@@ -501,6 +749,65 @@ func (p *parser) partner(field string, raw *rawPartner, st *Station) (Partner, e
 		pa.RetryWindow = d
 	}
 	return pa, nil
+}
+
+// transport reads the partner's HTTPS, extra header and proxy settings.
+func (p *parser) transport(field string, raw *rawPartner, pa *Partner) error {
+	if raw.TLS != nil || pa.URL.Scheme == "https" {
+		pa.TLS = &tls.Config{MinVersion: tls.VersionTLS12}
+	}
+	if raw.TLS != nil {
+		if pa.URL.Scheme != "https" {
+			return p.fail(field+".tls", "tls is set but url is not https", "use an https url, or remove the tls section")
+		}
+		if raw.TLS.CAFile != "" {
+			data, err := p.readRef(field+".tls.ca_file", raw.TLS.CAFile, "the partner's CA certificates in PEM")
+			if err != nil {
+				return err
+			}
+			pool := x509.NewCertPool()
+			if !pool.AppendCertsFromPEM(data) {
+				return p.fail(field+".tls.ca_file", "no PEM certificate in "+raw.TLS.CAFile, "point ca_file at the PEM certificates of the CA that issued the partner's server certificate")
+			}
+			pa.TLS.RootCAs = pool
+		}
+		if (raw.TLS.CertFile == "") != (raw.TLS.KeyFile == "") {
+			return p.fail(field+".tls", "cert_file and key_file go together", "set both (our client certificate and its key) or neither")
+		}
+		if raw.TLS.CertFile != "" {
+			certPEM, err := p.readRef(field+".tls.cert_file", raw.TLS.CertFile, "our client certificate in PEM")
+			if err != nil {
+				return err
+			}
+			keyPEM, err := p.readRef(field+".tls.key_file", raw.TLS.KeyFile, "the key of our client certificate in PEM")
+			if err != nil {
+				return err
+			}
+			pair, err := tls.X509KeyPair(certPEM, keyPEM)
+			if err != nil {
+				return p.failErr(field+".tls.cert_file", err, "client certificate and key do not load: "+err.Error(), "check that cert_file and key_file are PEM and belong together")
+			}
+			pa.TLS.Certificates = []tls.Certificate{pair}
+		}
+	}
+	for k, v := range raw.Headers {
+		ck := http.CanonicalHeaderKey(strings.TrimSpace(k))
+		if ck == "" || strings.ContainsAny(ck+v, "\r\n") || strings.HasPrefix(strings.ToLower(ck), "as2-") {
+			return p.fail(field+".headers."+k, "not a usable extra header field", "use a plain header name (not an AS2-* field) and a one-line value")
+		}
+		if pa.Headers == nil {
+			pa.Headers = http.Header{}
+		}
+		pa.Headers.Set(ck, v)
+	}
+	if raw.Proxy != "" {
+		u, err := p.url(field+".proxy", raw.Proxy)
+		if err != nil {
+			return err
+		}
+		pa.Proxy = u
+	}
+	return nil
 }
 
 // as2ID checks an AS2 name against RFC 4130: 1 to 128 printable ASCII

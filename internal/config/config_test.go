@@ -519,6 +519,7 @@ partners:
 			AS2ID: "ACME CORP", URL: "https://as2.acme.example/as2", Certificates: 1,
 			Sign: "sha-256", Encrypt: "aes256-cbc", MDN: "sync", MDNMICAlg: "sha-256", KeyEncryption: "rsa-pkcs1v15",
 			TransferEncoding: "binary", CompressOrder: "before-signing", MDNSigned: true,
+			RequireSigned: true, RequireEncrypted: true, // the defaults: signed, and encrypted since it encrypts
 			Timeout: 60 * time.Second, MaxAttempts: 8,
 		},
 		{
@@ -532,12 +533,50 @@ partners:
 		{
 			AS2ID: "MINIMAL", URL: "https://minimal.example/", Certificates: 1,
 			Sign: "", Encrypt: "", MDN: "sync", MDNMICAlg: "sha-256", KeyEncryption: "rsa-pkcs1v15",
-			TransferEncoding: "binary", CompressOrder: "before-signing",
+			TransferEncoding: "binary", CompressOrder: "before-signing", RequireSigned: true,
 			Timeout: 60 * time.Second, MaxAttempts: 8,
 		},
 	}
 	if diff := cmp.Diff(want, views); diff != "" {
 		t.Errorf("Load(full) partners mismatch (-want +got):\n%s", diff)
+	}
+}
+
+// TestLoadSecurityDefaults: signatures are required unless a partner opts
+// out, and encryption when the partner's profile encrypts.
+func TestLoadSecurityDefaults(t *testing.T) {
+	tests := []struct {
+		name                      string
+		give                      string
+		wantSigned, wantEncrypted bool
+		wantWarning               bool
+	}{
+		{"defaults", "", true, false, false},
+		{"encrypting profile", "encrypt: aes256-cbc", true, true, false},
+		{"opt out of signatures", "require_signed: false", false, false, true},
+		{"opt out of encryption", "encrypt: aes128-cbc\n    require_encrypted: false", true, false, false},
+		{"encryption without encrypting", "require_encrypted: true", true, true, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFixture(t)
+			give := "station: {as2_id: EDIHUB, private_key: station.key, certificate: station.crt}\npartners:\n  - as2_id: P\n    url: https://p.example/as2\n    certificate: acme.crt\n"
+			if tt.give != "" {
+				give += "    " + tt.give + "\n"
+			}
+			got, err := f.load(give)
+			if err != nil {
+				t.Fatalf("Load() = %v", err)
+			}
+			p := got.Partners[0]
+			if p.RequireSigned != tt.wantSigned || p.RequireEncrypted != tt.wantEncrypted {
+				t.Errorf("Load(%q) RequireSigned, RequireEncrypted = %v, %v, want %v, %v", tt.give, p.RequireSigned, p.RequireEncrypted, tt.wantSigned, tt.wantEncrypted)
+			}
+			warned := strings.Contains(strings.Join(got.Warnings, "\n"), "require_signed")
+			if warned != tt.wantWarning {
+				t.Errorf("Load(%q).Warnings = %q, want a require_signed warning: %v", tt.give, got.Warnings, tt.wantWarning)
+			}
+		})
 	}
 }
 

@@ -17,13 +17,15 @@ import (
 // lists only make the error's fix useful.
 var (
 	topKeys     = []string{"station", "partners"}
-	stationKeys = []string{"as2_id", "private_key", "certificate", "async_mdn_url"}
+	stationKeys = []string{"as2_id", "private_key", "certificate", "keys", "async_mdn_url"}
 	partnerKeys = []string{
 		"as2_id", "url", "certificate", "sign", "encrypt", "compress", "mdn", "mdn_signed",
 		"mdn_micalg", "require_signed", "require_encrypted", "key_encryption",
 		"transfer_encoding", "chunked", "compress_order", "async_mdn_url", "timeout", "max_attempts",
 		"resend_overdue",
 		"retry_window",
+		"mic_include_headers", "mdn_hosts", "allow_private_mdn_targets", "auth",
+		"tls", "headers", "proxy", "replay_window", "refuse_replays",
 	}
 )
 
@@ -36,33 +38,60 @@ type rawFile struct {
 }
 
 type rawStation struct {
-	AS2ID       string `yaml:"as2_id"`
+	AS2ID       string          `yaml:"as2_id"`
+	PrivateKey  string          `yaml:"private_key"`
+	Certificate string          `yaml:"certificate"`
+	Keys        []rawStationKey `yaml:"keys"`
+	AsyncMDNURL string          `yaml:"async_mdn_url"`
+}
+
+type rawStationKey struct {
 	PrivateKey  string `yaml:"private_key"`
 	Certificate string `yaml:"certificate"`
-	AsyncMDNURL string `yaml:"async_mdn_url"`
+	Active      bool   `yaml:"active"`
 }
 
 type rawPartner struct {
-	AS2ID            string `yaml:"as2_id"`
-	URL              string `yaml:"url"`
-	Certificate      string `yaml:"certificate"`
-	Sign             string `yaml:"sign"`
-	Encrypt          string `yaml:"encrypt"`
-	Compress         bool   `yaml:"compress"`
-	MDN              string `yaml:"mdn"`
-	MDNSigned        bool   `yaml:"mdn_signed"`
-	MDNMICAlg        string `yaml:"mdn_micalg"`
-	RequireSigned    bool   `yaml:"require_signed"`
-	RequireEncrypted bool   `yaml:"require_encrypted"`
-	KeyEncryption    string `yaml:"key_encryption"`
-	TransferEncoding string `yaml:"transfer_encoding"`
-	Chunked          bool   `yaml:"chunked"`
-	CompressOrder    string `yaml:"compress_order"`
-	AsyncMDNURL      string `yaml:"async_mdn_url"`
-	Timeout          string `yaml:"timeout"`
-	MaxAttempts      *int   `yaml:"max_attempts"`
-	ResendOverdue    *int   `yaml:"resend_overdue"`
-	RetryWindow      string `yaml:"retry_window"`
+	AS2ID                  string            `yaml:"as2_id"`
+	URL                    string            `yaml:"url"`
+	Certificate            string            `yaml:"certificate"`
+	Sign                   string            `yaml:"sign"`
+	Encrypt                string            `yaml:"encrypt"`
+	Compress               bool              `yaml:"compress"`
+	MDN                    string            `yaml:"mdn"`
+	MDNSigned              bool              `yaml:"mdn_signed"`
+	MDNMICAlg              string            `yaml:"mdn_micalg"`
+	RequireSigned          *bool             `yaml:"require_signed"`
+	RequireEncrypted       *bool             `yaml:"require_encrypted"`
+	KeyEncryption          string            `yaml:"key_encryption"`
+	TransferEncoding       string            `yaml:"transfer_encoding"`
+	Chunked                bool              `yaml:"chunked"`
+	CompressOrder          string            `yaml:"compress_order"`
+	AsyncMDNURL            string            `yaml:"async_mdn_url"`
+	Timeout                string            `yaml:"timeout"`
+	MaxAttempts            *int              `yaml:"max_attempts"`
+	ResendOverdue          *int              `yaml:"resend_overdue"`
+	RetryWindow            string            `yaml:"retry_window"`
+	MICIncludeHeaders      bool              `yaml:"mic_include_headers"`
+	MDNHosts               []string          `yaml:"mdn_hosts"`
+	AllowPrivateMDNTargets bool              `yaml:"allow_private_mdn_targets"`
+	Auth                   *rawAuth          `yaml:"auth"`
+	TLS                    *rawTLS           `yaml:"tls"`
+	Headers                map[string]string `yaml:"headers"`
+	Proxy                  string            `yaml:"proxy"`
+	ReplayWindow           string            `yaml:"replay_window"`
+	RefuseReplays          bool              `yaml:"refuse_replays"`
+}
+
+type rawTLS struct {
+	CAFile   string `yaml:"ca_file"`
+	CertFile string `yaml:"cert_file"`
+	KeyFile  string `yaml:"key_file"`
+}
+
+type rawAuth struct {
+	User         string `yaml:"user"`
+	PasswordFile string `yaml:"password_file"`
 }
 
 // nodeIndex maps YAML paths to line numbers, so that errors found after

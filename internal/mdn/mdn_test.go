@@ -372,3 +372,38 @@ func TestBuildRejectsLineBreaks(t *testing.T) {
 		t.Errorf("Build() accepted a line break in Original-Message-ID")
 	}
 }
+
+// TestSignedMDNUnquotedContentType: a signed MDN whose Content-Type is
+// written with unquoted values, in the shapes AS2 products use, is an MDN
+// (not taken for a message) and parses and verifies.
+func TestSignedMDNUnquotedContentType(t *testing.T) {
+	key, cert := testKey(t)
+	h, body, err := mdn.Build(goldenReport, mdn.BuildOptions{Sign: true, Key: key, Cert: cert})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, params := as2.ParseMediaType(h.Get("Content-Type"))
+	old := params["boundary"]
+	tests := []struct{ name, boundary, ct string }{
+		{"IBM Sterling shape", "----=_Part_5_1234.5678", "multipart/signed; protocol=application/pkcs7-signature; micalg=sha-256; boundary=%s"},
+		{"Cleo shape", "_=1234567890ABC=_", "multipart/signed; boundary=%s; protocol=application/pkcs7-signature; micalg=sha256"},
+		{"spaces and case", "b:1@x/y", "Multipart/Signed ; Protocol = application/pkcs7-signature ; MICALG = SHA-256 ; Boundary = %s ;"},
+		{"x-pkcs7, no spaces", "----=_NextPart_000_0001", "multipart/signed;protocol=application/x-pkcs7-signature;micalg=sha-256;boundary=%s"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			hh := http.Header{"Content-Type": {strings.Replace(tt.ct, "%s", tt.boundary, 1)}}
+			b := bytes.ReplaceAll(body, []byte("--"+old), []byte("--"+tt.boundary))
+			if !mdn.IsMDN(hh, b) {
+				t.Fatalf("IsMDN(%q) = false, want true", hh.Get("Content-Type"))
+			}
+			m, err := mdn.Parse(hh, b, mdn.ParseOptions{PartnerCerts: []*x509.Certificate{cert}, RequireSigned: true})
+			if err != nil {
+				t.Fatalf("Parse(%q) error = %v", hh.Get("Content-Type"), err)
+			}
+			if !m.Signed || m.OriginalMessageID != goldenReport.OriginalMessageID {
+				t.Errorf("Parse(%q) = signed %v, %q", hh.Get("Content-Type"), m.Signed, m.OriginalMessageID)
+			}
+		})
+	}
+}

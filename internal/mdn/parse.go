@@ -5,7 +5,6 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
-	"mime"
 	"net/http"
 	"strings"
 
@@ -182,10 +181,7 @@ func decodeCMS(p *as2.Entity) ([]byte, error) {
 // (or without report-type), or a multipart/signed whose first part is one. Only the header of the
 // first part is looked at, within a few KiB; the body is not parsed.
 func IsMDN(h http.Header, body []byte) bool {
-	mt, params, err := mime.ParseMediaType(h.Get("Content-Type"))
-	if err != nil && !errors.Is(err, mime.ErrInvalidMediaParameter) {
-		return false
-	}
+	mt, params := as2.ParseMediaType(h.Get("Content-Type"))
 	switch mt {
 	case "multipart/report":
 		return isDNReport(params)
@@ -236,10 +232,7 @@ func IsMDN(h http.Header, body []byte) bool {
 			ct, inCT = strings.TrimSpace(string(value)), true
 		}
 	}
-	mt, params, err = mime.ParseMediaType(ct)
-	if err != nil && !errors.Is(err, mime.ErrInvalidMediaParameter) {
-		return false
-	}
+	mt, params = as2.ParseMediaType(ct)
 	return mt == "multipart/report" && isDNReport(params)
 }
 

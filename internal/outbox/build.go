@@ -89,6 +89,9 @@ func wrapOptions(st *config.Station, p *config.Partner, now time.Time, rnd io.Re
 	if o.MICAlg, err = digest(p.MDNMICAlg); err != nil {
 		return o, err
 	}
+	if p.MICIncludeHeaders {
+		o.UnsignedMIC = as2.MICWithHeaders
+	}
 	o.Time = now
 	o.Rand = rnd
 	return o, nil
@@ -127,6 +130,7 @@ func build(st *config.Station, p *config.Partner, src postgres.OutboundSource, n
 	h["Date"] = []string{now.UTC().Format(time.RFC1123Z)}
 	h["MIME-Version"] = []string{"1.0"}
 	h["User-Agent"] = []string{"edihub"}
+	h["EDIINT-Features"] = []string{as2.EDIINTFeatures}
 	for k, v := range w.Header {
 		if k == "Mime-Version" {
 			continue

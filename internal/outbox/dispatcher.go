@@ -117,6 +117,12 @@ type Dispatcher struct {
 	o    Options
 	log  *zap.Logger
 	wake chan struct{}
+	// mdnClient delivers async MDNs to partners that do not allow
+	// non-public targets (see mdntarget.go).
+	mdnClient *http.Client
+	// partnerClients are the clients of partners with their own TLS or
+	// proxy settings (see credentials.go).
+	partnerClients map[string]clientPair
 }
 
 // NewDispatcher validates o and returns a Dispatcher.
@@ -173,7 +179,7 @@ func NewDispatcher(o Options) (*Dispatcher, error) {
 	if o.Lease <= longest {
 		return nil, fmt.Errorf("outbox: claim lease %s must exceed the longest partner timeout %s", o.Lease, longest)
 	}
-	return &Dispatcher{o: o, log: o.Logger.Named("outbox"), wake: make(chan struct{}, 1)}, nil
+	return &Dispatcher{o: o, log: o.Logger.Named("outbox"), wake: make(chan struct{}, 1), mdnClient: guardedClient(o.Client), partnerClients: partnerClients(o.Client, o.Config)}, nil
 }
 
 // Wake makes Run claim at once instead of at the next poll. It never
@@ -191,6 +197,7 @@ func (d *Dispatcher) Wake() {
 // Errors from the database are logged and retried at the next poll; Run
 // never returns an error.
 func (d *Dispatcher) Run(ctx context.Context) error {
+	defer d.closeIdle()
 	sendCtx, cancelSends := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelSends()
 	var sends, bg sync.WaitGroup
@@ -315,6 +322,7 @@ type attempt struct {
 // shutdown gives up on in-flight sends: the item is then abandoned.
 func (d *Dispatcher) process(ctx context.Context, it postgres.OutboxItem) {
 	log := d.log.With(zap.String("partner", it.Partner), zap.Int64("outbox_id", it.ID), zap.String("kind", it.Kind), zap.Int("attempt", it.Attempts))
+	defer d.keepClaim(ctx, log, it)()
 	p, _ := d.o.Config.Partner(it.Partner)
 	if it.Kind == postgres.OutboxKindWebhook {
 		// The row's partner names the event's partner; the webhook is no
@@ -398,6 +406,10 @@ func (d *Dispatcher) send(ctx context.Context, it postgres.OutboxItem, p *config
 	if it.Kind == postgres.OutboxKindWebhook {
 		timeout = WebhookTimeout
 	}
+	client, err := d.clientFor(it, p)
+	if err != nil {
+		return attempt{err: err}
+	}
 	rctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	var body io.Reader = bytes.NewReader(it.Body)
@@ -406,11 +418,12 @@ func (d *Dispatcher) send(ctx context.Context, it postgres.OutboxItem, p *config
 	}
 	req, err := http.NewRequestWithContext(rctx, http.MethodPost, it.URL, body)
 	if err != nil {
-		return attempt{err: fmt.Errorf("request: %w", err)}
+		return attempt{err: fmt.Errorf("request: %w", redactError(err))}
 	}
 	for k, v := range it.Headers {
 		req.Header[k] = v
 	}
+	applyAuth(req, p)
 	if chunked {
 		req.ContentLength = -1
 		req.TransferEncoding = []string{"chunked"}
@@ -418,7 +431,7 @@ func (d *Dispatcher) send(ctx context.Context, it postgres.OutboxItem, p *config
 		req.ContentLength = int64(len(it.Body))
 	}
 	start := d.o.Now()
-	resp, err := d.o.Client.Do(req)
+	resp, err := client.Do(req)
 	var respBody []byte
 	if err == nil {
 		respBody, err = io.ReadAll(io.LimitReader(resp.Body, d.o.MaxResponseBytes+1))
@@ -431,10 +444,12 @@ func (d *Dispatcher) send(ctx context.Context, it postgres.OutboxItem, p *config
 		d.o.Metrics.duration.WithLabelValues(it.Partner).Observe(d.o.Now().Sub(start).Seconds())
 	}
 	if err != nil {
+		err = redactError(err)
 		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
 			err = fmt.Errorf("no answer within the partner timeout %s: %w", timeout, err)
 		}
-		return attempt{retryable: true, err: fmt.Errorf("post: %w", err)}
+		// A refused target stays refused: no retry.
+		return attempt{retryable: !errors.Is(err, errPrivateTarget), err: fmt.Errorf("post: %w", err)}
 	}
 	a := attempt{httpStatus: resp.StatusCode}
 	switch c := resp.StatusCode; {
@@ -449,7 +464,7 @@ func (d *Dispatcher) send(ctx context.Context, it postgres.OutboxItem, p *config
 		if loc == "" {
 			loc = "(no Location)"
 		}
-		a.err = fmt.Errorf("partner answered HTTP %d redirecting to %s; edihub does not follow redirects: update partner %q's url in the configuration (now %s)", c, loc, it.Partner, it.URL)
+		a.err = fmt.Errorf("partner answered HTTP %d redirecting to %s; edihub does not follow redirects: update partner %q's url in the configuration (now %s)", c, redactURL(loc), it.Partner, redactURL(it.URL))
 		return a
 	case c < 200 || c > 299:
 		a.err = fmt.Errorf("partner answered HTTP %d", c)

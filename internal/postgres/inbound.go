@@ -72,6 +72,8 @@ type InboundRecord struct {
 	Disposition string
 	MIC         string
 	MDNMode     string
+	// MDNURL is where the first async MDN went, or "".
+	MDNURL string
 	// MDN is nil when no MDN was answered the first time.
 	MDN *StoredMDN
 }
@@ -307,10 +309,10 @@ func (s *Store) InboundByMessageID(ctx context.Context, partner, messageID strin
 		signed *bool
 	)
 	err := s.pool.QueryRow(ctx, `
-SELECT m.id, m.status, m.disposition, m.mic, m.mdn_mode, d.headers, d.body, d.disposition, d.mic, d.signed
+SELECT m.id, m.status, m.disposition, m.mic, m.mdn_mode, m.mdn_url, d.headers, d.body, d.disposition, d.mic, d.signed
   FROM messages m LEFT JOIN mdns d ON d.message_id = m.id
  WHERE m.partner = $1 AND m.direction = 'inbound' AND m.message_id = $2`, partner, messageID).
-		Scan(&r.ID, &r.Status, &r.Disposition, &r.MIC, &r.MDNMode, &hdr, &body, &mdnDis, &mdnMIC, &signed)
+		Scan(&r.ID, &r.Status, &r.Disposition, &r.MIC, &r.MDNMode, &r.MDNURL, &hdr, &body, &mdnDis, &mdnMIC, &signed)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, fmt.Errorf("inbound message: %w", ErrInboundNotFound)
 	}

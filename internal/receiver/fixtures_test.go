@@ -19,10 +19,13 @@ const doc = "ISA*00*          *00*          *ZZ*SENDER         *ZZ*RECEIVER     
 // opensslMessage is an AS2 request body built by openssl (compression by
 // cms.Compress: this openssl has no zlib) with what its MIC covers.
 type opensslMessage struct {
-	header    http.Header // the MIME fields that travel as HTTP fields
-	body      []byte
-	micFile   string // file holding the bytes the MIC covers
-	micDigest string // openssl dgst name
+	header  http.Header // the MIME fields that travel as HTTP fields
+	body    []byte
+	micFile string // file holding the bytes the MIC covers
+	// entityFile holds the MIME entity an unsigned, unencrypted message's
+	// MIC covers with mic_include_headers (the compatibility form).
+	entityFile string
+	micDigest  string // openssl dgst name
 }
 
 type build struct {
@@ -97,6 +100,11 @@ func buildOpenSSL(t testing.TB, b build) opensslMessage {
 			m.body = []byte(base64.StdEncoding.EncodeToString(der))
 		}
 		return m
+	}
+	if b.sign == "" {
+		// Unsigned, unencrypted: the MIC covers the content alone (RFC
+		// 4130 §7.3.1); the entity form is the compatibility setting.
+		m.entityFile, m.micFile = m.micFile, writeFile(t, dir, []byte(b.payload))
 	}
 	// Unencrypted: the top entity's header fields travel as HTTP fields.
 	r := textproto.NewReader(bufio.NewReader(bytes.NewReader(cur)))

@@ -66,8 +66,8 @@ func FuzzHandler(f *testing.F) {
 	f.Add("application/pkcs7-mime; smime-type=compressed-data", "", `"Q \"Quoted\" \\ Co"`, `"EDIHUB HUB"`, "<c>", "signed-receipt-micalg=required, md5", []byte{0x30, 0x80, 0, 0})
 	yaml := `station: {as2_id: "EDIHUB HUB", private_key: as2-b.key, certificate: as2-b.crt}
 partners:
-  - {as2_id: "ACME CORP", url: "http://127.0.0.1:9/as2", certificate: as2-a.crt}
-  - {as2_id: 'Q "Quoted" \ Co', url: "http://127.0.0.1:9/as2", certificate: as2-a.crt}
+  - {as2_id: "ACME CORP", url: "http://127.0.0.1:9/as2", certificate: as2-a.crt, require_signed: false}
+  - {as2_id: 'Q "Quoted" \ Co', url: "http://127.0.0.1:9/as2", certificate: as2-a.crt, require_signed: false}
 `
 	cfg, err := config.Parse([]byte(yaml), keyDir, "fuzz.yaml", config.Options{Now: func() time.Time { return testTime }})
 	if err != nil {

@@ -44,6 +44,15 @@ const (
 	partnerACME   = "ACME CORP"
 	partnerQuoted = `Q "Quoted" \ Co`
 	partnerStrict = "STRICT"
+	// partnerDefault has the default security settings of a partner that
+	// encrypts: signed and encrypted messages required.
+	partnerDefault = "DEFAULT"
+	// partnerLegacyMIC computes the MIC of unsigned messages over the
+	// entity, headers included (mic_include_headers).
+	partnerLegacyMIC = "LEGACY MIC"
+	// partnerNoReplay refuses signed content seen before under another
+	// Message-ID (refuse_replays).
+	partnerNoReplay = "NO REPLAY"
 )
 
 // identity is a throwaway key pair made by openssl, shared with the as2
@@ -100,6 +109,14 @@ type envOptions struct {
 	readTimeout time.Duration
 	// wrap replaces the store the receiver sees.
 	wrap func(receiver.Store) receiver.Store
+	// maxInFlight, perPartner and maxDecompressed set the receiver's
+	// in-flight budget, partner concurrency cap and decompression limit.
+	// stationKeys replaces the station's key fields in the configuration
+	// (a keys: list), and the receiver's station is then built from it.
+	stationKeys     string
+	maxInFlight     int64
+	perPartner      int
+	maxDecompressed int64
 }
 
 var testTime = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
@@ -119,12 +136,19 @@ func newEnv(t testing.TB, eo envOptions) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(db.Close)
-	yaml := fmt.Sprintf(`station: {as2_id: %q, private_key: as2-b.key, certificate: as2-b.crt}
+	keyFields := "private_key: as2-b.key, certificate: as2-b.crt"
+	if eo.stationKeys != "" {
+		keyFields = eo.stationKeys
+	}
+	yaml := fmt.Sprintf(`station: {as2_id: %q, `+keyFields+`}
 partners:
-  - {as2_id: %q, url: "http://127.0.0.1:9/as2", certificate: as2-a.crt}
-  - {as2_id: %q, url: "http://127.0.0.1:9/as2", certificate: as2-a.crt}
+  - {as2_id: %q, url: "http://127.0.0.1:9/as2", certificate: as2-a.crt, require_signed: false, allow_private_mdn_targets: true}
+  - {as2_id: %q, url: "http://127.0.0.1:9/as2", certificate: as2-a.crt, require_signed: false, allow_private_mdn_targets: true}
   - {as2_id: %q, url: "http://127.0.0.1:9/as2", certificate: as2-a.crt, require_signed: true, require_encrypted: true}
-`, station, partnerACME, partnerQuoted, partnerStrict)
+  - {as2_id: %q, url: "http://127.0.0.1:9/as2", certificate: as2-a.crt, encrypt: aes256-cbc}
+  - {as2_id: %q, url: "http://127.0.0.1:9/as2", certificate: as2-a.crt, require_signed: false, mic_include_headers: true}
+  - {as2_id: %q, url: "http://127.0.0.1:9/as2", certificate: as2-a.crt, refuse_replays: true}
+`, station, partnerACME, partnerQuoted, partnerStrict, partnerDefault, partnerLegacyMIC, partnerNoReplay)
 	cfg, err := config.Parse([]byte(yaml), keyDir, "test.yaml", config.Options{Now: func() time.Time { return testTime }})
 	if err != nil {
 		t.Fatal(err)
@@ -135,19 +159,27 @@ partners:
 	}
 	var seq atomic.Int64
 	reg := prometheus.NewRegistry()
+	st := receiver.Station{
+		AS2ID: station,
+		Keys:  []cms.Recipient{{Cert: idB.Cert, Key: idB.Key.(crypto.Decrypter)}},
+		Key:   idB.Key, Cert: idB.Cert,
+	}
+	if eo.stationKeys != "" {
+		st = receiver.StationFromConfig(cfg.Station)
+	}
 	h, err := receiver.New(receiver.Options{
-		Store:    rs,
-		Partners: cfg,
-		Station: receiver.Station{
-			AS2ID: station,
-			Keys:  []cms.Recipient{{Cert: idB.Cert, Key: idB.Key.(crypto.Decrypter)}},
-			Key:   idB.Key, Cert: idB.Cert,
-		},
+		Store:        rs,
+		Partners:     cfg,
+		Station:      st,
 		Logger:       zap.NewNop(),
 		Registerer:   reg,
 		Now:          func() time.Time { return testTime },
 		NewMessageID: func() string { return fmt.Sprintf("<mdn-%d@edihub.test>", seq.Add(1)) },
 		ReadTimeout:  eo.readTimeout,
+		Limits:       as2.Limits{MaxDecompressedSize: eo.maxDecompressed},
+
+		MaxInFlightBytes:        eo.maxInFlight,
+		MaxConcurrentPerPartner: eo.perPartner,
 	})
 	if err != nil {
 		t.Fatal(err)

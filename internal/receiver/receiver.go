@@ -14,9 +14,11 @@
 // only requests that cannot be addressed (no AS2-From, AS2-To), requests
 // from unknown parties without an MDN request (403, answered before the
 // body is read, MDNs included), bodies over the limit (413), bodies not
-// received within the read timeout (408), unreadable bodies (400) and an
-// unavailable database (503, so that the partner retries) are HTTP errors. Internal error text
-// is logged, never sent.
+// received within the read timeout (408), unreadable bodies (400), an
+// unavailable database (503, so that the partner retries) and requests
+// over the in-flight byte budget or the partner's concurrency cap (503
+// with Retry-After, decided from the header when possible) are HTTP
+// errors. Internal error text is logged, never sent.
 package receiver
 
 import (
@@ -79,6 +81,19 @@ type Station struct {
 	Cert *x509.Certificate
 }
 
+// StationFromConfig is the receiver's view of the configured station:
+// every key pair decrypts (a key rollover), the active one signs MDNs.
+func StationFromConfig(st config.Station) Station {
+	out := Station{AS2ID: st.AS2ID, Key: st.PrivateKey, Cert: st.Certificate}
+	for _, k := range st.Keys {
+		out.Keys = append(out.Keys, cms.Recipient{Cert: k.Certificate, Key: k.PrivateKey})
+	}
+	if len(out.Keys) == 0 && st.PrivateKey != nil {
+		out.Keys = []cms.Recipient{{Cert: st.Certificate, Key: st.PrivateKey}}
+	}
+	return out
+}
+
 // Options configure New. Store, Partners, Station (AS2ID, Keys, Key, Cert),
 // Logger and Registerer are required.
 type Options struct {
@@ -107,7 +122,22 @@ type Options struct {
 	// header; a body not received in time is answered 408 and nothing is
 	// stored. 0 means DefaultReadTimeout.
 	ReadTimeout time.Duration
+	// MaxInFlightBytes bounds the bytes all requests in flight hold at
+	// once, process-wide: bodies (reserved from Content-Length before the
+	// body is read, or grown as a chunked body arrives) and decompression
+	// output (reserved as it grows). A request that does not fit is
+	// answered 503 with Retry-After, nothing stored. 0 means no limit.
+	MaxInFlightBytes int64
+	// MaxConcurrentPerPartner bounds the requests in flight per partner;
+	// over it, 503 with Retry-After before the body is read. 0 means no
+	// limit.
+	MaxConcurrentPerPartner int
+	// RetryAfter is the Retry-After of a 503; 0 means DefaultRetryAfter.
+	RetryAfter time.Duration
 }
+
+// DefaultRetryAfter is the Retry-After of Options that set none.
+const DefaultRetryAfter = 10 * time.Second
 
 // DefaultReadTimeout is the ReadTimeout of Options that set none.
 const DefaultReadTimeout = 5 * time.Minute
@@ -117,6 +147,7 @@ type Handler struct {
 	o       Options
 	log     *zap.Logger
 	metrics *metrics
+	budget  *budget
 }
 
 // New validates o and returns the handler, its metrics registered on
@@ -153,11 +184,18 @@ func New(o Options) (*Handler, error) {
 	if o.ReportingUA == "" {
 		o.ReportingUA = "edihub"
 	}
-	m, err := newMetrics(o.Registerer)
+	if o.RetryAfter <= 0 {
+		o.RetryAfter = DefaultRetryAfter
+	}
+	if o.MaxInFlightBytes < 0 || o.MaxConcurrentPerPartner < 0 {
+		return nil, errors.New("receiver: negative MaxInFlightBytes or MaxConcurrentPerPartner")
+	}
+	b := newBudget(o.MaxInFlightBytes, o.MaxConcurrentPerPartner)
+	m, err := newMetrics(o.Registerer, b)
 	if err != nil {
 		return nil, err
 	}
-	return &Handler{o: o, log: o.Logger.Named("receiver"), metrics: m}, nil
+	return &Handler{o: o, log: o.Logger.Named("receiver"), metrics: m, budget: b}, nil
 }
 
 // MessageIDs returns a Message-ID generator: "<edihub-" + 16 random hex
@@ -189,6 +227,7 @@ const (
 	resultBadRequest  = "bad-request"
 	resultUnavailable = "unavailable"
 	resultTimeout     = "timeout"
+	resultBusy        = "busy"
 	partnerUnknown    = "unknown"
 )
 
@@ -210,10 +249,30 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	partnerLabel := partner.AS2ID
+	need := r.ContentLength
+	if need <= 0 {
+		need = chunkedReserve
+	}
+	held, err := h.budget.admit(partnerLabel, need)
+	if err != nil {
+		// Decided from the header: the body stays unread.
+		w.Header().Set("Connection", "close")
+		h.busy(w, partnerLabel, "admission")
+		return
+	}
+	defer held.release()
+	if r.ContentLength <= 0 {
+		r.Body = struct {
+			io.Reader
+			io.Closer
+		}{&growingReader{r: r.Body, res: held, reserved: need}, r.Body}
+	}
 	body, err := h.readBody(w, r)
 	if err != nil {
 		var mbe *http.MaxBytesError
 		switch {
+		case errors.Is(err, errBusy):
+			h.busy(w, partnerLabel, "body")
 		case errors.As(err, &mbe):
 			h.metrics.received.WithLabelValues(partnerLabel, resultTooLarge).Inc()
 			h.log.Warn("request body over the limit", zap.String("partner", partnerLabel), zap.Int64("limit", mbe.Limit))
@@ -234,10 +293,25 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.intake(w, r, body, partnerLabel)
 		return
 	}
-	res = h.receive(r.Context(), r.Header, body, rq, partner)
-	h.metrics.received.WithLabelValues(res.partner, res.result).Inc()
+	out := h.receive(r.Context(), r.Header, body, rq, partner, held)
+	if out.result == resultBusy {
+		h.busy(w, partnerLabel, "decompression")
+		return
+	}
+	h.metrics.received.WithLabelValues(out.partner, out.result).Inc()
 	h.metrics.duration.Observe(time.Since(start).Seconds())
-	res.write(w)
+	out.write(w)
+}
+
+// busy answers a request that does not fit the in-flight budget or its
+// partner's concurrency cap: 503 with Retry-After, nothing stored.
+func (h *Handler) busy(w http.ResponseWriter, partner, stage string) {
+	h.metrics.received.WithLabelValues(partner, resultBusy).Inc()
+	h.metrics.busy.WithLabelValues(partner, stage).Inc()
+	h.log.Warn("request refused: in-flight budget or partner concurrency cap reached", zap.String("partner", partner), zap.String("stage", stage),
+		zap.Int64("in_flight_bytes", h.budget.inUse()), zap.Int64("limit", h.o.MaxInFlightBytes))
+	w.Header().Set("Retry-After", strconv.Itoa(int(h.o.RetryAfter.Round(time.Second)/time.Second)))
+	http.Error(w, "busy: nothing was accepted, please resend after the Retry-After delay", http.StatusServiceUnavailable)
 }
 
 // address finds the partner of a request from its header alone, for
@@ -466,7 +540,7 @@ func planMDN(rq request) mdnPlan {
 	return p
 }
 
-func (h *Handler) receive(ctx context.Context, hdr http.Header, body []byte, rq request, partner *config.Partner) *response {
+func (h *Handler) receive(ctx context.Context, hdr http.Header, body []byte, rq request, partner *config.Partner, budget *reservation) *response {
 	log := h.log.With(zap.String("as2_from", rq.from), zap.String("as2_to", rq.to), zap.String("message_id", rq.messageID), zap.String("partner", partner.AS2ID))
 	plan := planMDN(rq)
 	if rq.messageID == "" {
@@ -493,8 +567,11 @@ func (h *Handler) receive(ctx context.Context, hdr http.Header, body []byte, rq 
 	if rq.mdnWanted {
 		msg.MDNMode = "sync"
 	}
-	disp, mic := h.unwrap(log, hdr, body, rq, plan, partner, msg)
-	asyncURL := h.asyncURL(log, rq, msg.Signed)
+	disp, mic, err := h.unwrap(ctx, log, hdr, body, rq, plan, partner, msg, budget)
+	if err != nil {
+		return &response{partner: partner.AS2ID, result: resultBusy}
+	}
+	asyncURL := h.asyncURL(log, rq, partner)
 	if asyncURL != "" {
 		msg.MDNMode, msg.MDNURL, msg.Outbox = "async", asyncURL, true
 	}
@@ -534,24 +611,32 @@ func (h *Handler) receive(ctx context.Context, hdr http.Header, body []byte, rq 
 }
 
 // asyncURL is the URL an asynchronous MDN goes to, or "" for an answer in
-// the response: Receipt-Delivery-Option is honoured only for a message
-// whose signature verified against the partner's certificates (anyone can
-// put a partner's name in AS2-From; only the partner can make us post to
-// a URL) and only for an http or https URL with a host.
-func (h *Handler) asyncURL(log *zap.Logger, rq request, verified bool) string {
+// the response. Receipt-Delivery-Option is not covered by any signature,
+// so it is honoured only for an http or https URL whose host the
+// partner's profile allows (config.Partner.AllowsMDNTarget: mdn_hosts,
+// else the host of the partner's URL; never a non-public address unless
+// allowed, checked again when the outbox dials). Signed or not, a message
+// whose target is allowed gets its MDN asynchronously, as asked.
+func (h *Handler) asyncURL(log *zap.Logger, rq request, partner *config.Partner) string {
 	if !rq.mdnWanted || rq.asyncURL == "" {
 		return ""
 	}
-	if !verified {
-		log.Warn("Receipt-Delivery-Option of a message without a verified signature ignored; MDN sent in the response")
-		return ""
-	}
-	u, err := url.Parse(rq.asyncURL)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		log.Warn("Receipt-Delivery-Option is not an http or https URL; MDN sent in the response", zap.String("receipt_delivery_option", rq.asyncURL))
+	if err := partner.AllowsMDNTarget(rq.asyncURL); err != nil {
+		h.metrics.mdnTargetRefused.WithLabelValues(partner.AS2ID).Inc()
+		log.Warn("Receipt-Delivery-Option refused; MDN sent in the response", zap.String("receipt_delivery_option", redactURL(rq.asyncURL)), zap.Error(err))
 		return ""
 	}
 	return rq.asyncURL
+}
+
+// redactURL removes the userinfo (a password) from a URL for logs and
+// stored text; what cannot be parsed is replaced whole.
+func redactURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(unparsable URL)"
+	}
+	return u.Redacted()
 }
 
 func unavailable(partner string) *response {
@@ -568,34 +653,48 @@ func resultFor(d mdn.Disposition) string {
 
 // unwrap runs the receive pipeline and fills msg; it returns the
 // disposition and the MIC to report.
-func (h *Handler) unwrap(log *zap.Logger, hdr http.Header, body []byte, rq request, plan mdnPlan, partner *config.Partner, msg *postgres.InboundMessage) (mdn.Disposition, string) {
+func (h *Handler) unwrap(ctx context.Context, log *zap.Logger, hdr http.Header, body []byte, rq request, plan mdnPlan, partner *config.Partner, msg *postgres.InboundMessage, budget *reservation) (mdn.Disposition, string, error) {
 	msg.Status = postgres.InboundError
 	if plan.failure != "" {
 		msg.Error = "MDN request cannot be honoured: " + plan.failure
 		log.Warn("MDN request cannot be honoured", zap.String("options", hdr.Get("Disposition-Notification-Options")))
-		return mdn.Failed(plan.failure), ""
+		return mdn.Failed(plan.failure), "", nil
 	}
 	m, err := as2.Unwrap(hdr, body, as2.UnwrapOptions{
 		Keys:         h.o.Station.Keys,
 		PartnerCerts: partner.Certificates,
 		MICAlgs:      plan.micAlgs,
+		UnsignedMIC:  unsignedMIC(partner),
+		Reserve:      budget.grow,
 		Limits:       h.o.Limits,
 		InPlace:      true, // body is ours and unused afterwards: a large message is held once
 	})
 	if err == nil {
 		msg.Signed, msg.Encrypted, msg.Compressed = m.Signed, m.Encrypted, m.Compressed
 		switch {
+		case partner.RequireSigned && !m.Signed && m.Encrypted:
+			// Decrypted content no signature vouches for gets the answer
+			// of every other failure under encryption: telling "your
+			// padding was right" apart would be a decryption oracle.
+			err = &as2.Error{Disposition: as2.DispositionDecryptionFailed,
+				Err: fmt.Errorf("%w: partner profile requires signed messages; encrypted but unsigned", as2.ErrInsufficientSecurity)}
 		case partner.RequireSigned && !m.Signed:
 			err = fmt.Errorf("%w: partner profile requires signed messages", as2.ErrInsufficientSecurity)
 		case partner.RequireEncrypted && !m.Encrypted:
 			err = fmt.Errorf("%w: partner profile requires encrypted messages", as2.ErrInsufficientSecurity)
 		}
 	}
+	if errors.Is(err, errBusy) {
+		return mdn.Disposition{}, "", err
+	}
+	if err == nil && m.Signed {
+		err = h.checkReplay(ctx, log, partner, rq.messageID, m.SignedContent)
+	}
 	if err != nil {
 		d := as2.Disposition(err)
 		msg.Error = err.Error()
 		log.Warn("message refused", zap.String("disposition", d), zap.Error(err))
-		return mdn.Errored(d), ""
+		return mdn.Errored(d), "", nil
 	}
 	msg.Status = postgres.InboundProcessed
 	msg.MIC = m.MIC.String()
@@ -606,7 +705,77 @@ func (h *Handler) unwrap(log *zap.Logger, hdr http.Header, body []byte, rq reque
 	if msg.Payload == nil {
 		msg.Payload = []byte{}
 	}
-	return mdn.Processed(), msg.MIC
+	return mdn.Processed(), msg.MIC, nil
+}
+
+// replayFinder finds earlier signed messages by MIC; *postgres.Store
+// implements it. Stores without it skip the replay check.
+type replayFinder interface {
+	SignedMICAlgs(ctx context.Context, partner, messageID string, since time.Time) ([]string, error)
+	SignedByMIC(ctx context.Context, partner, messageID string, mics []string, since time.Time) (string, error)
+}
+
+// errReplay means the same signed content arrived before under another
+// Message-ID and the partner's profile refuses replays.
+var errReplay = errors.New("replay of signed content")
+
+// checkReplay looks for the same signed content received from partner
+// under another Message-ID within its replay window: a captured message
+// replayed with a fresh Message-ID (which the duplicate check cannot
+// catch), or a partner resending with a new ID. Such a message is logged
+// and counted; with refuse_replays it is refused (authentication-failed).
+// The earlier messages' MICs may be in any algorithm, so the content is
+// digested in each algorithm found among them. A failing lookup is
+// logged, never fatal.
+func (h *Handler) checkReplay(ctx context.Context, log *zap.Logger, partner *config.Partner, messageID string, content []byte) error {
+	rf, ok := h.o.Store.(replayFinder)
+	if !ok || partner.ReplayWindow <= 0 || content == nil {
+		return nil
+	}
+	since := h.o.Now().Add(-partner.ReplayWindow)
+	algs, err := rf.SignedMICAlgs(ctx, partner.AS2ID, messageID, since)
+	if err != nil {
+		log.Warn("replay check", zap.Error(err))
+		return nil
+	}
+	var mics []string
+	for _, name := range algs {
+		if alg, err := as2.ParseMICAlg(name); err == nil {
+			mics = append(mics, as2.ComputeMIC(alg, content).String())
+		}
+	}
+	if len(mics) == 0 {
+		return nil
+	}
+	first, err := rf.SignedByMIC(ctx, partner.AS2ID, messageID, mics, since)
+	if err != nil {
+		log.Warn("replay check", zap.Error(err))
+		return nil
+	}
+	if first == "" {
+		return nil
+	}
+	action := "flagged"
+	if partner.RefuseReplays {
+		action = "refused"
+	}
+	h.metrics.replays.WithLabelValues(partner.AS2ID, action).Inc()
+	log.Warn("signed content received before under another Message-ID", zap.String("first_message_id", first),
+		zap.Duration("window", partner.ReplayWindow), zap.String("action", action))
+	if !partner.RefuseReplays {
+		return nil
+	}
+	return &as2.Error{Disposition: as2.DispositionAuthenticationFailed, Err: fmt.Errorf("%w: first received as %s", errReplay, first)}
+}
+
+// unsignedMIC is the partner's MIC scope for unsigned, unencrypted
+// messages: the content alone (RFC 4130 §7.3.1) unless its profile asks
+// for the old form.
+func unsignedMIC(p *config.Partner) as2.MICScope {
+	if p.MICIncludeHeaders {
+		return as2.MICWithHeaders
+	}
+	return as2.MICContentOnly
 }
 
 // mdnResponse builds the MDN and its HTTP header fields.
@@ -639,6 +808,7 @@ func (h *Handler) mdnResponse(rq request, plan mdnPlan, d mdn.Disposition, mic s
 	hdr.Set("Message-ID", h.o.NewMessageID())
 	hdr.Set("Date", now.UTC().Format(time.RFC1123Z))
 	hdr.Set("Subject", "Message Disposition Notification")
+	hdr["EDIINT-Features"] = []string{as2.EDIINTFeatures}
 	return &response{status: http.StatusOK, header: hdr, body: body}, nil
 }
 
@@ -651,7 +821,16 @@ func (h *Handler) duplicate(ctx context.Context, log *zap.Logger, rq request, pl
 		return &response{status: http.StatusOK, partner: partner.AS2ID, result: resultDuplicate}
 	}
 	if rec.MDN != nil {
+		if asyncURL != "" && rec.MDNURL == "" {
+			// The first answer went in the response: so does this one. A
+			// resend never sends the stored MDN somewhere new.
+			asyncURL = ""
+		}
 		if asyncURL != "" {
+			if rec.MDNURL != asyncURL {
+				log.Warn("resend asks for its MDN at another URL; sent to the first one", zap.String("receipt_delivery_option", redactURL(asyncURL)), zap.String("first", redactURL(rec.MDNURL)))
+				asyncURL = rec.MDNURL
+			}
 			if err := h.o.Store.RequeueInboundMDN(ctx, rec.ID, asyncURL); err != nil {
 				log.Error("requeue MDN", zap.Error(err))
 				return unavailable(partner.AS2ID)

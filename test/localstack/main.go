@@ -351,6 +351,7 @@ partners:
     compress: false
     mdn: async
     mdn_signed: true
+    allow_private_mdn_targets: true # both stations run on 127.0.0.1
 `, hubURL, demoURL)); err != nil {
 		return "", err
 	}
@@ -366,6 +367,7 @@ partners:
     compress: false
     mdn: sync
     mdn_signed: true
+    allow_private_mdn_targets: true # both stations run on 127.0.0.1
 `, demoURL, hubURL)); err != nil {
 		return "", err
 	}

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"slices"
 )
 
 // DefaultMaxDecompressedSize is the limit Decompress applies when the
@@ -47,6 +46,15 @@ func Compress(content []byte) ([]byte, error) {
 // Other errors wrap ErrMalformed, ErrContentType, ErrUnsupportedAlgorithm
 // or ErrDecompression.
 func Decompress(b []byte, maxSize int64) ([]byte, error) {
+	return DecompressReserving(b, maxSize, nil)
+}
+
+// DecompressReserving is Decompress with reserve called before the output
+// buffer is allocated or grown, with the bytes it is about to add; an
+// error from reserve stops the inflation and is returned as is (not
+// wrapped in ErrDecompression). reserve lets a caller account the memory
+// against a budget shared by concurrent messages. nil reserves nothing.
+func DecompressReserving(b []byte, maxSize int64, reserve func(n int64) error) ([]byte, error) {
 	if maxSize <= 0 {
 		maxSize = DefaultMaxDecompressedSize
 	}
@@ -78,12 +86,15 @@ func Decompress(b []byte, maxSize int64) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	return inflate(z, maxSize)
+	return inflate(z, maxSize, reserve)
 }
 
 // inflate reads a zlib stream, or a raw deflate stream as some old
 // implementations write, up to maxSize bytes.
-func inflate(z []byte, maxSize int64) ([]byte, error) {
+func inflate(z []byte, maxSize int64, reserve func(int64) error) ([]byte, error) {
+	if reserve == nil {
+		reserve = func(int64) error { return nil }
+	}
 	var r io.ReadCloser
 	zr, err := zlib.NewReader(bytes.NewReader(z))
 	if err != nil {
@@ -97,14 +108,25 @@ func inflate(z []byte, maxSize int64) ([]byte, error) {
 	defer r.Close()
 	// Most EDI compresses 5-20x; start at 4x and double, but never past
 	// maxSize+1 bytes: a bomb gets at most the limit, not twice it.
-	out := make([]byte, 0, min(int64(len(z))*4+512, maxSize+1))
+	first := min(int64(len(z))*4+512, maxSize+1)
+	if err := reserve(first); err != nil {
+		return nil, err
+	}
+	out := make([]byte, 0, first)
 	for {
 		if len(out) == cap(out) {
 			if int64(len(out)) > maxSize {
 				return nil, fmt.Errorf("%w: %w: more than %d bytes", ErrDecompression, ErrTooLarge, maxSize)
 			}
-			out = slices.Grow(out, int(min(int64(cap(out)), maxSize+1-int64(cap(out)))))
-			out = out[:len(out):min(cap(out), int(maxSize+1))]
+			add := min(int64(cap(out)), maxSize+1-int64(cap(out)))
+			if err := reserve(add); err != nil {
+				return nil, err
+			}
+			// make, not slices.Grow: the capacity is then exactly what
+			// was reserved.
+			grown := make([]byte, len(out), int64(cap(out))+add)
+			copy(grown, out)
+			out = grown
 		}
 		n, err := r.Read(out[len(out):cap(out)])
 		out = out[:len(out)+n]

@@ -1,0 +1,97 @@
+package outbox
+
+import (
+	"errors"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"github.com/edihub/edihub/internal/config"
+)
+
+// applyAuth sets the partner's basic authentication and extra header
+// fields on req, but only for the host of the partner's own URL: an async
+// MDN to another host never carries the partner's password. Extra fields
+// never replace those already set (the AS2 fields).
+func applyAuth(req *http.Request, p *config.Partner) {
+	if !partnerHost(req.URL, p) {
+		return
+	}
+	for k, v := range p.Headers {
+		if _, set := req.Header[k]; !set {
+			req.Header[k] = v
+		}
+	}
+	if p.BasicAuth != nil {
+		req.SetBasicAuth(p.BasicAuth.User, p.BasicAuth.Password)
+	}
+}
+
+// partnerHost reports whether u is on the host (and port) of p's URL.
+func partnerHost(u *url.URL, p *config.Partner) bool {
+	return p != nil && p.URL != nil && strings.EqualFold(u.Host, p.URL.Host)
+}
+
+// clientPair is a partner's HTTP client, and its guarded twin for async
+// MDNs to partners that do not allow non-public targets.
+type clientPair struct{ plain, guarded *http.Client }
+
+// partnerClients builds a client for each partner with its own transport
+// settings (tls, proxy), derived from base (which does not follow
+// redirects); the others share base.
+func partnerClients(base *http.Client, cfg *config.File) map[string]clientPair {
+	out := map[string]clientPair{}
+	for i := range cfg.Partners {
+		p := &cfg.Partners[i]
+		if p.TLS == nil && p.Proxy == nil {
+			continue
+		}
+		var tr *http.Transport
+		if t, ok := base.Transport.(*http.Transport); ok && t != nil {
+			tr = t.Clone()
+		} else {
+			tr = http.DefaultTransport.(*http.Transport).Clone()
+		}
+		if p.TLS != nil {
+			tr.TLSClientConfig = p.TLS.Clone()
+		}
+		if p.Proxy != nil {
+			tr.Proxy = http.ProxyURL(p.Proxy)
+		}
+		c := *base
+		c.Transport = tr
+		out[p.AS2ID] = clientPair{plain: &c, guarded: guardedClient(&c)}
+	}
+	return out
+}
+
+// redactError removes passwords from the URLs net/http puts in its
+// errors; its text is logged and stored for the API.
+func redactError(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		ue.URL = redactURL(ue.URL)
+	}
+	return err
+}
+
+// redactURL removes the userinfo of a URL; what cannot be parsed is
+// replaced whole.
+func redactURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(unparsable URL)"
+	}
+	return u.Redacted()
+}
+
+// closeIdle closes the idle connections of the clients the dispatcher
+// made itself (the guarded MDN client and the partners' own), whose
+// transports nobody else holds.
+func (d *Dispatcher) closeIdle() {
+	d.mdnClient.CloseIdleConnections()
+	for _, c := range d.partnerClients {
+		c.plain.CloseIdleConnections()
+		c.guarded.CloseIdleConnections()
+	}
+}

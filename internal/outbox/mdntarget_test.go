@@ -1,0 +1,90 @@
+package outbox_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/url"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/edihub/edihub/internal/outbox"
+	"github.com/edihub/edihub/internal/postgres"
+	"github.com/edihub/edihub/internal/postgres/pgtest"
+)
+
+// TestDispatchMDNTargets: an async MDN goes only where the partner's
+// profile allows, checked when dialling: a loopback target is refused
+// unless allow_private_mdn_targets, also when it is reached through a
+// listed host name that resolves to loopback (so DNS cannot redirect it),
+// and the refusal is final.
+func TestDispatchMDNTargets(t *testing.T) {
+	tests := []struct {
+		name     string
+		profile  []string
+		host     string // host of the MDN URL; the partner's port
+		wantSent bool
+	}{
+		{"loopback, not allowed", nil, "127.0.0.1", false},
+		{"name resolving to loopback", []string{"mdn_hosts: [localhost]"}, "localhost", false},
+		{"loopback allowed", []string{"allow_private_mdn_targets: true"}, "127.0.0.1", true},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			st := pgtest.Store(t)
+			partner := newPartner(t, func(int, request) (int, http.Header, []byte) { return 200, nil, nil })
+			u, _ := url.Parse(partner.URL)
+			mdnURL := fmt.Sprintf("http://%s:%s/mdn", tt.host, u.Port())
+			cfg := loadConfig(t, partnerYAML{id: partnerID, url: partner.URL + "/as2", extra: append([]string{"mdn: sync"}, tt.profile...)})
+			_, err := st.SaveInbound(context.Background(), &postgres.InboundMessage{
+				Partner: partnerID, AS2From: partnerID, AS2To: "EDIHUB TEST", MessageID: fmt.Sprintf("<in-%d@partner>", i),
+				Status: postgres.InboundProcessed, Disposition: "automatic-action/MDN-sent-automatically; processed",
+				Payload: []byte("x"), PayloadSize: 1, MDNMode: "async", MDNURL: mdnURL, Outbox: true,
+				MDN: &postgres.StoredMDN{Header: http.Header{"Content-Type": {"multipart/report; boundary=b"}}, Body: []byte("--b--\r\n"), Disposition: "processed"},
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			reg := prometheus.NewRegistry()
+			o := dispatcherOpts(t, st, cfg, "d1")
+			o.Metrics = outbox.NewMetrics(reg, st.OutboxStats)
+			startDispatcher(t, o)
+			result := "mdn-failed"
+			if tt.wantSent {
+				result = "mdn-sent"
+			}
+			deadline := time.Now().Add(20 * time.Second)
+			for metric(reg, result) == 0 && time.Now().Before(deadline) {
+				time.Sleep(50 * time.Millisecond)
+			}
+			if metric(reg, result) != 1 {
+				t.Fatalf("edihub_as2_messages_sent_total{result=%q} never reached 1", result)
+			}
+			if n := len(partner.requests()); (n == 1) != tt.wantSent || n > 1 {
+				t.Errorf("the target got %d requests, want sent %v", n, tt.wantSent)
+			}
+			if metric(reg, "mdn-retry") != 0 {
+				t.Errorf("a refused target was retried")
+			}
+		})
+	}
+}
+
+func metric(reg *prometheus.Registry, result string) float64 {
+	mfs, _ := reg.Gather()
+	for _, mf := range mfs {
+		if mf.GetName() != "edihub_as2_messages_sent_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "result" && l.GetValue() == result {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
+}
