@@ -519,6 +519,9 @@ func TestUnwrapSameKindLayersMIC(t *testing.T) {
 		layers    string
 		want      string // openssl dgst of the outer layer's content
 		wantInner string // what taking the inner layer would give
+		// scope of an unsigned, unencrypted message's MIC; the layer
+		// choice only shows with headers (content only is the payload's).
+		scope as2.MICScope
 	}{
 		{
 			name: "signed inside signed", header: signedTwiceH, body: signedTwice, layers: "[signed signed]",
@@ -531,7 +534,13 @@ func TestUnwrapSameKindLayersMIC(t *testing.T) {
 			wantInner: dgst(t, "sha1", write(t, dir, inner)) + ", sha-1",
 		},
 		{
-			name: "compressed twice", header: compressedTwiceH, body: compressedTwice, layers: "[compressed compressed]",
+			name: "compressed twice, content only (the default)", header: compressedTwiceH, body: compressedTwice, layers: "[compressed compressed]",
+			want:      dgst(t, "sha256", write(t, dir, []byte(doc))) + ", sha-256",
+			wantInner: dgst(t, "sha256", write(t, dir, []byte(doc))) + ", sha-256",
+		},
+		{
+			name: "compressed twice, with headers", header: compressedTwiceH, body: compressedTwice, layers: "[compressed compressed]",
+			scope:     as2.MICWithHeaders,
 			want:      dgst(t, "sha256", write(t, dir, compressedOnce)) + ", sha-256",
 			wantInner: dgst(t, "sha256", write(t, dir, inner)) + ", sha-256",
 		},
@@ -543,7 +552,9 @@ func TestUnwrapSameKindLayersMIC(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := as2.Unwrap(tt.header, bytes.Clone(tt.body), opts)
+			o := opts
+			o.UnsignedMIC = tt.scope
+			got, err := as2.Unwrap(tt.header, bytes.Clone(tt.body), o)
 			if err != nil {
 				t.Fatalf("Unwrap() error = %v (disposition %q)", err, as2.Disposition(err))
 			}
