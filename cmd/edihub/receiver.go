@@ -19,8 +19,9 @@ import (
 func newReceiver(log *zap.Logger, reg prometheus.Registerer, store *postgres.Store, cfg *config.File, o serveOptions) (http.Handler, error) {
 	st := cfg.Station
 	return receiver.New(receiver.Options{
-		Store:    store,
-		Partners: cfg,
+		Store:      store,
+		Partners:   cfg,
+		PartnerIDs: partnerNames(cfg),
 		Station: receiver.Station{
 			AS2ID: st.AS2ID,
 			Keys:  []cms.Recipient{{Cert: st.Certificate, Key: st.PrivateKey}},
