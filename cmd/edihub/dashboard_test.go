@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -42,7 +44,7 @@ type dashboard struct {
 // TestDashboardAgainstPrometheus runs three replicas of the built binary
 // (one installation, namespace "edihub") and a partner station (namespace
 // "partner-hub") that exchange documents, a dead partner that makes the
-// outbox retry and fail, and a real Prometheus (Debian's prometheus
+// outbox retry and fail, a webhook receiver, and a real Prometheus (Debian's prometheus
 // package, installed by scripts/deps.sh) scraping all four. Every query of
 // the dashboard, with the dashboard's variables set to the installation,
 // must return data: a wrong metric name or label would leave a panel
@@ -95,14 +97,30 @@ partners:
   - {as2_id: HUB, url: "http://%s/as2", certificate: %q, sign: sha-256, mdn: sync, mdn_signed: true}
 `, pki["PARTNER.key"], pki["PARTNER.crt"], hubAS2[1], pki["HUB.crt"]))
 
+	// The hub's events go to a webhook (a real listener answering 200), so
+	// the webhook panel has deliveries to show.
+	var webhookPosts atomic.Int64
+	webhook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		webhookPosts.Add(1)
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	t.Cleanup(webhook.Close)
+	webhookSecret := writeFile("webhook-secret", "dashboard-webhook-secret\n")
+
 	const token = "dashboard-token"
 	common := []string{"EDIHUB_API_TOKEN=" + token, "EDIHUB_MIGRATE=true", "EDIHUB_RETRY_BACKOFF=200ms",
 		"EDIHUB_RETRY_BACKOFF_MAX=1s", "GOMEMLIMIT=512MiB", "EDIHUB_LEADER_BACKEND=postgres"}
 	hubDB := pgtest.URL(t)
 	var hub []*replicaProc
 	for i, addr := range hubAS2 {
+		// A short retention and purge interval make the leader's purger
+		// delete (at least the heartbeats older than the retention) while
+		// the test runs; the message rows stay (audit retention).
 		hub = append(hub, startReplica(t, append([]string{"EDIHUB_DATABASE_URL=" + hubDB, "EDIHUB_CONFIG=" + hubCfg,
-			"EDIHUB_HTTP_ADDR=" + addr, fmt.Sprintf("EDIHUB_IDENTITY=edihub-%d", i)}, common...)...))
+			"EDIHUB_HTTP_ADDR=" + addr, fmt.Sprintf("EDIHUB_IDENTITY=edihub-%d", i),
+			"EDIHUB_WEBHOOK_URL=" + webhook.URL + "/edihub-events", "EDIHUB_WEBHOOK_SECRET_FILE=" + webhookSecret,
+			"EDIHUB_RETENTION=10s", "EDIHUB_PURGE_INTERVAL=2s"}, common...)...))
 	}
 	partner := startReplica(t, append([]string{"EDIHUB_DATABASE_URL=" + pgtest.URL(t), "EDIHUB_CONFIG=" + partnerCfg,
 		"EDIHUB_HTTP_ADDR=" + partnerAS2, "EDIHUB_IDENTITY=partner-0"}, common...)...)
@@ -133,6 +151,56 @@ partners:
 			t.Logf("prometheus log:\n%s", promLog.String())
 		}
 	})
+
+	api := "http://" + promAddr + "/api/v1/query?query="
+	query := func(q string) (int, string, error) {
+		resp, err := http.Get(api + url.QueryEscape(q))
+		if err != nil {
+			return 0, "", err
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		var r struct {
+			Status string
+			Error  string
+			Data   struct {
+				Result []struct {
+					Value [2]any
+				}
+			}
+		}
+		if err := json.Unmarshal(b, &r); err != nil {
+			return 0, string(b), err
+		}
+		if r.Status != "success" {
+			return 0, string(b), fmt.Errorf("%s", r.Error)
+		}
+		// A quantile of no observations is NaN: a series, but an empty
+		// panel. Count only series with a number.
+		n := 0
+		for _, s := range r.Data.Result {
+			if v, ok := s.Value[1].(string); ok && v != "NaN" {
+				n++
+			}
+		}
+		return n, string(b), nil
+	}
+
+	// Traffic starts once Prometheus scrapes all four: a counter that
+	// first appears with its final value has no increase, and a histogram
+	// observed only before the first scrape has no rate, so every
+	// increase, rate and quantile panel would be 0 or NaN.
+	upDeadline := time.Now().Add(60 * time.Second)
+	for {
+		n, body, err := query(`up{job="edihub-ops"} == 1`)
+		if err == nil && n == len(hub)+1 {
+			break
+		}
+		if time.Now().After(upDeadline) {
+			t.Fatalf("prometheus does not scrape all four targets: %v %s", err, body)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
 
 	// Traffic: documents both ways (async MDNs to the hub), one to the dead
 	// partner (retried, then failed).
@@ -212,27 +280,6 @@ partners:
 	if len(checks) < 20 {
 		t.Fatalf("found %d queries in %s; the dashboard or this test is broken", len(checks), dashboardFile)
 	}
-	api := "http://" + promAddr + "/api/v1/query?query="
-	query := func(q string) (int, string, error) {
-		resp, err := http.Get(api + url.QueryEscape(q))
-		if err != nil {
-			return 0, "", err
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		var r struct {
-			Status string
-			Error  string
-			Data   struct{ Result []json.RawMessage }
-		}
-		if err := json.Unmarshal(b, &r); err != nil {
-			return 0, string(b), err
-		}
-		if r.Status != "success" {
-			return 0, string(b), fmt.Errorf("%s", r.Error)
-		}
-		return len(r.Data.Result), string(b), nil
-	}
 	// Scrapes run every second; a rate needs two samples after the
 	// traffic. Wait for each query to return data, up to a minute in all.
 	deadline := time.Now().Add(60 * time.Second)
@@ -249,6 +296,38 @@ partners:
 			}
 			time.Sleep(250 * time.Millisecond)
 		}
+	}
+	// The traffic exercised the leader's workers and the webhook, so the
+	// panels above show events, not only the zeros a registered metric
+	// starts with: async MDNs applied (and their latency), a webhook
+	// delivery, a report stored, rows purged, documents counted today.
+	deadline = time.Now().Add(60 * time.Second)
+	for _, q := range []string{
+		`sum(edihub_mdn_processed_total{namespace="edihub", partner="PARTNER", result="delivered"}) > 0`,
+		`sum(edihub_mdn_latency_seconds_count{namespace="edihub"}) > 0`,
+		`sum(edihub_webhook_deliveries_total{namespace="edihub", result="delivered"}) > 0`,
+		`max(edihub_report_last_success_timestamp_seconds{namespace="edihub"}) > 0`,
+		`sum(edihub_purge_deleted_total{namespace="edihub"}) > 0`,
+		// Each replica's first document to or from a partner counts in
+		// the "today" panels (its series exist at zero from the start).
+		`sum(increase(edihub_as2_messages_sent_total{namespace="edihub", partner="PARTNER", result=~"delivered|sent|awaiting-mdn"}[1d])) > 0`,
+		`sum(increase(edihub_as2_messages_received_total{namespace="edihub", partner="PARTNER", result="processed"}[1d])) > 0`,
+	} {
+		for {
+			n, body, err := query(q)
+			if err == nil && n > 0 {
+				t.Logf("%s: %s", q, body)
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Errorf("%s: no data: %v %s", q, err, body)
+				break
+			}
+			time.Sleep(250 * time.Millisecond)
+		}
+	}
+	if webhookPosts.Load() == 0 {
+		t.Error("the webhook received no delivery")
 	}
 	// The namespace variable separates installations: three replicas in
 	// edihub, whatever the partner-hub installation exports.

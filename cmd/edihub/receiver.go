@@ -21,6 +21,7 @@ func newReceiver(log *zap.Logger, reg prometheus.Registerer, store *postgres.Sto
 	return receiver.New(receiver.Options{
 		Store:        store,
 		Partners:     cfg,
+		PartnerIDs:   partnerNames(cfg),
 		Station:      receiver.StationFromConfig(st),
 		Logger:       log,
 		Registerer:   reg,

@@ -179,6 +179,11 @@ func NewDispatcher(o Options) (*Dispatcher, error) {
 	if o.Lease <= longest {
 		return nil, fmt.Errorf("outbox: claim lease %s must exceed the longest partner timeout %s", o.Lease, longest)
 	}
+	ids := make([]string, 0, len(o.Config.Partners))
+	for _, p := range o.Config.Partners {
+		ids = append(ids, p.AS2ID)
+	}
+	o.Metrics.presetPartners(ids)
 	return &Dispatcher{o: o, log: o.Logger.Named("outbox"), wake: make(chan struct{}, 1), mdnClient: guardedClient(o.Client), partnerClients: partnerClients(o.Client, o.Config)}, nil
 }
 

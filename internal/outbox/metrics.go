@@ -66,6 +66,9 @@ func NewMetrics(reg prometheus.Registerer, stats StatsFunc) *Metrics {
 			Help: "Webhook delivery attempts by outcome (delivered, retry, failed).",
 		}, []string{"result"}),
 	}
+	for _, r := range []string{ResultWebhookDelivered, ResultWebhookRetry, ResultWebhookFailed} {
+		m.webhook.WithLabelValues(r)
+	}
 	reg.MustRegister(m.sent, m.duration, m.retries, m.inFlight, m.webhook)
 	if stats != nil {
 		reg.MustRegister(&dueCollector{stats: stats, desc: prometheus.NewDesc("edihub_outbox_due",
@@ -90,4 +93,18 @@ func (c *dueCollector) Collect(ch chan<- prometheus.Metric) {
 		return
 	}
 	ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(due))
+}
+
+// presetPartners exports every partner's series at zero before its first
+// message: Prometheus counts no increase for a series that first appears
+// with its value, so without this the first documents of each partner
+// after a start would be missing from rates and "today" panels.
+func (m *Metrics) presetPartners(partners []string) {
+	for _, p := range partners {
+		for _, r := range []string{ResultDelivered, ResultSent, ResultAwaitingMDN, ResultFailed, ResultRetry, ResultMDNSent, ResultMDNRetry, ResultMDNFailed} {
+			m.sent.WithLabelValues(p, r)
+		}
+		m.duration.WithLabelValues(p)
+		m.retries.WithLabelValues(p)
+	}
 }

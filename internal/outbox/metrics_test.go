@@ -13,7 +13,9 @@ import (
 )
 
 // TestMetrics: one retry then success, one final failure; the counters,
-// the retry count, the duration histogram and the due gauge follow.
+// the retry count, the duration histogram and the due gauge follow. A
+// configured partner's series exist at zero from the dispatcher's start
+// (Prometheus sees no increase in a series that appears with its value).
 func TestMetrics(t *testing.T) {
 	st := pgtest.Store(t)
 	partner := newPartner(t, func(n int, r request) (int, http.Header, []byte) {
@@ -42,7 +44,12 @@ func TestMetrics(t *testing.T) {
 	want := `
 # HELP edihub_as2_messages_sent_total Outbound AS2 message and async MDN attempts by outcome (delivered, sent, awaiting-mdn, failed, retry, mdn-sent, mdn-retry, mdn-failed).
 # TYPE edihub_as2_messages_sent_total counter
+edihub_as2_messages_sent_total{partner="ACME CORP",result="awaiting-mdn"} 0
+edihub_as2_messages_sent_total{partner="ACME CORP",result="delivered"} 0
 edihub_as2_messages_sent_total{partner="ACME CORP",result="failed"} 1
+edihub_as2_messages_sent_total{partner="ACME CORP",result="mdn-failed"} 0
+edihub_as2_messages_sent_total{partner="ACME CORP",result="mdn-retry"} 0
+edihub_as2_messages_sent_total{partner="ACME CORP",result="mdn-sent"} 0
 edihub_as2_messages_sent_total{partner="ACME CORP",result="retry"} 1
 edihub_as2_messages_sent_total{partner="ACME CORP",result="sent"} 1
 # HELP edihub_outbox_retries_total Outbox attempts rescheduled for a retry.

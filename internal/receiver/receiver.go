@@ -113,6 +113,10 @@ type Options struct {
 	NewMessageID func() string
 	// Limits bound the MIME and CMS parse.
 	Limits as2.Limits
+	// PartnerIDs, when set, are the configured partners whose series are
+	// exported at zero from the start (a series that first appears with
+	// its value shows no increase in Prometheus).
+	PartnerIDs []string
 	// MaxBodyBytes is the body limit the router enforces, quoted in the
 	// 413 answer; 0 leaves the number out.
 	MaxBodyBytes int64
@@ -194,6 +198,11 @@ func New(o Options) (*Handler, error) {
 	m, err := newMetrics(o.Registerer, b)
 	if err != nil {
 		return nil, err
+	}
+	for _, p := range o.PartnerIDs {
+		m.received.WithLabelValues(p, resultProcessed)
+		m.bytes.WithLabelValues(p)
+		m.inbox.WithLabelValues(p)
 	}
 	return &Handler{o: o, log: o.Logger.Named("receiver"), metrics: m, budget: b}, nil
 }
