@@ -89,12 +89,12 @@ func TestDashboardAgainstPrometheus(t *testing.T) {
 	}
 	hubCfg := writeFile("hub.yaml", fmt.Sprintf(`station: {as2_id: HUB, private_key: %q, certificate: %q, async_mdn_url: "http://%s/as2"}
 partners:
-  - {as2_id: PARTNER, url: "http://%s/as2", certificate: %q, sign: sha-256, encrypt: aes256-cbc, mdn: async, mdn_signed: true}
+  - {as2_id: PARTNER, url: "http://%s/as2", certificate: %q, sign: sha-256, encrypt: aes256-cbc, mdn: async, mdn_signed: true, allow_private_mdn_targets: true}
   - {as2_id: GONE, url: "http://%s/as2", certificate: %q, max_attempts: 2, retry_window: 1ms}
 `, pki["HUB.key"], pki["HUB.crt"], hubAS2[0], partnerAS2, pki["PARTNER.crt"], hubFreeAddr(t), pki["PARTNER.crt"]))
 	partnerCfg := writeFile("partner.yaml", fmt.Sprintf(`station: {as2_id: PARTNER, private_key: %q, certificate: %q}
 partners:
-  - {as2_id: HUB, url: "http://%s/as2", certificate: %q, sign: sha-256, mdn: sync, mdn_signed: true}
+  - {as2_id: HUB, url: "http://%s/as2", certificate: %q, sign: sha-256, encrypt: aes256-cbc, mdn: sync, mdn_signed: true, allow_private_mdn_targets: true}
 `, pki["PARTNER.key"], pki["PARTNER.crt"], hubAS2[1], pki["HUB.crt"]))
 
 	// The hub's events go to a webhook (a real listener answering 200), so
