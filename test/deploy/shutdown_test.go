@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -130,5 +131,58 @@ func TestImagesAreTagged(t *testing.T) {
 		case m[1] == ":latest":
 			t.Errorf("container %s: image %q uses latest", c.Name, c.Image)
 		}
+	}
+}
+
+// TestMemoryLimitFitsTheInFlightBudget checks the Deployment's memory
+// against the receiver's in-flight byte budget as `edihub serve` derives it
+// (cmd/edihub inFlightLimit): the Go memory limit is 85% of the container's
+// limit, the budget half of that but never below one largest message (its
+// body and its decompression). The budget plus the process's own baseline
+// must fit under the Go memory limit, or a burst of large messages admitted
+// by the budget would push the replica into its OOM kill instead of 503s;
+// and the request must not exceed the limit.
+func TestMemoryLimitFitsTheInFlightBudget(t *testing.T) {
+	defaults := flagDefaults(t)
+	c := deployment(t).Spec.Template.Spec.Containers[0]
+	setting := func(name string) int64 {
+		v, ok := defaults[name]
+		for _, e := range c.Env {
+			if e.Name == name {
+				v, ok = e.Value, true
+			}
+		}
+		if !ok {
+			t.Fatalf("no default for %s in the README's settings table and none in deployment.yaml", name)
+		}
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			t.Fatalf("%s = %q: %v", name, v, err)
+		}
+		return n
+	}
+	limit, request := c.Resources.Limits.Memory(), c.Resources.Requests.Memory()
+	if limit.IsZero() || request.IsZero() {
+		t.Fatalf("deployment.yaml: memory request %v and limit %v must both be set", request, limit)
+	}
+	if request.Cmp(*limit) > 0 {
+		t.Errorf("memory request %v above the limit %v", request, limit)
+	}
+	body := setting("EDIHUB_MAX_BODY_BYTES")
+	decompressed := setting("EDIHUB_MAX_DECOMPRESSED_BYTES")
+	if decompressed == 0 {
+		decompressed = 4 * body
+	}
+	goLimit := limit.Value() * 85 / 100
+	budget := setting("EDIHUB_MAX_IN_FLIGHT_BYTES")
+	if budget == 0 {
+		budget = max(goLimit/2, body+decompressed)
+	}
+	const baseline = 128 << 20 // the process without traffic: runtime, pools, caches
+	t.Logf("memory limit %v: Go memory limit %d MiB, in-flight budget %d MiB, baseline %d MiB",
+		limit, goLimit>>20, budget>>20, baseline>>20)
+	if budget+baseline > goLimit {
+		t.Errorf("in-flight budget %d MiB + baseline %d MiB exceed the Go memory limit %d MiB (85%% of %v): raise the memory limit or lower EDIHUB_MAX_BODY_BYTES / EDIHUB_MAX_DECOMPRESSED_BYTES / EDIHUB_MAX_IN_FLIGHT_BYTES",
+			budget>>20, baseline>>20, goLimit>>20, limit)
 	}
 }
