@@ -352,7 +352,7 @@ func (h *handler) list(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	mq := postgres.MessageQuery{Partner: q.Get("partner"), Status: q.Get("status"), Limit: DefaultLimit}
+	mq := postgres.MessageQuery{Partner: q.Get("partner"), Status: q.Get("status")}
 	switch d := q.Get("direction"); d {
 	case "", "inbound", "outbound":
 		mq.Direction = d
@@ -375,21 +375,9 @@ func (h *handler) list(w http.ResponseWriter, r *http.Request) {
 		}
 		*p.dst = t
 	}
-	if v := q.Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > MaxLimit {
-			writeError(w, http.StatusBadRequest, "limit", fmt.Sprintf("limit %q: want a whole number from 1 to %d", v, MaxLimit))
-			return
-		}
-		mq.Limit = n
-	}
-	if v := q.Get("cursor"); v != "" {
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || n < 1 {
-			writeError(w, http.StatusBadRequest, "cursor", fmt.Sprintf("cursor %q: use the next_cursor of the previous page", v))
-			return
-		}
-		mq.Before = n
+	var ok bool
+	if mq.Limit, mq.Before, ok = page(w, r); !ok {
+		return
 	}
 	limit := mq.Limit
 	mq.Limit++ // one more tells whether a next page exists
@@ -551,7 +539,7 @@ func (h *handler) mdns(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	iq := postgres.InboxQuery{Limit: DefaultLimit}
+	iq := postgres.InboxQuery{}
 	switch st := q.Get("state"); st {
 	case "", postgres.InboxPending, postgres.InboxProcessed, postgres.InboxOrphan:
 		iq.State = st
@@ -559,21 +547,9 @@ func (h *handler) mdns(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "state", fmt.Sprintf("state %q: want pending, processed or orphan", st))
 		return
 	}
-	if v := q.Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > MaxLimit {
-			writeError(w, http.StatusBadRequest, "limit", fmt.Sprintf("limit %q: want a whole number from 1 to %d", v, MaxLimit))
-			return
-		}
-		iq.Limit = n
-	}
-	if v := q.Get("cursor"); v != "" {
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || n < 1 {
-			writeError(w, http.StatusBadRequest, "cursor", fmt.Sprintf("cursor %q: use the next_cursor of the previous page", v))
-			return
-		}
-		iq.Before = n
+	var ok bool
+	if iq.Limit, iq.Before, ok = page(w, r); !ok {
+		return
 	}
 	limit := iq.Limit
 	iq.Limit++ // one more tells whether a next page exists
@@ -665,4 +641,29 @@ func (h *handler) report(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Vary", "Accept")
 	w.WriteHeader(http.StatusOK)
 	_, _ = w.Write(b)
+}
+
+// page reads the limit (default DefaultLimit, at most MaxLimit) and cursor
+// (an id: the page holds smaller ones) of a listing that pages by id,
+// newest first. ok is false when it answered 400 naming the parameter.
+func page(w http.ResponseWriter, r *http.Request) (limit int, before int64, ok bool) {
+	q := r.URL.Query()
+	limit = DefaultLimit
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > MaxLimit {
+			writeError(w, http.StatusBadRequest, "limit", fmt.Sprintf("limit %q: want a whole number from 1 to %d", v, MaxLimit))
+			return 0, 0, false
+		}
+		limit = n
+	}
+	if v := q.Get("cursor"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 1 {
+			writeError(w, http.StatusBadRequest, "cursor", fmt.Sprintf("cursor %q: use the next_cursor of the previous page", v))
+			return 0, 0, false
+		}
+		before = n
+	}
+	return limit, before, true
 }
