@@ -473,6 +473,7 @@ UPDATE messages SET status = 'queued', error = '', disposition = '', mdn_overdue
 // reason) otherwise, also when its sent bytes are no longer stored;
 // ErrMessageNotFound for an unknown id. It returns the message as queued.
 func (s *Store) ResendMessage(ctx context.Context, id int64) (MessageInfo, error) {
+	var m MessageInfo
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		var dir, status string
 		var overdue bool
@@ -495,12 +496,15 @@ func (s *Store) ResendMessage(ctx context.Context, id int64) (MessageInfo, error
 			}
 			return err
 		}
-		return nil
+		// The message as queued again, read before the commit: a
+		// dispatcher woken by it may send it at once.
+		m, err = scanMessage(tx.QueryRow(ctx, `SELECT `+messageColumns+` FROM messages WHERE id = $1`, id))
+		return err
 	})
 	if err != nil {
 		return MessageInfo{}, fmt.Errorf("resend message %d: %w", id, err)
 	}
-	return s.Message(ctx, id)
+	return m, nil
 }
 
 // InboxMDNInfo is an inbox MDN as the API lists it.
