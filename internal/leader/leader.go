@@ -759,8 +759,12 @@ loop:
 	}
 	e.transition(false, 0, "")
 	if release {
-		e.releaseLease(ctx, log, token)
+		// Logged before the release: the workers have stopped, and a
+		// follower may take the lease and log its new term the moment it
+		// is released, so this line must come first to keep the logs in
+		// the order things happened. A failed release is logged after it.
 		log.Info("released", zap.String("reason", reason))
+		e.releaseLease(ctx, log, token)
 	} else {
 		log.Warn("lost leadership", zap.String("reason", reason))
 	}
