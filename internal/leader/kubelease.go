@@ -115,19 +115,23 @@ func (l *kubeLease) clock() time.Time {
 // lease comes from a watch, whose events may lag.
 //
 // quorum marks a lease read from etcd itself (a Get, or the reply to our
-// write): it is the truth. When its resourceVersion is below one seen
-// before, etcd went back in time (restored from a snapshot, or the API
-// server now talks to another etcd): the lease is taken as it is now, as
-// if first seen now, and the regression is logged as an error with the
-// remedy, so that election resumes instead of ignoring every read.
-func (l *kubeLease) observe(lease *coordinationv1.Lease, quorum bool) (seen time.Time, older bool) {
+// write): it is the truth at the moment it was served. before is the
+// newest version this replica had seen when it sent that request
+// (knownRV). When the lease's version is below before, etcd went back in
+// time (restored from a snapshot, or the API server now talks to another
+// etcd): the lease is taken as it is now, as if first seen now, and the
+// regression is logged as an error with the remedy, so that election
+// resumes instead of ignoring every read. A version below one seen only
+// while the request was in flight is no regression: a watch event of a
+// later write overtook the reply, and the reply is older.
+func (l *kubeLease) observe(lease *coordinationv1.Lease, quorum bool, before string) (seen time.Time, older bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	rv := lease.ResourceVersion
 	if l.observedRV != "" {
 		c, err := resourceversion.CompareResourceVersion(rv, l.observedRV)
 		if err == nil && c < 0 {
-			if !quorum {
+			if !quorum || !below(rv, before) {
 				return l.observedTime, true
 			}
 			l.log.Error("the Lease's resourceVersion went backwards: etcd was restored from a snapshot or the API server uses another etcd; taking the Lease as it is now",
@@ -144,6 +148,24 @@ func (l *kubeLease) observe(lease *coordinationv1.Lease, quorum bool) (seen time
 	l.observedHolder = holderOf(lease)
 	l.observedTime = l.clock()
 	return l.observedTime, false
+}
+
+// knownRV is the newest resourceVersion of the Lease seen so far; a
+// request's before (see observe).
+func (l *kubeLease) knownRV() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.observedRV
+}
+
+// below reports whether resourceVersion rv is below before ("" is below
+// nothing).
+func below(rv, before string) bool {
+	if before == "" {
+		return false
+	}
+	c, err := resourceversion.CompareResourceVersion(rv, before)
+	return err == nil && c < 0
 }
 
 func holderOf(lease *coordinationv1.Lease) string {
@@ -195,6 +217,7 @@ func (l *kubeLease) tryAcquire(ctx context.Context) (attempt, error) {
 	l.ours = nil // a new term needs a new write
 	l.mu.Unlock()
 
+	before := l.knownRV()
 	lease, err := l.leases.Get(ctx, l.name, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
@@ -209,12 +232,12 @@ func (l *kubeLease) tryAcquire(ctx context.Context) (attempt, error) {
 		if err != nil {
 			return attempt{}, fmt.Errorf("create lease: %w", err)
 		}
-		return l.won(ctx, created)
+		return l.won(ctx, created, before)
 	case err != nil:
 		return attempt{}, fmt.Errorf("get lease: %w", err)
 	}
 
-	seen, _ := l.observe(lease, true)
+	seen, _ := l.observe(lease, true, before)
 	rec := rl.LeaseSpecToLeaderElectionRecord(&lease.Spec)
 	if rec.HolderIdentity != "" && rec.HolderIdentity != l.identity {
 		expires := seen.Add(time.Duration(rec.LeaseDurationSeconds) * time.Second)
@@ -236,14 +259,14 @@ func (l *kubeLease) tryAcquire(ctx context.Context) (attempt, error) {
 	if err != nil {
 		return attempt{}, fmt.Errorf("update lease: %w", err)
 	}
-	return l.won(ctx, updated)
+	return l.won(ctx, updated, before)
 }
 
 // won records the Lease our acquiring write returned; its resourceVersion
 // is the term's token. When it cannot be one, won releases the Lease at
 // once and returns an error wrapping ErrUnusableToken and errFatal.
-func (l *kubeLease) won(ctx context.Context, lease *coordinationv1.Lease) (attempt, error) {
-	l.observe(lease, true)
+func (l *kubeLease) won(ctx context.Context, lease *coordinationv1.Lease, before string) (attempt, error) {
+	l.observe(lease, true, before)
 	l.mu.Lock()
 	l.ours = lease
 	l.oursAcquireTimeRFC = acquireTimeOf(lease)
@@ -314,10 +337,11 @@ func (l *kubeLease) write(ctx context.Context, fn func(rec *rl.LeaderElectionRec
 		rec := rl.LeaseSpecToLeaderElectionRecord(&lease.Spec)
 		fn(rec)
 		setRecord(&lease.Spec, rec)
+		before := l.knownRV()
 		updated, err := l.leases.Update(ctx, lease, metav1.UpdateOptions{})
 		switch {
 		case err == nil:
-			l.observe(updated, true)
+			l.observe(updated, true, before)
 			l.mu.Lock()
 			l.ours = updated
 			l.mu.Unlock()
@@ -327,6 +351,7 @@ func (l *kubeLease) write(ctx context.Context, fn func(rec *rl.LeaderElectionRec
 		case !apierrors.IsConflict(err) || try > 0:
 			return err
 		}
+		before = l.knownRV()
 		fresh, err := l.leases.Get(ctx, l.name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			return fmt.Errorf("%w: the Lease was deleted", errLost)
@@ -334,7 +359,7 @@ func (l *kubeLease) write(ctx context.Context, fn func(rec *rl.LeaderElectionRec
 		if err != nil {
 			return err
 		}
-		l.observe(fresh, true)
+		l.observe(fresh, true, before)
 		if !l.stillOurs(fresh) {
 			return fmt.Errorf("%w: now held by %q", errLost, holderOf(fresh))
 		}
@@ -413,7 +438,7 @@ func (l *kubeLease) follow(ctx context.Context, w watch.Interface, changed func(
 				l.mu.Lock()
 				before := l.observedHolder
 				l.mu.Unlock()
-				_, older := l.observe(lease, false)
+				_, older := l.observe(lease, false, "")
 				if h := holderOf(lease); older || h == "" || h != before {
 					// older: etcd may have gone back in time; a Get
 					// (a quorum read) will tell.

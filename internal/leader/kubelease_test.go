@@ -461,3 +461,36 @@ func TestServerVersionIsChecked(t *testing.T) {
 		})
 	}
 }
+
+// TestObserveOvertakenReplyIsNoRegression: a reply to a Get or a write is
+// the truth when it was served, but a watch event of a later write may be
+// processed before it. A reply below a version seen only while the request
+// was in flight is older, not an etcd restore; one below what was known
+// when the request was sent is (logged as an error, taken as the truth).
+func TestObserveOvertakenReplyIsNoRegression(t *testing.T) {
+	core, logs := observer.New(zap.ErrorLevel)
+	l := &kubeLease{log: zap.New(core)}
+	at := func(rv string) *coordinationv1.Lease {
+		return &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "edihub-leader", ResourceVersion: rv}}
+	}
+	l.observe(at("203"), true, "")
+	before := l.knownRV()                                       // a Get is sent now...
+	l.observe(at("204"), false, "")                             // ...a watch event of the next write arrives...
+	if _, older := l.observe(at("203"), true, before); !older { // ...then the Get's reply
+		t.Errorf("a reply overtaken by a watch event was taken as new")
+	}
+	if n := logs.Len(); n != 0 {
+		t.Fatalf("%d error lines for an overtaken reply, want none: %v", n, logs.All()[0].Message)
+	}
+	if got := l.knownRV(); got != "204" {
+		t.Errorf("known resourceVersion %s after an overtaken reply, want 204", got)
+	}
+	// etcd restored: a Get sent after 204 was seen answers 150.
+	before = l.knownRV()
+	if _, older := l.observe(at("150"), true, before); older {
+		t.Errorf("a restored Lease was ignored as older")
+	}
+	if logs.Len() != 1 || l.knownRV() != "150" {
+		t.Errorf("after a regression: %d error lines, known %s; want 1 and 150", logs.Len(), l.knownRV())
+	}
+}

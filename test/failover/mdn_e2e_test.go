@@ -178,6 +178,7 @@ partners:
     mdn: async
     mdn_signed: true
     timeout: 5s
+    allow_private_mdn_targets: true # everything runs on 127.0.0.1
 `, proxy.URL(), e2ePartner, partnerHTTP),
 		// The partner station: it answers as the hub's request says
 		// (Receipt-Delivery-Option), from its own outbox.
@@ -191,6 +192,7 @@ partners:
     mdn: sync
     mdn_signed: true
     timeout: 5s
+    allow_private_mdn_targets: true # the hub's MDN URL is on 127.0.0.1
 `, e2ePartner, proxy.URL()),
 	}
 	for name, data := range files {
