@@ -35,7 +35,7 @@ controlplane:
 bench:
 	$(GO) run ./test/bench
 
-## failover-report: measure failover against real replicas, kube-apiserver and PostgreSQL (>= 10 trials each, both backends, about 8 minutes) and print the tables with their targets
+## failover-report: measure failover against real replicas, kube-apiserver and PostgreSQL (>= 10 trials each, both backends, about 10 minutes) and print the tables with their targets
 failover-report:
 	@scripts/deps.sh
 	@scripts/controlplane-build.sh
