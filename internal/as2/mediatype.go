@@ -20,6 +20,9 @@ func ParseMediaType(v string) (string, map[string]string) {
 		return "", nil
 	}
 	if mt, params, err := mime.ParseMediaType(v); err == nil {
+		// mime accepts an RFC 2231 continuation without a name
+		// ("*0=x"): a parameter named "" is junk here, as below.
+		delete(params, "")
 		return mt, params
 	}
 	t, rest, _ := strings.Cut(v, ";")

@@ -83,6 +83,7 @@ func FuzzParseMediaType(f *testing.F) {
 			}
 		}
 		if smt, sparams, err := mime.ParseMediaType(v); err == nil {
+			delete(sparams, "") // junk: a continuation without a name ("*0=x")
 			if smt != mt || !cmp.Equal(sparams, params) {
 				t.Fatalf("ParseMediaType(%q) = %q %v, mime.ParseMediaType = %q %v", v, mt, params, smt, sparams)
 			}
