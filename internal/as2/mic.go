@@ -26,6 +26,31 @@ func ComputeMIC(alg crypto.Hash, b []byte) MIC {
 	return MIC{Alg: alg, Digest: h.Sum(nil)}
 }
 
+// MICAlgorithms are the MIC algorithms edihub computes and accepts, in
+// the order RFC 5751 names them.
+var MICAlgorithms = []crypto.Hash{crypto.SHA1, crypto.SHA224, crypto.SHA256, crypto.SHA384, crypto.SHA512}
+
+// ComputeMICs digests b with every algorithm of MICAlgorithms, in that
+// order. (One pass in cache-sized blocks measured no faster than five.)
+func ComputeMICs(b []byte) []MIC {
+	mics := make([]MIC, len(MICAlgorithms))
+	for i, alg := range MICAlgorithms {
+		mics[i] = ComputeMIC(alg, b)
+	}
+	return mics
+}
+
+// FindMIC returns the MIC of mics computed with alg; ok is false when
+// none is.
+func FindMIC(mics []MIC, alg crypto.Hash) (m MIC, ok bool) {
+	for _, m := range mics {
+		if m.Alg == alg {
+			return m, true
+		}
+	}
+	return MIC{}, false
+}
+
 // String returns the Received-content-MIC form: "base64, sha-256".
 func (m MIC) String() string {
 	if m.Alg == 0 {

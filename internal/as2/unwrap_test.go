@@ -354,3 +354,67 @@ func TestSignMultipartOpenSSL(t *testing.T) {
 		t.Errorf("VerifyMultipartSigned(wrong cert) disposition = %q, want authentication-failed", as2.Disposition(err))
 	}
 }
+
+// TestWrapMICs checks the MIC Wrap computes in every supported algorithm
+// against the receiver's: for each layering and each algorithm, Unwrap
+// asked for that algorithm (signed-receipt-micalg) at the partner returns
+// the MIC Wrap stored for it. The MIC of an encrypted message cannot be
+// recomputed from the bytes sent, so these are what a partner's MDN in
+// another algorithm is checked against.
+func TestWrapMICs(t *testing.T) {
+	ids := openssltest.Keys(t)
+	payload := bytes.Repeat([]byte("ST*850*0001~BEG*00*SA*PO-1**20260101~\n"), 40)
+	sign := as2.WrapOptions{Sign: crypto.SHA256, SignerKey: ids.A.Key, SignerCert: ids.A.Cert}
+	with := func(o as2.WrapOptions, f func(*as2.WrapOptions)) as2.WrapOptions { f(&o); return o }
+	encrypt := func(o *as2.WrapOptions) { o.Encrypt, o.RecipientCert = cms.AES256CBC, ids.B.Cert }
+	tests := []struct {
+		name   string
+		opts   as2.WrapOptions
+		scope  as2.MICScope
+		layers string
+	}{
+		{"plain", as2.WrapOptions{}, as2.MICContentOnly, "[]"},
+		{"plain, MIC with headers", as2.WrapOptions{UnsignedMIC: as2.MICWithHeaders}, as2.MICWithHeaders, "[]"},
+		{"compressed", as2.WrapOptions{Compress: as2.CompressBeforeSigning}, as2.MICContentOnly, "[compressed]"},
+		{"signed", sign, 0, "[signed]"},
+		{"signed SHA-1", with(sign, func(o *as2.WrapOptions) { o.Sign = crypto.SHA1 }), 0, "[signed]"},
+		{"compressed, signed", with(sign, func(o *as2.WrapOptions) { o.Compress = as2.CompressBeforeSigning }), 0, "[signed compressed]"},
+		{"signed, compressed", with(sign, func(o *as2.WrapOptions) { o.Compress = as2.CompressAfterSigning }), 0, "[compressed signed]"},
+		{"encrypted", with(as2.WrapOptions{}, encrypt), 0, "[encrypted]"},
+		{"encrypted, asked SHA-512", with(as2.WrapOptions{MICAlg: crypto.SHA512}, encrypt), 0, "[encrypted]"},
+		{"signed, encrypted", with(sign, encrypt), 0, "[encrypted signed]"},
+		{"compressed, signed, encrypted, base64", with(sign, func(o *as2.WrapOptions) {
+			encrypt(o)
+			o.Compress, o.TransferEncoding = as2.CompressBeforeSigning, as2.Base64
+		}), 0, "[encrypted signed compressed]"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			w, err := as2.Wrap(payload, "application/EDI-X12", "po.x12", tt.opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(w.MICs) != len(as2.MICAlgorithms) {
+				t.Fatalf("Wrap().MICs = %v, want one per algorithm of %v", w.MICs, as2.MICAlgorithms)
+			}
+			if m, ok := as2.FindMIC(w.MICs, w.MIC.Alg); !ok || !m.Equal(w.MIC) {
+				t.Errorf("Wrap().MICs lack its MIC %v: %v", w.MIC, w.MICs)
+			}
+			for _, alg := range as2.MICAlgorithms {
+				o := stationOpts(ids)
+				o.MICAlgs, o.UnsignedMIC = []crypto.Hash{alg}, tt.scope
+				got, err := as2.Unwrap(w.Header, bytes.Clone(w.Body), o)
+				if err != nil {
+					t.Fatalf("Unwrap() error = %v", err)
+				}
+				if fmt.Sprint(got.Layers) != tt.layers {
+					t.Fatalf("Unwrap().Layers = %v, want %s", got.Layers, tt.layers)
+				}
+				want, _ := as2.FindMIC(w.MICs, alg)
+				if !got.MIC.Equal(want) {
+					t.Errorf("%s: receiver's MIC = %v, Wrap().MICs has %v", as2.MICAlgName(alg), got.MIC, want)
+				}
+			}
+		})
+	}
+}

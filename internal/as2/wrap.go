@@ -90,6 +90,11 @@ type Wrapped struct {
 	Body []byte
 	// MIC is the MIC the partner's MDN must return.
 	MIC MIC
+	// MICs is the MIC in every algorithm of MICAlgorithms, over the same
+	// bytes as MIC: a partner may answer in another supported algorithm
+	// than the one asked for, and an encrypted message's MIC cannot be
+	// recomputed from the bytes sent.
+	MICs []MIC
 }
 
 var randReader = rand.Reader
@@ -142,7 +147,9 @@ func Wrap(payload []byte, contentType, filename string, opts WrapOptions) (*Wrap
 	}
 	payloadEntity := ent
 
-	var mic MIC
+	// micBytes is what the MIC covers, micHash the algorithm asked for.
+	var micBytes []byte
+	micHash := micAlg
 	var compressedSrc []byte
 	compress := func(p part) (part, error) {
 		src := p.bytes()
@@ -172,7 +179,7 @@ func Wrap(payload []byte, contentType, filename string, opts WrapOptions) (*Wrap
 		if err != nil {
 			return nil, fmt.Errorf("wrap: %w", err)
 		}
-		mic = ComputeMIC(opts.Sign, signed)
+		micBytes, micHash = signed, opts.Sign
 		if ent, err = multipartSigned(signed, sig, opts.Sign, rnd); err != nil {
 			return nil, err
 		}
@@ -194,7 +201,7 @@ func Wrap(payload []byte, contentType, filename string, opts WrapOptions) (*Wrap
 			return nil, fmt.Errorf("wrap: %w", err)
 		}
 		if opts.Sign == 0 {
-			mic = ComputeMIC(micAlg, plain)
+			micBytes = plain
 		}
 		smimeType := "enveloped-data"
 		if opts.Encrypt == cms.AES128GCM || opts.Encrypt == cms.AES256GCM {
@@ -202,15 +209,20 @@ func Wrap(payload []byte, contentType, filename string, opts WrapOptions) (*Wrap
 		}
 		ent = smimePart(smimeType, "smime.p7m", der, te)
 	}
-	if mic.IsZero() {
+	if micBytes == nil {
 		switch {
 		case opts.UnsignedMIC == MICContentOnly:
-			mic = ComputeMIC(micAlg, payload)
+			micBytes = payload
 		case compressedSrc != nil:
-			mic = ComputeMIC(micAlg, compressedSrc)
+			micBytes = compressedSrc
 		default:
-			mic = ComputeMIC(micAlg, payloadEntity.bytes())
+			micBytes = payloadEntity.bytes()
 		}
+	}
+	mics := ComputeMICs(micBytes)
+	mic, ok := FindMIC(mics, micHash)
+	if !ok {
+		mic = ComputeMIC(micHash, micBytes)
 	}
 	h := http.Header{"Mime-Version": {"1.0"}}
 	for _, f := range ent.header {
@@ -224,7 +236,7 @@ func Wrap(payload []byte, contentType, filename string, opts WrapOptions) (*Wrap
 		// covers exactly the fields sent.
 		h.Set("Content-Transfer-Encoding", te)
 	}
-	return &Wrapped{Header: h, Body: ent.body, MIC: mic}, nil
+	return &Wrapped{Header: h, Body: ent.body, MIC: mic, MICs: mics}, nil
 }
 
 func smimePart(smimeType, name string, der []byte, te string) part {

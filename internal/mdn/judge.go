@@ -33,14 +33,19 @@ type Expectation struct {
 	// MIC is the MIC computed when the message was built, in
 	// Received-content-MIC form ("base64, sha-256").
 	MIC string
+	// MICs is the message's MIC in every supported algorithm, in the same
+	// form, computed when it was built (as2.Wrapped.MICs): a partner may
+	// answer with another supported algorithm than the one asked for.
+	MICs []string
 	// SignedReceipt reports that the message asked for a signed receipt.
 	SignedReceipt bool
 	// Recompute, when set, computes the message's MIC with another
-	// algorithm from the bytes sent, for partners that answer with
-	// another supported algorithm than the one asked for. It returns an
-	// error when the stored bytes do not allow it (an encrypted message:
-	// the MIC covers the content before encryption to the partner's key);
-	// the MIC is then compared as returned, and does not match.
+	// algorithm from the bytes sent; it is used only when MICs lacks the
+	// partner's algorithm (a message built before MICs were stored). It
+	// returns an error when the stored bytes do not allow it (an
+	// encrypted message: the MIC covers the content before encryption to
+	// the partner's key); the MIC is then compared as returned, and does
+	// not match.
 	Recompute func(alg crypto.Hash) (as2.MIC, error)
 }
 
@@ -64,7 +69,8 @@ type Verdict struct {
 // required in signed receipts and optional in unsigned ones (RFC 4130
 // §7.4.3): an unsigned MDN without MIC for a message that asked for no
 // signed receipt is a delivery with the MIC unverified. The returned MIC
-// is compared tolerant of format, never of value.
+// is compared tolerant of format, never of value, with the MIC in the
+// algorithm the partner used.
 //
 // Judge does not check that a signed receipt was returned when one was
 // asked for: Parse does (ParseOptions.RequireSigned), and the callers
@@ -97,9 +103,13 @@ func Judge(m *MDN, e Expectation) Verdict {
 		v.Err = fmt.Errorf("%w: MDN returned %q: %w", ErrMICMismatch, m.MIC, err)
 		return v
 	}
-	if got.Alg != want.Alg && e.Recompute != nil {
-		if w, err := e.Recompute(got.Alg); err == nil {
+	if got.Alg != want.Alg {
+		if w, ok := storedMIC(e.MICs, got.Alg); ok {
 			want = w
+		} else if e.Recompute != nil {
+			if w, err := e.Recompute(got.Alg); err == nil {
+				want = w
+			}
 		}
 	}
 	if !got.Equal(want) {
@@ -108,6 +118,17 @@ func Judge(m *MDN, e Expectation) Verdict {
 	}
 	v.Delivered, v.MICVerified = true, true
 	return v
+}
+
+// storedMIC returns the MIC of mics (Received-content-MIC form) computed
+// with alg.
+func storedMIC(mics []string, alg crypto.Hash) (as2.MIC, bool) {
+	for _, s := range mics {
+		if m, err := as2.ParseMIC(s); err == nil && m.Alg == alg {
+			return m, true
+		}
+	}
+	return as2.MIC{}, false
 }
 
 // SameMessageID compares Message-IDs byte-exact, forgiving only the angle

@@ -16,6 +16,10 @@ func TestJudge(t *testing.T) {
 	other := as2.ComputeMIC(crypto.SHA512, []byte("the signed part"))
 	recompute := func(alg crypto.Hash) (as2.MIC, error) { return as2.ComputeMIC(alg, []byte("the signed part")), nil }
 	cannot := func(crypto.Hash) (as2.MIC, error) { return as2.MIC{}, errors.New("encrypted") }
+	var stored []string // every algorithm, as the outbox stores them
+	for _, m := range as2.ComputeMICs([]byte("the signed part")) {
+		stored = append(stored, m.String())
+	}
 	const id = "<m1@edihub>"
 	tests := []struct {
 		name         string
@@ -37,6 +41,9 @@ func TestJudge(t *testing.T) {
 		{name: "other algorithm, recomputed", give: report(id, mdn.Processed(), other.String(), true), want: mdn.Expectation{MessageID: id, MIC: sent.String(), Recompute: recompute}, wantVerified: true},
 		{name: "other algorithm, not recomputable", give: report(id, mdn.Processed(), other.String(), true), want: mdn.Expectation{MessageID: id, MIC: sent.String(), Recompute: cannot}, wantErr: mdn.ErrMICMismatch},
 		{name: "other algorithm, no recompute", give: report(id, mdn.Processed(), other.String(), true), want: mdn.Expectation{MessageID: id, MIC: sent.String()}, wantErr: mdn.ErrMICMismatch},
+		{name: "other algorithm, stored", give: report(id, mdn.Processed(), other.String(), true), want: mdn.Expectation{MessageID: id, MIC: sent.String(), MICs: stored, Recompute: cannot}, wantVerified: true},
+		{name: "other algorithm, stored, wrong value", give: report(id, mdn.Processed(), as2.ComputeMIC(crypto.SHA384, []byte("x")).String(), true), want: mdn.Expectation{MessageID: id, MIC: sent.String(), MICs: stored}, wantErr: mdn.ErrMICMismatch},
+		{name: "other algorithm, not stored, recomputed", give: report(id, mdn.Processed(), other.String(), true), want: mdn.Expectation{MessageID: id, MIC: sent.String(), MICs: stored[:2], Recompute: recompute}, wantVerified: true},
 		{name: "other algorithm, wrong value", give: report(id, mdn.Processed(), as2.ComputeMIC(crypto.SHA512, []byte("x")).String(), true), want: mdn.Expectation{MessageID: id, MIC: sent.String(), Recompute: recompute}, wantErr: mdn.ErrMICMismatch},
 	}
 	for _, tt := range tests {

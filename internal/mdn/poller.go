@@ -389,6 +389,7 @@ func (p *Poller) judge(ctx context.Context, x *parsed, msgs map[postgres.Message
 	v := Judge(m, Expectation{
 		MessageID:     msg.MessageID,
 		MIC:           msg.MIC,
+		MICs:          msg.MICs,
 		SignedReceipt: msg.RequestedSignedReceipt,
 		Recompute: func(alg crypto.Hash) (as2.MIC, error) {
 			h, body, err := p.o.Store.SentBytes(ctx, msg.ID)

@@ -1,8 +1,10 @@
 package mdn_test
 
 import (
+	"bytes"
 	"context"
 	"crypto"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -22,6 +24,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/edihub/edihub/internal/as2"
+	"github.com/edihub/edihub/internal/as2/cms"
 	"github.com/edihub/edihub/internal/config"
 	"github.com/edihub/edihub/internal/leader"
 	"github.com/edihub/edihub/internal/mdn"
@@ -47,9 +50,11 @@ const (
 	stationID = "EDIHUB TEST"
 	lease     = "edihub-leader"
 	// signedPartner asks for signed receipts of signed messages; plainPartner
-	// sends unsigned and asks for unsigned receipts.
+	// sends unsigned and asks for unsigned receipts; securePartner signs
+	// and encrypts (the default profile) and asks for signed receipts.
 	signedPartner = "ACME CORP"
 	plainPartner  = "PLAIN"
+	securePartner = "SECURE CORP"
 )
 
 // partnerStation is a fake AS2 partner on a real listener that accepts
@@ -128,6 +133,7 @@ func newEnv(t testing.TB, o envOptions) *env {
 	}{
 		{signedPartner, []string{"sign: sha-256", "mdn: async", "mdn_signed: true"}},
 		{plainPartner, []string{"sign: none", "mdn: async", "mdn_signed: false"}},
+		{securePartner, []string{"sign: sha-256", "encrypt: aes256-cbc", "mdn: async", "mdn_signed: true"}},
 	} {
 		fmt.Fprintf(&b, "  - as2_id: %q\n    url: %q\n    certificate: %q\n", p.id, e.station.URL, ids.A.CertPath)
 		for _, l := range append(p.lines, o.extra...) {
@@ -344,23 +350,32 @@ func (e *env) runPoller(p *mdn.Poller, f postgres.Fence) {
 	background(e.t, "poller", func(ctx context.Context) error { return p.Run(leader.WithFence(ctx, f)) })
 }
 
-// micOf returns the MIC of message m's signed part in alg, after checking
-// that its SHA-256 MIC is the one stored (which the outbox tests check
-// against openssl's digest).
+// micOf returns the MIC of message m in alg as the partner computes it:
+// the bytes sent, decrypted with the partner's key, unwrapped asking for
+// alg (signed-receipt-micalg). It first checks that the partner's SHA-256
+// MIC is the one stored (which the outbox tests check against openssl's
+// digest).
 func (e *env) micOf(m postgres.MessageInfo, alg crypto.Hash) string {
 	e.t.Helper()
 	h, body, err := e.st.SentBytes(context.Background(), m.ID)
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	top, err := as2.ParseEntity(append([]byte("Content-Type: "+h.Get("Content-Type")+"\r\n\r\n"), body...), as2.Limits{})
-	if err != nil || len(top.Parts) < 2 {
-		e.t.Fatalf("sent message %d is not multipart/signed: %v", m.ID, err)
+	partnerMIC := func(alg crypto.Hash) as2.MIC {
+		u, err := as2.Unwrap(h, bytes.Clone(body), as2.UnwrapOptions{
+			Keys:         []cms.Recipient{{Cert: e.ids.A.Cert, Key: e.ids.A.Key.(crypto.Decrypter)}},
+			PartnerCerts: []*x509.Certificate{e.ids.B.Cert},
+			MICAlgs:      []crypto.Hash{alg},
+		})
+		if err != nil {
+			e.t.Fatalf("the partner cannot unwrap message %d: %v", m.ID, err)
+		}
+		return u.MIC
 	}
-	if got := as2.ComputeMIC(crypto.SHA256, top.Parts[0].Raw).String(); got != m.MIC {
-		e.t.Fatalf("SHA-256 of the signed part = %q, stored MIC %q", got, m.MIC)
+	if got := partnerMIC(crypto.SHA256).String(); got != m.MIC {
+		e.t.Fatalf("partner's SHA-256 MIC of message %d = %q, stored MIC %q", m.ID, got, m.MIC)
 	}
-	return as2.ComputeMIC(alg, top.Parts[0].Raw).String()
+	return partnerMIC(alg).String()
 }
 
 // TestPollerDispositions sends a message per case, stores the MDN the case
@@ -392,6 +407,27 @@ func TestPollerDispositions(t *testing.T) {
 				return mdnOpts{id: m.MessageID, mic: e.micOf(m, crypto.SHA512), signer: e.ids.A}
 			},
 			want: want{state: postgres.InboxProcessed, status: "delivered", micVerified: &yes},
+		},
+		{
+			name: "signed and encrypted, MIC in SHA-384", partner: securePartner,
+			mdn: func(m postgres.MessageInfo) mdnOpts {
+				return mdnOpts{id: m.MessageID, mic: e.micOf(m, crypto.SHA384), signer: e.ids.A}
+			},
+			want: want{state: postgres.InboxProcessed, status: "delivered", micVerified: &yes},
+		},
+		{
+			name: "signed and encrypted, MIC in SHA-1", partner: securePartner,
+			mdn: func(m postgres.MessageInfo) mdnOpts {
+				return mdnOpts{id: m.MessageID, mic: e.micOf(m, crypto.SHA1), signer: e.ids.A}
+			},
+			want: want{state: postgres.InboxProcessed, status: "delivered", micVerified: &yes},
+		},
+		{
+			name: "signed and encrypted, wrong MIC in SHA-384", partner: securePartner,
+			mdn: func(m postgres.MessageInfo) mdnOpts {
+				return mdnOpts{id: m.MessageID, mic: as2.ComputeMIC(crypto.SHA384, []byte("something else")).String(), signer: e.ids.A}
+			},
+			want: want{state: postgres.InboxProcessed, status: "failed", errText: "MIC mismatch"},
 		},
 		{
 			name: "Original-Message-ID without brackets", partner: signedPartner,
@@ -531,7 +567,7 @@ func TestPollerDispositions(t *testing.T) {
 			orphans++
 		}
 	}
-	for _, p := range []string{signedPartner, plainPartner, "unknown"} {
+	for _, p := range []string{signedPartner, plainPartner, securePartner, "unknown"} {
 		for _, r := range []string{mdn.ResultDelivered, mdn.ResultFailed, mdn.ResultOrphan} {
 			total += gaugeValue(t, reg, "edihub_mdn_processed_total", map[string]string{"partner": p, "result": r})
 		}

@@ -154,6 +154,9 @@ func build(st *config.Station, p *config.Partner, src postgres.OutboundSource, n
 	b.Body = w.Body
 	b.MIC = w.MIC.String()
 	b.MICAlg = as2.MICAlgName(w.MIC.Alg)
+	for _, m := range w.MICs {
+		b.MICs = append(b.MICs, m.String())
+	}
 	b.Signed = opts.Sign != 0
 	b.Encrypted = opts.Encrypt != 0
 	b.Compressed = opts.Compress != as2.CompressNone

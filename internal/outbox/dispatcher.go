@@ -391,7 +391,7 @@ func (d *Dispatcher) buildItem(ctx context.Context, it *postgres.OutboxItem, p *
 	if err := d.o.Store.SaveOutboundBuild(ctx, *it, b); err != nil {
 		return err
 	}
-	it.Headers, it.Body, it.MIC, it.MICAlg = b.Headers, b.Body, b.MIC, b.MICAlg
+	it.Headers, it.Body, it.MIC, it.MICAlg, it.MICs = b.Headers, b.Body, b.MIC, b.MICAlg, b.MICs
 	return nil
 }
 
@@ -510,6 +510,7 @@ func (d *Dispatcher) judgeMDN(a *attempt, it postgres.OutboxItem, p *config.Part
 	v := mdn.Judge(m, mdn.Expectation{
 		MessageID:     first(it.Headers, "Message-ID"),
 		MIC:           it.MIC,
+		MICs:          it.MICs,
 		SignedReceipt: wantSigned,
 		Recompute: func(alg crypto.Hash) (as2.MIC, error) {
 			return mdn.RecomputeMIC(it.Headers, it.Body, alg, isEnveloped(it.Headers), d.o.Limits)

@@ -1,8 +1,10 @@
 package outbox_test
 
 import (
+	"bytes"
 	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/edihub/edihub/internal/mdn"
@@ -52,6 +54,71 @@ func TestDispatchUnsignedMIC(t *testing.T) {
 			// EDIINT-Features names only what edihub supports.
 			if features != "AS2-Reliability" {
 				t.Errorf("EDIINT-Features = %q, want %q", features, "AS2-Reliability")
+			}
+		})
+	}
+}
+
+// TestDispatchMICInOtherAlgorithm: a partner may return the MIC in another
+// supported algorithm than the one asked for. The MIC is then checked
+// against the one computed in that algorithm when the message was built,
+// which is the only way for an encrypted message (its MIC covers the
+// content before encryption, which is not stored). The partner is openssl:
+// it decrypts, verifies and digests what the MIC covers with sha-384 or
+// sha-1 while sha-256 was asked for.
+func TestDispatchMICInOtherAlgorithm(t *testing.T) {
+	t.Parallel()
+	payload := []byte("ISA*00*other-mic-algorithm~\n")
+	for _, tt := range []struct {
+		name    string
+		profile []string
+		alg     string
+		wrong   bool
+		// retried: the first attempt gets a 503, so the second judges the
+		// MDN with the MICs read back from the outbox row.
+		retried bool
+	}{
+		{"signed, encrypted, sha-384", []string{"sign: sha-256", "encrypt: aes256-cbc", "mdn_signed: true"}, "sha-384", false, false},
+		{"signed, encrypted, sha-1", []string{"sign: sha-256", "encrypt: aes256-cbc", "mdn_signed: true"}, "sha-1", false, false},
+		{"encrypted, unsigned, sha-512", []string{"sign: none", "encrypt: aes128-cbc", "mdn_signed: true"}, "sha-512", false, false},
+		{"signed, compressed, encrypted, sha-384", []string{"sign: sha-256", "encrypt: aes256-cbc", "compress: true", "mdn_signed: true"}, "sha-384", false, false},
+		{"signed, encrypted, sha-512, second attempt", []string{"sign: sha-256", "encrypt: aes256-cbc", "mdn_signed: true"}, "sha-512", false, true},
+		{"signed, encrypted, wrong sha-384", []string{"sign: sha-256", "encrypt: aes256-cbc", "mdn_signed: true"}, "sha-384", true, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			st := pgtest.Store(t)
+			var returned string
+			partner := newPartner(t, func(n int, r request) (int, http.Header, []byte) {
+				if tt.retried && n == 1 {
+					return http.StatusServiceUnavailable, nil, nil
+				}
+				u := opensslUnpack(t, r, "sha-256")
+				covered := u.covered
+				if tt.wrong {
+					covered = append(bytes.Clone(covered), 'x')
+				}
+				returned = opensslMIC(t, t.TempDir(), covered, tt.alg) + ", " + tt.alg
+				return signedMDN(t, r, mdn.Processed(), returned, keys(t)["partner"])
+			})
+			cfg := loadConfig(t, partnerYAML{id: partnerID, url: partner.URL + "/as2", extra: append([]string{"mdn: sync"}, tt.profile...)})
+			q := enqueue(t, st, cfg, partnerID, payload, "application/EDI-X12", "")
+			startDispatcher(t, dispatcherOpts(t, st, cfg, "d1"))
+			m := waitStatus(t, st, q.ID, "delivered", "failed")
+			if tt.wrong {
+				if m.Status != "failed" || !strings.Contains(m.Error, "MIC mismatch") {
+					t.Errorf("status %q (error %q), want failed: MIC mismatch", m.Status, m.Error)
+				}
+				return
+			}
+			if m.Status != "delivered" || m.MICVerified == nil || !*m.MICVerified {
+				t.Errorf("status %q (error %q), mic_verified %v; want delivered with the %s MIC %q verified", m.Status, m.Error, m.MICVerified, tt.alg, returned)
+			}
+			if tt.retried && m.Attempts != 2 {
+				t.Errorf("attempts = %d, want 2 (a 503, then the MDN)", m.Attempts)
+			}
+			if !strings.HasSuffix(m.MIC, ", sha-256") {
+				t.Errorf("stored MIC %q, want the sha-256 one asked for", m.MIC)
 			}
 		})
 	}

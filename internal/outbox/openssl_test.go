@@ -21,6 +21,8 @@ type unpacked struct {
 	// mic is base64 of openssl's digest over the signed part (or, unsigned,
 	// over the decrypted entity); micAlg its RFC 5751 name.
 	mic, micAlg string
+	// covered are the bytes the MIC covers, for a MIC in another algorithm.
+	covered []byte
 }
 
 // entity is a MIME entity: header fields (lower-case names) and body.
@@ -92,7 +94,7 @@ func opensslUnpack(t testing.TB, r request, micAlg string) unpacked {
 			}
 			plain := opensslRun(t, nil, "cms", "-decrypt", "-inform", "DER", "-in", in, "-recip", k["partner"].certPath, "-inkey", k["partner"].keyPath, "-binary")
 			if !signed && u.mic == "" {
-				u.mic, u.micAlg = opensslMIC(t, dir, plain, micAlg), micAlg
+				u.mic, u.micAlg, u.covered = opensslMIC(t, dir, plain, micAlg), micAlg, plain
 			}
 			e = splitEntity(t, plain)
 		case mt == "application/pkcs7-mime" && strings.EqualFold(params["smime-type"], "compressed-data"):
@@ -128,7 +130,7 @@ func opensslUnpack(t testing.TB, r request, micAlg string) unpacked {
 			}
 			opensslRun(t, nil, "cms", "-verify", "-inform", "DER", "-in", sd, "-content", p1, "-binary", "-CAfile", k["station"].certPath, "-purpose", "any", "-out", os.DevNull)
 			if !signed {
-				u.mic, u.micAlg = opensslMIC(t, dir, part1, alg), alg
+				u.mic, u.micAlg, u.covered = opensslMIC(t, dir, part1, alg), alg, part1
 				signed = true
 			}
 			e = splitEntity(t, part1)

@@ -110,7 +110,10 @@ type AwaitedMessage struct {
 	MessageID string
 	Status    string
 	// MIC is the MIC computed when the message was built ("base64, alg").
-	MIC       string
+	MIC string
+	// MICs is the MIC in every supported algorithm; empty for a message
+	// built before they were stored.
+	MICs      []string
 	MDNMode   string
 	MDNSigned bool
 	Signed    bool
@@ -144,7 +147,7 @@ func (s *Store) OutboundMessages(ctx context.Context, keys []MessageKey) (map[Me
 		partners[i], ids[i] = k.Partner, k.MessageID
 	}
 	rows, err := s.pool.Query(ctx, `
-SELECT m.id, m.partner, m.message_id, m.status, m.mic, m.mdn_mode, m.mdn_signed, m.signed, m.encrypted,
+SELECT m.id, m.partner, m.message_id, m.status, m.mic, m.mics, m.mdn_mode, m.mdn_signed, m.signed, m.encrypted,
        CASE WHEN o.body IS NULL THEN m.mdn_signed ELSE o.headers ? 'Disposition-Notification-Options' END
   FROM messages m
   LEFT JOIN outbox o ON o.message_id = m.id AND o.kind = 'message'
@@ -155,7 +158,7 @@ SELECT m.id, m.partner, m.message_id, m.status, m.mic, m.mdn_mode, m.mdn_signed,
 	}
 	ms, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (AwaitedMessage, error) {
 		var m AwaitedMessage
-		err := r.Scan(&m.ID, &m.Partner, &m.MessageID, &m.Status, &m.MIC, &m.MDNMode, &m.MDNSigned, &m.Signed,
+		err := r.Scan(&m.ID, &m.Partner, &m.MessageID, &m.Status, &m.MIC, &m.MICs, &m.MDNMode, &m.MDNSigned, &m.Signed,
 			&m.Encrypted, &m.RequestedSignedReceipt)
 		return m, err
 	})

@@ -151,15 +151,17 @@ RETURNING id`, e.ID, m.Partner, m.URL, m.MaxAttempts, m.RetryWindow.Microseconds
 
 // OutboxItem is one claimed outbox row.
 type OutboxItem struct {
-	ID          int64
-	Kind        string
-	MessageID   int64 // messages.id; 0 when none
-	Partner     string
-	URL         string
-	Headers     http.Header // empty until built (kind message)
-	Body        []byte      // nil until built (kind message)
-	MIC         string
-	MICAlg      string
+	ID        int64
+	Kind      string
+	MessageID int64 // messages.id; 0 when none
+	Partner   string
+	URL       string
+	Headers   http.Header // empty until built (kind message)
+	Body      []byte      // nil until built (kind message)
+	MIC       string
+	MICAlg    string
+	// MICs is the MIC in every supported algorithm (OutboundBuild.MICs).
+	MICs        []string
 	Attempts    int // including the attempt this claim is for
 	MaxAttempts int
 	ClaimedBy   string
@@ -233,7 +235,7 @@ UPDATE outbox o
        last_attempt_at = now()
   FROM due
  WHERE o.id = due.id
-RETURNING o.id, o.kind, coalesce(o.message_id, 0), o.partner, o.url, o.headers, o.body, o.mic, o.mic_alg,
+RETURNING o.id, o.kind, coalesce(o.message_id, 0), o.partner, o.url, o.headers, o.body, o.mic, o.mic_alg, o.mics,
           o.attempts, o.max_attempts, o.claimed_by, o.claimed_until,
           coalesce(extract(epoch FROM greatest(o.retry_until - now(), interval '0')), 0)::float8`,
 		by, lease.Microseconds(), limit)
@@ -244,7 +246,7 @@ RETURNING o.id, o.kind, coalesce(o.message_id, 0), o.partner, o.url, o.headers, 
 		var it OutboxItem
 		var hdr []byte
 		var windowLeft float64
-		if err := r.Scan(&it.ID, &it.Kind, &it.MessageID, &it.Partner, &it.URL, &hdr, &it.Body, &it.MIC, &it.MICAlg,
+		if err := r.Scan(&it.ID, &it.Kind, &it.MessageID, &it.Partner, &it.URL, &hdr, &it.Body, &it.MIC, &it.MICAlg, &it.MICs,
 			&it.Attempts, &it.MaxAttempts, &it.ClaimedBy, &it.ClaimedUntil, &windowLeft); err != nil {
 			return it, err
 		}
@@ -296,10 +298,13 @@ SELECT m.message_id, m.as2_from, m.as2_to, m.subject, m.content_type, m.filename
 
 // OutboundBuild is a built AS2 message, frozen for every attempt.
 type OutboundBuild struct {
-	Headers    http.Header
-	Body       []byte
-	MIC        string // Received-content-MIC form, "base64, sha-256"
-	MICAlg     string
+	Headers http.Header
+	Body    []byte
+	MIC     string // Received-content-MIC form, "base64, sha-256"
+	MICAlg  string
+	// MICs is the MIC in every supported algorithm, in the same form: a
+	// partner may answer in another one than asked for.
+	MICs       []string
 	Signed     bool
 	Encrypted  bool
 	Compressed bool
@@ -313,11 +318,15 @@ func (s *Store) SaveOutboundBuild(ctx context.Context, it OutboxItem, b Outbound
 	if err != nil {
 		return fmt.Errorf("save build of outbox %d: %w", it.ID, err)
 	}
+	mics := b.MICs
+	if mics == nil {
+		mics = []string{} // the column is NOT NULL
+	}
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		tag, err := tx.Exec(ctx, `
-UPDATE outbox SET headers = $4, body = $5, mic = $6, mic_alg = $7, built_at = now()
+UPDATE outbox SET headers = $4, body = $5, mic = $6, mic_alg = $7, mics = $8, built_at = now()
  WHERE id = $1 AND claimed_by = $2 AND attempts = $3 AND status = 'pending' AND body IS NULL`,
-			it.ID, it.ClaimedBy, it.Attempts, hdr, b.Body, b.MIC, b.MICAlg)
+			it.ID, it.ClaimedBy, it.Attempts, hdr, b.Body, b.MIC, b.MICAlg, mics)
 		if err != nil {
 			return err
 		}
@@ -328,8 +337,8 @@ UPDATE outbox SET headers = $4, body = $5, mic = $6, mic_alg = $7, built_at = no
 			return nil
 		}
 		_, err = tx.Exec(ctx, `
-UPDATE messages SET mic = $2, mic_alg = $3, signed = $4, encrypted = $5, compressed = $6, status = 'sending', updated_at = now()
- WHERE id = $1 AND status = 'queued'`, it.MessageID, b.MIC, b.MICAlg, b.Signed, b.Encrypted, b.Compressed)
+UPDATE messages SET mic = $2, mic_alg = $3, mics = $7, signed = $4, encrypted = $5, compressed = $6, status = 'sending', updated_at = now()
+ WHERE id = $1 AND status = 'queued'`, it.MessageID, b.MIC, b.MICAlg, b.Signed, b.Encrypted, b.Compressed, mics)
 		return err
 	})
 	if err != nil {
