@@ -387,14 +387,8 @@ func (h *handler) list(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusInternalServerError, "", "messages could not be read; retry later")
 		return
 	}
-	out := List{Messages: make([]Message, 0, min(len(ms), limit))}
-	for i, m := range ms {
-		if i == limit {
-			out.NextCursor = strconv.FormatInt(ms[i-1].ID, 10)
-			break
-		}
-		out.Messages = append(out.Messages, h.view(m))
-	}
+	var out List
+	out.Messages, out.NextCursor = cut(ms, limit, func(m postgres.MessageInfo) int64 { return m.ID }, h.view)
 	httpserver.WriteJSON(w, http.StatusOK, out)
 }
 
@@ -559,12 +553,8 @@ func (h *handler) mdns(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusInternalServerError, "", "MDNs could not be read; retry later")
 		return
 	}
-	out := MDNList{MDNs: make([]InboxMDN, 0, min(len(ms), limit))}
-	for i, m := range ms {
-		if i == limit {
-			out.NextCursor = strconv.FormatInt(ms[i-1].ID, 10)
-			break
-		}
+	var out MDNList
+	out.MDNs, out.NextCursor = cut(ms, limit, func(m postgres.InboxMDNInfo) int64 { return m.ID }, func(m postgres.InboxMDNInfo) InboxMDN {
 		v := InboxMDN{
 			ID: m.ID, ReceivedAt: m.ReceivedAt, AS2From: m.AS2From, AS2To: m.AS2To, OriginalMessageID: m.OriginalMessageID,
 			ContentType: m.ContentType, Size: m.Size, State: m.State, Result: m.Result, Reason: m.Reason,
@@ -573,9 +563,22 @@ func (h *handler) mdns(w http.ResponseWriter, r *http.Request) {
 		if m.MessageRef != nil {
 			v.MessageURL = h.location(*m.MessageRef)
 		}
-		out.MDNs = append(out.MDNs, v)
-	}
+		return v
+	})
 	httpserver.WriteJSON(w, http.StatusOK, out)
+}
+
+// cut keeps the first limit rows of a page read with one row more than
+// limit, as views, and returns the cursor of the next page ("" on the last).
+func cut[T, V any](rows []T, limit int, id func(T) int64, view func(T) V) ([]V, string) {
+	out := make([]V, 0, min(len(rows), limit))
+	for i, r := range rows {
+		if i == limit {
+			return out, strconv.FormatInt(id(rows[i-1]), 10)
+		}
+		out = append(out, view(r))
+	}
+	return out, ""
 }
 
 func raw(w http.ResponseWriter, ct, disposition string, b []byte) {

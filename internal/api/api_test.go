@@ -77,7 +77,7 @@ partners:
 	log := zaptest.NewLogger(t)
 	reports := &report.Service{Store: st, Location: time.UTC, Now: time.Now,
 		Builder: &report.Builder{Source: st, Station: "EDIHUB", Lease: "edihub-leader", Partners: []string{"ACME CORP", "GLOBEX"}, Now: time.Now}}
-	h, err := api.New(api.Options{Queue: q, Store: st, Logger: log, Reports: reports, Certificates: cfg.Certificates})
+	h, err := api.New(api.Options{Queue: q, Store: st, Inbox: st, Logger: log, Reports: reports, Certificates: cfg.Certificates})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -315,5 +315,54 @@ func TestListPaginationAndFilters(t *testing.T) {
 		if r := e.do(t, "GET", path, "", nil, token); r.status != 404 {
 			t.Errorf("GET %s = %d, want 404", path, r.status)
 		}
+	}
+}
+
+// TestListMDNsPagination pages through the MDN inbox two at a time:
+// newest first, each MDN once, and the state filter and its errors.
+func TestListMDNsPagination(t *testing.T) {
+	e := setup(t)
+	var want []int64
+	for i := range 5 {
+		id, err := e.store.SaveInboxMDN(context.Background(), &postgres.InboxMDN{
+			AS2From: "ACME CORP", AS2To: "EDIHUB", OriginalMessageID: fmt.Sprintf("<m%d@x>", i),
+			Header: http.Header{"Content-Type": {"multipart/report; report-type=disposition-notification; boundary=b"}},
+			Body:   []byte("--b--\r\n"),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want = append([]int64{id}, want...)
+	}
+	var got []int64
+	cursor := ""
+	for pages := 0; ; pages++ {
+		if pages > 3 {
+			t.Fatal("pagination does not end")
+		}
+		path := "/api/v1/mdns?state=pending&limit=2"
+		if cursor != "" {
+			path += "&cursor=" + cursor
+		}
+		l := decode[api.MDNList](t, e.do(t, "GET", path, "", nil, token))
+		if len(l.MDNs) > 2 {
+			t.Fatalf("page of %d MDNs, want at most 2", len(l.MDNs))
+		}
+		for _, m := range l.MDNs {
+			got = append(got, m.ID)
+		}
+		if l.NextCursor == "" {
+			break
+		}
+		cursor = l.NextCursor
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("MDN pages (-want +got):\n%s", diff)
+	}
+	if l := decode[api.MDNList](t, e.do(t, "GET", "/api/v1/mdns?state=processed", "", nil, token)); len(l.MDNs) != 0 || l.NextCursor != "" {
+		t.Errorf("processed MDNs = %+v, want none", l)
+	}
+	if r := e.do(t, "GET", "/api/v1/mdns?state=lost", "", nil, token); r.status != 400 || decode[map[string]string](t, r)["parameter"] != "state" {
+		t.Errorf("GET /api/v1/mdns?state=lost = %d %s, want 400 naming state", r.status, r.body)
 	}
 }
