@@ -603,6 +603,29 @@ func (cl *Cluster) WaitNewLeader(ctx context.Context, since time.Time, exclude .
 	return ev, cl.Replica(ev.Identity), nil
 }
 
+// Takeover is a new leader's term: its "became leader" event, the replica
+// and the term's first accepted heartbeat.
+type Takeover struct {
+	Became Event
+	Leader *Replica
+	Beat   Beat
+}
+
+// WaitTakeover waits for a "became leader" logged at or after since by a
+// replica other than the excluded ones, then for that term's first
+// accepted heartbeat: the moment the successor really leads.
+func (cl *Cluster) WaitTakeover(ctx context.Context, since time.Time, exclude ...*Replica) (Takeover, error) {
+	became, r, err := cl.WaitNewLeader(ctx, since, exclude...)
+	if err != nil {
+		return Takeover{}, err
+	}
+	beat, err := cl.FirstBeat(ctx, became.Token)
+	if err != nil {
+		return Takeover{}, fmt.Errorf("%s became leader (token %d) but no heartbeat of its term was accepted: %w", r.Spec.Name, became.Token, err)
+	}
+	return Takeover{Became: became, Leader: r, Beat: beat}, nil
+}
+
 // FirstBeat waits until the term token has an accepted heartbeat and
 // returns the first one.
 func (cl *Cluster) FirstBeat(ctx context.Context, token int64) (postgres.Beat, error) {

@@ -24,14 +24,20 @@ func (sc *scenario) leader(t *testing.T) (*failover.Replica, failover.Event) {
 	t.Helper()
 	ctx, cancel := within(t, bound)
 	defer cancel()
-	ev, r, err := sc.cl.WaitNewLeader(ctx, time.Time{})
+	ev, r, _ := sc.takeover(t, ctx, time.Time{})
+	return r, ev
+}
+
+// takeover waits for a new leader after since, other than the excluded
+// replicas, and its term's first accepted heartbeat; it fails the test
+// when there is none.
+func (sc *scenario) takeover(t *testing.T, ctx context.Context, since time.Time, exclude ...*failover.Replica) (failover.Event, *failover.Replica, failover.Beat) {
+	t.Helper()
+	tk, err := sc.cl.WaitTakeover(ctx, since, exclude...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := sc.cl.FirstBeat(ctx, ev.Token); err != nil {
-		t.Fatal(err)
-	}
-	return r, ev
+	return tk.Became, tk.Leader, tk.Beat
 }
 
 // onlyLeader checks that want, and no other replica, says it leads.
@@ -185,14 +191,7 @@ func TestCrash(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		became, next, err := sc.cl.WaitNewLeader(ctx, killed, l)
-		if err != nil {
-			t.Fatal(err)
-		}
-		beat, err := sc.cl.FirstBeat(ctx, became.Token)
-		if err != nil {
-			t.Fatal(err)
-		}
+		became, next, beat := sc.takeover(t, ctx, killed, l)
 		t.Logf("crash failover (%s): SIGKILL of %s → %s's first heartbeat %v (its \"became leader\" line %v)",
 			b, l.Spec.Name, next.Spec.Name, beat.At.Sub(killed), became.Time.Sub(killed))
 		sc.onlyLeader(t, next)
@@ -215,14 +214,7 @@ func TestGracefulHandoff(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		became, next, err := sc.cl.WaitNewLeader(ctx, termed, l)
-		if err != nil {
-			t.Fatal(err)
-		}
-		beat, err := sc.cl.FirstBeat(ctx, became.Token)
-		if err != nil {
-			t.Fatal(err)
-		}
+		became, next, beat := sc.takeover(t, ctx, termed, l)
 		if err := l.Wait(ctx); err != nil {
 			t.Errorf("%s exit after SIGTERM: %v, want status 0", l.Spec.Name, err)
 		}
@@ -260,15 +252,12 @@ func TestFrozenLeader(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		became, next, err := sc.cl.WaitNewLeader(ctx, frozen, l)
+		tk, err := sc.cl.WaitTakeover(ctx, frozen, l)
 		if err != nil {
 			_, _ = l.Resume(ctx)
 			t.Fatal(err)
 		}
-		beat, err := sc.cl.FirstBeat(ctx, became.Token)
-		if err != nil {
-			t.Fatal(err)
-		}
+		became, next, beat := tk.Became, tk.Leader, tk.Beat
 		t.Logf("%s frozen; %s leads (token %d) %v later (first heartbeat)", l.Spec.Name, next.Spec.Name, became.Token, beat.At.Sub(frozen))
 		time.Sleep(time.Until(frozen.Add(45 * time.Second)))
 		resumed, err := l.Resume(ctx)
@@ -336,14 +325,7 @@ func TestPartitionedLeader(t *testing.T) {
 		t.Errorf("%s stepped down %v after the cut, want within renew deadline + retry period (%v)", l.Spec.Name, stepped, limit)
 	}
 	noWorkers(t, l)
-	became, next, err := sc.cl.WaitNewLeader(ctx, cut, l)
-	if err != nil {
-		t.Fatal(err)
-	}
-	beat, err := sc.cl.FirstBeat(ctx, became.Token)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, next, beat := sc.takeover(t, ctx, cut, l)
 	t.Logf("partition: %s leads, first heartbeat %v after the cut", next.Spec.Name, beat.At.Sub(cut))
 	l.Restore()
 	time.Sleep(3 * time.Second)
@@ -400,14 +382,7 @@ func TestAPIServerDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	ready := time.Now()
-	became, next, err := sc.cl.WaitNewLeader(ctx, lost.Time)
-	if err != nil {
-		t.Fatal(err)
-	}
-	beat, err := sc.cl.FirstBeat(ctx, became.Token)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, next, beat := sc.takeover(t, ctx, lost.Time)
 	t.Logf("API server restarted (ready %v later); %s leads, first heartbeat %v after the restart", ready.Sub(restarted), next.Spec.Name, beat.At.Sub(restarted))
 	if d := beat.At.Sub(restarted); d > failover.LeaseDuration {
 		t.Errorf("leader back %v after the API server, want a few seconds (well under the lease duration %v)", d, failover.LeaseDuration)
@@ -493,14 +468,7 @@ func TestLeaderCutFromPostgres(t *testing.T) {
 	if end.Msg != failover.MsgReleased {
 		t.Errorf("%s: %q (%s), want %q: it still reaches the API server and must give the Lease up", l.Spec.Name, end.Msg, end.Reason, failover.MsgReleased)
 	}
-	became, next, err := sc.cl.WaitNewLeader(ctx, cut, l)
-	if err != nil {
-		t.Fatal(err)
-	}
-	beat, err := sc.cl.FirstBeat(ctx, became.Token)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, next, beat := sc.takeover(t, ctx, cut, l)
 	t.Logf("database cut: %s %q %v after the cut (%s); %s leads, first heartbeat %v after the cut (target ≤ lease duration + renew deadline = %v)",
 		l.Spec.Name, end.Msg, end.Time.Sub(cut), end.Reason, next.Spec.Name, beat.At.Sub(cut), failover.LeaseDuration+failover.RenewDeadline)
 	time.Sleep(3 * failover.RetryPeriod) // would it take the Lease back?
@@ -543,16 +511,13 @@ func TestFrozenInFencedTransaction(t *testing.T) {
 	// successor's first attempt: before issue 10 its term could not open
 	// until the old leader resumed.
 	wctx, wcancel := context.WithTimeout(ctx, failover.LeaseDuration+failover.RenewDeadline+20*time.Second)
-	became, next, err := sc.cl.WaitNewLeader(wctx, frozen, l)
-	var beat failover.Beat
-	if err == nil {
-		beat, err = sc.cl.FirstBeat(wctx, became.Token)
-	}
+	tk, err := sc.cl.WaitTakeover(wctx, frozen, l)
 	wcancel()
 	if err != nil {
 		_, _ = l.Resume(ctx)
 		t.Fatalf("no successor's heartbeat while %s was frozen inside a fenced transaction: %v", l.Spec.Name, err)
 	}
+	became, next, beat := tk.Became, tk.Leader, tk.Beat
 	t.Logf("%s frozen inside a fenced transaction; %s leads, first heartbeat %v after the SIGSTOP (lease %v; target: a few seconds beyond it)",
 		l.Spec.Name, next.Spec.Name, beat.At.Sub(frozen), failover.LeaseDuration)
 	resumed, err := l.Resume(ctx)

@@ -241,27 +241,17 @@ func measure(ctx context.Context, fo failover.Options, o options, logf func(stri
 	if err := cl.WaitReady(wctx); err != nil {
 		return res, err
 	}
-	ev, cur, err := cl.WaitNewLeader(wctx, time.Time{})
+	tk, err := cl.WaitTakeover(wctx, time.Time{})
 	if err != nil {
 		return res, err
 	}
-	if _, err := cl.FirstBeat(wctx, ev.Token); err != nil {
-		return res, err
-	}
-	logf("%s leads (token %d)", cur.Spec.Name, ev.Token)
-	token := ev.Token
+	cur, token := tk.Leader, tk.Became.Token
+	logf("%s leads (token %d)", cur.Spec.Name, token)
 
 	// takeover waits for a new leader after since and its first write.
 	takeover := func(ctx context.Context, since time.Time, old *failover.Replica) (*failover.Replica, int64, time.Time, error) {
-		became, next, err := cl.WaitNewLeader(ctx, since, old)
-		if err != nil {
-			return nil, 0, time.Time{}, err
-		}
-		beat, err := cl.FirstBeat(ctx, became.Token)
-		if err != nil {
-			return nil, 0, time.Time{}, err
-		}
-		return next, became.Token, beat.At, nil
+		tk, err := cl.WaitTakeover(ctx, since, old)
+		return tk.Leader, tk.Became.Token, tk.Beat.At, err
 	}
 	restart := func(ctx context.Context, r *failover.Replica) error {
 		if err := r.Wait(ctx); err != nil && ctx.Err() != nil {
@@ -284,141 +274,134 @@ func measure(ctx context.Context, fo failover.Options, o options, logf func(stri
 		}
 	}
 
-	trial := func(kind string, i int, fn func(ctx context.Context) error) error {
-		if !settle() {
-			return ctx.Err()
-		}
-		tctx, cancel := context.WithTimeout(ctx, step)
-		defer cancel()
-		if err := fn(tctx); err != nil {
-			return fmt.Errorf("%s trial %d: %w", kind, i, err)
+	// trials runs n trials of kind, each after settle and within step.
+	trials := func(kind string, n int, fn func(ctx context.Context, i int) error) error {
+		for i := 1; i <= n; i++ {
+			if !settle() {
+				return ctx.Err()
+			}
+			tctx, cancel := context.WithTimeout(ctx, step)
+			err := fn(tctx, i)
+			cancel()
+			if err != nil {
+				return fmt.Errorf("%s trial %d: %w", kind, i, err)
+			}
 		}
 		return nil
 	}
-	for i := 1; i <= o.trials; i++ {
-		err := trial("crash", i, func(ctx context.Context) error {
-			killed, err := cur.Kill(ctx)
-			if err != nil {
-				return err
-			}
-			next, tok, first, err := takeover(ctx, killed, cur)
-			if err != nil {
-				return err
-			}
-			d := first.Sub(killed)
-			res.crash = append(res.crash, d)
-			logf("crash %d/%d: SIGKILL %s → %s's workers running after %v", i, o.trials, cur.Spec.Name, next.Spec.Name, d.Round(time.Millisecond))
-			if err := restart(ctx, cur); err != nil {
-				return err
-			}
-			cur, token = next, tok
-			return nil
-		})
+	if err := trials("crash", o.trials, func(ctx context.Context, i int) error {
+		killed, err := cur.Kill(ctx)
 		if err != nil {
-			return res, err
+			return err
 		}
+		next, tok, first, err := takeover(ctx, killed, cur)
+		if err != nil {
+			return err
+		}
+		d := first.Sub(killed)
+		res.crash = append(res.crash, d)
+		logf("crash %d/%d: SIGKILL %s → %s's workers running after %v", i, o.trials, cur.Spec.Name, next.Spec.Name, d.Round(time.Millisecond))
+		if err := restart(ctx, cur); err != nil {
+			return err
+		}
+		cur, token = next, tok
+		return nil
+	}); err != nil {
+		return res, err
 	}
-	for i := 1; i <= o.trials; i++ {
-		err := trial("graceful", i, func(ctx context.Context) error {
-			termed, err := cur.Terminate(ctx)
-			if err != nil {
-				return err
-			}
-			next, tok, first, err := takeover(ctx, termed, cur)
-			if err != nil {
-				return err
-			}
-			d := first.Sub(termed)
-			res.graceful = append(res.graceful, d)
-			logf("graceful %d/%d: SIGTERM %s → %s's workers running after %v", i, o.trials, cur.Spec.Name, next.Spec.Name, d.Round(time.Millisecond))
-			if err := cur.Wait(ctx); err != nil {
-				return fmt.Errorf("%s after SIGTERM: %w", cur.Spec.Name, err)
-			}
-			if err := restart(ctx, cur); err != nil {
-				return err
-			}
-			cur, token = next, tok
-			return nil
-		})
+	if err := trials("graceful", o.trials, func(ctx context.Context, i int) error {
+		termed, err := cur.Terminate(ctx)
 		if err != nil {
-			return res, err
+			return err
 		}
+		next, tok, first, err := takeover(ctx, termed, cur)
+		if err != nil {
+			return err
+		}
+		d := first.Sub(termed)
+		res.graceful = append(res.graceful, d)
+		logf("graceful %d/%d: SIGTERM %s → %s's workers running after %v", i, o.trials, cur.Spec.Name, next.Spec.Name, d.Round(time.Millisecond))
+		if err := cur.Wait(ctx); err != nil {
+			return fmt.Errorf("%s after SIGTERM: %w", cur.Spec.Name, err)
+		}
+		if err := restart(ctx, cur); err != nil {
+			return err
+		}
+		cur, token = next, tok
+		return nil
+	}); err != nil {
+		return res, err
 	}
-	for i := 1; i <= o.partitions; i++ {
-		err := trial("partition", i, func(ctx context.Context) error {
-			cut := cur.Cut()
-			defer cur.Restore()
-			lost, err := cl.WaitEvent(ctx, cut, func(e failover.Event) bool {
-				return e.Replica == cur.Spec.Name && e.Token == token && (e.Msg == failover.MsgLost || e.Msg == failover.MsgReleased)
-			})
-			if err != nil {
-				return fmt.Errorf("%s did not step down: %w", cur.Spec.Name, err)
-			}
-			d := lost.Time.Sub(cut)
-			res.partition = append(res.partition, d)
-			next, tok, first, err := takeover(ctx, cut, cur)
-			if err != nil {
-				return err
-			}
-			logf("partition %d/%d: cut %s → its workers stopped after %v; %s's workers running after %v", i, o.partitions, cur.Spec.Name, d.Round(time.Millisecond), next.Spec.Name, first.Sub(cut).Round(time.Millisecond))
-			cur.Restore()
-			cur, token = next, tok
-			return nil
+	if err := trials("partition", o.partitions, func(ctx context.Context, i int) error {
+		cut := cur.Cut()
+		defer cur.Restore()
+		lost, err := cl.WaitEvent(ctx, cut, func(e failover.Event) bool {
+			return e.Replica == cur.Spec.Name && e.Token == token && (e.Msg == failover.MsgLost || e.Msg == failover.MsgReleased)
 		})
 		if err != nil {
-			return res, err
+			return fmt.Errorf("%s did not step down: %w", cur.Spec.Name, err)
 		}
+		d := lost.Time.Sub(cut)
+		res.partition = append(res.partition, d)
+		next, tok, first, err := takeover(ctx, cut, cur)
+		if err != nil {
+			return err
+		}
+		logf("partition %d/%d: cut %s → its workers stopped after %v; %s's workers running after %v", i, o.partitions, cur.Spec.Name, d.Round(time.Millisecond), next.Spec.Name, first.Sub(cut).Round(time.Millisecond))
+		cur.Restore()
+		cur, token = next, tok
+		return nil
+	}); err != nil {
+		return res, err
 	}
 
-	for i := 1; fo.Backend == failover.Kubernetes && i <= o.dbCuts; i++ {
-		err := trial("database cut", i, func(ctx context.Context) error {
-			cut := cur.CutDatabase()
-			defer cur.RestoreDatabase()
-			next, tok, first, err := takeover(ctx, cut, cur)
-			if err != nil {
-				return err
-			}
-			d := first.Sub(cut)
-			res.dbCut = append(res.dbCut, d)
-			logf("database cut %d/%d: cut %s from PostgreSQL → %s's workers running after %v", i, o.dbCuts, cur.Spec.Name, next.Spec.Name, d.Round(time.Millisecond))
-			cur.RestoreDatabase()
-			cur, token = next, tok
-			return nil
-		})
-		if err != nil {
-			return res, err
-		}
+	dbCuts := 0
+	if fo.Backend == failover.Kubernetes {
+		dbCuts = o.dbCuts
 	}
-	for i := 1; i <= o.frozenTx; i++ {
-		err := trial("frozen transaction", i, func(ctx context.Context) error {
-			frozen, err := cl.FreezeInFencedTransaction(ctx, cur)
-			if err != nil {
-				return err
-			}
-			defer func() { _, _ = cur.Resume(context.WithoutCancel(ctx)) }()
-			next, tok, first, err := takeover(ctx, frozen, cur)
-			if err != nil {
-				return err
-			}
-			d := first.Sub(frozen)
-			res.frozenTx = append(res.frozenTx, d)
-			logf("frozen transaction %d/%d: SIGSTOP %s inside a fenced transaction → %s's workers running after %v", i, o.frozenTx, cur.Spec.Name, next.Spec.Name, d.Round(time.Millisecond))
-			resumed, err := cur.Resume(ctx)
-			if err != nil {
-				return err
-			}
-			if _, err := cl.WaitEvent(ctx, resumed, func(e failover.Event) bool {
-				return e.Replica == cur.Spec.Name && e.Token == token && (e.Msg == failover.MsgLost || e.Msg == failover.MsgReleased)
-			}); err != nil {
-				return fmt.Errorf("%s did not end its term after resuming: %w", cur.Spec.Name, err)
-			}
-			res.frozenPairs = append(res.frozenPairs, [2]int64{token, tok})
-			cur, token = next, tok
-			return nil
-		})
+	if err := trials("database cut", dbCuts, func(ctx context.Context, i int) error {
+		cut := cur.CutDatabase()
+		defer cur.RestoreDatabase()
+		next, tok, first, err := takeover(ctx, cut, cur)
 		if err != nil {
-			return res, err
+			return err
 		}
+		d := first.Sub(cut)
+		res.dbCut = append(res.dbCut, d)
+		logf("database cut %d/%d: cut %s from PostgreSQL → %s's workers running after %v", i, o.dbCuts, cur.Spec.Name, next.Spec.Name, d.Round(time.Millisecond))
+		cur.RestoreDatabase()
+		cur, token = next, tok
+		return nil
+	}); err != nil {
+		return res, err
+	}
+	if err := trials("frozen transaction", o.frozenTx, func(ctx context.Context, i int) error {
+		frozen, err := cl.FreezeInFencedTransaction(ctx, cur)
+		if err != nil {
+			return err
+		}
+		defer func() { _, _ = cur.Resume(context.WithoutCancel(ctx)) }()
+		next, tok, first, err := takeover(ctx, frozen, cur)
+		if err != nil {
+			return err
+		}
+		d := first.Sub(frozen)
+		res.frozenTx = append(res.frozenTx, d)
+		logf("frozen transaction %d/%d: SIGSTOP %s inside a fenced transaction → %s's workers running after %v", i, o.frozenTx, cur.Spec.Name, next.Spec.Name, d.Round(time.Millisecond))
+		resumed, err := cur.Resume(ctx)
+		if err != nil {
+			return err
+		}
+		if _, err := cl.WaitEvent(ctx, resumed, func(e failover.Event) bool {
+			return e.Replica == cur.Spec.Name && e.Token == token && (e.Msg == failover.MsgLost || e.Msg == failover.MsgReleased)
+		}); err != nil {
+			return fmt.Errorf("%s did not end its term after resuming: %w", cur.Spec.Name, err)
+		}
+		res.frozenPairs = append(res.frozenPairs, [2]int64{token, tok})
+		cur, token = next, tok
+		return nil
+	}); err != nil {
+		return res, err
 	}
 
 	hctx, hcancel := context.WithTimeout(ctx, time.Minute)
