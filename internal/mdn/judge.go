@@ -141,9 +141,11 @@ func SameMessageID(got, want string) bool {
 // RecomputeMIC computes, with alg, the MIC of an AS2 message as built and
 // sent (h its header fields, body its body), by the rules the receiver
 // follows: the first part of a multipart/signed body exactly as sent, else
-// what as2.Unwrap digests for an unsigned, unencrypted message (the
-// default MIC scope, headers included). An encrypted message cannot be
+// what as2.Unwrap digests for an unsigned, unencrypted message in the
+// default MIC scope (the content alone). An encrypted message cannot be
 // recomputed without the partner's private key: it returns an error.
+// Messages built since as2.Wrapped.MICs is stored carry their MIC in
+// every algorithm; this serves the ones built before.
 func RecomputeMIC(h http.Header, body []byte, alg crypto.Hash, encrypted bool, lim as2.Limits) (as2.MIC, error) {
 	if encrypted {
 		return as2.MIC{}, errors.New("mdn: the MIC of an encrypted message cannot be recomputed from the bytes sent")
