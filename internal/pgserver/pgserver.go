@@ -22,6 +22,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/edihub/edihub/internal/freeport"
 )
 
 // ErrNoBinaries reports that no PostgreSQL server binaries were found.
@@ -383,12 +385,11 @@ func (s *Server) PID() int {
 }
 
 func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	p, err := freeport.Port()
 	if err != nil {
 		return 0, fmt.Errorf("pgserver: pick a free port: %w", err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return p, nil
 }
 
 func tail(b []byte, lines int) string {

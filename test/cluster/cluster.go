@@ -19,6 +19,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/edihub/edihub/internal/freeport"
 )
 
 // ReplicaSpec describes one replica.
@@ -276,12 +278,6 @@ func CheckFree(addrs ...string) error {
 	return nil
 }
 
-// FreeAddr returns a free 127.0.0.1 address.
-func FreeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
-}
+// FreeAddr returns a free 127.0.0.1 address, never one returned before in
+// this process (freeport.Addr).
+func FreeAddr() (string, error) { return freeport.Addr() }

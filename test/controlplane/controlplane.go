@@ -18,7 +18,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -34,6 +33,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/edihub/edihub/internal/freeport"
 )
 
 const (
@@ -606,24 +607,6 @@ func findBinary(dir, name string) (string, error) {
 // pickPorts chooses ports; tests replace it.
 var pickPorts = freePorts
 
-// freePorts returns n distinct free TCP ports on 127.0.0.1. The listeners are
-// held until all are chosen, so the ports differ; another process may still
-// take one before the child binds it, which is rare enough for tests.
-func freePorts(n int) ([]int, error) {
-	var ports []int
-	var lns []net.Listener
-	defer func() {
-		for _, ln := range lns {
-			ln.Close()
-		}
-	}()
-	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("free port: %w", err)
-		}
-		lns = append(lns, ln)
-		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
-}
+// freePorts returns n distinct free TCP ports on 127.0.0.1, none returned
+// before in this process (freeport.Ports).
+func freePorts(n int) ([]int, error) { return freeport.Ports(n) }
