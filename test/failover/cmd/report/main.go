@@ -289,48 +289,42 @@ func measure(ctx context.Context, fo failover.Options, o options, logf func(stri
 		}
 		return nil
 	}
-	if err := trials("crash", o.trials, func(ctx context.Context, i int) error {
-		killed, err := cur.Kill(ctx)
-		if err != nil {
-			return err
+	// A crash (SIGKILL) and a graceful handoff (SIGTERM, after which the
+	// old leader must exit with status 0) are measured the same way.
+	for _, k := range []struct {
+		kind, signal string
+		stop         func(*failover.Replica, context.Context) (time.Time, error)
+		exitsClean   bool
+		figures      *[]time.Duration
+	}{
+		{"crash", "SIGKILL", (*failover.Replica).Kill, false, &res.crash},
+		{"graceful", "SIGTERM", (*failover.Replica).Terminate, true, &res.graceful},
+	} {
+		if err := trials(k.kind, o.trials, func(ctx context.Context, i int) error {
+			stopped, err := k.stop(cur, ctx)
+			if err != nil {
+				return err
+			}
+			next, tok, first, err := takeover(ctx, stopped, cur)
+			if err != nil {
+				return err
+			}
+			d := first.Sub(stopped)
+			*k.figures = append(*k.figures, d)
+			logf("%s %d/%d: %s %s → %s's workers running after %v", k.kind, i, o.trials, k.signal, cur.Spec.Name, next.Spec.Name, d.Round(time.Millisecond))
+			if k.exitsClean {
+				if err := cur.Wait(ctx); err != nil {
+					return fmt.Errorf("%s after %s: %w", cur.Spec.Name, k.signal, err)
+				}
+			}
+			if err := restart(ctx, cur); err != nil {
+				return err
+			}
+			cur, token = next, tok
+			return nil
+		}); err != nil {
+			return res, err
 		}
-		next, tok, first, err := takeover(ctx, killed, cur)
-		if err != nil {
-			return err
-		}
-		d := first.Sub(killed)
-		res.crash = append(res.crash, d)
-		logf("crash %d/%d: SIGKILL %s → %s's workers running after %v", i, o.trials, cur.Spec.Name, next.Spec.Name, d.Round(time.Millisecond))
-		if err := restart(ctx, cur); err != nil {
-			return err
-		}
-		cur, token = next, tok
-		return nil
-	}); err != nil {
-		return res, err
-	}
-	if err := trials("graceful", o.trials, func(ctx context.Context, i int) error {
-		termed, err := cur.Terminate(ctx)
-		if err != nil {
-			return err
-		}
-		next, tok, first, err := takeover(ctx, termed, cur)
-		if err != nil {
-			return err
-		}
-		d := first.Sub(termed)
-		res.graceful = append(res.graceful, d)
-		logf("graceful %d/%d: SIGTERM %s → %s's workers running after %v", i, o.trials, cur.Spec.Name, next.Spec.Name, d.Round(time.Millisecond))
-		if err := cur.Wait(ctx); err != nil {
-			return fmt.Errorf("%s after SIGTERM: %w", cur.Spec.Name, err)
-		}
-		if err := restart(ctx, cur); err != nil {
-			return err
-		}
-		cur, token = next, tok
-		return nil
-	}); err != nil {
-		return res, err
 	}
 	if err := trials("partition", o.partitions, func(ctx context.Context, i int) error {
 		cut := cur.Cut()
