@@ -109,10 +109,10 @@ type AwaitedMessage struct {
 	Partner   string
 	MessageID string
 	Status    string
-	// MIC is the MIC computed when the message was built ("base64, alg").
-	MIC string
-	// MICs is the MIC in every supported algorithm; empty for a message
-	// built before they were stored.
+	// MIC is the MIC computed when the message was built ("base64, alg");
+	// MICs the same in every supported algorithm (empty for a message
+	// built before they were stored).
+	MIC       string
 	MICs      []string
 	MDNMode   string
 	MDNSigned bool

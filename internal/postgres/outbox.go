@@ -151,18 +151,17 @@ RETURNING id`, e.ID, m.Partner, m.URL, m.MaxAttempts, m.RetryWindow.Microseconds
 
 // OutboxItem is one claimed outbox row.
 type OutboxItem struct {
-	ID        int64
-	Kind      string
-	MessageID int64 // messages.id; 0 when none
-	Partner   string
-	URL       string
-	Headers   http.Header // empty until built (kind message)
-	Body      []byte      // nil until built (kind message)
-	MIC       string
-	MICAlg    string
-	// MICs is the MIC in every supported algorithm (OutboundBuild.MICs).
-	MICs        []string
-	Attempts    int // including the attempt this claim is for
+	ID          int64
+	Kind        string
+	MessageID   int64 // messages.id; 0 when none
+	Partner     string
+	URL         string
+	Headers     http.Header // empty until built (kind message)
+	Body        []byte      // nil until built (kind message)
+	MIC         string
+	MICAlg      string
+	MICs        []string // the MIC in every supported algorithm (OutboundBuild.MICs)
+	Attempts    int      // including the attempt this claim is for
 	MaxAttempts int
 	ClaimedBy   string
 	// ClaimedUntil ends the claim: after it, the row may be claimed again.
