@@ -27,6 +27,8 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -307,12 +309,9 @@ func notVisibleASCII(r rune) bool { return r < 0x21 || r > 0x7e }
 // transaction (or an older one) is still running is held back until it
 // ends, so paging never skips an event (see postgres.EventCursor).
 func (h *handler) events(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
-	for k := range q {
-		if k != "after" && k != "limit" {
-			writeError(w, http.StatusBadRequest, k, fmt.Sprintf("unknown query parameter %q (use after, limit)", k))
-			return
-		}
+	q, ok := query(w, r, "after", "limit")
+	if !ok {
+		return
 	}
 	after, err := postgres.ParseEventCursor(q.Get("after"))
 	if err != nil {
@@ -343,21 +342,12 @@ func (h *handler) events(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *handler) list(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
-	for k := range q {
-		switch k {
-		case "partner", "direction", "status", "since", "until", "limit", "cursor":
-		default:
-			writeError(w, http.StatusBadRequest, k, fmt.Sprintf("unknown query parameter %q (use partner, direction, status, since, until, limit, cursor)", k))
-			return
-		}
+	q, ok := query(w, r, "partner", "direction", "status", "since", "until", "limit", "cursor")
+	if !ok {
+		return
 	}
 	mq := postgres.MessageQuery{Partner: q.Get("partner"), Status: q.Get("status")}
-	switch d := q.Get("direction"); d {
-	case "", "inbound", "outbound":
-		mq.Direction = d
-	default:
-		writeError(w, http.StatusBadRequest, "direction", fmt.Sprintf("direction %q: want inbound or outbound", d))
+	if mq.Direction, ok = oneOf(w, q, "direction", "inbound", "outbound"); !ok {
 		return
 	}
 	for _, p := range []struct {
@@ -375,7 +365,6 @@ func (h *handler) list(w http.ResponseWriter, r *http.Request) {
 		}
 		*p.dst = t
 	}
-	var ok bool
 	if mq.Limit, mq.Before, ok = page(w, r); !ok {
 		return
 	}
@@ -524,24 +513,14 @@ type MDNList struct {
 }
 
 func (h *handler) mdns(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
-	for k := range q {
-		switch k {
-		case "state", "limit", "cursor":
-		default:
-			writeError(w, http.StatusBadRequest, k, fmt.Sprintf("unknown query parameter %q (use state, limit, cursor)", k))
-			return
-		}
-	}
-	iq := postgres.InboxQuery{}
-	switch st := q.Get("state"); st {
-	case "", postgres.InboxPending, postgres.InboxProcessed, postgres.InboxOrphan:
-		iq.State = st
-	default:
-		writeError(w, http.StatusBadRequest, "state", fmt.Sprintf("state %q: want pending, processed or orphan", st))
+	q, ok := query(w, r, "state", "limit", "cursor")
+	if !ok {
 		return
 	}
-	var ok bool
+	iq := postgres.InboxQuery{}
+	if iq.State, ok = oneOf(w, q, "state", postgres.InboxPending, postgres.InboxProcessed, postgres.InboxOrphan); !ok {
+		return
+	}
 	if iq.Limit, iq.Before, ok = page(w, r); !ok {
 		return
 	}
@@ -566,6 +545,39 @@ func (h *handler) mdns(w http.ResponseWriter, r *http.Request) {
 		return v
 	})
 	httpserver.WriteJSON(w, http.StatusOK, out)
+}
+
+// query returns r's query parameters; it answers 400 naming the first
+// parameter that is not one of known, and returns false then.
+func query(w http.ResponseWriter, r *http.Request, known ...string) (url.Values, bool) {
+	q := r.URL.Query()
+	for k := range q {
+		if !slices.Contains(known, k) {
+			writeError(w, http.StatusBadRequest, k, fmt.Sprintf("unknown query parameter %q (use %s)", k, strings.Join(known, ", ")))
+			return nil, false
+		}
+	}
+	return q, true
+}
+
+// oneOf returns query parameter name, which may be absent ("") or one of
+// allowed; otherwise it answers 400 naming the parameter and the values,
+// and returns false.
+func oneOf(w http.ResponseWriter, q url.Values, name string, allowed ...string) (string, bool) {
+	v := q.Get(name)
+	if v != "" && !slices.Contains(allowed, v) {
+		writeError(w, http.StatusBadRequest, name, fmt.Sprintf("%s %q: want %s", name, v, orList(allowed)))
+		return "", false
+	}
+	return v, true
+}
+
+// orList joins "a", "b", "c" as "a, b or c".
+func orList(s []string) string {
+	if len(s) < 2 {
+		return strings.Join(s, "")
+	}
+	return strings.Join(s[:len(s)-1], ", ") + " or " + s[len(s)-1]
 }
 
 // cut keeps the first limit rows of a page read with one row more than

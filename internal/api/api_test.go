@@ -259,25 +259,13 @@ func TestListPaginationAndFilters(t *testing.T) {
 		}
 	}
 	// Page through ACME CORP, 3 at a time, newest first.
-	var got []int64
-	cursor := ""
-	for pages := 0; ; pages++ {
-		if pages > 5 {
-			t.Fatal("pagination does not end")
-		}
-		path := "/api/v1/messages?partner=ACME+CORP&direction=outbound&limit=3"
-		if cursor != "" {
-			path += "&cursor=" + cursor
-		}
-		l := decode[api.List](t, e.do(t, "GET", path, "", nil, token))
+	got := pageIDs(t, e, "/api/v1/messages?partner=ACME+CORP&direction=outbound&limit=3", 3, func(l api.List) ([]int64, string) {
+		var ids []int64
 		for _, m := range l.Messages {
-			got = append(got, m.ID)
+			ids = append(ids, m.ID)
 		}
-		if l.NextCursor == "" {
-			break
-		}
-		cursor = l.NextCursor
-	}
+		return ids, l.NextCursor
+	})
 	if diff := cmp.Diff(acme, got); diff != "" {
 		t.Errorf("ACME CORP pages (-want +got):\n%s", diff)
 	}
@@ -318,6 +306,33 @@ func TestListPaginationAndFilters(t *testing.T) {
 	}
 }
 
+// pageIDs follows next_cursor from path (which sets limit) to the last
+// page and returns the ids of every page in order; ids reads a page of L.
+// A page longer than limit, or more pages than the ids could fill, fails.
+func pageIDs[L any](t *testing.T, e *env, path string, limit int, ids func(L) ([]int64, string)) []int64 {
+	t.Helper()
+	var all []int64
+	cursor := ""
+	for pages := 0; ; pages++ {
+		if pages > 20 {
+			t.Fatalf("GET %s: pagination does not end", path)
+		}
+		p := path
+		if cursor != "" {
+			p += "&cursor=" + cursor
+		}
+		got, next := ids(decode[L](t, e.do(t, "GET", p, "", nil, token)))
+		if len(got) > limit {
+			t.Fatalf("GET %s: page of %d, want at most %d", p, len(got), limit)
+		}
+		all = append(all, got...)
+		if next == "" {
+			return all
+		}
+		cursor = next
+	}
+}
+
 // TestListMDNsPagination pages through the MDN inbox two at a time:
 // newest first, each MDN once, and the state filter and its errors.
 func TestListMDNsPagination(t *testing.T) {
@@ -334,28 +349,13 @@ func TestListMDNsPagination(t *testing.T) {
 		}
 		want = append([]int64{id}, want...)
 	}
-	var got []int64
-	cursor := ""
-	for pages := 0; ; pages++ {
-		if pages > 3 {
-			t.Fatal("pagination does not end")
-		}
-		path := "/api/v1/mdns?state=pending&limit=2"
-		if cursor != "" {
-			path += "&cursor=" + cursor
-		}
-		l := decode[api.MDNList](t, e.do(t, "GET", path, "", nil, token))
-		if len(l.MDNs) > 2 {
-			t.Fatalf("page of %d MDNs, want at most 2", len(l.MDNs))
-		}
+	got := pageIDs(t, e, "/api/v1/mdns?state=pending&limit=2", 2, func(l api.MDNList) ([]int64, string) {
+		var ids []int64
 		for _, m := range l.MDNs {
-			got = append(got, m.ID)
+			ids = append(ids, m.ID)
 		}
-		if l.NextCursor == "" {
-			break
-		}
-		cursor = l.NextCursor
-	}
+		return ids, l.NextCursor
+	})
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("MDN pages (-want +got):\n%s", diff)
 	}

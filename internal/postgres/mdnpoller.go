@@ -110,7 +110,8 @@ type AwaitedMessage struct {
 	MessageID string
 	Status    string
 	// MIC is the MIC computed when the message was built ("base64, alg");
-	// MICs the same in every supported algorithm (empty for a message
+	// MICs the same in every supported algorithm, from its outbox row
+	// (which is kept while the message is not final; empty for a message
 	// built before they were stored).
 	MIC       string
 	MICs      []string
@@ -147,7 +148,7 @@ func (s *Store) OutboundMessages(ctx context.Context, keys []MessageKey) (map[Me
 		partners[i], ids[i] = k.Partner, k.MessageID
 	}
 	rows, err := s.pool.Query(ctx, `
-SELECT m.id, m.partner, m.message_id, m.status, m.mic, m.mics, m.mdn_mode, m.mdn_signed, m.signed, m.encrypted,
+SELECT m.id, m.partner, m.message_id, m.status, m.mic, coalesce(o.mics, '{}'), m.mdn_mode, m.mdn_signed, m.signed, m.encrypted,
        CASE WHEN o.body IS NULL THEN m.mdn_signed ELSE o.headers ? 'Disposition-Notification-Options' END
   FROM messages m
   LEFT JOIN outbox o ON o.message_id = m.id AND o.kind = 'message'

@@ -336,8 +336,8 @@ UPDATE outbox SET headers = $4, body = $5, mic = $6, mic_alg = $7, mics = $8, bu
 			return nil
 		}
 		_, err = tx.Exec(ctx, `
-UPDATE messages SET mic = $2, mic_alg = $3, mics = $7, signed = $4, encrypted = $5, compressed = $6, status = 'sending', updated_at = now()
- WHERE id = $1 AND status = 'queued'`, it.MessageID, b.MIC, b.MICAlg, b.Signed, b.Encrypted, b.Compressed, mics)
+UPDATE messages SET mic = $2, mic_alg = $3, signed = $4, encrypted = $5, compressed = $6, status = 'sending', updated_at = now()
+ WHERE id = $1 AND status = 'queued'`, it.MessageID, b.MIC, b.MICAlg, b.Signed, b.Encrypted, b.Compressed)
 		return err
 	})
 	if err != nil {

@@ -40,6 +40,16 @@ func (sc *scenario) takeover(t *testing.T, ctx context.Context, since time.Time,
 	return tk.Became, tk.Leader, tk.Beat
 }
 
+// settled waits a few retry periods (would the old leader lead again, or
+// write?), then checks that old runs no workers and next is the only
+// leader.
+func (sc *scenario) settled(t *testing.T, old, next *failover.Replica) {
+	t.Helper()
+	time.Sleep(3 * time.Second)
+	noWorkers(t, old)
+	sc.onlyLeader(t, next)
+}
+
 // onlyLeader checks that want, and no other replica, says it leads.
 func (sc *scenario) onlyLeader(t *testing.T, want *failover.Replica) {
 	t.Helper()
@@ -271,9 +281,7 @@ func TestFrozenLeader(t *testing.T) {
 			t.Fatalf("%s did not end its old term after resuming: %v", l.Spec.Name, err)
 		}
 		t.Logf("%s resumed; %q (%s) %v later", l.Spec.Name, end.Msg, end.Reason, end.Time.Sub(resumed))
-		time.Sleep(3 * time.Second) // would it lead again, or write?
-		noWorkers(t, l)
-		sc.onlyLeader(t, next)
+		sc.settled(t, l, next)
 		mctx, mcancel := within(t, 10*time.Second)
 		rejected, err := l.Metric(mctx, "edihub_fencing_rejections_total")
 		mcancel()
@@ -328,9 +336,7 @@ func TestPartitionedLeader(t *testing.T) {
 	_, next, beat := sc.takeover(t, ctx, cut, l)
 	t.Logf("partition: %s leads, first heartbeat %v after the cut", next.Spec.Name, beat.At.Sub(cut))
 	l.Restore()
-	time.Sleep(3 * time.Second)
-	noWorkers(t, l)
-	sc.onlyLeader(t, next)
+	sc.settled(t, l, next)
 	sc.verify(t, nil)
 }
 
@@ -483,9 +489,7 @@ func TestLeaderCutFromPostgres(t *testing.T) {
 		}
 	}
 	l.RestoreDatabase()
-	time.Sleep(3 * time.Second)
-	noWorkers(t, l)
-	sc.onlyLeader(t, next)
+	sc.settled(t, l, next)
 	sc.verify(t, nil)
 }
 
@@ -529,9 +533,7 @@ func TestFrozenInFencedTransaction(t *testing.T) {
 	}); err != nil {
 		t.Fatalf("%s did not end its old term after resuming: %v", l.Spec.Name, err)
 	}
-	time.Sleep(3 * time.Second)
-	noWorkers(t, l)
-	sc.onlyLeader(t, next)
+	sc.settled(t, l, next)
 	h := sc.verify(t, func(a, b failover.Term) bool {
 		return (a.Token == old.Token || b.Token == old.Token) && (a.Token == became.Token || b.Token == became.Token)
 	})
