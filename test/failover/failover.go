@@ -380,38 +380,26 @@ func (r *Replica) signal(ctx context.Context, sig syscall.Signal, msg string, wa
 	return at, nil
 }
 
-// Cut partitions the replica (see netproxy.Proxy.Cut) and records it.
-func (r *Replica) Cut() time.Time {
+// record runs fn and records msg at the time it started.
+func (r *Replica) record(msg string, fn func()) time.Time {
 	at := time.Now()
-	r.Proxy.Cut()
-	r.cl.rec.add(Event{Replica: r.Spec.Name, Identity: r.Identity(), Time: at, Msg: MsgCut})
+	fn()
+	r.cl.rec.add(Event{Replica: r.Spec.Name, Identity: r.Identity(), Time: at, Msg: msg})
 	return at
 }
 
+// Cut partitions the replica (see netproxy.Proxy.Cut) and records it.
+func (r *Replica) Cut() time.Time { return r.record(MsgCut, r.Proxy.Cut) }
+
 // Restore ends a cut and records it.
-func (r *Replica) Restore() time.Time {
-	at := time.Now()
-	r.Proxy.Restore()
-	r.cl.rec.add(Event{Replica: r.Spec.Name, Identity: r.Identity(), Time: at, Msg: MsgRestored})
-	return at
-}
+func (r *Replica) Restore() time.Time { return r.record(MsgRestored, r.Proxy.Restore) }
 
 // CutDatabase partitions the replica from PostgreSQL alone (DBProxy) and
 // records it.
-func (r *Replica) CutDatabase() time.Time {
-	at := time.Now()
-	r.DBProxy.Cut()
-	r.cl.rec.add(Event{Replica: r.Spec.Name, Identity: r.Identity(), Time: at, Msg: MsgDBCut})
-	return at
-}
+func (r *Replica) CutDatabase() time.Time { return r.record(MsgDBCut, r.DBProxy.Cut) }
 
 // RestoreDatabase ends a database cut and records it.
-func (r *Replica) RestoreDatabase() time.Time {
-	at := time.Now()
-	r.DBProxy.Restore()
-	r.cl.rec.add(Event{Replica: r.Spec.Name, Identity: r.Identity(), Time: at, Msg: MsgDBRestored})
-	return at
-}
+func (r *Replica) RestoreDatabase() time.Time { return r.record(MsgDBRestored, r.DBProxy.Restore) }
 
 // FreezeInFencedTransaction sends SIGSTOP to the leader r while it is
 // inside a fenced transaction, so that the transaction stays open holding
@@ -601,6 +589,14 @@ func (cl *Cluster) WaitNewLeader(ctx context.Context, since time.Time, exclude .
 		return ev, nil, fmt.Errorf("no new leader: %w", err)
 	}
 	return ev, cl.Replica(ev.Identity), nil
+}
+
+// WaitTermEnd waits for replica r to log, at or after since, the end of
+// its term token: "lost leadership" or "released the lease".
+func (cl *Cluster) WaitTermEnd(ctx context.Context, since time.Time, r *Replica, token int64) (Event, error) {
+	return cl.rec.Wait(ctx, since, func(e Event) bool {
+		return e.Replica == r.Spec.Name && e.Token == token && (e.Msg == MsgLost || e.Msg == MsgReleased)
+	})
 }
 
 // Takeover is a new leader's term: its "became leader" event, the replica

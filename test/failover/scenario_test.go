@@ -228,9 +228,7 @@ func TestGracefulHandoff(t *testing.T) {
 		if err := l.Wait(ctx); err != nil {
 			t.Errorf("%s exit after SIGTERM: %v, want status 0", l.Spec.Name, err)
 		}
-		released, err := sc.cl.WaitEvent(ctx, termed, func(e failover.Event) bool {
-			return e.Replica == l.Spec.Name && e.Token == first.Token && (e.Msg == failover.MsgReleased || e.Msg == failover.MsgLost)
-		})
+		released, err := sc.cl.WaitTermEnd(ctx, termed, l, first.Token)
 		switch {
 		case err != nil:
 			t.Errorf("%s logged no end of its term: %v", l.Spec.Name, err)
@@ -274,9 +272,7 @@ func TestFrozenLeader(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		end, err := sc.cl.WaitEvent(ctx, resumed, func(e failover.Event) bool {
-			return e.Replica == l.Spec.Name && e.Token == old.Token && (e.Msg == failover.MsgLost || e.Msg == failover.MsgReleased)
-		})
+		end, err := sc.cl.WaitTermEnd(ctx, resumed, l, old.Token)
 		if err != nil {
 			t.Fatalf("%s did not end its old term after resuming: %v", l.Spec.Name, err)
 		}
@@ -321,9 +317,7 @@ func TestPartitionedLeader(t *testing.T) {
 	defer cancel()
 	cut := l.Cut()
 	defer l.Restore()
-	lost, err := sc.cl.WaitEvent(ctx, cut, func(e failover.Event) bool {
-		return e.Replica == l.Spec.Name && e.Token == old.Token && (e.Msg == failover.MsgLost || e.Msg == failover.MsgReleased)
-	})
+	lost, err := sc.cl.WaitTermEnd(ctx, cut, l, old.Token)
 	if err != nil {
 		t.Fatalf("%s did not step down after the cut: %v", l.Spec.Name, err)
 	}
@@ -374,9 +368,7 @@ func TestAPIServerDown(t *testing.T) {
 		}
 		time.Sleep(time.Second)
 	}
-	lost, err := sc.cl.WaitEvent(ctx, stopped, func(e failover.Event) bool {
-		return e.Replica == l.Spec.Name && e.Token == old.Token && (e.Msg == failover.MsgLost || e.Msg == failover.MsgReleased)
-	})
+	lost, err := sc.cl.WaitTermEnd(ctx, stopped, l, old.Token)
 	if err != nil {
 		t.Fatalf("%s did not step down while the API server was down: %v", l.Spec.Name, err)
 	}
@@ -465,9 +457,7 @@ func TestLeaderCutFromPostgres(t *testing.T) {
 	defer cancel()
 	cut := l.CutDatabase()
 	defer l.RestoreDatabase()
-	end, err := sc.cl.WaitEvent(ctx, cut, func(e failover.Event) bool {
-		return e.Replica == l.Spec.Name && e.Token == old.Token && (e.Msg == failover.MsgLost || e.Msg == failover.MsgReleased)
-	})
+	end, err := sc.cl.WaitTermEnd(ctx, cut, l, old.Token)
 	if err != nil {
 		t.Fatalf("%s kept leading while cut from PostgreSQL: %v", l.Spec.Name, err)
 	}
@@ -528,9 +518,7 @@ func TestFrozenInFencedTransaction(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := sc.cl.WaitEvent(ctx, resumed, func(e failover.Event) bool {
-		return e.Replica == l.Spec.Name && e.Token == old.Token && (e.Msg == failover.MsgLost || e.Msg == failover.MsgReleased)
-	}); err != nil {
+	if _, err := sc.cl.WaitTermEnd(ctx, resumed, l, old.Token); err != nil {
 		t.Fatalf("%s did not end its old term after resuming: %v", l.Spec.Name, err)
 	}
 	sc.settled(t, l, next)

@@ -329,9 +329,7 @@ func measure(ctx context.Context, fo failover.Options, o options, logf func(stri
 	if err := trials("partition", o.partitions, func(ctx context.Context, i int) error {
 		cut := cur.Cut()
 		defer cur.Restore()
-		lost, err := cl.WaitEvent(ctx, cut, func(e failover.Event) bool {
-			return e.Replica == cur.Spec.Name && e.Token == token && (e.Msg == failover.MsgLost || e.Msg == failover.MsgReleased)
-		})
+		lost, err := cl.WaitTermEnd(ctx, cut, cur, token)
 		if err != nil {
 			return fmt.Errorf("%s did not step down: %w", cur.Spec.Name, err)
 		}
@@ -386,9 +384,7 @@ func measure(ctx context.Context, fo failover.Options, o options, logf func(stri
 		if err != nil {
 			return err
 		}
-		if _, err := cl.WaitEvent(ctx, resumed, func(e failover.Event) bool {
-			return e.Replica == cur.Spec.Name && e.Token == token && (e.Msg == failover.MsgLost || e.Msg == failover.MsgReleased)
-		}); err != nil {
+		if _, err := cl.WaitTermEnd(ctx, resumed, cur, token); err != nil {
 			return fmt.Errorf("%s did not end its term after resuming: %w", cur.Spec.Name, err)
 		}
 		res.frozenPairs = append(res.frozenPairs, [2]int64{token, tok})
