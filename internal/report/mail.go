@@ -224,9 +224,16 @@ func (m *Mailer) Compose(r *Report, messageID string, date time.Time) (*Mail, er
 	return &Mail{MessageID: messageID, msg: msg}, nil
 }
 
-// Send sends mail. The error names its cause (see Cause) and never holds
-// the password or the mail's content.
+// Send sends mail. It returns nil once the server accepted the mail's
+// data: a failure after that (the RSET or QUIT that ends the session, a
+// dropped connection) does not make the mail unsent, and a retry would
+// deliver it twice. The error names its cause (see Cause) and never holds
+// the password or the mail's content. A Mail is sent at most once: compose
+// another for another attempt.
 func (m *Mailer) Send(ctx context.Context, mail *Mail) error {
+	if mail.msg.IsDelivered() {
+		return &SendError{Cause: CauseConfig, Err: errors.New("this mail was sent already (compose it again)")}
+	}
 	opts := []gomail.Option{gomail.WithPort(m.smtp.Port), gomail.WithTimeout(m.timeout), gomail.WithHELO("edihub")}
 	switch {
 	case m.smtp.ImplicitTLS:
@@ -249,7 +256,7 @@ func (m *Mailer) Send(ctx context.Context, mail *Mail) error {
 	if err != nil {
 		return &SendError{Cause: CauseConfig, Err: err}
 	}
-	if err := c.DialAndSendWithContext(ctx, mail.msg); err != nil {
+	if err := c.DialAndSendWithContext(ctx, mail.msg); err != nil && !mail.msg.IsDelivered() {
 		return &SendError{Cause: cause(err), Err: err}
 	}
 	return nil

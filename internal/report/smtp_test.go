@@ -31,9 +31,13 @@ type smtpServer struct {
 
 	mu   sync.Mutex
 	msgs []received
-	srv  *smtp.Server
-	ln   net.Listener
-	tls  *tls.Config
+	// dropAfterData is how many of the next sessions drop the connection
+	// right after the server accepted their message: the client's RSET
+	// and QUIT fail although the mail was taken.
+	dropAfterData int
+	srv           *smtp.Server
+	ln            net.Listener
+	tls           *tls.Config
 }
 
 type received struct {
@@ -83,7 +87,7 @@ func (s *smtpServer) up() {
 }
 
 func (s *smtpServer) serve(ln net.Listener) {
-	srv := smtp.NewServer(smtp.BackendFunc(func(*smtp.Conn) (smtp.Session, error) { return &smtpSession{s: s}, nil }))
+	srv := smtp.NewServer(smtp.BackendFunc(func(c *smtp.Conn) (smtp.Session, error) { return &smtpSession{s: s, conn: c}, nil }))
 	srv.Domain = "localhost"
 	srv.TLSConfig = s.tls
 	srv.ReadTimeout, srv.WriteTimeout = 10*time.Second, 10*time.Second
@@ -120,8 +124,12 @@ func (s *smtpServer) messages() []received {
 
 type smtpSession struct {
 	s      *smtpServer
+	conn   *smtp.Conn
 	authed bool
 	cur    received
+	// drop: close the connection at the reset that follows the accepted
+	// DATA (go-smtp resets after writing the 250 reply).
+	drop bool
 }
 
 func (x *smtpSession) AuthMechanisms() []string { return []string{sasl.Plain} }
@@ -157,11 +165,22 @@ func (x *smtpSession) Data(r io.Reader) error {
 	x.cur.data = b
 	x.s.mu.Lock()
 	x.s.msgs = append(x.s.msgs, x.cur)
+	if x.s.dropAfterData > 0 {
+		x.s.dropAfterData--
+		x.drop = true
+	}
 	x.s.mu.Unlock()
 	return nil
 }
 
-func (x *smtpSession) Reset()        { x.cur = received{} }
+func (x *smtpSession) Reset() {
+	x.cur = received{}
+	if x.drop {
+		x.drop = false
+		_ = x.conn.Conn().Close()
+	}
+}
+
 func (x *smtpSession) Logout() error { return nil }
 
 // testTLS makes a self-signed certificate for 127.0.0.1 and the pool that

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -25,7 +26,9 @@ type Store interface {
 	FirstTermOpened(ctx context.Context, lease string) (time.Time, error)
 }
 
-// Sender composes and sends report mails. *Mailer implements it.
+// Sender composes and sends report mails. *Mailer implements it. Send
+// returns nil once the server accepted the mail, even if the session then
+// failed: the worker then records the mail and never sends it again.
 type Sender interface {
 	Compose(r *Report, messageID string, date time.Time) (*Mail, error)
 	Send(ctx context.Context, m *Mail) error
@@ -81,14 +84,23 @@ type WorkerOptions struct {
 // Worker is the leader-gated end-of-day report job: at the configured
 // local time it builds the previous day's report, stores it through the
 // fenced path, claims its mail through the fenced path and mails it; days
-// missed are caught up, oldest first. Every day is mailed once; a leader
-// that dies between the claim and recording the mail makes the next one
-// send it again, with the same Message-ID.
+// missed are caught up, oldest first. Every day is mailed once: once the
+// server accepted a mail, a failed recording is retried without sending
+// again. Only a leader that dies between the claim and recording the mail
+// makes the next one send it again, with the same Message-ID.
 type Worker struct {
 	o           WorkerOptions
 	log         *zap.Logger
 	lastSuccess prometheus.Gauge
 	failures    *prometheus.CounterVec
+
+	// mu guards sent: the days whose mail this process sent and has not
+	// recorded yet (the server accepted it, the recording failed). A retry
+	// of such a day records it without sending again, also in a later term
+	// of this process; only a process that dies forgets, and the next
+	// leader sends once more with the same Message-ID.
+	mu   sync.Mutex
+	sent map[string]bool
 }
 
 // NewWorker validates o and registers edihub_report_last_success_timestamp_seconds
@@ -119,8 +131,9 @@ func NewWorker(o WorkerOptions) (*Worker, error) {
 		o.Sleep = sleep
 	}
 	w := &Worker{
-		o:   o,
-		log: o.Logger.Named("report"),
+		o:    o,
+		log:  o.Logger.Named("report"),
+		sent: map[string]bool{},
 		lastSuccess: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "edihub_report_last_success_timestamp_seconds",
 			Help: "Unix time the report worker last had every due day's report stored and (when SMTP is configured) mailed.",
@@ -270,7 +283,11 @@ func (w *Worker) day(ctx context.Context, f postgres.Fence, day Day) error {
 	case err != nil:
 		return err
 	}
-	if row.MailedAt != nil || w.o.Sender == nil {
+	if row.MailedAt != nil {
+		w.setSent(day, false)
+		return nil
+	}
+	if w.o.Sender == nil {
 		return nil
 	}
 	r, err := FromJSON(row.Figures)
@@ -279,38 +296,68 @@ func (w *Worker) day(ctx context.Context, f postgres.Fence, day Day) error {
 	}
 	switch err := w.o.Store.ClaimReportMail(ctx, f, day.String(), w.o.Holder, w.o.Takeover); {
 	case errors.Is(err, postgres.ErrReportMailed):
+		w.setSent(day, false)
 		return nil
 	case errors.Is(err, postgres.ErrReportClaimed):
 		return fmt.Errorf("report %s: %w", day, errClaimed)
 	case err != nil:
 		return err
 	}
-	if row.MailClaimedFence != nil && (*row.MailClaimedFence != f.Token || row.MailClaimedBy != w.o.Holder) && row.MailedAt == nil {
-		log.Warn("taking over a report mail claimed earlier and not recorded as sent: it may have left already; this sending carries the same Message-ID",
-			zap.Int64("claimed_fence", *row.MailClaimedFence), zap.String("claimed_by", row.MailClaimedBy))
-	}
 	id := MessageID(r.Station, r.Day)
-	m, err := w.o.Sender.Compose(r, id, w.o.Now())
-	if err != nil {
-		return &SendError{Cause: CauseRender, Err: err}
-	}
-	if err := w.o.Sender.Send(ctx, m); err != nil {
-		if ctx.Err() == nil {
-			if rerr := w.o.Store.ReportMailFailed(ctx, f, day.String(), w.o.Holder, err.Error()); rerr != nil {
-				log.Warn("record the mail failure", zap.Error(rerr))
-			}
+	if w.isSent(day) {
+		// The mail left in an earlier attempt of this process; only its
+		// recording failed. Sending again would mail the managers twice.
+		log.Info("report mailed earlier, not recorded yet: recording it without sending again", zap.String("message_id", id))
+	} else {
+		if row.MailClaimedFence != nil && (*row.MailClaimedFence != f.Token || row.MailClaimedBy != w.o.Holder) {
+			log.Warn("taking over a report mail claimed earlier and not recorded as sent: it may have left already; this sending carries the same Message-ID",
+				zap.Int64("claimed_fence", *row.MailClaimedFence), zap.String("claimed_by", row.MailClaimedBy))
 		}
-		return err
+		m, err := w.o.Sender.Compose(r, id, w.o.Now())
+		if err != nil {
+			return &SendError{Cause: CauseRender, Err: err}
+		}
+		if err := w.o.Sender.Send(ctx, m); err != nil {
+			if ctx.Err() == nil {
+				if rerr := w.o.Store.ReportMailFailed(ctx, f, day.String(), w.o.Holder, err.Error()); rerr != nil {
+					log.Warn("record the mail failure", zap.Error(rerr))
+				}
+			}
+			return err
+		}
+		w.setSent(day, true)
 	}
 	if err := w.o.Store.MarkReportMailed(ctx, f, day.String(), w.o.Holder); err != nil {
 		if errors.Is(err, postgres.ErrReportClaimed) {
+			w.setSent(day, false)
 			log.Warn("report mailed, but another sender took the claim over meanwhile; it records its own mail", zap.String("message_id", id))
 			return nil
 		}
-		return err
+		return fmt.Errorf("report %s mailed (%s), recording it: %w", day, id, err)
 	}
+	w.setSent(day, false)
 	log.Info("report mailed", zap.String("message_id", id), zap.Int("recipients", len(w.recipients())))
 	return nil
+}
+
+// isSent reports whether day's mail left in an earlier attempt of this
+// process and is not recorded yet.
+func (w *Worker) isSent(day Day) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.sent[day.String()]
+}
+
+// setSent remembers (or forgets) that day's mail left and awaits its
+// recording.
+func (w *Worker) setSent(day Day, sent bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if sent {
+		w.sent[day.String()] = true
+	} else {
+		delete(w.sent, day.String())
+	}
 }
 
 func (w *Worker) recipients() []string {

@@ -76,6 +76,8 @@ type env struct {
 	loc   *time.Location
 	clock *vclock
 	logs  *observer.ObservedLogs
+	// store, when set, is what the workers use instead of st.
+	store report.Store
 }
 
 const (
@@ -142,8 +144,12 @@ func (e *env) worker(holder string, sender report.Sender, catchUp int, reg prome
 	if reg == nil {
 		reg = prometheus.NewRegistry()
 	}
+	var store report.Store = e.st
+	if e.store != nil {
+		store = e.store
+	}
 	w, err := report.NewWorker(report.WorkerOptions{
-		Store: e.st,
+		Store: store,
 		Builder: &report.Builder{Source: e.st, Station: "EDIHUB", Lease: testLease, Partners: []string{"ACME CORP", "GLOBEX", "INITECH"},
 			Now: e.clock.Now},
 		Sender: sender, Holder: holder, Location: e.loc, CatchUpDays: catchUp,
@@ -328,6 +334,115 @@ func TestWorkerKilledAfterSendBeforeRecord(t *testing.T) {
 		t.Fatalf("mails %v; want the same %s twice (one repeat at most)", ids, wantID)
 	}
 	e.checkReportRows(1, "b")
+}
+
+// failingMark is the store with MarkReportMailed failing the next fails
+// times (before it reaches the database), as when the connection to
+// PostgreSQL drops after the mail left.
+type failingMark struct {
+	*postgres.Store
+	mu    sync.Mutex
+	fails int
+	calls int
+}
+
+func (s *failingMark) MarkReportMailed(ctx context.Context, f postgres.Fence, day, holder string) error {
+	s.mu.Lock()
+	s.calls++
+	fail := s.fails > 0
+	if fail {
+		s.fails--
+	}
+	s.mu.Unlock()
+	if fail {
+		return errors.New("record report mail: connection reset by peer")
+	}
+	return s.Store.MarkReportMailed(ctx, f, day, holder)
+}
+
+func (e *env) mailed() bool {
+	e.t.Helper()
+	row, err := e.st.Report(context.Background(), "2026-11-20")
+	return err == nil && row.MailedAt != nil
+}
+
+// TestWorkerRecordFailsAfterSend: the server took the mail and recording
+// it failed; the retry records it without mailing the managers again.
+func TestWorkerRecordFailsAfterSend(t *testing.T) {
+	srv := newSMTPServer(t, false)
+	e := newEnv(t, firstTermNov20(mustLoad(t, "Europe/Berlin")), srv)
+	fm := &failingMark{Store: e.st, fails: 1}
+	e.store = fm
+	reg := prometheus.NewRegistry()
+	var stop func()
+	w := e.worker("a", e.mailer(), 7, reg, stopWhen(&stop, e.mailed))
+	if err := run(t, w, postgres.Fence{Lease: testLease, Token: 1}, func(s func()) { stop = s }); err != nil {
+		t.Fatalf("Run = %v", err)
+	}
+	if ids := messageIDs(t, srv); len(ids) != 1 || ids[0] != wantID {
+		t.Fatalf("mails %v, want one %s (the recording failed once, the mail left once)", ids, wantID)
+	}
+	if fm.calls != 2 {
+		t.Errorf("MarkReportMailed called %d times, want 2 (a failure and its retry)", fm.calls)
+	}
+	if got := testutil.ToFloat64(w.Failures().WithLabelValues(report.CauseStore)); got != 1 {
+		t.Errorf("failures{cause=store} = %v, want 1", got)
+	}
+	e.checkReportRows(1, "a")
+	e.checkLogs()
+}
+
+// TestWorkerRecordFailsThenNewTerm: the recording failed and the term
+// ended before its retry; the same process, leader again, records the
+// mail under its new term without sending it again.
+func TestWorkerRecordFailsThenNewTerm(t *testing.T) {
+	srv := newSMTPServer(t, false)
+	e := newEnv(t, firstTermNov20(mustLoad(t, "Europe/Berlin")), srv)
+	e.store = &failingMark{Store: e.st, fails: 1}
+	var stop func()
+	w := e.worker("a", e.mailer(), 7, nil, stopWhen(&stop, func() bool { return true }))
+	if err := run(t, w, postgres.Fence{Lease: testLease, Token: 1}, func(s func()) { stop = s }); err != nil {
+		t.Fatalf("Run(term 1) = %v", err)
+	}
+	if n := len(srv.messages()); n != 1 || e.mailed() {
+		t.Fatalf("after term 1: %d mails, recorded %v; want 1 mail, not recorded", n, e.mailed())
+	}
+	f2 := e.openTerm(2, "a")
+	if err := run(t, w, f2, func(s func()) { stop = s }); err != nil {
+		t.Fatalf("Run(term 2) = %v", err)
+	}
+	if ids := messageIDs(t, srv); len(ids) != 1 {
+		t.Fatalf("mails %v, want one", ids)
+	}
+	e.checkReportRows(1, "a")
+}
+
+// TestWorkerQuitFailsAfterData: the server accepted the mail's data and
+// the connection dropped before QUIT was answered; the mail counts as
+// sent and is recorded, once.
+func TestWorkerQuitFailsAfterData(t *testing.T) {
+	srv := newSMTPServer(t, false)
+	srv.dropAfterData = 1
+	e := newEnv(t, firstTermNov20(mustLoad(t, "Europe/Berlin")), srv)
+	reg := prometheus.NewRegistry()
+	var stop func()
+	w := e.worker("a", e.mailer(), 7, reg, stopWhen(&stop, e.mailed))
+	if err := run(t, w, postgres.Fence{Lease: testLease, Token: 1}, func(s func()) { stop = s }); err != nil {
+		t.Fatalf("Run = %v", err)
+	}
+	if ids := messageIDs(t, srv); len(ids) != 1 || ids[0] != wantID {
+		t.Fatalf("mails %v, want one %s", ids, wantID)
+	}
+	row, err := e.st.Report(context.Background(), "2026-11-20")
+	if err != nil || row.MailedAt == nil || row.MailError != "" {
+		t.Fatalf("report row: mailed at %v, mail error %q, %v; want recorded as mailed, no mail error", row.MailedAt, row.MailError, err)
+	}
+	for _, c := range []string{report.CauseConnect, report.CauseRefused, report.CauseTLS} {
+		if got := testutil.ToFloat64(w.Failures().WithLabelValues(c)); got != 0 {
+			t.Errorf("failures{cause=%s} = %v, want 0", c, got)
+		}
+	}
+	e.checkLogs()
 }
 
 func (e *env) checkReportRows(n int64, mailedBy string) {
