@@ -365,8 +365,10 @@ type OutboxResult struct {
 	Error string
 	// Message, when set, updates the outbound message.
 	Message *MessageUpdate
-	// MDN, when set, is the MDN the partner returned; stored for the
-	// message unless one is stored already.
+	// MDN, when set, is the MDN the partner returned. It is stored for
+	// the message, replacing one stored earlier when this result decides
+	// the message (Message moves it from a status not final): a resend's
+	// receipt replaces the earlier send's.
 	MDN *NewMDN
 }
 
@@ -431,20 +433,13 @@ UPDATE outbox SET status = $4, finished_at = now(), claimed_until = NULL, last_e
 		if it.MessageID == 0 || it.Kind != OutboxKindMessage {
 			return nil
 		}
-		if r.MDN != nil {
-			hdr, err := json.Marshal(r.MDN.Headers)
-			if err != nil {
-				return err
-			}
-			if _, err := tx.Exec(ctx, `
-INSERT INTO mdns (message_id, content_type, headers, body, disposition, mic, signed)
-VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (message_id) DO NOTHING`,
-				it.MessageID, r.MDN.ContentType, hdr, r.MDN.Body, r.MDN.Disposition, r.MDN.MIC, r.MDN.Signed); err != nil {
-				return err
-			}
-		}
+		// decided: this attempt moved the message (not final before). Its
+		// MDN then replaces one kept from an earlier send (a resend after
+		// a negative MDN): the receipt kept is the one that decided the
+		// message, as for async MDNs.
+		decided := false
 		if u := r.Message; u != nil {
-			_, err = tx.Exec(ctx, `
+			tag, err := tx.Exec(ctx, `
 UPDATE messages
    SET status = $2, disposition = $3, error = $4, attempts = $5, updated_at = now(),
        completed_at = CASE WHEN $6::boolean THEN now() ELSE completed_at END,
@@ -452,10 +447,30 @@ UPDATE messages
        mic_verified = coalesce($8::boolean, mic_verified)
  WHERE id = $1 AND status NOT IN ('delivered', 'failed', 'sent')`,
 				it.MessageID, u.Status, u.Disposition, u.Error, it.Attempts, u.Final, u.MDNDueIn.Microseconds(), u.MICVerified)
-		} else {
-			_, err = tx.Exec(ctx, `UPDATE messages SET attempts = $2, updated_at = now() WHERE id = $1`, it.MessageID, it.Attempts)
+			if err != nil {
+				return err
+			}
+			decided = u.Final && tag.RowsAffected() == 1
+		} else if _, err := tx.Exec(ctx, `UPDATE messages SET attempts = $2, updated_at = now() WHERE id = $1`, it.MessageID, it.Attempts); err != nil {
+			return err
 		}
-		return err
+		if r.MDN != nil {
+			hdr, err := json.Marshal(r.MDN.Headers)
+			if err != nil {
+				return err
+			}
+			if _, err := tx.Exec(ctx, `
+INSERT INTO mdns (message_id, content_type, headers, body, disposition, mic, signed)
+VALUES ($1, $2, $3, $4, $5, $6, $7)
+ON CONFLICT (message_id) DO UPDATE
+   SET content_type = EXCLUDED.content_type, headers = EXCLUDED.headers, body = EXCLUDED.body,
+       disposition = EXCLUDED.disposition, mic = EXCLUDED.mic, signed = EXCLUDED.signed, created_at = now()
+ WHERE $8::boolean`,
+				it.MessageID, r.MDN.ContentType, hdr, r.MDN.Body, r.MDN.Disposition, r.MDN.MIC, r.MDN.Signed, decided); err != nil {
+				return err
+			}
+		}
+		return nil
 	})
 	if err != nil {
 		return fmt.Errorf("finish outbox %d: %w", it.ID, err)
