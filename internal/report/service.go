@@ -2,9 +2,12 @@ package report
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/base64"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"strconv"
 	"time"
 
@@ -151,6 +154,10 @@ type ManualOptions struct {
 	// current term is taken over; default 15 min.
 	Takeover time.Duration
 	Now      func() time.Time
+	// Rand makes the unique part of a preliminary or forced mail's
+	// Message-ID (two sent within one second differ); default
+	// crypto/rand.
+	Rand io.Reader
 }
 
 // Sent describes a mail SendManual sent.
@@ -178,22 +185,31 @@ func SendManual(ctx context.Context, o ManualOptions, day Day) (Sent, error) {
 	if o.Takeover <= 0 {
 		o.Takeover = 15 * time.Minute
 	}
+	if o.Rand == nil {
+		o.Rand = rand.Reader
+	}
 	now := o.Now()
-	stamp := strconv.FormatInt(now.Unix(), 10)
 	if now.Before(day.End()) {
 		r, err := o.Builder.Build(ctx, day)
 		if err != nil {
 			return Sent{}, err
 		}
-		return send(ctx, o, r, variantID(r.Station, r.Day, "preliminary-"+stamp), now,
-			" (preliminary: the day is not over; its report is still mailed once it is)")
+		id, err := variantID(r.Station, r.Day, "preliminary", now, o.Rand)
+		if err != nil {
+			return Sent{}, err
+		}
+		return send(ctx, o, r, id, now, " (preliminary: the day is not over; its report is still mailed once it is)")
 	}
 	if o.Force {
 		r, err := Load(ctx, o.Store, o.Builder, day)
 		if err != nil {
 			return Sent{}, err
 		}
-		return send(ctx, o, r, variantID(r.Station, r.Day, "resent-"+stamp), now, " (forced: a new Message-ID; the claim was not touched)")
+		id, err := variantID(r.Station, r.Day, "resent", now, o.Rand)
+		if err != nil {
+			return Sent{}, err
+		}
+		return send(ctx, o, r, id, now, " (forced: a new Message-ID; the claim was not touched)")
 	}
 	row, err := o.Store.Report(ctx, day.String())
 	if errors.Is(err, postgres.ErrReportNotFound) {
@@ -244,7 +260,14 @@ func send(ctx context.Context, o ManualOptions, r *Report, id string, now time.T
 	return Sent{MessageID: id, Note: note}, nil
 }
 
-// variantID is a Message-ID of day's report that is not the day's own.
-func variantID(station, day, variant string) string {
-	return "report-" + day + "." + variant + "." + escapeAtom(station) + "@edihub"
+// variantID is a Message-ID of day's report that is not the day's own,
+// unique to this mail: the time it was made (for a reader) and 64 random
+// bits (two within one second, or from two hosts, differ).
+func variantID(station, day, variant string, now time.Time, random io.Reader) (string, error) {
+	var b [8]byte
+	if _, err := io.ReadFull(random, b[:]); err != nil {
+		return "", fmt.Errorf("report Message-ID: %w", err)
+	}
+	return "report-" + day + "." + variant + "-" + strconv.FormatInt(now.Unix(), 10) + "-" + hex.EncodeToString(b[:]) +
+		"." + escapeAtom(station) + "@edihub", nil
 }
