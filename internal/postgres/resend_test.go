@@ -2,9 +2,14 @@ package postgres_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/google/go-cmp/cmp"
 
 	"github.com/edihub/edihub/internal/postgres"
 	"github.com/edihub/edihub/internal/postgres/pgtest"
@@ -91,5 +96,89 @@ func TestLateSyncMDNKeepsDecidingMDN(t *testing.T) {
 	}
 	if msg, err := st.Message(ctx, e.ID); err != nil || msg.Status != "delivered" {
 		t.Errorf("message status %q, %v; want delivered", msg.Status, err)
+	}
+}
+
+// TestResendMessage: which messages can be resent (the API's 202, 404 and
+// 409), and what a resend resets. Every message first failed on a
+// negative MDN; the case then sets its state.
+func TestResendMessage(t *testing.T) {
+	ctx := context.Background()
+	st := pgtest.Store(t)
+	tests := []struct {
+		name string
+		// set changes the failed message ($1) before the resend.
+		set     string
+		wantErr error
+		// reason is in the error of a refused resend (the API's 409 body).
+		reason string
+	}{
+		{name: "failed"},
+		{name: "awaiting an overdue MDN", set: `UPDATE messages SET status = 'awaiting-mdn', mdn_overdue = true, completed_at = NULL WHERE id = $1`},
+		{name: "awaiting an MDN not overdue", set: `UPDATE messages SET status = 'awaiting-mdn', completed_at = NULL WHERE id = $1`,
+			wantErr: postgres.ErrNotResendable, reason: "its status is awaiting-mdn"},
+		{name: "delivered", set: `UPDATE messages SET status = 'delivered' WHERE id = $1`, wantErr: postgres.ErrNotResendable, reason: "its status is delivered"},
+		{name: "sent", set: `UPDATE messages SET status = 'sent' WHERE id = $1`, wantErr: postgres.ErrNotResendable, reason: "its status is sent"},
+		{name: "queued", set: `UPDATE messages SET status = 'queued', completed_at = NULL WHERE id = $1`, wantErr: postgres.ErrNotResendable, reason: "its status is queued"},
+		{name: "retrying", set: `UPDATE messages SET status = 'retrying', completed_at = NULL WHERE id = $1`, wantErr: postgres.ErrNotResendable, reason: "its status is retrying"},
+		{name: "inbound", set: `UPDATE messages SET direction = 'inbound' WHERE id = $1`, wantErr: postgres.ErrNotResendable, reason: "inbound"},
+		{name: "inbound overdue", set: `UPDATE messages SET direction = 'inbound', mdn_overdue = true WHERE id = $1`, wantErr: postgres.ErrNotResendable, reason: "inbound"},
+		{name: "failed, sent bytes purged", set: `DELETE FROM outbox WHERE message_id = $1`, wantErr: postgres.ErrNotResendable, reason: "no longer stored"},
+		{name: "failed, queued already", set: `UPDATE outbox SET status = 'pending', next_attempt_at = now() + interval '1 hour' WHERE message_id = $1`, wantErr: postgres.ErrNotResendable, reason: "queued already"},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e, err := st.EnqueueOutbound(ctx, postgres.NewOutbound{
+				Partner: "P", AS2From: "S", AS2To: "P", MessageID: fmt.Sprintf("<resend-%d@s>", i), ContentType: "text/plain",
+				MDNMode: "sync", URL: "http://p.example/as2", MaxAttempts: 3, Payload: []byte("x"),
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			sendAttempt(t, st, negative)
+			if tt.set != "" {
+				if _, err := st.ExecSQL(ctx, tt.set, e.ID); err != nil {
+					t.Fatal(err)
+				}
+			}
+			before, err := st.Message(ctx, e.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := st.ResendMessage(ctx, e.ID)
+			if tt.wantErr != nil {
+				if !errors.Is(err, tt.wantErr) || !strings.Contains(err.Error(), tt.reason) {
+					t.Fatalf("ResendMessage = %v, want %v saying %q", err, tt.wantErr, tt.reason)
+				}
+				after, err := st.Message(ctx, e.ID)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if diff := cmp.Diff(before, after); diff != "" {
+					t.Errorf("a refused resend changed the message (-before +after):\n%s", diff)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("ResendMessage = %v, want nil", err)
+			}
+			if got.Status != "queued" || got.Attempts != 0 || got.Error != "" || got.Disposition != "" || got.MDNOverdue || got.CompletedAt != nil || got.MDNResends != before.MDNResends {
+				t.Errorf("resent message = status %q, attempts %d, error %q, disposition %q, overdue %v, completed %v, resends %d; want queued afresh, resends %d",
+					got.Status, got.Attempts, got.Error, got.Disposition, got.MDNOverdue, got.CompletedAt, got.MDNResends, before.MDNResends)
+			}
+			items, err := st.ClaimOutbox(ctx, "d", time.Minute, 10)
+			if err != nil || len(items) != 1 || items[0].MessageID != e.ID || items[0].Attempts != 1 || !items[0].Built() {
+				t.Fatalf("claim after the resend = %+v, %v; want the message's row, attempt 1, with the bytes as sent", items, err)
+			}
+			if err := st.FinishOutbox(ctx, items[0], positive); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := st.ResendMessage(ctx, e.ID); !errors.Is(err, postgres.ErrNotResendable) {
+				t.Errorf("ResendMessage of the delivered resend = %v, want ErrNotResendable", err)
+			}
+		})
+	}
+	if _, err := st.ResendMessage(ctx, 1<<40); !errors.Is(err, postgres.ErrMessageNotFound) {
+		t.Errorf("ResendMessage(unknown id) = %v, want ErrMessageNotFound", err)
 	}
 }
