@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 	// The report's time zones must resolve in images without a zone
@@ -186,8 +187,12 @@ func reportFlags(fs *flagSet) func(context.Context, *environment) error {
 		if !send {
 			return nil
 		}
+		by, err := reportSender()
+		if err != nil {
+			return err
+		}
 		res, err := report.SendManual(ctx, report.ManualOptions{Store: store, Builder: b, Sender: s.mailer, Lease: lease,
-			By: "edihub report (" + hostname() + ")", Force: force, Now: time.Now}, day)
+			By: by, Force: force, Now: time.Now}, day)
 		if err != nil {
 			return err
 		}
@@ -196,12 +201,21 @@ func reportFlags(fs *flagSet) func(context.Context, *environment) error {
 	}
 }
 
-func hostname() string {
+// reportSender names this run of edihub report -send in the day's mail
+// claim: the host, the process id and a random part. Two runs, on one host
+// or one after another in one process, are two senders: one's fresh claim
+// keeps the other from sending (a claim by the same name would be taken
+// as its own retry, and both would mail).
+func reportSender() (string, error) {
 	h, err := os.Hostname()
 	if err != nil {
-		return "unknown host"
+		h = "unknown-host"
 	}
-	return h
+	id, err := newIdentity(h + "-" + strconv.Itoa(os.Getpid()))
+	if err != nil {
+		return "", fmt.Errorf("report -send: %w", err)
+	}
+	return "edihub report (" + id + ")", nil
 }
 
 // parseReportDate reads -date in loc.

@@ -10,6 +10,7 @@ import (
 	"net/mail"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -178,5 +179,50 @@ func TestReportCommand(t *testing.T) {
 	noSMTP := env("EDIHUB_DATABASE_URL", dbURL, "EDIHUB_CONFIG", cfg)
 	if _, _, err := runCmd(t, noSMTP, "report", "-send"); err == nil || !strings.Contains(err.Error(), "EDIHUB_SMTP_URL") {
 		t.Errorf("report -send without SMTP = %v, want it to name EDIHUB_SMTP_URL", err)
+	}
+}
+
+// TestReportSendRunsAreSeparateSenders: a run of report -send that claimed
+// a day and could not mail it (its SMTP server down) holds the claim; a
+// second run on the same host is another sender and is refused while that
+// claim is fresh, instead of taking it for its own retry and mailing too.
+func TestReportSendRunsAreSeparateSenders(t *testing.T) {
+	dbURL := pgtest.URL(t)
+	cfg := writeConfig(t, "")
+	mails, smtpURL := startCatcher(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	downURL := "smtp://" + ln.Addr().String() + "?tls=none"
+	_ = ln.Close()
+	getenv := func(smtpURL string) func(string) string {
+		return env("EDIHUB_DATABASE_URL", dbURL, "EDIHUB_CONFIG", cfg, "EDIHUB_REPORT_TZ", "Europe/Berlin",
+			"EDIHUB_SMTP_URL", smtpURL, "EDIHUB_REPORT_FROM", "edihub@hub.example", "EDIHUB_REPORT_TO", "a@hub.example")
+	}
+	if _, _, err := runCmd(t, getenv(downURL), "report", "-date", "2026-11-30", "-send"); err == nil {
+		t.Fatal("report -send with the SMTP server down = nil error")
+	}
+	st, err := postgres.Open(context.Background(), dbURL, postgres.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	first, err := st.Report(context.Background(), "2026-11-30")
+	if err != nil || first.MailClaimedBy == "" || first.MailedAt != nil {
+		t.Fatalf("after the failed run: row claimed by %q, mailed %v, %v; want claimed, not mailed", first.MailClaimedBy, first.MailedAt, err)
+	}
+	_, _, err = runCmd(t, getenv(smtpURL), "report", "-date", "2026-11-30", "-send")
+	if err == nil || !strings.Contains(err.Error(), "being sent by another sender") {
+		t.Errorf("a second run while the first one's claim is fresh = %v, want refused (another sender)", err)
+	}
+	if ids := mails.ids(t); len(ids) != 0 {
+		t.Errorf("mails %v, want none: the claim is another run's", ids)
+	}
+	if row, err := st.Report(context.Background(), "2026-11-30"); err != nil || row.MailClaimedBy != first.MailClaimedBy {
+		t.Errorf("claim now by %q, %v; want still the first run's %q", row.MailClaimedBy, err, first.MailClaimedBy)
+	}
+	if !strings.Contains(first.MailClaimedBy, strconv.Itoa(os.Getpid())) {
+		t.Errorf("claimed by %q, want the process id %d in it", first.MailClaimedBy, os.Getpid())
 	}
 }
