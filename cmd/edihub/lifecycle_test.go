@@ -41,6 +41,7 @@ func TestServeLifecycle(t *testing.T) {
 	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
 		mac := hmac.New(sha256.New, []byte(secret))
+		mac.Write([]byte(r.Header.Get("X-Edihub-Timestamp") + "." + r.Header.Get("X-Edihub-Event-Id") + "."))
 		mac.Write(body)
 		mu.Lock()
 		defer mu.Unlock()

@@ -24,7 +24,7 @@ import (
 // Store is what the dispatcher needs from storage; *postgres.Store
 // implements it.
 type Store interface {
-	ClaimOutbox(ctx context.Context, by string, lease time.Duration, limit int) ([]postgres.OutboxItem, error)
+	ClaimOutboxKinds(ctx context.Context, by string, lease time.Duration, limit int, kinds []string) ([]postgres.OutboxItem, error)
 	OutboundSource(ctx context.Context, id int64) (postgres.OutboundSource, error)
 	SaveOutboundBuild(ctx context.Context, it postgres.OutboxItem, b postgres.OutboundBuild) error
 	FinishOutbox(ctx context.Context, it postgres.OutboxItem, r postgres.OutboxResult) error
@@ -227,7 +227,7 @@ loop:
 			if free == 0 {
 				break // a finishing send wakes us
 			}
-			items, err := d.o.Store.ClaimOutbox(ctx, d.o.Identity, d.o.Lease, min(free, DefaultBatch))
+			items, err := d.o.Store.ClaimOutboxKinds(ctx, d.o.Identity, d.o.Lease, min(free, DefaultBatch), d.kinds())
 			if err != nil {
 				if ctx.Err() == nil {
 					d.log.Warn("claim outbox", zap.Error(err))
@@ -336,13 +336,13 @@ func (d *Dispatcher) process(ctx context.Context, it postgres.OutboxItem) {
 		log = d.log.With(zap.Int64("outbox_id", it.ID), zap.String("kind", it.Kind), zap.Int("attempt", it.Attempts),
 			zap.String("event_id", first(it.Headers, EventIDHeader)))
 		if len(d.o.WebhookSecret) == 0 {
-			// A replica configured without the webhook (a rolling change)
-			// must not post unsigned deliveries; one that has it retries.
+			// Not claimed without a secret (kinds); should one come
+			// anyway, it is never posted unsigned.
 			d.finish(ctx, log, it, p, attempt{retryable: true, err: errors.New("this replica has no webhook secret (EDIHUB_WEBHOOK_SECRET_FILE); a replica with one retries")})
 			return
 		}
 		it.Headers = it.Headers.Clone()
-		it.Headers.Set(SignatureHeader, Sign(d.o.WebhookSecret, it.Body))
+		signDelivery(it.Headers, d.o.WebhookSecret, it.Body, d.o.Now())
 	}
 	if it.Kind == postgres.OutboxKindMessage {
 		if p == nil {
@@ -375,6 +375,17 @@ func (d *Dispatcher) process(ctx context.Context, it postgres.OutboxItem) {
 		return
 	}
 	d.finish(ctx, log, it, p, a)
+}
+
+// kinds are the outbox kinds this dispatcher claims: all of them, or
+// without the webhook secret (a replica not yet configured for the
+// webhook, during a rolling change) all but webhook deliveries, which it
+// cannot sign: claiming them would only spend their attempts.
+func (d *Dispatcher) kinds() []string {
+	if len(d.o.WebhookSecret) == 0 {
+		return []string{postgres.OutboxKindMessage, postgres.OutboxKindMDN}
+	}
+	return nil
 }
 
 var errBuild = errors.New("build AS2 message")

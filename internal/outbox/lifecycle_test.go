@@ -133,7 +133,9 @@ func TestQueueIdempotencyKey(t *testing.T) {
 }
 
 // hookServer is a webhook receiver on a real listener: it checks each
-// delivery's signature and answers 503 to the first delivery of each event.
+// delivery as docs/sending.md tells receivers to (the signature over the
+// timestamp, the event id and the body, and the timestamp within five
+// minutes) and answers 503 to the first delivery of each event.
 type hookServer struct {
 	*httptest.Server
 	secret []byte
@@ -149,9 +151,16 @@ func newHookServer(t *testing.T, secret []byte) *hookServer {
 		body, _ := io.ReadAll(r.Body)
 		h.mu.Lock()
 		defer h.mu.Unlock()
+		ts := r.Header.Get("X-Edihub-Timestamp")
+		if sec, err := strconv.ParseInt(ts, 10, 64); err != nil || time.Since(time.Unix(sec, 0)).Abs() > 5*time.Minute {
+			h.bad = append(h.bad, fmt.Sprintf("timestamp %q not within 5 minutes of now", ts))
+			http.Error(w, "stale", http.StatusUnauthorized)
+			return
+		}
 		mac := hmac.New(sha256.New, h.secret)
+		mac.Write([]byte(ts + "." + r.Header.Get("X-Edihub-Event-Id") + "."))
 		mac.Write(body)
-		if want := "sha256=" + hex.EncodeToString(mac.Sum(nil)); r.Header.Get("X-Edihub-Signature") != want {
+		if want := "sha256=" + hex.EncodeToString(mac.Sum(nil)); !hmac.Equal([]byte(r.Header.Get("X-Edihub-Signature")), []byte(want)) {
 			h.bad = append(h.bad, "bad signature "+r.Header.Get("X-Edihub-Signature"))
 			http.Error(w, "bad signature", http.StatusUnauthorized)
 			return
@@ -307,27 +316,42 @@ func counterValue(t *testing.T, reg *prometheus.Registry, name, label, value str
 	return 0
 }
 
-// TestSign: the signature header value is the hex HMAC-SHA256 of the body.
+// TestSign: the signature header value is the hex HMAC-SHA256 of
+// "<timestamp>.<event id>.<body>": another timestamp, event id or body
+// gives another signature.
 func TestSign(t *testing.T) {
-	// RFC 4231 test case 2.
-	got := outbox.Sign([]byte("Jefe"), []byte("what do ya want for nothing?"))
-	want := "sha256=5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"
-	if got != want {
+	secret, body := []byte("Jefe"), []byte("what do ya want for nothing?")
+	// Computed apart: HMAC-SHA256("Jefe", "1796000000.17.what do ya want for nothing?").
+	want := "sha256=a94df0559c292922a8bcf956a2c52397564d78714be81aee8eb147de9dfeaa6e"
+	if got := outbox.Sign(secret, "1796000000", "17", body); got != want {
 		t.Errorf("Sign = %s, want %s", got, want)
+	}
+	for _, tt := range []struct{ ts, id, body string }{
+		{"1796000001", "17", string(body)},
+		{"1796000000", "18", string(body)},
+		{"1796000000", "17", string(body) + " "},
+	} {
+		if got := outbox.Sign(secret, tt.ts, tt.id, []byte(tt.body)); got == want {
+			t.Errorf("Sign(%q, %q, %q) = the signature of another delivery", tt.ts, tt.id, tt.body)
+		}
 	}
 }
 
 // TestWebhookNeedsSecret: a dispatcher without the webhook secret (a
-// replica not yet configured) reschedules webhook deliveries instead of
-// posting them unsigned.
+// replica not yet configured, during a rolling change) sends messages but
+// does not claim webhook deliveries: they keep every attempt for a
+// replica with the secret, which delivers them signed.
 func TestWebhookNeedsSecret(t *testing.T) {
 	ctx := context.Background()
-	st := pgtest.Store(t)
+	db := openPurgeDB(t)
+	st := db.st
 	hook := newHookServer(t, []byte("s"))
 	forward := func() int {
 		n, err := st.ForwardEvents(ctx, postgres.WebhookForward{Cursor: outbox.WebhookCursor, URL: hook.URL, MaxAttempts: 3, RetryWindow: time.Hour,
 			Build: func(e postgres.Event) (postgres.WebhookDelivery, error) {
-				return postgres.WebhookDelivery{Header: http.Header{"X-Edihub-Event-Id": {strconv.FormatInt(e.ID, 10)}}, Body: []byte("{}")}, nil
+				id := strconv.FormatInt(e.ID, 10)
+				h := http.Header{"X-Edihub-Event-Id": {id}, "X-Edihub-Event-Type": {e.Type}, "Content-Type": {"application/json"}}
+				return postgres.WebhookDelivery{Header: h, Body: []byte(`{"id": ` + id + `, "type": "` + e.Type + `"}`)}, nil
 			}})
 		if err != nil {
 			t.Fatal(err)
@@ -345,22 +369,67 @@ func TestWebhookNeedsSecret(t *testing.T) {
 	if n := forward(); n != 0 {
 		t.Fatalf("forwarded %d events again, want 0", n)
 	}
+	attempts := func() int {
+		t.Helper()
+		var n int
+		if err := db.conn.QueryRow(ctx, `SELECT attempts FROM outbox WHERE kind = 'webhook'`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	// A message to a partner that refuses connections: the dispatcher
+	// without the secret claims it again and again meanwhile.
+	cfg := loadConfig(t, partnerYAML{id: "P", url: "http://127.0.0.1:1/as2"})
+	msg := enqueue(t, st, cfg, "P", []byte("ISA*00"), "application/edi-x12", "po.edi")
 	reg := prometheus.NewRegistry()
-	o := dispatcherOpts(t, st, loadConfig(t, partnerYAML{id: "P", url: "http://127.0.0.1:1/as2"}), "no-secret")
+	o := dispatcherOpts(t, st, cfg, "no-secret")
 	o.Metrics = outbox.NewMetrics(reg, nil)
 	stop := startDispatcher(t, o)
-	for deadline := time.Now().Add(30 * time.Second); counterValue(t, reg, "edihub_webhook_deliveries_total", "result", "retry") < 2; time.Sleep(20 * time.Millisecond) {
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		m, err := st.Message(ctx, msg.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.Attempts >= 3 {
+			break
+		}
 		if time.Now().After(deadline) {
-			t.Fatal("the delivery was not rescheduled")
+			t.Fatalf("the message was tried %d times, want 3", m.Attempts)
 		}
 	}
 	stop()
+	if n := attempts(); n != 0 {
+		t.Errorf("the webhook delivery used %d attempts on a replica without the secret, want 0", n)
+	}
+	for _, result := range []string{"retry", "failed", "delivered"} {
+		if got := counterValue(t, reg, "edihub_webhook_deliveries_total", "result", result); got != 0 {
+			t.Errorf("edihub_webhook_deliveries_total{result=%q} = %v on the replica without the secret, want 0", result, got)
+		}
+	}
 	hook.mu.Lock()
-	defer hook.mu.Unlock()
 	if len(hook.tries) != 0 || len(hook.bad) != 0 {
 		t.Errorf("the webhook got requests from a replica without the secret: %v %v", hook.tries, hook.bad)
 	}
-	if got := counterValue(t, reg, "edihub_webhook_deliveries_total", "result", "failed"); got != 0 {
-		t.Errorf("%v deliveries failed, want 0 (attempts left within the window)", got)
+	hook.mu.Unlock()
+
+	// A replica with the secret delivers it: one 503, then delivered, in
+	// the delivery's first two attempts.
+	reg = prometheus.NewRegistry()
+	o = dispatcherOpts(t, st, cfg, "with-secret")
+	o.Metrics = outbox.NewMetrics(reg, nil)
+	o.WebhookSecret = []byte("s")
+	startDispatcher(t, o)
+	for deadline := time.Now().Add(30 * time.Second); counterValue(t, reg, "edihub_webhook_deliveries_total", "result", "delivered") < 1; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the delivery was not delivered by the replica with the secret")
+		}
+	}
+	if n := attempts(); n != 2 {
+		t.Errorf("delivered in attempt %d, want 2 (a 503, then delivered)", n)
+	}
+	hook.mu.Lock()
+	defer hook.mu.Unlock()
+	for _, b := range hook.bad {
+		t.Error(b)
 	}
 }

@@ -18,9 +18,15 @@ import (
 
 // Headers of a webhook delivery.
 const (
-	// SignatureHeader carries "sha256=" and the hex HMAC-SHA256 of the
-	// body under the webhook secret.
+	// SignatureHeader carries "sha256=" and the hex HMAC-SHA256, under the
+	// webhook secret, of the timestamp, the event id and the body (see
+	// Sign): a receiver that checks it and the timestamp's age rejects a
+	// delivery replayed later, or the body of one event under another's
+	// id.
 	SignatureHeader = "X-Edihub-Signature"
+	// TimestampHeader carries when the delivery was signed, in Unix
+	// seconds; each attempt is signed afresh.
+	TimestampHeader = "X-Edihub-Timestamp"
 	// EventIDHeader carries the event id: a receiver that sees an id
 	// twice (deliveries are at least once) ignores the repeat.
 	EventIDHeader = "X-Edihub-Event-Id"
@@ -56,12 +62,22 @@ func EventView(e postgres.Event) Event {
 		CreatedAt: e.CreatedAt, Detail: d, Cursor: e.Cursor.String()}
 }
 
-// Sign returns the SignatureHeader value of body under secret:
-// "sha256=<hex HMAC-SHA256>".
-func Sign(secret, body []byte) string {
+// Sign returns the SignatureHeader value of a delivery under secret:
+// "sha256=" and the hex HMAC-SHA256 of "<timestamp>.<event id>.<body>"
+// (timestamp and event id as in TimestampHeader and EventIDHeader).
+func Sign(secret []byte, timestamp, eventID string, body []byte) string {
 	m := hmac.New(sha256.New, secret)
+	m.Write([]byte(timestamp + "." + eventID + "."))
 	m.Write(body)
 	return "sha256=" + hex.EncodeToString(m.Sum(nil))
+}
+
+// signDelivery sets the timestamp and the signature of a webhook delivery
+// about to be sent at now.
+func signDelivery(h http.Header, secret, body []byte, now time.Time) {
+	ts := strconv.FormatInt(now.Unix(), 10)
+	h.Set(TimestampHeader, ts)
+	h.Set(SignatureHeader, Sign(secret, ts, h.Get(EventIDHeader), body))
 }
 
 // ForwardStore moves feed events into the outbox; *postgres.Store

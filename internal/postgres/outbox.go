@@ -190,6 +190,14 @@ func (it *OutboxItem) Built() bool { return it.Body != nil }
 // send; otherwise an item that kills its dispatcher would be claimed
 // forever), or its last retry was scheduled past the end of the window.
 func (s *Store) ClaimOutbox(ctx context.Context, by string, lease time.Duration, limit int) ([]OutboxItem, error) {
+	return s.ClaimOutboxKinds(ctx, by, lease, limit, nil)
+}
+
+// ClaimOutboxKinds is ClaimOutbox for rows of the given kinds only (nil:
+// every kind). Rows of other kinds are left alone, exhausted ones too: a
+// dispatcher that cannot send a kind (webhook deliveries without the
+// webhook secret) neither claims them nor spends their attempts.
+func (s *Store) ClaimOutboxKinds(ctx context.Context, by string, lease time.Duration, limit int, kinds []string) ([]OutboxItem, error) {
 	if limit <= 0 {
 		return nil, nil
 	}
@@ -198,6 +206,7 @@ WITH exhausted AS (
     SELECT id FROM outbox
      WHERE status = 'pending' AND next_attempt_at <= now() AND attempts >= max_attempts
        AND (retry_until IS NULL OR retry_until <= now())
+       AND ($4::text[] IS NULL OR kind = ANY ($4::text[]))
      ORDER BY next_attempt_at, id
      LIMIT 100
      FOR UPDATE SKIP LOCKED
@@ -222,6 +231,7 @@ WITH exhausted AS (
     SELECT id FROM outbox
      WHERE status = 'pending' AND next_attempt_at <= now()
        AND (attempts < max_attempts OR retry_until > now())
+       AND ($4::text[] IS NULL OR kind = ANY ($4::text[]))
      ORDER BY next_attempt_at, id
      LIMIT $3
      FOR UPDATE SKIP LOCKED
@@ -237,7 +247,7 @@ UPDATE outbox o
 RETURNING o.id, o.kind, coalesce(o.message_id, 0), o.partner, o.url, o.headers, o.body, o.mic, o.mic_alg, o.mics,
           o.attempts, o.max_attempts, o.claimed_by, o.claimed_until,
           coalesce(extract(epoch FROM greatest(o.retry_until - now(), interval '0')), 0)::float8`,
-		by, lease.Microseconds(), limit)
+		by, lease.Microseconds(), limit, kinds)
 	if err != nil {
 		return nil, fmt.Errorf("claim outbox: %w", err)
 	}

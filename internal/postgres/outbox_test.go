@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -251,5 +252,45 @@ func TestClaimGivesUpOnExhaustedRow(t *testing.T) {
 	done := postgres.OutboxResult{State: postgres.OutboxDone, Message: &postgres.MessageUpdate{Status: "sent", Final: true}}
 	if err := st.FinishOutbox(ctx, last, done); !errors.Is(err, postgres.ErrClaimLost) {
 		t.Errorf("FinishOutbox by the last, expired claim = %v, want ErrClaimLost", err)
+	}
+}
+
+// TestClaimOutboxKinds: a claim of some kinds leaves the rows of the
+// others alone, due or exhausted: not claimed, no attempt spent, not
+// failed.
+func TestClaimOutboxKinds(t *testing.T) {
+	ctx := context.Background()
+	st := pgtest.Store(t)
+	msg := enqueueN(t, st, 1)[0]
+	if _, err := st.ExecSQL(ctx, `INSERT INTO outbox (kind, partner, url, body, max_attempts) VALUES
+        ('webhook', 'P', 'http://h', 'due', 3), ('webhook', 'P', 'http://h', 'exhausted', 3)`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.ExecSQL(ctx, `UPDATE outbox SET attempts = 3, claimed_by = 'crashed' WHERE convert_from(body, 'UTF8') = 'exhausted'`); err != nil {
+		t.Fatal(err)
+	}
+	items, err := st.ClaimOutboxKinds(ctx, "no-webhooks", time.Minute, 10, []string{postgres.OutboxKindMessage, postgres.OutboxKindMDN})
+	if err != nil || len(items) != 1 || items[0].MessageID != msg.ID {
+		t.Fatalf("ClaimOutboxKinds(message, mdn) = %+v, %v; want the message's row only", items, err)
+	}
+	webhooks := func() string {
+		t.Helper()
+		n, err := st.CountSQL(ctx, `SELECT count(*) FROM outbox WHERE kind = 'webhook' AND status = 'pending' AND
+            ((convert_from(body, 'UTF8') = 'due' AND attempts = 0 AND claimed_by = '') OR
+             (convert_from(body, 'UTF8') = 'exhausted' AND attempts = 3))`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strconv.FormatInt(n, 10)
+	}
+	if got := webhooks(); got != "2" {
+		t.Fatalf("%s of 2 webhook rows untouched after a claim without webhooks", got)
+	}
+	items, err = st.ClaimOutbox(ctx, "all", time.Minute, 10)
+	if err != nil || len(items) != 1 || items[0].Kind != postgres.OutboxKindWebhook || string(items[0].Body) != "due" {
+		t.Fatalf("ClaimOutbox = %+v, %v; want the due webhook row", items, err)
+	}
+	if n, err := st.CountSQL(ctx, `SELECT count(*) FROM outbox WHERE kind = 'webhook' AND status = 'failed'`); err != nil || n != 1 {
+		t.Errorf("%d webhook rows failed, %v; want the exhausted one, by the claim of every kind", n, err)
 	}
 }
