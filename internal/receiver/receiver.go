@@ -25,6 +25,7 @@ import (
 	"context"
 	"crypto"
 	"crypto/rand"
+	"crypto/sha256"
 	"crypto/x509"
 	"encoding/hex"
 	"errors"
@@ -717,9 +718,11 @@ func (h *Handler) unwrap(ctx context.Context, log *zap.Logger, hdr http.Header, 
 	return mdn.Processed(), msg.MIC, nil
 }
 
-// replayFinder finds earlier signed messages by MIC; *postgres.Store
-// implements it. Stores without it skip the replay check.
+// replayFinder claims signed content and finds earlier signed messages
+// by MIC; *postgres.Store implements it. Stores without it skip the
+// replay check.
 type replayFinder interface {
+	ClaimSignedContent(ctx context.Context, partner, messageID, digest string, now, since time.Time) (string, error)
 	SignedMICAlgs(ctx context.Context, partner, messageID string, since time.Time) ([]string, error)
 	SignedByMIC(ctx context.Context, partner, messageID string, mics []string, since time.Time) (string, error)
 }
@@ -733,36 +736,28 @@ var errReplay = errors.New("replay of signed content")
 // replayed with a fresh Message-ID (which the duplicate check cannot
 // catch), or a partner resending with a new ID. Such a message is logged
 // and counted; with refuse_replays it is refused (authentication-failed).
-// The earlier messages' MICs may be in any algorithm, so the content is
-// digested in each algorithm found among them. A failing lookup is
-// logged, never fatal.
+// The content's SHA-256 is claimed first, in one statement (of two
+// deliveries of the same content at once, one passes); then the stored
+// messages are looked up (content received before the claims were kept):
+// their MICs may be in any algorithm, so the content is digested in each
+// algorithm found among them. A failing claim or lookup is logged, never
+// fatal.
 func (h *Handler) checkReplay(ctx context.Context, log *zap.Logger, partner *config.Partner, messageID string, content []byte) error {
 	rf, ok := h.o.Store.(replayFinder)
 	if !ok || partner.ReplayWindow <= 0 || content == nil {
 		return nil
 	}
-	since := h.o.Now().Add(-partner.ReplayWindow)
-	algs, err := rf.SignedMICAlgs(ctx, partner.AS2ID, messageID, since)
+	now := h.o.Now()
+	since := now.Add(-partner.ReplayWindow)
+	digest := sha256.Sum256(content)
+	first, err := rf.ClaimSignedContent(ctx, partner.AS2ID, messageID, hex.EncodeToString(digest[:]), now, since)
 	if err != nil {
 		log.Warn("replay check", zap.Error(err))
-		return nil
-	}
-	var mics []string
-	for _, name := range algs {
-		if alg, err := as2.ParseMICAlg(name); err == nil {
-			mics = append(mics, as2.ComputeMIC(alg, content).String())
-		}
-	}
-	if len(mics) == 0 {
-		return nil
-	}
-	first, err := rf.SignedByMIC(ctx, partner.AS2ID, messageID, mics, since)
-	if err != nil {
-		log.Warn("replay check", zap.Error(err))
-		return nil
 	}
 	if first == "" {
-		return nil
+		if first = h.storedReplay(ctx, log, rf, partner.AS2ID, messageID, content, since); first == "" {
+			return nil
+		}
 	}
 	action := "flagged"
 	if partner.RefuseReplays {
@@ -775,6 +770,31 @@ func (h *Handler) checkReplay(ctx context.Context, log *zap.Logger, partner *con
 		return nil
 	}
 	return &as2.Error{Disposition: as2.DispositionAuthenticationFailed, Err: fmt.Errorf("%w: first received as %s", errReplay, first)}
+}
+
+// storedReplay returns the Message-ID of a stored signed message partner
+// sent since, other than messageID, with content's MIC, or "".
+func (h *Handler) storedReplay(ctx context.Context, log *zap.Logger, rf replayFinder, partner, messageID string, content []byte, since time.Time) string {
+	algs, err := rf.SignedMICAlgs(ctx, partner, messageID, since)
+	if err != nil {
+		log.Warn("replay check", zap.Error(err))
+		return ""
+	}
+	var mics []string
+	for _, name := range algs {
+		if alg, err := as2.ParseMICAlg(name); err == nil {
+			mics = append(mics, as2.ComputeMIC(alg, content).String())
+		}
+	}
+	if len(mics) == 0 {
+		return ""
+	}
+	first, err := rf.SignedByMIC(ctx, partner, messageID, mics, since)
+	if err != nil {
+		log.Warn("replay check", zap.Error(err))
+		return ""
+	}
+	return first
 }
 
 // unsignedMIC is the partner's MIC scope for unsigned, unencrypted

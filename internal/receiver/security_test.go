@@ -5,6 +5,7 @@ import (
 	"crypto/x509"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/edihub/edihub/internal/mdn"
@@ -162,5 +163,50 @@ func TestReceiveReplay(t *testing.T) {
 		if flagged != tt.flagged || refused != tt.refused {
 			t.Errorf("%s %s: replays flagged %v refused %v, want %v %v", tt.partner, tt.id, flagged, refused, tt.flagged, tt.refused)
 		}
+	}
+}
+
+// TestReceiveReplayConcurrent: the same signed content posted at once
+// under several Message-IDs to a partner with refuse_replays is processed
+// once; every other delivery is refused as a replay, however the requests
+// interleave.
+func TestReceiveReplayConcurrent(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	m := buildOpenSSL(t, build{sign: "sha256", payload: "UNB+CONCURRENT'\n"})
+	const n = 8
+	replies := make([]reply, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			replies[i], errs[i] = tryPost(e.url, request(as2Header(partnerNoReplay, station, fmt.Sprintf("<concurrent-%d@x>", i), "sha-256"), m), m.body, false)
+		})
+	}
+	close(start)
+	wg.Wait()
+	var processed, refused int
+	for i := range n {
+		if errs[i] != nil {
+			t.Fatal(errs[i])
+		}
+		switch d := parseMDN(t, replies[i]).Disposition; d {
+		case mdn.Processed():
+			processed++
+		case mdn.Errored("authentication-failed"):
+			refused++
+		default:
+			t.Errorf("<concurrent-%d@x>: %q", i, d)
+		}
+	}
+	if processed != 1 || refused != n-1 {
+		t.Errorf("%d deliveries processed and %d refused, want 1 and %d", processed, refused, n-1)
+	}
+	if got := e.count(t, `SELECT count(*) FROM messages WHERE partner = $1 AND status = 'processed'`, partnerNoReplay); got != 1 {
+		t.Errorf("%d messages stored as processed, want 1", got)
+	}
+	if got := metricValue(e.reg, "edihub_as2_replays_total", map[string]string{"partner": partnerNoReplay, "action": "refused"}); got != n-1 {
+		t.Errorf("replays refused = %v, want %d", got, n-1)
 	}
 }
