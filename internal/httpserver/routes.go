@@ -46,7 +46,7 @@ const readyTimeout = 2 * time.Second
 func NewOpsRouter(opts OpsOptions) http.Handler {
 	r := chi.NewRouter()
 	log := opts.Logger.Named("ops")
-	r.Use(requestID, instrument("ops", quiet(log), opts.Metrics))
+	r.Use(requestID, closeChunked, instrument("ops", quiet(log), opts.Metrics))
 	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		if opts.Healthy != nil {
 			if err := opts.Healthy(); err != nil {
@@ -119,7 +119,7 @@ func NewRouter(opts RouterOptions) http.Handler {
 	if listener == "" {
 		listener = "as2"
 	}
-	r.Use(requestID, instrument(listener, log, opts.Metrics), LimitBody(opts.MaxBodyBytes))
+	r.Use(requestID, closeChunked, instrument(listener, log, opts.Metrics), LimitBody(opts.MaxBodyBytes))
 	r.Get("/", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"service": "edihub", "version": opts.Version})
 	})
