@@ -12,8 +12,8 @@ import (
 var errBusy = errors.New("receiver: in-flight budget exhausted")
 
 // bodyStep is how much a request's reservation grows at a time as its
-// body arrives (never past a declared Content-Length): one step per read
-// would take the lock for every few KiB.
+// body arrives (never past a declared Content-Length), so that the lock
+// is not taken for every read of a few KiB.
 const bodyStep = 1 << 20
 
 // budget accounts the bytes held by requests in flight (bodies and
