@@ -300,7 +300,7 @@ func (g *group) supervise(ctx context.Context, log *zap.Logger, name string, w W
 		} else {
 			log.Error("worker returned while this replica leads; restarting it", zap.Duration("backoff", backoff), zap.Int("in_a_row", failures))
 		}
-		if !sleep(ctx, backoff) {
+		if !Sleep(ctx, backoff) {
 			return nil
 		}
 	}

@@ -349,7 +349,7 @@ func (e *Elector) Run(ctx context.Context) error {
 		failures++
 		pause := min(e.o.RetryPeriod<<min(failures-1, 5), e.o.LeaseDuration)
 		e.log.Info("pausing before campaigning again", zap.Duration("pause", pause))
-		if !sleep(ctx, pause) {
+		if !Sleep(ctx, pause) {
 			return nil
 		}
 	}
@@ -374,7 +374,7 @@ func (e *Elector) campaign(ctx context.Context) (token int64, acquiredAt time.Ti
 				e.log.Warn("the database does not answer; not campaigning until it does", zap.Error(err))
 				dbDown = true
 			}
-			if !sleep(ctx, jittered(e.o.RetryPeriod)) {
+			if !Sleep(ctx, jittered(e.o.RetryPeriod)) {
 				return 0, time.Time{}, nil
 			}
 			continue
@@ -534,7 +534,7 @@ func jittered(d time.Duration) time.Duration {
 }
 
 // sleep waits for d or until ctx ends; it reports whether d elapsed.
-func sleep(ctx context.Context, d time.Duration) bool {
+func Sleep(ctx context.Context, d time.Duration) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {

@@ -55,7 +55,7 @@ func (l *pgLease) watch(ctx context.Context, changed func()) error {
 			return nil
 		}
 		_ = err // the database is away; polling goes on, listen again later
-		if !sleep(ctx, l.retry) {
+		if !Sleep(ctx, l.retry) {
 			return nil
 		}
 		changed() // a release may have been missed meanwhile
