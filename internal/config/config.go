@@ -238,8 +238,8 @@ type Partner struct {
 	// false by default.
 	AllowPrivateMDNTargets bool
 	// BasicAuth, when set, is sent as HTTP basic authentication with
-	// every request to the partner's URL host (auth: {user,
-	// password_file}); nil otherwise. Userinfo in URL works too but is
+	// every request to the origin of the partner's URL (scheme, host and
+	// port; auth: {user, password_file}); nil otherwise. Userinfo in URL works too but is
 	// discouraged: URLs end up in logs (they are redacted there).
 	BasicAuth *BasicAuth
 	// TLS is the client TLS configuration for an https URL: minimum TLS
@@ -248,7 +248,7 @@ type Partner struct {
 	// Nil for http URLs without a tls section.
 	TLS *tls.Config
 	// Headers are extra HTTP header fields sent with every request to the
-	// partner's URL host; they never replace AS2 fields.
+	// origin of the partner's URL; they never replace AS2 fields.
 	Headers http.Header
 	// Proxy is the HTTP proxy for requests to the partner, or nil for the
 	// environment's (HTTPS_PROXY, NO_PROXY).
