@@ -98,8 +98,9 @@ func (r *readCountingStore) read(id int64) bool {
 	return r.ids[id]
 }
 
-// heapStore measures the live heap when the poller applies a batch: what
-// it holds of the batch's rows then.
+// heapStore measures the live heap when the poller looks up the messages
+// of a batch (all its rows parsed) and when it applies the batch: what it
+// holds of the batch's rows then.
 type heapStore struct {
 	*postgres.Store
 	mu   sync.Mutex
@@ -116,11 +117,20 @@ func liveHeap() uint64 {
 	return ms.HeapAlloc
 }
 
-func (h *heapStore) ApplyMDNs(ctx context.Context, f postgres.Fence, outs []postgres.MDNOutcome) ([]postgres.AppliedMDN, error) {
+func (h *heapStore) measure() {
 	live := liveHeap()
 	h.mu.Lock()
 	h.heap = append(h.heap, live)
 	h.mu.Unlock()
+}
+
+func (h *heapStore) OutboundMessages(ctx context.Context, keys []postgres.MessageKey) (map[postgres.MessageKey]postgres.AwaitedMessage, error) {
+	h.measure()
+	return h.Store.OutboundMessages(ctx, keys)
+}
+
+func (h *heapStore) ApplyMDNs(ctx context.Context, f postgres.Fence, outs []postgres.MDNOutcome) ([]postgres.AppliedMDN, error) {
+	h.measure()
 	return h.Store.ApplyMDNs(ctx, f, outs)
 }
 
@@ -147,14 +157,14 @@ func TestPollerHoldsNoBatchOfBodies(t *testing.T) {
 	hs.mu.Lock()
 	defer hs.mu.Unlock()
 	if len(hs.heap) == 0 {
-		t.Fatal("ApplyMDNs never called")
+		t.Fatal("OutboundMessages and ApplyMDNs never called")
 	}
 	// One body's worth, twice: pgx keeps the read buffer of the last
 	// large row on its connection (rounded up to a power of two) until
 	// that connection reads again.
 	for _, live := range hs.heap {
 		if live > base+2*size {
-			t.Errorf("live heap when applying a batch of %d MDNs of %d bytes: %d bytes above the start, want under %d (about one body, not the batch)", n, size, live-base, 2*size)
+			t.Errorf("live heap when judging or applying a batch of %d MDNs of %d bytes: %d bytes above the start, want under %d (about one body, not the batch)", n, size, live-base, 2*size)
 		}
 	}
 }
