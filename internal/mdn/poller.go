@@ -430,8 +430,8 @@ func (p *Poller) judge(ctx context.Context, x *parsed, msgs map[postgres.Message
 		// retrying, and the partner would receive a decided message.
 		x.out.Reason = fmt.Sprintf("message %d asked for no async MDN (mdn: %s)", msg.ID, msg.MDNMode)
 		return nil
-	case !msg.Awaiting():
-		x.out.Reason = fmt.Sprintf("message %d is not awaiting its MDN (status %s)", msg.ID, msg.Status)
+	case !msg.Built:
+		x.out.Reason = fmt.Sprintf("message %d was not sent yet (status %s)", msg.ID, msg.Status)
 		return nil
 	case !m.Signed && msg.RequestedSignedReceipt:
 		// Anyone can post an unsigned MDN; it must not decide a message

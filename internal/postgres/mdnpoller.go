@@ -157,21 +157,13 @@ type AwaitedMessage struct {
 	// MDN (Receipt-Delivery-Option); MDNMode is "async" then. Only such a
 	// message may be decided by an MDN posted to us.
 	RequestedAsyncMDN bool
+	// Built reports that the message was built (its bytes are in its
+	// outbox row): sent, or being sent, at least once.
+	Built bool
 }
 
 // Final reports whether the message's status is final.
 func (m AwaitedMessage) Final() bool { return isFinal(m.Status) }
-
-// Awaiting reports whether the message's status lets an async MDN decide
-// it: sent and awaiting the MDN, or still being sent (a partner may post
-// the MDN before the dispatcher recorded the HTTP answer). Not queued or
-// retrying: the outbox goes on sending it, so a partner would still
-// receive a message decided already.
-func (m AwaitedMessage) Awaiting() bool { return awaitingMDN(m.Status) }
-
-func awaitingMDN(status string) bool {
-	return status == "awaiting-mdn" || status == "sending"
-}
 
 func isFinal(status string) bool {
 	switch status {
@@ -196,7 +188,8 @@ func (s *Store) OutboundMessages(ctx context.Context, keys []MessageKey) (map[Me
 	rows, err := s.pool.Query(ctx, `
 SELECT m.id, m.partner, m.message_id, m.status, m.mic, coalesce(o.mics, '{}'), m.mdn_mode, m.mdn_signed, m.signed, m.encrypted,
        CASE WHEN o.body IS NULL THEN m.mdn_signed ELSE o.headers ? 'Disposition-Notification-Options' END,
-       CASE WHEN o.body IS NULL THEN m.mdn_mode = 'async' ELSE o.headers ? 'Receipt-Delivery-Option' END
+       CASE WHEN o.body IS NULL THEN m.mdn_mode = 'async' ELSE o.headers ? 'Receipt-Delivery-Option' END,
+       o.body IS NOT NULL
   FROM messages m
   LEFT JOIN outbox o ON o.message_id = m.id AND o.kind = 'message'
  WHERE m.direction = 'outbound'
@@ -207,7 +200,7 @@ SELECT m.id, m.partner, m.message_id, m.status, m.mic, coalesce(o.mics, '{}'), m
 	ms, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (AwaitedMessage, error) {
 		var m AwaitedMessage
 		err := r.Scan(&m.ID, &m.Partner, &m.MessageID, &m.Status, &m.MIC, &m.MICs, &m.MDNMode, &m.MDNSigned, &m.Signed,
-			&m.Encrypted, &m.RequestedSignedReceipt, &m.RequestedAsyncMDN)
+			&m.Encrypted, &m.RequestedSignedReceipt, &m.RequestedAsyncMDN, &m.Built)
 		return m, err
 	})
 	if err != nil {
@@ -289,14 +282,12 @@ type AppliedMDN struct {
 // pending inbox row is marked processed (its message moved to its final
 // status, the MDN copied from the inbox row to mdns) or orphan, with f's
 // token. An inbox row already decided is left alone (applying the same
-// outcome again changes nothing), and a message is changed only while an
-// async MDN may decide it (AwaitedMessage.Awaiting: being sent or awaiting
-// its MDN, never final): otherwise its MDN becomes an orphan, so of two
-// MDNs for one message the first applied decides it. The outcomes are
-// sent as one pipelined batch, one statement each. It returns
-// ErrStaleFence, applying nothing, when f is no longer the current term;
-// an error wrapping ErrRowRejected when the database refused an outcome's
-// data (nothing applied either).
+// outcome again changes nothing), and a message already final is never
+// changed: its MDN becomes an orphan, so of two MDNs for one message the
+// first applied decides it. The outcomes are sent as one pipelined batch,
+// one statement each. It returns ErrStaleFence, applying nothing, when f
+// is no longer the current term; an error wrapping ErrRowRejected when the
+// database refused an outcome's data (nothing applied either).
 func (s *Store) ApplyMDNs(ctx context.Context, f Fence, outs []MDNOutcome) ([]AppliedMDN, error) {
 	var applied []AppliedMDN
 	err := s.fenced(ctx, f, func(tx pgx.Tx) error {
@@ -335,9 +326,8 @@ func (s *Store) ApplyMDNs(ctx context.Context, f Fence, outs []MDNOutcome) ([]Ap
 
 // applyMDNSQL decides one inbox row in one statement: only if the row is
 // still pending; the message ($2, NULL for an orphan) only if it is an
-// outbound message an async MDN may decide now (sending or awaiting-mdn,
-// as AwaitedMessage.Awaiting), else the row becomes an orphan saying so.
-// The MDN kept in mdns is the inbox row's, copied here. It returns the
+// outbound message not final yet, else the row becomes an orphan saying
+// so. The MDN kept in mdns is the inbox row's, copied here. It returns the
 // row's new state and reason (NULL when it was decided already) and, when
 // processed, the seconds since the message's last send and the message's
 // id and Message-ID.
@@ -349,7 +339,7 @@ WITH pending AS (
        SET status = $3, disposition = $4, error = $5, mic_verified = $6, mdn_overdue = false,
            updated_at = now(), completed_at = now()
      WHERE m.id = $2 AND EXISTS (SELECT 1 FROM pending)
-       AND m.direction = 'outbound' AND m.status IN ('sending', 'awaiting-mdn')
+       AND m.direction = 'outbound' AND m.status NOT IN ('delivered', 'failed', 'sent')
  RETURNING m.id, m.message_id, extract(epoch FROM now() - coalesce(
            (SELECT o.finished_at FROM outbox o WHERE o.message_id = m.id AND o.kind = 'message'), m.created_at))::float8 AS latency
 ), stored AS (

@@ -170,10 +170,11 @@ func TestApplyMDNsTwoForOneMessage(t *testing.T) {
 	}
 }
 
-// TestApplyMDNsOnlyWhileAwaiting: an async MDN decides an outbound message
-// only while it is being sent or awaits its MDN; one queued again or
-// retrying (its outbox row goes on sending it) is left alone.
-func TestApplyMDNsOnlyWhileAwaiting(t *testing.T) {
+// TestApplyMDNsNeverFinal: an async MDN decides an outbound message that
+// is not final (sent and awaiting its MDN, or being sent or retried: the
+// partner may answer before the dispatcher recorded the attempt), never
+// one that is final.
+func TestApplyMDNsNeverFinal(t *testing.T) {
 	e := newInboxEnv(t)
 	tests := []struct {
 		status    string
@@ -181,8 +182,9 @@ func TestApplyMDNsOnlyWhileAwaiting(t *testing.T) {
 	}{
 		{"awaiting-mdn", postgres.InboxProcessed},
 		{"sending", postgres.InboxProcessed},
-		{"queued", postgres.InboxOrphan},
-		{"retrying", postgres.InboxOrphan},
+		{"retrying", postgres.InboxProcessed},
+		{"queued", postgres.InboxProcessed},
+		{"delivered", postgres.InboxOrphan},
 		{"failed", postgres.InboxOrphan},
 		{"sent", postgres.InboxOrphan},
 	}
@@ -197,6 +199,9 @@ func TestApplyMDNsOnlyWhileAwaiting(t *testing.T) {
 			}
 			if m := e.message(msg); a[0].State != tt.wantState || m.Status != wantStatus {
 				t.Errorf("MDN for a message %s: inbox %q (reason %q), message %q; want %q, %q", tt.status, a[0].State, a[0].Reason, m.Status, tt.wantState, wantStatus)
+			}
+			if tt.wantState == postgres.InboxOrphan && a[0].Reason != fmt.Sprintf("message %d is no longer awaiting an async MDN (%s)", msg, tt.status) {
+				t.Errorf("reason %q, want it to name the message and its status", a[0].Reason)
 			}
 		})
 	}
