@@ -381,23 +381,6 @@ func (p *Partner) AllowsMDNTarget(raw string) error {
 	return nil
 }
 
-// PublicAddr reports whether ip is a public unicast address: not
-// loopback, private (RFC 1918, RFC 4193), link-local, unspecified,
-// multicast, CGNAT (100.64/10) or an IPv4-mapped form of those.
-func PublicAddr(ip netip.Addr) bool {
-	ip = ip.Unmap()
-	switch {
-	case !ip.IsValid(), ip.IsLoopback(), ip.IsPrivate(), ip.IsLinkLocalUnicast(), ip.IsLinkLocalMulticast(),
-		ip.IsInterfaceLocalMulticast(), ip.IsMulticast(), ip.IsUnspecified():
-		return false
-	case ip.Is4() && cgnat.Contains(ip):
-		return false
-	}
-	return true
-}
-
-var cgnat = netip.MustParsePrefix("100.64.0.0/10")
-
 func validAt(c *x509.Certificate, now time.Time) bool {
 	return !now.Before(c.NotBefore) && !now.After(c.NotAfter)
 }

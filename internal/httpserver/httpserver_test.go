@@ -286,6 +286,13 @@ func TestAPIRequiresBearerToken(t *testing.T) {
 		{"no header", "s3cret", "", http.StatusUnauthorized},
 		{"wrong token", "s3cret", "Bearer nope", http.StatusUnauthorized},
 		{"basic scheme", "s3cret", "Basic czNjcmV0", http.StatusUnauthorized},
+		{"truncated token", "s3cret", "Bearer s3cre", http.StatusUnauthorized},
+		{"first character only", "s3cret", "Bearer s", http.StatusUnauthorized},
+		{"longer token", "s3cret", "Bearer s3cret0", http.StatusUnauthorized},
+		{"token twice", "s3cret", "Bearer s3crets3cret", http.StatusUnauthorized},
+		// net/http trims the trailing space: the server sees "Bearer".
+		{"empty token", "s3cret", "Bearer ", http.StatusUnauthorized},
+		{"token without scheme", "s3cret", "s3cret", http.StatusUnauthorized},
 		{"right token", "s3cret", "Bearer s3cret", http.StatusOK},
 		{"api disabled", "", "Bearer ", http.StatusServiceUnavailable},
 	}

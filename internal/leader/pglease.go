@@ -12,7 +12,7 @@ import (
 // LeaseStore keeps the lease row of the Postgres backend. *postgres.Store
 // implements it.
 type LeaseStore interface {
-	TermOpener
+	Terms
 	AcquireLease(ctx context.Context, name, holder string, d time.Duration) (postgres.LeaseState, error)
 	RenewLease(ctx context.Context, name, holder string, token int64, d time.Duration) error
 	ReleaseLease(ctx context.Context, name, holder string, token int64) error

@@ -135,10 +135,12 @@ type Options struct {
 	// stored. 0 means DefaultReadTimeout.
 	ReadTimeout time.Duration
 	// MaxInFlightBytes bounds the bytes all requests in flight hold at
-	// once, process-wide: bodies (reserved from Content-Length before the
-	// body is read, or grown as a chunked body arrives) and decompression
-	// output (reserved as it grows). A request that does not fit is
-	// answered 503 with Retry-After, nothing stored. 0 means no limit.
+	// once, process-wide: bodies (reserved as they arrive, so that a
+	// connection announcing a large body it does not send holds nothing
+	// of it) and decompression output (reserved as it grows). A request
+	// that does not fit is answered 503 with Retry-After, nothing stored;
+	// from its header when its Content-Length does not fit what is free.
+	// 0 means no limit.
 	MaxInFlightBytes int64
 	// MaxConcurrentPerPartner bounds the requests in flight per partner;
 	// over it, 503 with Retry-After before the body is read. 0 means no
@@ -277,11 +279,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.mdnTooLarge(w, partnerLabel, r.ContentLength)
 		return
 	}
-	need := r.ContentLength
-	if need <= 0 {
-		need = chunkedReserve
-	}
-	held, err := h.budget.admit(partnerLabel, need)
+	declared := max(r.ContentLength, 0)
+	held, err := h.budget.admit(partnerLabel, declared)
 	if err != nil {
 		// Decided from the header: the body stays unread.
 		w.Header().Set("Connection", "close")
@@ -289,12 +288,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer held.release()
-	if r.ContentLength <= 0 {
-		r.Body = struct {
-			io.Reader
-			io.Closer
-		}{&growingReader{r: r.Body, res: held, reserved: need}, r.Body}
-	}
+	r.Body = struct {
+		io.Reader
+		io.Closer
+	}{&bodyReader{r: r.Body, res: held, declared: declared}, r.Body}
 	if reportMDN {
 		r.Body = http.MaxBytesReader(w, r.Body, h.o.MaxMDNBytes)
 	}
