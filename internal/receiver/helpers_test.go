@@ -117,6 +117,8 @@ type envOptions struct {
 	maxInFlight     int64
 	perPartner      int
 	maxDecompressed int64
+	// maxMDN is the receiver's async MDN limit; 0 the default.
+	maxMDN int64
 }
 
 var testTime = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
@@ -180,6 +182,7 @@ partners:
 
 		MaxInFlightBytes:        eo.maxInFlight,
 		MaxConcurrentPerPartner: eo.perPartner,
+		MaxMDNBytes:             eo.maxMDN,
 	})
 	if err != nil {
 		t.Fatal(err)
