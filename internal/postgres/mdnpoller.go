@@ -348,6 +348,13 @@ WITH pending AS (
     ON CONFLICT (message_id) DO UPDATE
        SET content_type = EXCLUDED.content_type, headers = EXCLUDED.headers, body = EXCLUDED.body,
            disposition = EXCLUDED.disposition, mic = EXCLUDED.mic, signed = EXCLUDED.signed, created_at = now()
+), settled AS (
+    -- A retry (or resend) still queued is not sent again: the partner
+    -- has the message, its MDN decided it.
+    UPDATE outbox o
+       SET status = 'done', finished_at = now(), claimed_by = '', claimed_until = NULL,
+           last_error = 'decided by the partner''s async MDN before this attempt'
+     WHERE o.message_id = (SELECT id FROM msg) AND o.kind = 'message' AND o.status = 'pending'
 ), decided AS (
     UPDATE mdn_inbox i
        SET processed_at = now(), fence = $9, partner = $10, message_ref = (SELECT id FROM msg),

@@ -203,6 +203,19 @@ func TestApplyMDNsNeverFinal(t *testing.T) {
 			if tt.wantState == postgres.InboxOrphan && a[0].Reason != fmt.Sprintf("message %d is no longer awaiting an async MDN (%s)", msg, tt.status) {
 				t.Errorf("reason %q, want it to name the message and its status", a[0].Reason)
 			}
+			// The message's outbox row is still pending (as a retry or
+			// a resend would be): a decided message is not sent again.
+			pending, err := e.st.CountSQL(e.ctx, `SELECT count(*) FROM outbox WHERE message_id = $1 AND kind = 'message' AND status = 'pending'`, msg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			wantPending := int64(1) // an orphan changes nothing
+			if tt.wantState == postgres.InboxProcessed {
+				wantPending = 0 // decided: it must not be sent again
+			}
+			if pending != wantPending {
+				t.Errorf("%d pending outbox rows for the message after the MDN, want %d", pending, wantPending)
+			}
 		})
 	}
 }
