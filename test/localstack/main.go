@@ -6,7 +6,8 @@
 // stops everything it started.
 //
 // State lives in .local/ (git-ignored) and is reused across runs: the
-// database keeps its data, and the keys are generated once.
+// database and the control plane's etcd keep their data, and the keys are
+// generated once.
 package main
 
 import (
@@ -25,6 +26,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/edihub/edihub/internal/devpki"
 	"github.com/edihub/edihub/internal/pgserver"
@@ -154,11 +158,15 @@ func run(ctx context.Context) error {
 
 	leaderEnv := []string{"EDIHUB_LEADER_BACKEND=" + o.backend}
 	if o.backend == "kubernetes" {
-		// A fresh control plane each run: the Lease needs no history.
+		// etcd's data is kept across runs, as PostgreSQL's is: the
+		// fence a term left in PostgreSQL is a resourceVersion of this
+		// etcd, and only a Lease written after it (a higher revision)
+		// may open the next term. A fresh etcd would start its
+		// revisions below the fence and refuse every term until they
+		// caught up.
 		dir := filepath.Join(state, "controlplane")
-		_ = os.RemoveAll(dir)
 		say("starting kube-apiserver and etcd in %s", dir)
-		cp, err := controlplane.Start(ctx, dir, controlplane.Options{Logf: func(f string, a ...any) { say(f, a...) }})
+		cp, err := controlplane.Start(ctx, dir, controlplane.Options{KeepData: true, Logf: func(f string, a ...any) { say(f, a...) }})
 		if err != nil {
 			return fmt.Errorf("%w (or run with EDIHUB_LEADER_BACKEND=postgres)", err)
 		}
@@ -166,6 +174,9 @@ func run(ctx context.Context) error {
 			say("stopping the control plane")
 			_ = cp.Close()
 		}()
+		if err := releaseStaleLease(ctx, cp, leaseName); err != nil {
+			return err
+		}
 		leaderEnv = append(leaderEnv, "EDIHUB_KUBECONFIG="+cp.EdihubKubeconfig, "EDIHUB_LEASE_NAMESPACE="+cp.Namespace)
 		say("leader election on Lease %s/edihub-leader (kubectl --kubeconfig %s get lease -n %s)", cp.Namespace, cp.AdminKubeconfig, cp.Namespace)
 	} else {
@@ -262,6 +273,45 @@ func run(ctx context.Context) error {
 	err = c.Stop(7 * time.Second)
 	return err
 }
+
+// leaseName is the replicas' leader Lease (EDIHUB_LEASE_NAME's default).
+const leaseName = "edihub-leader"
+
+// releaseStaleLease releases the leader Lease when a replica of an earlier
+// run still holds it. The control plane belongs to this stack and none of
+// its replicas runs yet, so the holder is a process that was killed (kill
+// -9, a closed terminal) before it could release the Lease; the new
+// replicas would wait a lease duration for it to expire. It writes what a
+// leader's release writes: no holder, a lease duration of one second.
+func releaseStaleLease(ctx context.Context, cp *controlplane.ControlPlane, name string) error {
+	cs, err := kubernetes.NewForConfig(cp.AdminConfig())
+	if err != nil {
+		return fmt.Errorf("release stale Lease: %w", err)
+	}
+	leases := cs.CoordinationV1().Leases(cp.Namespace)
+	l, err := leases.Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("release stale Lease: %w", err)
+	}
+	if l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity == "" {
+		return nil
+	}
+	holder := *l.Spec.HolderIdentity
+	now := metav1.NewMicroTime(time.Now())
+	l.Spec.HolderIdentity = ptr("")
+	l.Spec.LeaseDurationSeconds = ptr(int32(1))
+	l.Spec.AcquireTime, l.Spec.RenewTime = &now, &now
+	if _, err := leases.Update(ctx, l, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("release stale Lease %s/%s held by %s: %w", cp.Namespace, name, holder, err)
+	}
+	say("Lease %s/%s was still held by %s of an earlier run (killed before it released it): released", cp.Namespace, name, holder)
+	return nil
+}
+
+func ptr[T any](v T) *T { return &v }
 
 func say(format string, args ...any) {
 	fmt.Printf("localstack | "+format+"\n", args...)
