@@ -52,8 +52,8 @@ type options struct {
 	pgPort   int
 	backend  string
 	// portOffset shifts every fixed port of the stack (replicas, demo
-	// station, PostgreSQL), so a second stack (the test of make run) can
-	// run beside a developer's.
+	// station, PostgreSQL, Mailpit), so a second stack (the test of make
+	// run) can run beside a developer's.
 	portOffset int
 }
 
@@ -80,7 +80,7 @@ func run(ctx context.Context) error {
 	flag.StringVar(&o.state, "state", ".local", "directory for the stack's state (database, keys, config)")
 	flag.IntVar(&o.replicas, "replicas", 3, "number of replicas (AS2/API on 127.0.0.1:8081.., ops on 127.0.0.1:9091..)")
 	flag.IntVar(&o.pgPort, "pg-port", 0, "port of the private PostgreSQL on 127.0.0.1 (default 55432 + port-offset)")
-	flag.IntVar(&o.portOffset, "port-offset", 0, "added to every port of the stack (8080, 8081.., 9091.., 8090, 9190, 55432), to run a second stack beside the first")
+	flag.IntVar(&o.portOffset, "port-offset", 0, "added to every port of the stack (8080, 8081.., 9091.., 8090, 9190, 55432, Mailpit's 1025 and 8025), to run a second stack beside the first (give it its own -state too)")
 	backend := os.Getenv("EDIHUB_LEADER_BACKEND")
 	if backend == "" {
 		backend = "kubernetes"
@@ -259,7 +259,7 @@ func run(ctx context.Context) error {
 		say("  %-10s AS2/API http://%s   ops http://%s   pid %d", r.Spec.Name, r.Spec.HTTPAddr, r.Spec.OpsAddr, r.PID())
 	}
 	say("  balancer   http://%s (round robin over the replicas: the hub's AS2 URL for partners)", lb.Addr())
-	say("  leader     edihub status -ops-urls %s   (kill the leader's process to see a takeover)", opsURLs(c))
+	say("  leader     %s status -ops-urls %s   (kill -9 the leader's pid to see a takeover)", o.binary, opsURLs(c))
 	if demoURL != "" {
 		say("  demo       DEMO PARTNER station on http://%s (the hub's partner; warnings only in the log)", demoSpec.HTTPAddr)
 	}
