@@ -51,6 +51,7 @@ type options struct {
 	replicas int
 	pgPort   int
 	backend  string
+	demoMode string
 	// portOffset shifts every fixed port of the stack (replicas, demo
 	// station, PostgreSQL, Mailpit), so a second stack (the test of make
 	// run) can run beside a developer's.
@@ -85,12 +86,16 @@ func run(ctx context.Context) error {
 	if backend == "" {
 		backend = "kubernetes"
 	}
+	flag.StringVar(&o.demoMode, "demo-mode", modeNormal, "what the demo partner does with each document: normal (delivered on a signed async MDN), negative (a negative MDN: the message fails), silent (no MDN: the message becomes overdue) or refuse (HTTP 403: the message fails at once); change it while the stack runs with curl -X PUT --data MODE <demo address>/demo-mode")
 	flag.StringVar(&o.backend, "leader-backend", backend, "leader election backend: kubernetes (a local kube-apiserver and etcd) or postgres (default: $EDIHUB_LEADER_BACKEND, else kubernetes)")
 	flag.Parse()
 	if o.backend != "kubernetes" && o.backend != "postgres" {
 		return fmt.Errorf("-leader-backend (EDIHUB_LEADER_BACKEND) must be kubernetes or postgres, got %q", o.backend)
 	}
 
+	if err := checkDemoMode(o.demoMode); err != nil {
+		return fmt.Errorf("-demo-mode: %w", err)
+	}
 	if o.portOffset < 0 || o.portOffset > 50000 {
 		return fmt.Errorf("-port-offset must be between 0 and 50000, got %d", o.portOffset)
 	}
@@ -147,7 +152,7 @@ func run(ctx context.Context) error {
 		return fmt.Errorf("balancer: %w", err)
 	}
 	defer lb.Close()
-	cfgPath, err := ensureStation(state, "http://"+demoSpec.HTTPAddr+"/as2", lb.URL()+"/as2")
+	cfgPath, err := ensureStation(state, "http://"+pt.demoHTTP()+"/as2", lb.URL()+"/as2")
 	if err != nil {
 		return err
 	}
@@ -199,7 +204,19 @@ func run(ctx context.Context) error {
 		// The demo partner: a second station with its own database, the
 		// hub's configured partner, so documents sent to DEMO PARTNER are
 		// delivered and answered with a signed asynchronous MDN, which the
-		// hub's leader applies (the MDN poller).
+		// hub's leader applies (the MDN poller). It listens on a private
+		// port behind its front on the demo address, which applies
+		// -demo-mode.
+		backendAddr, err := cluster.FreeAddr()
+		if err != nil {
+			return err
+		}
+		front, err := startDemoFront(pt.demoHTTP(), backendAddr, o.demoMode)
+		if err != nil {
+			return err
+		}
+		defer front.Close()
+		demoSpec.HTTPAddr = backendAddr
 		demo, err := cluster.Start(cluster.Options{
 			Binary: o.binary,
 			Env: []string{
@@ -223,6 +240,9 @@ func run(ctx context.Context) error {
 	mailEnv, stopMail := startMailpit(ctx, state, o.portOffset)
 	defer stopMail()
 
+	// A replica that exits (kill -9 of the leader, to see a takeover) is
+	// started again after a short back-off, as Kubernetes would.
+	restarts := newRestarter(ctx)
 	c, err := cluster.Start(cluster.Options{
 		Binary: o.binary,
 		Env: append(append([]string{
@@ -231,17 +251,21 @@ func run(ctx context.Context) error {
 			"EDIHUB_LOG_FORMAT=console",
 			"EDIHUB_API_TOKEN=" + token,
 			"EDIHUB_SHUTDOWN_TIMEOUT=5s",
+			// The demo partner's MDN comes within a second; in its
+			// silent mode none comes, and the message is overdue after
+			// two minutes rather than the default hour.
+			"EDIHUB_ASYNC_MDN_TIMEOUT=2m",
 		}, leaderEnv...), mailEnv...),
 		Replicas: specs,
 		Output:   os.Stdout,
-		OnExit: func(r *cluster.Replica, err error) {
-			if ctx.Err() == nil {
-				say("%s exited (%v); the other replicas keep running", r.Spec.Name, err)
-			}
-		},
+		OnExit:   restarts.Exited,
 	})
 	if err != nil {
+		restarts.Stop()
 		return err
+	}
+	for _, r := range c.Replicas() {
+		restarts.Started(r)
 	}
 	rctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	for _, r := range c.Replicas() {
@@ -261,7 +285,8 @@ func run(ctx context.Context) error {
 	say("  balancer   http://%s (round robin over the replicas: the hub's AS2 URL for partners)", lb.Addr())
 	say("  leader     %s status -ops-urls %s   (kill -9 the leader's pid to see a takeover)", o.binary, opsURLs(c))
 	if demoURL != "" {
-		say("  demo       DEMO PARTNER station on http://%s (the hub's partner; warnings only in the log)", demoSpec.HTTPAddr)
+		say("  demo       DEMO PARTNER station on http://%s (the hub's partner; warnings only in the log), mode %s:", pt.demoHTTP(), o.demoMode)
+		say("               curl -X PUT --data MODE http://%s/demo-mode   (MODE: negative, silent, refuse or normal; README.md)", pt.demoHTTP())
 	}
 	sayMail(mailEnv, o.binary, dbURL, cfgPath, o.portOffset)
 	say("  config     %s", cfgPath)
@@ -270,6 +295,7 @@ func run(ctx context.Context) error {
 
 	<-ctx.Done()
 	say("stopping replicas")
+	restarts.Stop()
 	err = c.Stop(7 * time.Second)
 	return err
 }

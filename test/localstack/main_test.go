@@ -241,10 +241,14 @@ func runStack(t *testing.T, root, localstack, edihub, state string, offset int, 
 	// Ctrl-C: nothing the stack started outlives it.
 	procs := descendants(cmd.Process.Pid)
 	listening := listeningPorts(procs)
-	// The balancer, 3 × 2 replica listeners, demo × 2, PostgreSQL, and
-	// the control plane's: 13, and 2 fewer for each replica longRun
-	// killed and the stack has not restarted yet.
-	if want := 13 - 2*2; len(listening) < want {
+	// The balancer, 3 × 2 replica listeners, the demo partner's front and
+	// its station's two, PostgreSQL, and the control plane's: 14, and 2
+	// fewer for the replica longRun killed last.
+	want := 14
+	if long {
+		want -= 2
+	}
+	if len(listening) < want {
 		t.Errorf("the stack listens on %v (%d ports); expected at least the balancer's, the replicas', the demo station's, PostgreSQL's and the control plane's, %d or more", listening, len(listening), want)
 	}
 	t.Logf("stack: %d processes, listening on %v", len(procs), listening)
@@ -310,8 +314,9 @@ const fillerWrites = 500
 
 // longRun acts out a long first run: it advances etcd's revision by
 // fillerWrites, kills the leader with SIGKILL (the README's step) and
-// waits for a successor, whose term's fence is above all those writes,
-// then kills the successor too, leaving the Lease held by a dead process.
+// waits for a successor, whose term's fence is above all those writes, and
+// for the stack to restart the killed replica; then it kills the successor
+// too, leaving the Lease held by a dead process.
 func longRun(t *testing.T, client *http.Client, pt ports, state string, stack int) {
 	t.Helper()
 	cfg, err := clientcmd.BuildConfigFromFlags("", filepath.Join(state, "controlplane", "admin.kubeconfig"))
@@ -362,7 +367,7 @@ func longRun(t *testing.T, client *http.Client, pt ports, state string, stack in
 	if len(leaders) != 1 {
 		t.Fatalf("leaders %v before the kill, want exactly one", leaders)
 	}
-	kill(lead.Identity)
+	killed := kill(lead.Identity)
 	// The successor waits for the dead leader's Lease to expire.
 	var next leaderStatus
 	for deadline := time.Now().Add(leaseDuration + 30*time.Second); ; {
@@ -379,6 +384,20 @@ func longRun(t *testing.T, client *http.Client, pt ports, state string, stack in
 		t.Fatalf("%s leads with fencing token %d, want above etcd's revision %d after the filler writes", next.Identity, next.FencingToken, revision)
 	}
 	t.Logf("%s took over from the killed %s with fencing token %d (the run began near revision 200)", next.Identity, lead.Identity, next.FencingToken)
+	// The stack started the killed replica again long since (a back-off
+	// of a second), as a new process with an identity of its own.
+	var back leaderStatus
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		code, _ := fetch(client, "http://"+killed+"/readyz", nil)
+		_, err := fetch(client, "http://"+killed+"/leader", &back)
+		if code == http.StatusOK && err == nil || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	if back.Identity == "" || back.Identity == lead.Identity {
+		t.Errorf("the replica on %s after its kill -9: identity %q, want a restarted process (not %s) that is ready", killed, back.Identity, lead.Identity)
+	}
 	kill(next.Identity)
 }
 
