@@ -42,8 +42,9 @@ const maxDemoBody = 100 << 20
 // demoFront listens on the demo partner's public address, in front of the
 // demo station, and applies the mode to every POST /as2.
 type demoFront struct {
-	srv   *http.Server
-	proxy *httputil.ReverseProxy
+	srv    *http.Server
+	proxy  *httputil.ReverseProxy
+	served chan struct{} // closed when Serve returned
 
 	mu   sync.Mutex
 	mode string
@@ -60,16 +61,24 @@ func startDemoFront(addr, backend, mode string) (*demoFront, error) {
 		return nil, fmt.Errorf("demo partner: %w", err)
 	}
 	f := &demoFront{
-		proxy: httputil.NewSingleHostReverseProxy(&url.URL{Scheme: "http", Host: backend}),
-		mode:  mode,
+		proxy:  httputil.NewSingleHostReverseProxy(&url.URL{Scheme: "http", Host: backend}),
+		mode:   mode,
+		served: make(chan struct{}),
 	}
 	f.srv = &http.Server{Handler: f, ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = f.srv.Serve(ln) }()
+	go func() {
+		defer close(f.served)
+		_ = f.srv.Serve(ln)
+	}()
 	return f, nil
 }
 
-// Close stops the front; requests in flight are cut.
-func (f *demoFront) Close() error { return f.srv.Close() }
+// Close stops the front and waits for it; requests in flight are cut.
+func (f *demoFront) Close() error {
+	err := f.srv.Close()
+	<-f.served
+	return err
+}
 
 func checkDemoMode(mode string) error {
 	for _, m := range demoModes {
