@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/edihub/edihub/internal/devpki"
@@ -421,6 +422,23 @@ func TestSendCommand(t *testing.T) {
 	var q hubMessage
 	if err := json.Unmarshal([]byte(out), &q); err != nil || q.ID == 0 || q.Status != "queued" || q.Location == "" {
 		t.Fatalf("edihub send printed %q (%v)", out, err)
+	}
+	// It prints what POST /api/v1/messages answers, byte for byte but for
+	// the message's own id and Message-ID: the same keys in the same
+	// order, the same indentation, the Message-ID's <> unescaped.
+	var apiOut []byte
+	a.api(t, "POST", "/api/v1/messages?partner="+url.QueryEscape(b.name), "application/EDI-X12", doc, &apiOut)
+	var viaAPI hubMessage
+	if err := json.Unmarshal(apiOut, &viaAPI); err != nil || viaAPI.ID == 0 {
+		t.Fatalf("POST /api/v1/messages answered %q (%v)", apiOut, err)
+	}
+	want := strings.NewReplacer(
+		viaAPI.MessageID, q.MessageID,
+		fmt.Sprintf(`"id": %d,`, viaAPI.ID), fmt.Sprintf(`"id": %d,`, q.ID),
+		fmt.Sprintf(`/messages/%d"`, viaAPI.ID), fmt.Sprintf(`/messages/%d"`, q.ID),
+	).Replace(string(apiOut))
+	if diff := cmp.Diff(want, out); diff != "" {
+		t.Errorf("edihub send printed another JSON than POST /api/v1/messages answers (-API +send):\n%s", diff)
 	}
 	deadline := time.Now().Add(30 * time.Second)
 	var m hubMessage

@@ -12,6 +12,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/edihub/edihub/internal/api"
 	"github.com/edihub/edihub/internal/config"
 	"github.com/edihub/edihub/internal/outbox"
 	"github.com/edihub/edihub/internal/postgres"
@@ -67,11 +68,14 @@ func sendFlags(fs *flagSet) func(context.Context, *environment) error {
 		if err != nil {
 			return fmt.Errorf("send: %w", err)
 		}
+		// The API's answer to POST /api/v1/messages, encoded as the API
+		// encodes it (httpserver.WriteJSON), so scripts can take either.
 		enc := json.NewEncoder(env.stdout)
+		enc.SetEscapeHTML(false)
 		enc.SetIndent("", "  ")
-		return enc.Encode(map[string]any{
-			"id": res.ID, "message_id": res.MessageID, "status": res.Status,
-			"location": "/api/v1/messages/" + strconv.FormatInt(res.ID, 10),
+		return enc.Encode(api.Queued{
+			ID: res.ID, MessageID: res.MessageID, Status: res.Status,
+			Location: "/api/v1/messages/" + strconv.FormatInt(res.ID, 10),
 		})
 	}
 }

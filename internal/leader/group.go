@@ -67,8 +67,8 @@ type WorkerStatus struct {
 	// in this replica's term.
 	Running bool `json:"running"`
 	// LastSuccess is when it last called MarkSuccess on this replica;
-	// zero if never.
-	LastSuccess time.Time `json:"last_success"`
+	// zero if never (then left out of the JSON, not 0001-01-01).
+	LastSuccess time.Time `json:"last_success,omitzero"`
 	// Restarts counts the times it returned while this replica led and
 	// was started again, since the process started.
 	Restarts int `json:"restarts"`
