@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -70,12 +71,18 @@ func sendFlags(fs *flagSet) func(context.Context, *environment) error {
 		}
 		// The API's answer to POST /api/v1/messages, encoded as the API
 		// encodes it (httpserver.WriteJSON), so scripts can take either.
-		enc := json.NewEncoder(env.stdout)
-		enc.SetEscapeHTML(false)
-		enc.SetIndent("", "  ")
-		return enc.Encode(api.Queued{
+		return printJSON(env.stdout, api.Queued{
 			ID: res.ID, MessageID: res.MessageID, Status: res.Status,
 			Location: "/api/v1/messages/" + strconv.FormatInt(res.ID, 10),
 		})
 	}
+}
+
+// printJSON prints v as the API encodes its answers (httpserver.WriteJSON):
+// indented, with <, > and & as they are.
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
 }

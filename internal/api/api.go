@@ -223,11 +223,17 @@ type apiError struct {
 	Parameter string `json:"parameter,omitempty"`
 }
 
-func (h *handler) location(id int64) string {
-	return strings.TrimSuffix(h.o.BasePath, "/") + "/messages/" + strconv.FormatInt(id, 10)
+func (h *handler) location(id int64) string { return messageLocation(h.o.BasePath, id) }
+
+func messageLocation(basePath string, id int64) string {
+	return strings.TrimSuffix(basePath, "/") + "/messages/" + strconv.FormatInt(id, 10)
 }
 
-func (h *handler) view(m postgres.MessageInfo) Message {
+func (h *handler) view(m postgres.MessageInfo) Message { return MessageView(m, h.o.BasePath) }
+
+// MessageView is m as the API shows it, its location under basePath
+// (such as "/api/v1"). The CLI prints the same.
+func MessageView(m postgres.MessageInfo, basePath string) Message {
 	return Message{
 		ID: m.ID, Direction: m.Direction, Partner: m.Partner, AS2From: m.AS2From, AS2To: m.AS2To,
 		MessageID: m.MessageID, Status: m.Status, Disposition: m.Disposition, MIC: m.MIC, MICAlg: m.MICAlg,
@@ -235,7 +241,7 @@ func (h *handler) view(m postgres.MessageInfo) Message {
 		Encrypted: m.Encrypted, Compressed: m.Compressed, MDNMode: m.MDNMode, MDNSigned: m.MDNSigned,
 		Attempts: m.Attempts, Error: m.Error, CreatedAt: m.CreatedAt, UpdatedAt: m.UpdatedAt,
 		CompletedAt: m.CompletedAt, MDNDueAt: m.MDNDueAt, MDNOverdue: m.MDNOverdue, MDNResends: m.MDNResends,
-		MICVerified: m.MICVerified, Location: h.location(m.ID),
+		MICVerified: m.MICVerified, Location: messageLocation(basePath, m.ID),
 	}
 }
 
