@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/edihub/edihub/internal/postgres/pgtest"
+	"github.com/edihub/edihub/internal/testenv/pgtest"
 )
 
 // replicaProc is a running edihub serve built from this package.

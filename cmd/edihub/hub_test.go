@@ -21,8 +21,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/jackc/pgx/v5"
 
-	"github.com/edihub/edihub/internal/devpki"
-	"github.com/edihub/edihub/internal/postgres/pgtest"
+	"github.com/edihub/edihub/internal/testenv/devpki"
+	"github.com/edihub/edihub/internal/testenv/pgtest"
 )
 
 // hubStation is one edihub station of the hub-to-hub tests: a full serve

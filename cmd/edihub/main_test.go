@@ -11,15 +11,16 @@ import (
 	"testing"
 	"time"
 
-	"github.com/edihub/edihub/internal/devpki"
-	"github.com/edihub/edihub/internal/postgres/pgtest"
+	"github.com/edihub/edihub/internal/testenv"
+	"github.com/edihub/edihub/internal/testenv/devpki"
+	"github.com/edihub/edihub/internal/testenv/pgtest"
 )
 
 var update = flag.Bool("update", false, "rewrite the settings reference in README.md")
 
 func TestMain(m *testing.M) {
 	flag.Parse()
-	os.Exit(pgtest.Main(m))
+	os.Exit(testenv.Main(m))
 }
 
 func env(kv ...string) func(string) string {

@@ -13,25 +13,16 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"go.uber.org/goleak"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/edihub/edihub/internal/httpserver"
 	"github.com/edihub/edihub/internal/postgres"
-	"github.com/edihub/edihub/internal/postgres/pgtest"
+	"github.com/edihub/edihub/internal/testenv"
+	"github.com/edihub/edihub/internal/testenv/pgtest"
 )
 
-func TestMain(m *testing.M) {
-	code := pgtest.Main(m)
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			println("goleak:", err.Error())
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(testenv.Main(m, testenv.CheckLeaks())) }
 
 // serve starts h on a real loopback listener and stops it at cleanup.
 func serve(t *testing.T, name string, h http.Handler) string {

@@ -19,7 +19,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"go.uber.org/goleak"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
@@ -28,23 +27,14 @@ import (
 	"github.com/edihub/edihub/internal/config"
 	"github.com/edihub/edihub/internal/leader"
 	"github.com/edihub/edihub/internal/mdn"
-	"github.com/edihub/edihub/internal/openssltest"
 	"github.com/edihub/edihub/internal/outbox"
 	"github.com/edihub/edihub/internal/postgres"
-	"github.com/edihub/edihub/internal/postgres/pgtest"
+	"github.com/edihub/edihub/internal/testenv"
+	"github.com/edihub/edihub/internal/testenv/openssltest"
+	"github.com/edihub/edihub/internal/testenv/pgtest"
 )
 
-func TestMain(m *testing.M) {
-	code := pgtest.Main(m)
-	openssltest.Cleanup()
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintln(os.Stderr, "goleak:", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(testenv.Main(m, testenv.CheckLeaks())) }
 
 const (
 	stationID = "EDIHUB TEST"

@@ -17,7 +17,7 @@ import (
 
 	"github.com/edihub/edihub/internal/outbox"
 	"github.com/edihub/edihub/internal/postgres"
-	"github.com/edihub/edihub/internal/postgres/pgtest"
+	"github.com/edihub/edihub/internal/testenv/pgtest"
 )
 
 // TestDispatchBasicAuth: auth: {user, password_file} is sent as HTTP

@@ -11,7 +11,7 @@ import (
 	"testing"
 
 	"github.com/edihub/edihub/internal/postgres"
-	"github.com/edihub/edihub/internal/postgres/pgtest"
+	"github.com/edihub/edihub/internal/testenv/pgtest"
 )
 
 const reportType = `multipart/report; report-type=disposition-notification; boundary="b"`

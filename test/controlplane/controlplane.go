@@ -35,7 +35,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
-	"github.com/edihub/edihub/internal/freeport"
+	"github.com/edihub/edihub/internal/testenv/freeport"
 )
 
 const (

@@ -30,8 +30,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/edihub/edihub/internal/devpki"
-	"github.com/edihub/edihub/internal/pgserver"
+	"github.com/edihub/edihub/internal/testenv/devpki"
+	"github.com/edihub/edihub/internal/testenv/pgserver"
 	"github.com/edihub/edihub/test/cluster"
 	"github.com/edihub/edihub/test/controlplane"
 )
