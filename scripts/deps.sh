@@ -6,7 +6,7 @@
 #
 # PostgreSQL is whichever server major version the distribution ships (15 on
 # Debian 12, 17 on Debian 13): the package the "postgresql" metapackage
-# depends on. internal/pgserver finds its binaries under
+# depends on. internal/testenv/pgserver finds its binaries under
 # /usr/lib/postgresql/<major>/bin, whatever the major.
 set -euo pipefail
 

@@ -17,8 +17,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/edihub/edihub/internal/devpki"
-	"github.com/edihub/edihub/internal/postgres/pgtest"
+	"github.com/edihub/edihub/internal/testenv/devpki"
+	"github.com/edihub/edihub/internal/testenv/pgtest"
 )
 
 const dashboardFile = "../../deploy/k8s/monitoring/grafana-dashboard.json"

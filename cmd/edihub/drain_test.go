@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/edihub/edihub/internal/postgres/pgtest"
+	"github.com/edihub/edihub/internal/testenv/pgtest"
 )
 
 // replicaProc is a running edihub serve built from this package.
@@ -142,5 +142,36 @@ func TestBinaryShutdownDelay(t *testing.T) {
 		if i < 0 || j < 0 || i > j {
 			t.Errorf("log: want %s before %s; log:\n%s", order[0], order[1], log)
 		}
+	}
+}
+
+// TestBinaryMDNLimit: EDIHUB_MAX_MDN_BYTES reaches the AS2 receiver: an
+// async MDN above it is refused with 413 naming the limit, one below it
+// is taken.
+func TestBinaryMDNLimit(t *testing.T) {
+	p := startReplica(t, "EDIHUB_MAX_MDN_BYTES=4096")
+	post := func(size int) (int, string) {
+		t.Helper()
+		req, err := http.NewRequest(http.MethodPost, p.as2+"/as2", strings.NewReader(strings.Repeat("j", size)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("AS2-From", `"ACME CORP"`)
+		req.Header.Set("AS2-To", "EDIHUB")
+		req.Header.Set("Message-ID", "<mdn@acme>")
+		req.Header.Set("Content-Type", "multipart/report; report-type=disposition-notification; boundary=b")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, body := post(8192); code != http.StatusRequestEntityTooLarge || !strings.Contains(body, "4096 bytes") {
+		t.Errorf("MDN of 8192 bytes with EDIHUB_MAX_MDN_BYTES=4096: HTTP %d %q, want 413 naming 4096 bytes", code, body)
+	}
+	if code, body := post(1024); code != http.StatusOK {
+		t.Errorf("MDN of 1024 bytes: HTTP %d %q, want 200 (stored for the poller)", code, body)
 	}
 }

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/edihub/edihub/internal/postgres/pgtest"
+	"github.com/edihub/edihub/internal/testenv/pgtest"
 )
 
 var (

@@ -11,16 +11,18 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/jackc/pgx/v5"
 
-	"github.com/edihub/edihub/internal/devpki"
-	"github.com/edihub/edihub/internal/postgres/pgtest"
+	"github.com/edihub/edihub/internal/testenv/devpki"
+	"github.com/edihub/edihub/internal/testenv/pgtest"
 )
 
 // hubStation is one edihub station of the hub-to-hub tests: a full serve
@@ -373,6 +375,19 @@ func TestResendCommand(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &q); err != nil || q.ID != failed.ID || q.MessageID != failed.MessageID || q.Status != "queued" {
 		t.Fatalf("edihub resend printed %q (%v), want message %d queued with Message-ID %s", out, err, failed.ID, failed.MessageID)
 	}
+	// It prints what the API shows of the message: the same keys in the
+	// same order, the Message-ID's <> as they are.
+	var apiOut []byte
+	a.api(t, "GET", failed.Location, "", nil, &apiOut)
+	// (The message moves on meanwhile: keys left out while empty may
+	// differ, their order may not.)
+	got, want := jsonKeys(t, []byte(out)), jsonKeys(t, apiOut)
+	if common := slices.DeleteFunc(slices.Clone(want), func(k string) bool { return !slices.Contains(got, k) }); len(got) < 10 || !slices.Equal(got, common) {
+		t.Errorf("edihub resend printed the keys %v, want those of GET %s in its order: %v", got, failed.Location, want)
+	}
+	if !strings.Contains(out, `"message_id": "`+failed.MessageID+`"`) {
+		t.Errorf("edihub resend printed %s, want the Message-ID %s unescaped", out, failed.MessageID)
+	}
 	var m hubMessage
 	deadline := time.Now().Add(30 * time.Second)
 	for m.Status != "delivered" && time.Now().Before(deadline) {
@@ -422,6 +437,23 @@ func TestSendCommand(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &q); err != nil || q.ID == 0 || q.Status != "queued" || q.Location == "" {
 		t.Fatalf("edihub send printed %q (%v)", out, err)
 	}
+	// It prints what POST /api/v1/messages answers, byte for byte but for
+	// the message's own id and Message-ID: the same keys in the same
+	// order, the same indentation, the Message-ID's <> unescaped.
+	var apiOut []byte
+	a.api(t, "POST", "/api/v1/messages?partner="+url.QueryEscape(b.name), "application/EDI-X12", doc, &apiOut)
+	var viaAPI hubMessage
+	if err := json.Unmarshal(apiOut, &viaAPI); err != nil || viaAPI.ID == 0 {
+		t.Fatalf("POST /api/v1/messages answered %q (%v)", apiOut, err)
+	}
+	want := strings.NewReplacer(
+		viaAPI.MessageID, q.MessageID,
+		fmt.Sprintf(`"id": %d,`, viaAPI.ID), fmt.Sprintf(`"id": %d,`, q.ID),
+		fmt.Sprintf(`/messages/%d"`, viaAPI.ID), fmt.Sprintf(`/messages/%d"`, q.ID),
+	).Replace(string(apiOut))
+	if diff := cmp.Diff(want, out); diff != "" {
+		t.Errorf("edihub send printed another JSON than POST /api/v1/messages answers (-API +send):\n%s", diff)
+	}
 	deadline := time.Now().Add(30 * time.Second)
 	var m hubMessage
 	for m.Status != "delivered" && time.Now().Before(deadline) {
@@ -454,4 +486,26 @@ func TestSendCommand(t *testing.T) {
 			}
 		})
 	}
+}
+
+// jsonKeys are the keys of the JSON object b, in order.
+func jsonKeys(t *testing.T, b []byte) []string {
+	t.Helper()
+	dec := json.NewDecoder(bytes.NewReader(b))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		t.Fatalf("%q is not a JSON object: %v", b, err)
+	}
+	var keys []string
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			t.Fatal(err)
+		}
+		keys = append(keys, tok.(string))
+		var skip json.RawMessage
+		if err := dec.Decode(&skip); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return keys
 }

@@ -181,8 +181,9 @@ func (o leaderOptions) kubeClients() (lock, watch *kubernetes.Clientset, err err
 
 // newElector builds the elector of o.backend with edihub's leader-gated
 // workers: the heartbeat, the MDN poller, the purger and those extra returns
-// for this process's identity.
-func newElector(log *zap.Logger, reg prometheus.Registerer, store *postgres.Store, cfg *config.File, limits as2.Limits, o leaderOptions, po purgeOptions, extra func(identity string) (map[string]leader.Worker, error)) (*leader.Elector, error) {
+// for this process's identity. maxMDNBytes bounds the inbox MDNs the poller
+// reads (a larger one becomes an orphan unread).
+func newElector(log *zap.Logger, reg prometheus.Registerer, store *postgres.Store, cfg *config.File, limits as2.Limits, maxMDNBytes int64, o leaderOptions, po purgeOptions, extra func(identity string) (map[string]leader.Worker, error)) (*leader.Elector, error) {
 	identity, err := newIdentity(o.identity)
 	if err != nil {
 		return nil, err
@@ -200,6 +201,7 @@ func newElector(log *zap.Logger, reg prometheus.Registerer, store *postgres.Stor
 		PollInterval: o.mdnPollInterval,
 		BatchSize:    o.mdnBatchSize,
 		Limits:       limits,
+		MaxMDNBytes:  maxMDNBytes,
 	})
 	if err != nil {
 		return nil, err

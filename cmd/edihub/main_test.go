@@ -11,15 +11,16 @@ import (
 	"testing"
 	"time"
 
-	"github.com/edihub/edihub/internal/devpki"
-	"github.com/edihub/edihub/internal/postgres/pgtest"
+	"github.com/edihub/edihub/internal/testenv"
+	"github.com/edihub/edihub/internal/testenv/devpki"
+	"github.com/edihub/edihub/internal/testenv/pgtest"
 )
 
 var update = flag.Bool("update", false, "rewrite the settings reference in README.md")
 
 func TestMain(m *testing.M) {
 	flag.Parse()
-	os.Exit(pgtest.Main(m))
+	os.Exit(testenv.Main(m))
 }
 
 func env(kv ...string) func(string) string {
@@ -53,7 +54,7 @@ func TestHelpListsCommandsAndSettings(t *testing.T) {
 	if err != nil {
 		t.Fatalf("edihub help serve = %v", err)
 	}
-	for _, want := range []string{"-database-url", "EDIHUB_DATABASE_URL", "-config", "EDIHUB_CONFIG", "-http-addr", "EDIHUB_HTTP_ADDR", "default :8080", "EDIHUB_OPS_ADDR", "default :9090", "EDIHUB_LOG_FORMAT", "EDIHUB_LOG_LEVEL", "EDIHUB_MIGRATE", "EDIHUB_API_TOKEN"} {
+	for _, want := range []string{"-database-url", "EDIHUB_DATABASE_URL", "-config", "EDIHUB_CONFIG", "-http-addr", "EDIHUB_HTTP_ADDR", "default :8080", "EDIHUB_OPS_ADDR", "default :9090", "EDIHUB_LOG_FORMAT", "EDIHUB_LOG_LEVEL", "EDIHUB_MIGRATE", "EDIHUB_API_TOKEN", "EDIHUB_MAX_MDN_BYTES"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("edihub help serve lacks %q", want)
 		}
@@ -125,6 +126,7 @@ func TestServeRejectsBadSettings(t *testing.T) {
 		{"bad duration", []string{"EDIHUB_SHUTDOWN_TIMEOUT", "soon"}, []string{"EDIHUB_SHUTDOWN_TIMEOUT", "-shutdown-timeout"}},
 		{"bad bool", []string{"EDIHUB_MIGRATE", "perhaps"}, []string{"EDIHUB_MIGRATE"}},
 		{"negative decompression limit", []string{"EDIHUB_DATABASE_URL", "postgres://x@127.0.0.1:1/x", "EDIHUB_CONFIG", cfg, "EDIHUB_MAX_DECOMPRESSED_BYTES", "-1"}, []string{"EDIHUB_MAX_DECOMPRESSED_BYTES", "-max-decompressed-bytes"}},
+		{"zero MDN limit", []string{"EDIHUB_DATABASE_URL", "postgres://x@127.0.0.1:1/x", "EDIHUB_CONFIG", cfg, "EDIHUB_MAX_MDN_BYTES", "0"}, []string{"EDIHUB_MAX_MDN_BYTES", "-max-mdn-bytes", "positive"}},
 		{"zero AS2 read timeout", []string{"EDIHUB_DATABASE_URL", "postgres://x@127.0.0.1:1/x", "EDIHUB_CONFIG", cfg, "EDIHUB_AS2_READ_TIMEOUT", "0s"}, []string{"EDIHUB_AS2_READ_TIMEOUT", "-as2-read-timeout", "positive"}},
 		{"bad log format", []string{"EDIHUB_DATABASE_URL", "postgres://x@127.0.0.1:1/x", "EDIHUB_CONFIG", cfg, "EDIHUB_LOG_FORMAT", "xml"}, []string{"EDIHUB_LOG_FORMAT", "json or console"}},
 		{"zero worker stuck-after", []string{"EDIHUB_DATABASE_URL", "postgres://x@127.0.0.1:1/x", "EDIHUB_CONFIG", cfg, "EDIHUB_WORKER_STUCK_AFTER", "0s"}, []string{"EDIHUB_WORKER_STUCK_AFTER", "-worker-stuck-after", "positive"}},

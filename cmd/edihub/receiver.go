@@ -29,6 +29,7 @@ func newReceiver(log *zap.Logger, reg prometheus.Registerer, store *postgres.Sto
 		Rand:         rand.Reader,
 		NewMessageID: receiver.MessageIDs(st.AS2ID, rand.Reader),
 		MaxBodyBytes: o.maxBodyBytes,
+		MaxMDNBytes:  o.maxMDNBytes,
 		ReadTimeout:  o.as2ReadTimeout,
 		Limits:       as2.Limits{MaxDecompressedSize: o.decompressionLimit()},
 		ReportingUA:  "edihub " + version(),

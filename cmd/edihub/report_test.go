@@ -19,7 +19,7 @@ import (
 	"github.com/emersion/go-smtp"
 
 	"github.com/edihub/edihub/internal/postgres"
-	"github.com/edihub/edihub/internal/postgres/pgtest"
+	"github.com/edihub/edihub/internal/testenv/pgtest"
 )
 
 // catcher is a plain SMTP server (no TLS, no auth), like a local mail

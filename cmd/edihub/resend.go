@@ -2,13 +2,13 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
 
 	"go.uber.org/zap"
 
+	"github.com/edihub/edihub/internal/api"
 	"github.com/edihub/edihub/internal/postgres"
 )
 
@@ -42,11 +42,6 @@ func resendFlags(fs *flagSet) func(context.Context, *environment) error {
 		case err != nil:
 			return fmt.Errorf("resend: %w", err)
 		}
-		enc := json.NewEncoder(env.stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(map[string]any{
-			"id": m.ID, "message_id": m.MessageID, "partner": m.Partner, "status": m.Status,
-			"location": "/api/v1/messages/" + strconv.FormatInt(m.ID, 10),
-		})
+		return printJSON(env.stdout, api.MessageView(m, "/api/v1"))
 	}
 }

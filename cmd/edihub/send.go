@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -12,6 +13,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/edihub/edihub/internal/api"
 	"github.com/edihub/edihub/internal/config"
 	"github.com/edihub/edihub/internal/outbox"
 	"github.com/edihub/edihub/internal/postgres"
@@ -67,11 +69,20 @@ func sendFlags(fs *flagSet) func(context.Context, *environment) error {
 		if err != nil {
 			return fmt.Errorf("send: %w", err)
 		}
-		enc := json.NewEncoder(env.stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(map[string]any{
-			"id": res.ID, "message_id": res.MessageID, "status": res.Status,
-			"location": "/api/v1/messages/" + strconv.FormatInt(res.ID, 10),
+		// The API's answer to POST /api/v1/messages, encoded as the API
+		// encodes it (httpserver.WriteJSON), so scripts can take either.
+		return printJSON(env.stdout, api.Queued{
+			ID: res.ID, MessageID: res.MessageID, Status: res.Status,
+			Location: "/api/v1/messages/" + strconv.FormatInt(res.ID, 10),
 		})
 	}
+}
+
+// printJSON prints v as the API encodes its answers (httpserver.WriteJSON):
+// indented, with <, > and & as they are.
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
 }

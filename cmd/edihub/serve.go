@@ -18,6 +18,7 @@ import (
 	"github.com/edihub/edihub/internal/config"
 	"github.com/edihub/edihub/internal/httpserver"
 	"github.com/edihub/edihub/internal/leader"
+	"github.com/edihub/edihub/internal/mdn"
 	"github.com/edihub/edihub/internal/postgres"
 	"github.com/edihub/edihub/internal/report"
 )
@@ -32,6 +33,8 @@ type serveOptions struct {
 	opsAddr      string
 	migrate      bool
 	maxBodyBytes int64
+	// maxMDNBytes bounds an async MDN, in the receiver and the poller.
+	maxMDNBytes int64
 	// as2ReadTimeout bounds reading one AS2 request body.
 	as2ReadTimeout time.Duration
 	// maxDecompressedBytes bounds the decompressed bytes of one message;
@@ -63,6 +66,7 @@ func serveFlags(fs *flagSet) func(context.Context, *environment) error {
 	fs.String(&o.opsAddr, "ops-addr", ":9090", "address of the ops listener (/metrics, /healthz, /readyz, /leader)")
 	fs.Bool(&o.migrate, "migrate", false, "apply pending database migrations before serving (otherwise an outdated schema stops the start)")
 	fs.Int64(&o.maxBodyBytes, "max-body-bytes", 100<<20, "largest request body accepted on the AS2 and API listener, in bytes")
+	fs.Int64(&o.maxMDNBytes, "max-mdn-bytes", mdn.DefaultMaxMDNBytes, "largest async MDN accepted on the AS2 listener, in bytes (HTTP 413 above it; an MDN is a few KiB); the leader's MDN poller keeps a larger one already stored as an orphan without reading it")
 	fs.Int64(&o.maxDecompressedBytes, "max-decompressed-bytes", 0, "largest number of bytes one AS2 message may decompress to, all compressed layers together (decompression-failed above it); 0 means 4 × max-body-bytes")
 	fs.Int64(&o.maxInFlightBytes, "max-in-flight-bytes", 0, "largest number of bytes all AS2 requests in flight on this replica may hold at once (bodies and decompression); over it, HTTP 503 with Retry-After so partners resend; 0 derives it from the Go memory limit (half of it, at least max-body-bytes plus the decompression limit; without a memory limit, 4 times that)")
 	fs.Int(&o.maxConcurrentPerPartner, "max-concurrent-per-partner", 32, "largest number of AS2 requests one partner may have in flight on this replica; over it, HTTP 503 with Retry-After before the body is read; 0 means no cap")
@@ -87,6 +91,9 @@ func (o serveOptions) validate() error {
 	}
 	if o.maxBodyBytes <= 0 {
 		return fmt.Errorf("EDIHUB_MAX_BODY_BYTES (-max-body-bytes) must be positive, got %d", o.maxBodyBytes)
+	}
+	if o.maxMDNBytes <= 0 {
+		return fmt.Errorf("EDIHUB_MAX_MDN_BYTES (-max-mdn-bytes) must be positive, got %d; the default is %d (1 MiB)", o.maxMDNBytes, mdn.DefaultMaxMDNBytes)
 	}
 	if o.maxDecompressedBytes < 0 {
 		return fmt.Errorf("EDIHUB_MAX_DECOMPRESSED_BYTES (-max-decompressed-bytes) must not be negative, got %d; 0 means 4 × EDIHUB_MAX_BODY_BYTES", o.maxDecompressedBytes)
@@ -203,7 +210,7 @@ func serve(ctx context.Context, env *environment, o serveOptions) error {
 	if rs.mailer == nil {
 		log.Info("report mail not configured (EDIHUB_SMTP_URL is empty): the leader stores each day's report, mails none")
 	}
-	elector, err := newElector(log, reg, store, cfg, as2.Limits{MaxDecompressedSize: o.decompressionLimit()}, o.leader, o.purge, func(identity string) (map[string]leader.Worker, error) {
+	elector, err := newElector(log, reg, store, cfg, as2.Limits{MaxDecompressedSize: o.decompressionLimit()}, o.maxMDNBytes, o.leader, o.purge, func(identity string) (map[string]leader.Worker, error) {
 		w, err := newReportWorker(log, reg, store, cfg, o.leader.leaseName, identity, rs)
 		if err != nil {
 			return nil, err

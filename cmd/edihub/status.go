@@ -88,8 +88,8 @@ func readLease(ctx context.Context, o statusOptions) *leaseView {
 	return v
 }
 
-// errNoConsensus is returned when the replicas disagree on the holder or
-// none leads.
+// errNoConsensus is returned when the replicas disagree on the holder,
+// none or several lead, or one does not answer.
 var errNoConsensus = errors.New("no single leader")
 
 // lookupHost resolves -ops-dns; tests replace it.
@@ -146,7 +146,7 @@ func replicaURLs(ctx context.Context, o statusOptions) ([]string, error) {
 }
 
 // status prints each replica's view of the election and its health, and
-// checks that they agree on exactly one leader.
+// checks that every replica answers and all agree on exactly one leader.
 func status(ctx context.Context, env *environment, o statusOptions) error {
 	if o.output != "table" && o.output != "json" {
 		return fmt.Errorf("EDIHUB_OUTPUT (-output, -o) = %q: want table or json", o.output)
@@ -177,8 +177,10 @@ func status(ctx context.Context, env *environment, o statusOptions) error {
 
 	holders := map[string]bool{}
 	var leaders []leader.Status
+	var unreachable []string
 	for _, r := range view.Replicas {
 		if r.Status == nil {
+			unreachable = append(unreachable, r.URL)
 			continue
 		}
 		holders[r.Status.Holder] = true
@@ -197,6 +199,10 @@ func status(ctx context.Context, env *environment, o statusOptions) error {
 		problem = fmt.Errorf("%w: the replicas disagree on the holder", errNoConsensus)
 	case view.Lease != nil && view.Lease.Error == "" && view.Lease.Holder != leaders[0].Identity:
 		problem = fmt.Errorf("%w: the Lease names %q, replica %s leads", errNoConsensus, view.Lease.Holder, leaders[0].Identity)
+	case len(unreachable) > 0:
+		// A replica that does not answer may be cut off and still
+		// believe it leads: the others' agreement proves nothing.
+		problem = fmt.Errorf("%w: %d of %d replicas did not answer (%s)", errNoConsensus, len(unreachable), len(urls), strings.Join(unreachable, ", "))
 	}
 	if len(leaders) > 0 {
 		view.Leader, view.FencingToken, view.Since = leaders[0].Identity, leaders[0].FencingToken, &leaders[0].Since

@@ -63,11 +63,17 @@ func TestStatusCommand(t *testing.T) {
 		{name: "nobody leads", give: []leader.Status{none, b}, wantErr: true, wantText: []string{"c-1"}},
 		{name: "two leaders", give: []leader.Status{a, bLeads}, wantErr: true},
 		{name: "disagree on holder", give: []leader.Status{a, bOther}, wantErr: true, wantText: []string{"c-1"}},
+		// The zero Status stands for a replica that does not answer.
+		{name: "one unreachable", give: []leader.Status{a, b, {}}, wantErr: true, wantText: []string{"holder a-1, fencing token 42", "unreachable"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var urls []string
 			for _, s := range tt.give {
+				if s.Identity == "" {
+					urls = append(urls, deadURL(t))
+					continue
+				}
 				urls = append(urls, replicaServer(t, s))
 			}
 			out, _, err := runCmd(t, env("EDIHUB_OPS_URLS", strings.Join(urls, ",")), "status")
@@ -83,6 +89,64 @@ func TestStatusCommand(t *testing.T) {
 	}
 	if _, _, err := runCmd(t, env(), "status"); err == nil || !strings.Contains(err.Error(), "EDIHUB_OPS_URLS") {
 		t.Errorf("edihub status without URLs = %v, want a message naming EDIHUB_OPS_URLS", err)
+	}
+}
+
+// deadURL returns the URL of a port on which nothing listens any more.
+func deadURL(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := "http://" + ln.Addr().String()
+	ln.Close()
+	return u
+}
+
+// TestStatusUnreachableJSON: -o json names the replica that did not answer
+// and why there is no consensus, and the command fails.
+func TestStatusUnreachableJSON(t *testing.T) {
+	dead := deadURL(t)
+	urls := []string{
+		replicaServer(t, leader.Status{Identity: "a-1", IsLeader: true, Holder: "a-1", FencingToken: 5, Backend: "postgres"}),
+		dead,
+	}
+	out, _, err := runCmd(t, env("EDIHUB_OPS_URLS", strings.Join(urls, ",")), "status", "-o", "json")
+	if !errors.Is(err, errNoConsensus) || !strings.Contains(err.Error(), dead) {
+		t.Errorf("edihub status -o json with %s unreachable = %v, want errNoConsensus naming it", dead, err)
+	}
+	var got clusterView
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatalf("output is not JSON: %v\n%s", err, out)
+	}
+	if got.Consensus || !strings.Contains(got.Problem, "did not answer") || got.Replicas[1].Error == "" {
+		t.Errorf("status = %+v, want no consensus, the problem naming the unreachable replica, its error", got)
+	}
+}
+
+// TestStatusOmitsZeroLastSuccess: a worker that never succeeded on a
+// replica (every worker on a follower) has no last_success, in GET /leader
+// as in edihub status -o json, rather than 0001-01-01T00:00:00Z.
+func TestStatusOmitsZeroLastSuccess(t *testing.T) {
+	done := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	lead := leader.Status{Identity: "a-1", IsLeader: true, Holder: "a-1", FencingToken: 5, Backend: "postgres",
+		Workers: map[string]leader.WorkerStatus{"heartbeat": {Running: true, LastSuccess: done}}}
+	follower := leader.Status{Identity: "b-1", Holder: "a-1", Backend: "postgres",
+		Workers: map[string]leader.WorkerStatus{"heartbeat": {}}}
+	b, err := json.Marshal(follower)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(b), "last_success") {
+		t.Errorf("GET /leader of a follower = %s, want no last_success", b)
+	}
+	out, _, err := runCmd(t, env("EDIHUB_OPS_URLS", replicaServer(t, lead)+","+replicaServer(t, follower)), "status", "-o", "json")
+	if err != nil {
+		t.Fatalf("edihub status -o json = %v\n%s", err, out)
+	}
+	if strings.Contains(out, `"last_success": "0001-01-01`) || strings.Count(out, `"last_success": "2026-12-01T10:00:00Z"`) != 1 {
+		t.Errorf("edihub status -o json = %s, want the leader's last_success only", out)
 	}
 }
 

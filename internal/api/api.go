@@ -223,11 +223,17 @@ type apiError struct {
 	Parameter string `json:"parameter,omitempty"`
 }
 
-func (h *handler) location(id int64) string {
-	return strings.TrimSuffix(h.o.BasePath, "/") + "/messages/" + strconv.FormatInt(id, 10)
+func (h *handler) location(id int64) string { return messageLocation(h.o.BasePath, id) }
+
+func messageLocation(basePath string, id int64) string {
+	return strings.TrimSuffix(basePath, "/") + "/messages/" + strconv.FormatInt(id, 10)
 }
 
-func (h *handler) view(m postgres.MessageInfo) Message {
+func (h *handler) view(m postgres.MessageInfo) Message { return MessageView(m, h.o.BasePath) }
+
+// MessageView is m as the API shows it, its location under basePath
+// (such as "/api/v1"). The CLI prints the same.
+func MessageView(m postgres.MessageInfo, basePath string) Message {
 	return Message{
 		ID: m.ID, Direction: m.Direction, Partner: m.Partner, AS2From: m.AS2From, AS2To: m.AS2To,
 		MessageID: m.MessageID, Status: m.Status, Disposition: m.Disposition, MIC: m.MIC, MICAlg: m.MICAlg,
@@ -235,7 +241,7 @@ func (h *handler) view(m postgres.MessageInfo) Message {
 		Encrypted: m.Encrypted, Compressed: m.Compressed, MDNMode: m.MDNMode, MDNSigned: m.MDNSigned,
 		Attempts: m.Attempts, Error: m.Error, CreatedAt: m.CreatedAt, UpdatedAt: m.UpdatedAt,
 		CompletedAt: m.CompletedAt, MDNDueAt: m.MDNDueAt, MDNOverdue: m.MDNOverdue, MDNResends: m.MDNResends,
-		MICVerified: m.MICVerified, Location: h.location(m.ID),
+		MICVerified: m.MICVerified, Location: messageLocation(basePath, m.ID),
 	}
 }
 
@@ -365,20 +371,14 @@ func (h *handler) list(w http.ResponseWriter, r *http.Request) {
 		}
 		*p.dst = t
 	}
-	if mq.Limit, mq.Before, ok = page(w, r); !ok {
-		return
-	}
-	limit := mq.Limit
-	mq.Limit++ // one more tells whether a next page exists
-	ms, err := h.o.Store.Messages(r.Context(), mq)
-	if err != nil {
-		h.log.Error("list messages", zap.Error(err))
-		writeError(w, http.StatusInternalServerError, "", "messages could not be read; retry later")
-		return
-	}
 	var out List
-	out.Messages, out.NextCursor = cut(ms, limit, func(m postgres.MessageInfo) int64 { return m.ID }, h.view)
-	httpserver.WriteJSON(w, http.StatusOK, out)
+	out.Messages, out.NextCursor, ok = listPage(h, w, r, "messages", func(limit int, before int64) ([]postgres.MessageInfo, error) {
+		mq.Limit, mq.Before = limit, before
+		return h.o.Store.Messages(r.Context(), mq)
+	}, func(m postgres.MessageInfo) int64 { return m.ID }, h.view)
+	if ok {
+		httpserver.WriteJSON(w, http.StatusOK, out)
+	}
 }
 
 // id parses {id}, answering 404 itself when it is not a message id.
@@ -521,19 +521,11 @@ func (h *handler) mdns(w http.ResponseWriter, r *http.Request) {
 	if iq.State, ok = oneOf(w, q, "state", postgres.InboxPending, postgres.InboxProcessed, postgres.InboxOrphan); !ok {
 		return
 	}
-	if iq.Limit, iq.Before, ok = page(w, r); !ok {
-		return
-	}
-	limit := iq.Limit
-	iq.Limit++ // one more tells whether a next page exists
-	ms, err := h.o.Inbox.InboxMDNs(r.Context(), iq)
-	if err != nil {
-		h.log.Error("list MDNs", zap.Error(err))
-		writeError(w, http.StatusInternalServerError, "", "MDNs could not be read; retry later")
-		return
-	}
 	var out MDNList
-	out.MDNs, out.NextCursor = cut(ms, limit, func(m postgres.InboxMDNInfo) int64 { return m.ID }, func(m postgres.InboxMDNInfo) InboxMDN {
+	out.MDNs, out.NextCursor, ok = listPage(h, w, r, "MDNs", func(limit int, before int64) ([]postgres.InboxMDNInfo, error) {
+		iq.Limit, iq.Before = limit, before
+		return h.o.Inbox.InboxMDNs(r.Context(), iq)
+	}, func(m postgres.InboxMDNInfo) int64 { return m.ID }, func(m postgres.InboxMDNInfo) InboxMDN {
 		v := InboxMDN{
 			ID: m.ID, ReceivedAt: m.ReceivedAt, AS2From: m.AS2From, AS2To: m.AS2To, OriginalMessageID: m.OriginalMessageID,
 			ContentType: m.ContentType, Size: m.Size, State: m.State, Result: m.Result, Reason: m.Reason,
@@ -544,7 +536,9 @@ func (h *handler) mdns(w http.ResponseWriter, r *http.Request) {
 		}
 		return v
 	})
-	httpserver.WriteJSON(w, http.StatusOK, out)
+	if ok {
+		httpserver.WriteJSON(w, http.StatusOK, out)
+	}
 }
 
 // query returns r's query parameters; it answers 400 naming the first
@@ -578,6 +572,26 @@ func orList(s []string) string {
 		return strings.Join(s, "")
 	}
 	return strings.Join(s[:len(s)-1], ", ") + " or " + s[len(s)-1]
+}
+
+// listPage answers the paging of an id-paged listing: it reads the
+// limit and cursor of r (answering 400 itself), fetches one row more
+// than the limit (which tells whether a next page exists; 500 on an
+// error, logged as reading what), and cuts the page. ok is false when it
+// answered.
+func listPage[T, V any](h *handler, w http.ResponseWriter, r *http.Request, what string, fetch func(limit int, before int64) ([]T, error), id func(T) int64, view func(T) V) (items []V, next string, ok bool) {
+	limit, before, ok := page(w, r)
+	if !ok {
+		return nil, "", false
+	}
+	rows, err := fetch(limit+1, before)
+	if err != nil {
+		h.log.Error("list "+what, zap.Error(err))
+		writeError(w, http.StatusInternalServerError, "", what+" could not be read; retry later")
+		return nil, "", false
+	}
+	items, next = cut(rows, limit, id, view)
+	return items, next, true
 }
 
 // cut keeps the first limit rows of a page read with one row more than

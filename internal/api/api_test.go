@@ -20,15 +20,16 @@ import (
 
 	"github.com/edihub/edihub/internal/api"
 	"github.com/edihub/edihub/internal/config"
-	"github.com/edihub/edihub/internal/devpki"
 	"github.com/edihub/edihub/internal/httpserver"
 	"github.com/edihub/edihub/internal/outbox"
 	"github.com/edihub/edihub/internal/postgres"
-	"github.com/edihub/edihub/internal/postgres/pgtest"
 	"github.com/edihub/edihub/internal/report"
+	"github.com/edihub/edihub/internal/testenv"
+	"github.com/edihub/edihub/internal/testenv/devpki"
+	"github.com/edihub/edihub/internal/testenv/pgtest"
 )
 
-func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
+func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }
 
 const token = "s3cret-token"
 

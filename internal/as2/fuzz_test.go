@@ -12,13 +12,13 @@ import (
 
 	"github.com/edihub/edihub/internal/as2"
 	"github.com/edihub/edihub/internal/as2/cms"
-	"github.com/edihub/edihub/internal/openssltest"
+	"github.com/edihub/edihub/internal/testenv/openssltest"
 )
 
 // fuzzSeeds are AS2 bodies built by openssl plus Wrap outputs.
-func fuzzSeeds(f *testing.F) []opensslMessage {
+func fuzzSeeds(f *testing.F) []openssltest.Message {
 	ids := openssltest.Keys(f)
-	var seeds []opensslMessage
+	var seeds []openssltest.Message
 	for _, c := range []struct{ sign, enc, comp, cte string }{
 		{"sha256", "aes128", "none", "binary"},
 		{"sha1", "", "before", "base64"},
@@ -35,7 +35,7 @@ func fuzzSeeds(f *testing.F) []opensslMessage {
 	if err != nil {
 		f.Fatal(err)
 	}
-	seeds = append(seeds, opensslMessage{header: w.Header, body: w.Body})
+	seeds = append(seeds, openssltest.Message{Header: w.Header, Body: w.Body})
 	return seeds
 }
 
@@ -45,7 +45,7 @@ func fuzzSeeds(f *testing.F) []opensslMessage {
 // within its parent's Body, after the part before it.
 func FuzzParseEntity(f *testing.F) {
 	for _, s := range fuzzSeeds(f) {
-		f.Add(append(writeHTTPHeader(s.header), s.body...))
+		f.Add(append(writeHTTPHeader(s.Header), s.Body...))
 	}
 	f.Add([]byte("Content-Type: multipart/mixed; boundary=b\n\n--b\n\nx\n--b--"))
 	f.Add([]byte("Content-Type: text/plain\r\n folded\r\nContent-Transfer-Encoding: quoted-printable\r\n\r\na=3D"))
@@ -129,7 +129,7 @@ var knownDispositions = map[string]bool{
 func FuzzUnwrap(f *testing.F) {
 	ids := openssltest.Keys(f)
 	for _, s := range fuzzSeeds(f) {
-		f.Add(s.header.Get("Content-Type"), s.header.Get("Content-Transfer-Encoding"), s.body)
+		f.Add(s.Header.Get("Content-Type"), s.Header.Get("Content-Transfer-Encoding"), s.Body)
 	}
 	opts := stationOpts(ids)
 	opts.Limits = as2.Limits{MaxDecompressedSize: 1 << 20, MaxDepth: 8, MaxParts: 64}

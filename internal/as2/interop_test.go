@@ -20,14 +20,11 @@ import (
 
 	"github.com/edihub/edihub/internal/as2"
 	"github.com/edihub/edihub/internal/as2/cms"
-	"github.com/edihub/edihub/internal/openssltest"
+	"github.com/edihub/edihub/internal/testenv"
+	"github.com/edihub/edihub/internal/testenv/openssltest"
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	openssltest.Cleanup()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }
 
 // doc is an X12 document ending in a bare LF, the classic MIC pitfall.
 const doc = "ISA*00*          *00*          *ZZ*SENDER         *ZZ*RECEIVER       *260101*1200*U*00401*000000001*0*P*>~\n" +
@@ -40,81 +37,17 @@ var (
 	ctes        = []string{"binary", "base64"}
 )
 
-// opensslMessage is an AS2 request built by openssl (and, for
-// compression, by cms.Compress since this openssl lacks zlib).
-type opensslMessage struct {
-	header    http.Header
-	body      []byte
-	micFile   string // the bytes the MIC covers
-	micDigest string // openssl dgst name
-	layers    []as2.Layer
-}
-
 var fileSeq atomic.Int64
 
 func write(t testing.TB, dir string, b []byte) string {
 	return openssltest.WriteFile(t, dir, "f"+strconv.FormatInt(fileSeq.Add(1), 10), b)
 }
 
-func buildOpenSSL(t testing.TB, ids *openssltest.Identities, sign, enc, comp, cte string) opensslMessage {
+// buildOpenSSL is an AS2 request from partner A to station B built by
+// openssl.
+func buildOpenSSL(t testing.TB, ids *openssltest.Identities, sign, enc, comp, cte string) openssltest.Message {
 	t.Helper()
-	dir := t.TempDir()
-	inner := openssltest.InnerMIME(cte, doc)
-	cur := inner
-	m := opensslMessage{micFile: write(t, dir, inner), micDigest: "sha256"}
-	if comp != "none" && (sign == "" || comp == "before") {
-		cur = openssltest.CompressedEntity(t, cur, cte)
-		m.layers = append(m.layers, as2.LayerCompressed)
-	}
-	if sign != "" {
-		in := write(t, dir, cur)
-		m.micFile, m.micDigest = in, sign
-		cur = openssltest.Run(t, nil, "cms", "-sign", "-in", in, "-signer", ids.A.CertPath, "-inkey", ids.A.KeyPath,
-			"-md", sign, "-binary", "-crlfeol")
-		m.layers = append([]as2.Layer{as2.LayerSigned}, m.layers...)
-		if comp == "after" {
-			cur = openssltest.CompressedEntity(t, cur, cte)
-			m.layers = append([]as2.Layer{as2.LayerCompressed}, m.layers...)
-		}
-	}
-	if enc != "" {
-		in := write(t, dir, cur)
-		if sign == "" {
-			m.micFile = in
-		}
-		args := []string{"cms", "-encrypt", "-in", in, "-binary", "-outform", "DER"}
-		switch enc {
-		case "aes256-oaep-sha256":
-			args = append(args, "-aes256", "-recip", ids.B.CertPath, "-keyopt", "rsa_padding_mode:oaep", "-keyopt", "rsa_oaep_md:sha256")
-		case "aes128-gcm":
-			args = append(args, "-aes-128-gcm", ids.B.CertPath)
-		default:
-			args = append(args, "-"+enc, ids.B.CertPath)
-		}
-		der := openssltest.Run(t, nil, args...)
-		m.layers = append([]as2.Layer{as2.LayerEncrypted}, m.layers...)
-		smimeType := "enveloped-data"
-		if strings.HasSuffix(enc, "gcm") {
-			smimeType = "authEnveloped-data"
-		}
-		m.header = http.Header{"Content-Type": {"application/pkcs7-mime; smime-type=" + smimeType + "; name=\"smime.p7m\""}}
-		m.body = der
-		if cte == "base64" {
-			m.header.Set("Content-Transfer-Encoding", "base64")
-			m.body = []byte(base64.StdEncoding.EncodeToString(der))
-		}
-		return m
-	}
-	// Unencrypted: the top entity's header fields travel as HTTP fields.
-	r := textproto.NewReader(bufio.NewReader(bytes.NewReader(cur)))
-	h, err := r.ReadMIMEHeader()
-	if err != nil {
-		t.Fatalf("split top entity: %v", err)
-	}
-	m.header = http.Header(h)
-	i := bytes.Index(cur, []byte("\r\n\r\n"))
-	m.body = cur[i+4:]
-	return m
+	return openssltest.Build(t, openssltest.Spec{Sign: sign, Enc: enc, Comp: comp, CTE: cte, Signer: ids.A, Recipient: ids.B, Payload: doc})
 }
 
 func dgst(t testing.TB, alg, file string) string {
@@ -146,7 +79,7 @@ func TestUnwrapOpenSSLMatrix(t *testing.T) {
 						t.Run(name, func(t *testing.T) {
 							t.Parallel()
 							m := buildOpenSSL(t, ids, sign, enc, comp, cte)
-							got, err := as2.Unwrap(m.header, m.body, opts)
+							got, err := as2.Unwrap(m.Header, m.Body, opts)
 							if err != nil {
 								t.Fatalf("Unwrap() error = %v (disposition %q)", err, as2.Disposition(err))
 							}
@@ -156,18 +89,15 @@ func TestUnwrapOpenSSLMatrix(t *testing.T) {
 							if got.ContentType != "application/EDI-X12" || got.Filename != "order 1.edi" {
 								t.Errorf("Unwrap() content type %q filename %q", got.ContentType, got.Filename)
 							}
-							if fmt.Sprint(got.Layers) != fmt.Sprint(m.layers) {
-								t.Errorf("Unwrap().Layers = %v, want %v", got.Layers, m.layers)
+							if fmt.Sprint(got.Layers) != fmt.Sprint(m.Layers) {
+								t.Errorf("Unwrap().Layers = %v, want %v", got.Layers, m.Layers)
 							}
 							if got.Signed != (sign != "") || got.Encrypted != (enc != "") || got.Compressed != (comp != "none") {
 								t.Errorf("Unwrap() signed %v encrypted %v compressed %v", got.Signed, got.Encrypted, got.Compressed)
 							}
 							// The first algorithm of opts.MICAlgs, whatever the signature's digest.
-							want := dgst(t, "sha256", m.micFile) + ", sha-256"
-							if sign == "" && enc == "" {
-								// RFC 4130 §7.3.1: the content alone, without MIME headers.
-								want = dgst(t, "sha256", write(t, t.TempDir(), []byte(doc))) + ", sha-256"
-							}
+							// (RFC 4130 §7.3.1: unsigned and unencrypted, the content alone.)
+							want := dgst(t, "sha256", m.MICFile) + ", sha-256"
 							if got.MIC.String() != want {
 								t.Errorf("Unwrap().MIC = %q, want %q", got.MIC, want)
 							}
@@ -175,11 +105,11 @@ func TestUnwrapOpenSSLMatrix(t *testing.T) {
 								// No signed-receipt-micalg list: the signature's digest.
 								o := opts
 								o.MICAlgs = nil
-								got, err := as2.Unwrap(m.header, m.body, o)
+								got, err := as2.Unwrap(m.Header, m.Body, o)
 								if err != nil {
 									t.Fatal(err)
 								}
-								if want := dgst(t, m.micDigest, m.micFile) + ", " + micName(m.micDigest); got.MIC.String() != want {
+								if want := dgst(t, m.MICDigest, m.MICFile) + ", " + micName(m.MICDigest); got.MIC.String() != want {
 									t.Errorf("Unwrap(no micalg list).MIC = %q, want %q", got.MIC, want)
 								}
 							}
@@ -187,11 +117,11 @@ func TestUnwrapOpenSSLMatrix(t *testing.T) {
 								// The compatibility form: the entity, headers included.
 								o := opts
 								o.UnsignedMIC = as2.MICWithHeaders
-								got, err := as2.Unwrap(m.header, m.body, o)
+								got, err := as2.Unwrap(m.Header, m.Body, o)
 								if err != nil {
 									t.Fatal(err)
 								}
-								want := dgst(t, "sha256", m.micFile) + ", sha-256"
+								want := dgst(t, "sha256", m.EntityFile) + ", sha-256"
 								if got.MIC.String() != want {
 									t.Errorf("Unwrap(with headers).MIC = %q, want %q", got.MIC, want)
 								}

@@ -13,7 +13,7 @@ import (
 
 	"github.com/edihub/edihub/internal/as2"
 	"github.com/edihub/edihub/internal/as2/cms"
-	"github.com/edihub/edihub/internal/openssltest"
+	"github.com/edihub/edihub/internal/testenv/openssltest"
 )
 
 func stationOpts(ids *openssltest.Identities) as2.UnwrapOptions {

@@ -238,8 +238,8 @@ type Partner struct {
 	// false by default.
 	AllowPrivateMDNTargets bool
 	// BasicAuth, when set, is sent as HTTP basic authentication with
-	// every request to the partner's URL host (auth: {user,
-	// password_file}); nil otherwise. Userinfo in URL works too but is
+	// every request to the origin of the partner's URL (scheme, host and
+	// port; auth: {user, password_file}); nil otherwise. Userinfo in URL works too but is
 	// discouraged: URLs end up in logs (they are redacted there).
 	BasicAuth *BasicAuth
 	// TLS is the client TLS configuration for an https URL: minimum TLS
@@ -248,7 +248,7 @@ type Partner struct {
 	// Nil for http URLs without a tls section.
 	TLS *tls.Config
 	// Headers are extra HTTP header fields sent with every request to the
-	// partner's URL host; they never replace AS2 fields.
+	// origin of the partner's URL; they never replace AS2 fields.
 	Headers http.Header
 	// Proxy is the HTTP proxy for requests to the partner, or nil for the
 	// environment's (HTTPS_PROXY, NO_PROXY).
@@ -380,23 +380,6 @@ func (p *Partner) AllowsMDNTarget(raw string) error {
 	}
 	return nil
 }
-
-// PublicAddr reports whether ip is a public unicast address: not
-// loopback, private (RFC 1918, RFC 4193), link-local, unspecified,
-// multicast, CGNAT (100.64/10) or an IPv4-mapped form of those.
-func PublicAddr(ip netip.Addr) bool {
-	ip = ip.Unmap()
-	switch {
-	case !ip.IsValid(), ip.IsLoopback(), ip.IsPrivate(), ip.IsLinkLocalUnicast(), ip.IsLinkLocalMulticast(),
-		ip.IsInterfaceLocalMulticast(), ip.IsMulticast(), ip.IsUnspecified():
-		return false
-	case ip.Is4() && cgnat.Contains(ip):
-		return false
-	}
-	return true
-}
-
-var cgnat = netip.MustParsePrefix("100.64.0.0/10")
 
 func validAt(c *x509.Certificate, now time.Time) bool {
 	return !now.Before(c.NotBefore) && !now.After(c.NotAfter)

@@ -299,9 +299,9 @@ func (p *parser) typeError(msg string, err error) *Error {
 				break
 			}
 		}
+		want, fix := expected(into, field)
 		return &Error{File: p.name, Field: field, Line: line,
-			Msg: "wrong type: " + describeNode(tag, value) + " where " + describeGoType(into, field) + " is expected",
-			Fix: fixForType(into, field), Err: err}
+			Msg: "wrong type: " + describeNode(tag, value) + " where " + want + " is expected", Fix: fix, Err: err}
 	}
 	line := 0
 	if m := lineRE.FindStringSubmatch(msg); m != nil {
@@ -324,34 +324,22 @@ func describeNode(tag, value string) string {
 	return "a " + strings.TrimPrefix(tag, "!!") + " value"
 }
 
-func describeGoType(into, field string) string {
+// expected says what a value decoded into the Go type into (at field)
+// should be, and how to write it.
+func expected(into, field string) (want, fix string) {
 	switch {
 	case field == "":
-		return "a mapping with station and partners"
-	case into == "bool":
-		return "true or false"
-	case into == "int", strings.HasPrefix(into, "*int"):
-		return "a whole number"
-	case strings.HasPrefix(into, "[]"):
-		return "a list"
-	case strings.Contains(into, "config.raw"):
-		return "a mapping"
-	}
-	return "a single value"
-}
-
-func fixForType(into, field string) string {
-	switch {
-	case field == "":
-		return "make the top level a mapping: station: {...} and partners: [...]"
+		return "a mapping with station and partners", "make the top level a mapping: station: {...} and partners: [...]"
 	case field == "partners":
-		return "write partners as a list, each item starting with \"- as2_id: ...\""
+		return "a list", "write partners as a list, each item starting with \"- as2_id: ...\""
 	case into == "bool":
-		return "write true or false"
+		return "true or false", "write true or false"
 	case into == "int", strings.HasPrefix(into, "*int"):
-		return "write a whole number without quotes"
+		return "a whole number", "write a whole number without quotes"
+	case strings.HasPrefix(into, "[]"):
+		return "a list", "write a list, each item on a line starting with \"- \""
 	case strings.Contains(into, "config.raw"):
-		return "write it as a mapping of keys and values"
+		return "a mapping", "write it as a mapping of keys and values"
 	}
-	return "write a single value; quote it if it contains special characters"
+	return "a single value", "write a single value; quote it if it contains special characters"
 }

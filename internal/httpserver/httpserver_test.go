@@ -13,25 +13,16 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"go.uber.org/goleak"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/edihub/edihub/internal/httpserver"
 	"github.com/edihub/edihub/internal/postgres"
-	"github.com/edihub/edihub/internal/postgres/pgtest"
+	"github.com/edihub/edihub/internal/testenv"
+	"github.com/edihub/edihub/internal/testenv/pgtest"
 )
 
-func TestMain(m *testing.M) {
-	code := pgtest.Main(m)
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			println("goleak:", err.Error())
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(testenv.Main(m, testenv.CheckLeaks())) }
 
 // serve starts h on a real loopback listener and stops it at cleanup.
 func serve(t *testing.T, name string, h http.Handler) string {
@@ -286,6 +277,13 @@ func TestAPIRequiresBearerToken(t *testing.T) {
 		{"no header", "s3cret", "", http.StatusUnauthorized},
 		{"wrong token", "s3cret", "Bearer nope", http.StatusUnauthorized},
 		{"basic scheme", "s3cret", "Basic czNjcmV0", http.StatusUnauthorized},
+		{"truncated token", "s3cret", "Bearer s3cre", http.StatusUnauthorized},
+		{"first character only", "s3cret", "Bearer s", http.StatusUnauthorized},
+		{"longer token", "s3cret", "Bearer s3cret0", http.StatusUnauthorized},
+		{"token twice", "s3cret", "Bearer s3crets3cret", http.StatusUnauthorized},
+		// net/http trims the trailing space: the server sees "Bearer".
+		{"empty token", "s3cret", "Bearer ", http.StatusUnauthorized},
+		{"token without scheme", "s3cret", "s3cret", http.StatusUnauthorized},
 		{"right token", "s3cret", "Bearer s3cret", http.StatusOK},
 		{"api disabled", "", "Bearer ", http.StatusServiceUnavailable},
 	}

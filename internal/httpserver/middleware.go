@@ -140,6 +140,24 @@ func instrument(listener string, log *zap.Logger, m *Metrics) func(http.Handler)
 	}
 }
 
+// closeChunked makes net/http close the connection after answering a
+// request whose body came chunked. RFC 9112 §6.1 requires that for a
+// request with both Transfer-Encoding and Content-Length: a front end
+// that framed it by the length sees a different next request than we do
+// (request smuggling), so nothing after it on the connection may be
+// answered. net/http deletes the Content-Length field before a handler
+// runs, so the two cases cannot be told apart here and every chunked
+// request ends its connection; that costs a chunked sender one new
+// connection per message, and AS2 sends one message per request anyway.
+func closeChunked(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if len(r.TransferEncoding) > 0 {
+			w.Header().Set("Connection", "close")
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
 // LimitBody bounds request bodies to n bytes; reading past it fails with
 // *http.MaxBytesError, which handlers answer with 413.
 func LimitBody(n int64) func(http.Handler) http.Handler {

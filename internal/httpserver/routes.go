@@ -2,6 +2,7 @@ package httpserver
 
 import (
 	"context"
+	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
@@ -45,7 +46,7 @@ const readyTimeout = 2 * time.Second
 func NewOpsRouter(opts OpsOptions) http.Handler {
 	r := chi.NewRouter()
 	log := opts.Logger.Named("ops")
-	r.Use(requestID, instrument("ops", quiet(log), opts.Metrics))
+	r.Use(requestID, closeChunked, instrument("ops", quiet(log), opts.Metrics))
 	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		if opts.Healthy != nil {
 			if err := opts.Healthy(); err != nil {
@@ -118,7 +119,7 @@ func NewRouter(opts RouterOptions) http.Handler {
 	if listener == "" {
 		listener = "as2"
 	}
-	r.Use(requestID, instrument(listener, log, opts.Metrics), LimitBody(opts.MaxBodyBytes))
+	r.Use(requestID, closeChunked, instrument(listener, log, opts.Metrics), LimitBody(opts.MaxBodyBytes))
 	r.Get("/", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"service": "edihub", "version": opts.Version})
 	})
@@ -140,8 +141,12 @@ func NewRouter(opts RouterOptions) http.Handler {
 	return r
 }
 
-// bearer requires "Authorization: Bearer <token>", compared in constant time.
+// bearer requires "Authorization: Bearer <token>". The SHA-256 digests
+// of the two are compared in constant time: comparing the strings
+// themselves returns at once on a length mismatch, which tells a caller
+// the token's length.
 func bearer(token string) func(http.Handler) http.Handler {
+	want := sha256.Sum256([]byte(token))
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if token == "" {
@@ -149,7 +154,8 @@ func bearer(token string) func(http.Handler) http.Handler {
 				return
 			}
 			got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-			if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(token)) != 1 {
+			gotSum := sha256.Sum256([]byte(got))
+			if !ok || subtle.ConstantTimeCompare(gotSum[:], want[:]) != 1 {
 				w.Header().Set("WWW-Authenticate", `Bearer realm="edihub"`)
 				writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "missing or invalid bearer token"})
 				return

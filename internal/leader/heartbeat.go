@@ -64,39 +64,22 @@ func NewHeartbeat(o HeartbeatOptions) (*Heartbeat, error) {
 
 // Run beats until ctx ends. A beat refused for a stale token ends the term:
 // Run returns an error wrapping postgres.ErrStaleFence. Other database
-// errors are logged and the next beat tries again.
+// errors are logged and the next beat, an interval later, tries again.
 func (h *Heartbeat) Run(ctx context.Context) error {
-	f, ok := FenceFrom(ctx)
-	if !ok {
-		return errors.New("heartbeat: no fence in the context (run it as a leader-gated worker)")
+	return Loop{
+		Name: "heartbeat", FailedMsg: "heartbeat not recorded; retrying", RecoveredMsg: "heartbeat recorded again",
+		Step:     h.beat,
+		Interval: h.o.Interval,
+		Retry:    func(int, error) time.Duration { return h.o.Interval },
+		Logger:   h.log,
+	}.Run(ctx)
+}
+
+// beat writes one heartbeat.
+func (h *Heartbeat) beat(ctx context.Context, f postgres.Fence) error {
+	if err := h.o.Store.Heartbeat(ctx, f, h.o.Holder, h.o.Retain); err != nil {
+		return err
 	}
-	t := time.NewTicker(h.o.Interval)
-	defer t.Stop()
-	failing := false
-	for {
-		err := h.o.Store.Heartbeat(ctx, f, h.o.Holder, h.o.Retain)
-		switch {
-		case ctx.Err() != nil:
-			return nil
-		case errors.Is(err, postgres.ErrStaleFence):
-			return err
-		case err != nil:
-			if !failing {
-				h.log.Warn("heartbeat not recorded; retrying", zap.Error(err))
-			}
-			failing = true
-		default:
-			if failing {
-				h.log.Info("heartbeat recorded again")
-			}
-			failing = false
-			h.last.SetToCurrentTime()
-			MarkSuccess(ctx)
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
-	}
+	h.last.SetToCurrentTime()
+	return nil
 }

@@ -18,7 +18,7 @@ import (
 
 	"github.com/edihub/edihub/internal/leader"
 	"github.com/edihub/edihub/internal/postgres"
-	"github.com/edihub/edihub/internal/postgres/pgtest"
+	"github.com/edihub/edihub/internal/testenv/pgtest"
 	"github.com/edihub/edihub/test/controlplane"
 )
 

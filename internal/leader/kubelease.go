@@ -409,7 +409,7 @@ func (l *kubeLease) watch(ctx context.Context, changed func()) error {
 			TimeoutSeconds: &timeout,
 		})
 		if err != nil {
-			if !sleep(ctx, l.retry) {
+			if !Sleep(ctx, l.retry) {
 				return nil
 			}
 			continue

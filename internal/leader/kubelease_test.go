@@ -161,6 +161,23 @@ func (m *memTerms) OpenTerm(_ context.Context, f postgres.Fence, _ string) error
 	return nil
 }
 
+func (m *memTerms) CheckTerm(_ context.Context, f postgres.Fence) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if f.Token != m.token {
+		return postgres.ErrStaleFence
+	}
+	return nil
+}
+
+func (m *memTerms) CurrentTerm(context.Context, string) (postgres.Term, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return postgres.Term{Token: m.token}, nil
+}
+
+func (m *memTerms) Ping(context.Context) error { return nil }
+
 // leading returns the identities whose status says they lead.
 func leading(es []*Elector) []string {
 	var out []string

@@ -17,8 +17,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"sort"
-	"strings"
 	"sync"
 	"time"
 
@@ -28,52 +26,23 @@ import (
 	"github.com/edihub/edihub/internal/postgres"
 )
 
-// Worker is a leader-gated component. Run runs until ctx ends and then
-// returns nil. Workers know nothing of elections: ctx ends when leadership
-// ends, and FenceFrom(ctx) gives the term's fence for their fenced writes.
-//
-// A worker retries transient errors itself. When Run returns while the
-// replica still leads (with an error, or nil), the elector restarts it in
-// the same term after a backoff; only an error matching
-// postgres.ErrStaleFence (a newer term opened) ends the term. A worker
-// calls MarkSuccess after each cycle of its work; one that makes no
-// progress for Options.StuckAfter (or its own ProgressDeadline) is reported
-// stuck (Status, edihub_worker_stuck, Elector.Healthy).
-type Worker interface {
-	Run(ctx context.Context) error
-}
-
-// WorkerFunc adapts a function to Worker.
-type WorkerFunc func(ctx context.Context) error
-
-// Run calls f(ctx).
-func (f WorkerFunc) Run(ctx context.Context) error { return f(ctx) }
-
-// TermOpener opens a leadership term before its workers start.
-// *postgres.Store implements it.
-type TermOpener interface {
+// Terms is the database side of leadership. *postgres.Store implements
+// it. Every method guards a safety property, so none is optional: a
+// replica that cannot reach the database does not campaign (Ping), a term
+// is opened before its workers start (OpenTerm) and confirmed at every
+// renewal, the leader stepping down when it cannot confirm it for the
+// renew deadline (CheckTerm), and a refused Kubernetes term is explained
+// to the operator (CurrentTerm).
+type Terms interface {
 	// OpenTerm records f as the current term for holder. It returns an
 	// error matching postgres.ErrStaleFence when a newer term has opened.
 	OpenTerm(ctx context.Context, f postgres.Fence, holder string) error
-}
-
-// termReader reads the lease's current term from the fence; a TermOpener
-// that implements it (*postgres.Store does) lets the elector explain a
-// refused term.
-type termReader interface {
-	CurrentTerm(ctx context.Context, lease string) (postgres.Term, error)
-}
-
-// termChecker confirms a term in PostgreSQL; a TermOpener that implements
-// it (*postgres.Store does) makes the leader confirm its term at every
-// renewal and step down when it cannot for the renew deadline.
-type termChecker interface {
+	// CheckTerm confirms that f is still the current term; an error
+	// matching postgres.ErrStaleFence when a newer one opened.
 	CheckTerm(ctx context.Context, f postgres.Fence) error
-}
-
-// pinger is a TermOpener that can tell whether the database answers
-// (*postgres.Store): a replica that cannot reach it does not campaign.
-type pinger interface {
+	// CurrentTerm reads the lease's current term.
+	CurrentTerm(ctx context.Context, lease string) (postgres.Term, error)
+	// Ping reports whether the database answers.
 	Ping(ctx context.Context) error
 }
 
@@ -95,32 +64,6 @@ func FenceFrom(ctx context.Context) (f postgres.Fence, ok bool) {
 // Tests of workers use it.
 func WithFence(ctx context.Context, f postgres.Fence) context.Context {
 	return context.WithValue(ctx, fenceKey{}, f)
-}
-
-// ProgressDeadline is implemented by a Worker whose cycles are further
-// apart than Options.StuckAfter (a daily report): StuckAfter returns how
-// long it may go without MarkSuccess before it counts as stuck; 0 or less
-// never.
-type ProgressDeadline interface {
-	StuckAfter() time.Duration
-}
-
-type progressKey struct{}
-
-// MarkSuccess records that the worker running under ctx finished a cycle of
-// its work: it sets edihub_worker_last_success_timestamp_seconds{worker} to
-// now. Workers call it after each successful poll, purge batch or report, so
-// that alerts see a leader whose workers run but make no progress. Outside
-// a worker's context (tests of a worker alone) it does nothing.
-func MarkSuccess(ctx context.Context) {
-	if mark, ok := ctx.Value(progressKey{}).(func()); ok {
-		mark()
-	}
-}
-
-// withProgress returns ctx carrying mark, which MarkSuccess calls.
-func withProgress(ctx context.Context, mark func()) context.Context {
-	return context.WithValue(ctx, progressKey{}, mark)
 }
 
 // Options configure an Elector, whatever its backend.
@@ -149,8 +92,8 @@ type Options struct {
 	// Workers run while this replica leads, keyed by a name used in logs
 	// and in the edihub_worker_running{worker} metric.
 	Workers map[string]Worker
-	// Terms opens each term in PostgreSQL. Required.
-	Terms TermOpener
+	// Terms opens and confirms each term in PostgreSQL. Required.
+	Terms Terms
 	// Logger and Registerer are required.
 	Logger     *zap.Logger
 	Registerer prometheus.Registerer
@@ -246,47 +189,6 @@ type Status struct {
 	Workers map[string]WorkerStatus `json:"workers"`
 }
 
-// WorkerStatus is one leader-gated worker as this replica sees it.
-type WorkerStatus struct {
-	// Running is true while the worker runs (or waits to be restarted)
-	// in this replica's term.
-	Running bool `json:"running"`
-	// LastSuccess is when it last called MarkSuccess on this replica;
-	// zero if never.
-	LastSuccess time.Time `json:"last_success"`
-	// Restarts counts the times it returned while this replica led and
-	// was started again, since the process started.
-	Restarts int `json:"restarts"`
-	// Stuck is true while this replica leads and the worker has not
-	// called MarkSuccess for its stuck-after time since the later of the
-	// term's start and its last success.
-	Stuck bool `json:"stuck"`
-	// StuckAfter is that time in seconds; 0: never stuck.
-	StuckAfter float64 `json:"stuck_after_seconds"`
-}
-
-// workerState is the elector's record of one worker, under Elector.mu.
-type workerState struct {
-	running     bool
-	termStart   time.Time // start of the term it runs in; zero when not leading
-	lastSuccess time.Time
-	restarts    int
-	stuckAfter  time.Duration
-}
-
-// stuck reports whether the worker made no progress for its stuck-after
-// time in the current term.
-func (w *workerState) stuck(now time.Time) bool {
-	if w.termStart.IsZero() || w.stuckAfter <= 0 {
-		return false
-	}
-	from := w.termStart
-	if w.lastSuccess.After(from) {
-		from = w.lastSuccess
-	}
-	return now.Sub(from) > w.stuckAfter
-}
-
 // attempt is the outcome of one try at taking the lease.
 type attempt struct {
 	acquired bool
@@ -334,10 +236,10 @@ type Elector struct {
 	m   *metrics
 
 	changed chan struct{}
+	workers *group
 
-	mu      sync.Mutex
-	status  Status
-	workers map[string]*workerState
+	mu     sync.Mutex
+	status Status
 }
 
 func newElector(o Options, b backend) (*Elector, error) {
@@ -357,51 +259,18 @@ func newElector(o Options, b backend) (*Elector, error) {
 			LeaseName: o.LeaseName,
 			Since:     time.Now(),
 		},
-		workers: map[string]*workerState{},
 	}
-	for name, w := range o.Workers {
-		e.workers[name] = e.newWorkerState(w)
-	}
+	e.workers = newGroup(&e.o, m)
 	return e, nil
-}
-
-func (e *Elector) newWorkerState(w Worker) *workerState {
-	ws := &workerState{stuckAfter: e.o.StuckAfter}
-	if pd, ok := w.(ProgressDeadline); ok {
-		ws.stuckAfter = pd.StuckAfter()
-	}
-	return ws
 }
 
 // Status returns this replica's view of the election.
 func (e *Elector) Status() Status {
-	now := time.Now()
 	e.mu.Lock()
 	st := e.status
-	st.Workers = make(map[string]WorkerStatus, len(e.workers))
-	for name, w := range e.workers {
-		st.Workers[name] = WorkerStatus{
-			Running:     w.running,
-			LastSuccess: w.lastSuccess,
-			Restarts:    w.restarts,
-			Stuck:       w.stuck(now),
-			StuckAfter:  w.stuckAfter.Seconds(),
-		}
-	}
 	e.mu.Unlock()
-	e.updateStuck(st.Workers)
+	st.Workers = e.workers.status(time.Now())
 	return st
-}
-
-// updateStuck sets edihub_worker_stuck from ws.
-func (e *Elector) updateStuck(ws map[string]WorkerStatus) {
-	for name, w := range ws {
-		v := 0.0
-		if w.Stuck {
-			v = 1
-		}
-		e.m.workerStuck.WithLabelValues(name).Set(v)
-	}
 }
 
 // Healthy returns an error naming the stuck workers while this replica
@@ -409,19 +278,7 @@ func (e *Elector) updateStuck(ws map[string]WorkerStatus) {
 // (see Options.StuckAfter), else nil. GET /healthz fails with it, so that
 // Kubernetes restarts the replica and another one leads. It never depends
 // on who leads otherwise.
-func (e *Elector) Healthy() error {
-	var stuck []string
-	for name, w := range e.Status().Workers {
-		if w.Stuck {
-			stuck = append(stuck, fmt.Sprintf("%s (no progress for %s)", name, time.Duration(w.StuckAfter*float64(time.Second))))
-		}
-	}
-	if len(stuck) == 0 {
-		return nil
-	}
-	sort.Strings(stuck)
-	return fmt.Errorf("%w: %s", ErrWorkersStuck, strings.Join(stuck, ", "))
-}
+func (e *Elector) Healthy() error { return e.workers.healthy(time.Now()) }
 
 // ErrWorkersStuck is returned by Elector.Healthy when leader-gated workers
 // make no progress.
@@ -492,7 +349,7 @@ func (e *Elector) Run(ctx context.Context) error {
 		failures++
 		pause := min(e.o.RetryPeriod<<min(failures-1, 5), e.o.LeaseDuration)
 		e.log.Info("pausing before campaigning again", zap.Duration("pause", pause))
-		if !sleep(ctx, pause) {
+		if !Sleep(ctx, pause) {
 			return nil
 		}
 	}
@@ -506,27 +363,25 @@ func (e *Elector) campaign(ctx context.Context) (token int64, acquiredAt time.Ti
 	var lastErr string
 	dbDown := false
 	for {
-		if p, ok := e.o.Terms.(pinger); ok {
-			pctx, cancel := context.WithTimeout(ctx, e.o.RenewDeadline/2)
-			err := p.Ping(pctx)
-			cancel()
-			if ctx.Err() != nil {
+		pctx, cancel := context.WithTimeout(ctx, e.o.RenewDeadline/2)
+		err := e.o.Terms.Ping(pctx)
+		cancel()
+		if ctx.Err() != nil {
+			return 0, time.Time{}, nil
+		}
+		if err != nil {
+			if !dbDown {
+				e.log.Warn("the database does not answer; not campaigning until it does", zap.Error(err))
+				dbDown = true
+			}
+			if !Sleep(ctx, jittered(e.o.RetryPeriod)) {
 				return 0, time.Time{}, nil
 			}
-			if err != nil {
-				if !dbDown {
-					e.log.Warn("the database does not answer; not campaigning until it does", zap.Error(err))
-					dbDown = true
-				}
-				if !sleep(ctx, jittered(e.o.RetryPeriod)) {
-					return 0, time.Time{}, nil
-				}
-				continue
-			}
-			if dbDown {
-				e.log.Info("the database answers again; campaigning")
-				dbDown = false
-			}
+			continue
+		}
+		if dbDown {
+			e.log.Info("the database answers again; campaigning")
+			dbDown = false
 		}
 		start := time.Now()
 		a, err := e.b.tryAcquire(ctx)
@@ -569,206 +424,47 @@ func (e *Elector) campaign(ctx context.Context) (token int64, acquiredAt time.Ti
 	}
 }
 
-type workerResult struct {
-	name string
-	err  error
-}
-
 type leadOutcome struct {
 	pause  bool
 	lasted time.Duration
 }
 
-// lead opens the term, runs the workers and renews the lease until
-// leadership ends, then stops the workers and, when the lease is still
-// ours to give, releases it.
+// lead opens the term, runs the workers and holds the term until
+// leadership ends, then stops the workers, waits for them and, when the
+// lease is still ours to give, releases it.
 func (e *Elector) lead(ctx context.Context, token int64, acquiredAt time.Time) (leadOutcome, error) {
-	fence := postgres.Fence{Lease: e.o.LeaseName, Token: token}
-	log := e.log.With(zap.Int64("token", token))
-
-	octx, cancel := context.WithDeadline(ctx, acquiredAt.Add(e.o.RenewDeadline))
-	err := e.o.Terms.OpenTerm(octx, fence, e.o.Identity)
-	cancel()
-	switch {
-	case errors.Is(err, postgres.ErrStaleFence):
-		// A successor opened a newer term while we were between taking
-		// the lease and opening ours: the lease is not ours any more.
-		log.Warn("stepped down", zap.String("reason", "stale term: a newer term opened before ours"))
-		if e.b.kind() == "kubernetes" {
-			e.explainStaleTerm(ctx, log, token)
-		}
-		return leadOutcome{pause: true}, nil
-	case err != nil:
-		if ctx.Err() != nil {
-			e.releaseLease(ctx, log, token)
-			return leadOutcome{}, nil
-		}
-		log.Warn("stepped down", zap.String("reason", "cannot open the term in the database"), zap.Error(err))
-		e.releaseLease(ctx, log, token)
-		return leadOutcome{pause: true}, nil
+	t := e.newTerm(token, acquiredAt)
+	if out, ok := t.open(ctx); !ok {
+		return out, nil
 	}
-
 	began := time.Now()
 	e.transition(true, token, e.o.Identity)
-	log.Info("became leader", zap.String("reason", "lease acquired and term opened"))
+	t.log.Info("became leader", zap.String("reason", "lease acquired and term opened"))
 
-	wctx, stopWorkers := context.WithCancel(WithFence(ctx, fence))
+	wctx, stopWorkers := context.WithCancel(WithFence(ctx, t.fence))
 	defer stopWorkers()
-	results := make(chan workerResult, len(e.o.Workers))
-	running := map[string]bool{}
-	e.mu.Lock()
-	for name, w := range e.o.Workers {
-		ws := e.newWorkerState(w)
-		if old := e.workers[name]; old != nil {
-			ws.lastSuccess, ws.restarts = old.lastSuccess, old.restarts
-		}
-		ws.termStart, ws.running = began, true
-		e.workers[name] = ws
-	}
-	e.mu.Unlock()
-	for name, w := range e.o.Workers {
-		running[name] = true
-		e.m.workerRunning.WithLabelValues(name).Set(1)
-		go func() {
-			results <- workerResult{name, e.supervise(wctx, log, name, w)}
-		}()
-	}
-
-	// lastRenew is the start of the last successful lease renewal,
-	// lastTerm that of the last confirmation of the term in PostgreSQL.
-	// Leadership ends at the earlier of the two plus the renew deadline.
-	lastRenew, lastTerm := acquiredAt, acquiredAt
-	checker, _ := e.o.Terms.(termChecker)
-	until := func() time.Time {
-		if lastTerm.Before(lastRenew) {
-			return lastTerm.Add(e.o.RenewDeadline)
-		}
-		return lastRenew.Add(e.o.RenewDeadline)
-	}
-	deadline := time.NewTimer(time.Until(until()))
-	defer deadline.Stop()
-	tick := time.NewTicker(e.o.RetryPeriod)
-	defer tick.Stop()
-
-	var reason string
-	release, pause := false, false
-	dbFailing := false
-	// renew renews once and confirms the term; it returns why leadership
-	// ended, or "".
-	renew := func() string {
-		start := time.Now()
-		rctx, cancel := context.WithDeadline(ctx, lastRenew.Add(e.o.RenewDeadline))
-		err := e.b.renew(rctx, token)
-		cancel()
-		e.m.renewDuration.Observe(time.Since(start).Seconds())
-		switch {
-		case err == nil:
-			lastRenew = start
-		case ctx.Err() != nil:
-			return "" // shutting down; the loop sees ctx end next
-		case errors.Is(err, errLost):
-			e.m.renewFailures.Inc()
-			return "lease lost: " + err.Error()
-		default:
-			e.m.renewFailures.Inc()
-			log.Warn("lease renewal failed", zap.Error(err), zap.Duration("left", time.Until(lastRenew.Add(e.o.RenewDeadline))))
-		}
-		if checker != nil {
-			cstart := time.Now()
-			cctx, cancel := context.WithDeadline(ctx, lastTerm.Add(e.o.RenewDeadline))
-			err := checker.CheckTerm(cctx, fence)
-			cancel()
-			switch {
-			case err == nil:
-				lastTerm = cstart
-				if dbFailing {
-					log.Info("term confirmed in the database again")
-				}
-				dbFailing = false
-			case ctx.Err() != nil:
-				return ""
-			case errors.Is(err, postgres.ErrStaleFence):
-				pause = true
-				return "stale fence: a newer term opened in the database"
-			default:
-				if !dbFailing {
-					log.Warn("cannot confirm the term in the database", zap.Error(err), zap.Duration("left", time.Until(lastTerm.Add(e.o.RenewDeadline))))
-				}
-				dbFailing = true
-			}
-		}
-		deadline.Reset(time.Until(until()))
-		return ""
-	}
-
-loop:
-	for {
-		select {
-		case <-ctx.Done():
-			reason, release = "shutting down", true
-			break loop
-		case r := <-results:
-			// supervise returns before the term ends only on a stale
-			// fence: a newer term opened, the lease is not ours.
-			delete(running, r.name)
-			e.setWorkerStopped(r.name)
-			if !errors.Is(r.err, postgres.ErrStaleFence) {
-				// ctx ended and this worker saw it first
-				reason, release = "shutting down", true
-				break loop
-			}
-			log.Error("worker refused by the fence", zap.String("worker", r.name), zap.Error(r.err))
-			reason, pause = "stale fence: worker "+r.name+" was refused, a newer term opened", true
-			break loop
-		case <-deadline.C:
-			if lastTerm.Before(lastRenew) {
-				// The lease is ours but the database is out of reach:
-				// give the lease up (we can still write it), so that a
-				// replica that reaches the database takes over now, and
-				// campaign again only once the database answers.
-				reason = fmt.Sprintf("cannot confirm the term in the database for the renew deadline (%s)", e.o.RenewDeadline)
-				release, pause = true, true
-				break loop
-			}
-			reason = fmt.Sprintf("lease not renewed for the renew deadline (%s)", e.o.RenewDeadline)
-			break loop
-		case <-tick.C:
-			if reason = renew(); reason != "" {
-				break loop
-			}
-			e.Status() // refresh edihub_worker_stuck
-		case <-e.changed:
-			// The watch saw the lease change hands or vanish: renew now
-			// to find out, rather than at the next tick.
-			if reason = renew(); reason != "" {
-				break loop
-			}
-		}
-	}
+	e.workers.start(wctx, t.log, began)
+	end := t.hold(ctx, e.workers)
 
 	stopWorkers()
-	e.mu.Lock()
-	for _, ws := range e.workers {
-		ws.termStart = time.Time{}
-	}
-	e.mu.Unlock()
-	e.Status() // a follower's workers are never stuck
-	if err := e.await(results, running, log); err != nil {
-		e.transition(false, 0, "")
+	e.workers.endTerm()
+	e.workers.status(time.Now()) // a follower's workers are never stuck
+	err := e.workers.wait(t.log)
+	e.transition(false, 0, "")
+	if err != nil {
 		return leadOutcome{}, err
 	}
-	e.transition(false, 0, "")
-	if release {
+	if end.release {
 		// Logged before the release: the workers have stopped, and a
 		// follower may take the lease and log its new term the moment it
 		// is released, so this line must come first to keep the logs in
 		// the order things happened. A failed release is logged after it.
-		log.Info("released", zap.String("reason", reason))
-		e.releaseLease(ctx, log, token)
+		t.log.Info("released", zap.String("reason", end.reason))
+		e.releaseLease(ctx, t.log, token)
 	} else {
-		log.Warn("lost leadership", zap.String("reason", reason))
+		t.log.Warn("lost leadership", zap.String("reason", end.reason))
 	}
-	return leadOutcome{pause: pause, lasted: time.Since(began)}, nil
+	return leadOutcome{pause: end.pause, lasted: time.Since(began)}, nil
 }
 
 // explainStaleTerm logs what an operator needs when a Kubernetes term was
@@ -779,13 +475,9 @@ loop:
 // Lease moved to another cluster) and no replica can lead until the fence
 // row is deleted.
 func (e *Elector) explainStaleTerm(ctx context.Context, log *zap.Logger, token int64) {
-	r, ok := e.o.Terms.(termReader)
-	if !ok {
-		return
-	}
 	rctx, cancel := context.WithTimeout(ctx, e.o.RenewDeadline)
 	defer cancel()
-	cur, err := r.CurrentTerm(rctx, e.o.LeaseName)
+	cur, err := e.o.Terms.CurrentTerm(rctx, e.o.LeaseName)
 	if err != nil {
 		log.Warn("cannot read the fence to explain the stale term", zap.Error(err))
 		return
@@ -803,88 +495,6 @@ func (e *Elector) explainStaleTerm(ctx context.Context, log *zap.Logger, token i
 			"(now %d) are below leader_fence.token (%d). Make sure no edihub replica of the old cluster or before the restore still runs "+
 			"(holder %q), then run: DELETE FROM leader_fence WHERE lease = '%s'; (docs/leadership.md, \"Recovering after an etcd restore\")",
 			token, cur.Token, cur.Holder, e.o.LeaseName)))
-}
-
-// await waits for the running workers up to the stop timeout.
-func (e *Elector) await(results <-chan workerResult, running map[string]bool, log *zap.Logger) error {
-	t := time.NewTimer(e.o.WorkerStopTimeout)
-	defer t.Stop()
-	for len(running) > 0 {
-		select {
-		case r := <-results:
-			delete(running, r.name)
-			e.setWorkerStopped(r.name)
-			if r.err != nil {
-				log.Warn("worker stopped with an error", zap.String("worker", r.name), zap.Error(r.err))
-			}
-		case <-t.C:
-			hung := make([]string, 0, len(running))
-			for name := range running {
-				hung = append(hung, name)
-			}
-			sort.Strings(hung)
-			log.Error("workers did not stop in time; exiting", zap.Strings("workers", hung), zap.Duration("timeout", e.o.WorkerStopTimeout))
-			return fmt.Errorf("%w: %v still running %s after leadership ended", ErrWorkersHung, hung, e.o.WorkerStopTimeout)
-		}
-	}
-	return nil
-}
-
-func (e *Elector) setWorkerStopped(name string) {
-	e.m.workerRunning.WithLabelValues(name).Set(0)
-	e.mu.Lock()
-	e.workers[name].running = false
-	e.mu.Unlock()
-}
-
-// supervise runs one worker for the term of ctx. A worker that returns
-// while the term lasts, with an error or with nil, is logged, counted in
-// edihub_worker_restarts_total and started again after a backoff (the
-// retry period, doubling per early return up to the lease duration; reset
-// when a run lasted longer than that). supervise returns when ctx ends,
-// with the worker's last error, or at once with an error matching
-// postgres.ErrStaleFence, which ends the term.
-func (e *Elector) supervise(ctx context.Context, log *zap.Logger, name string, w Worker) error {
-	log = log.With(zap.String("worker", name))
-	e.mu.Lock()
-	ws := e.workers[name]
-	e.mu.Unlock()
-	gauge := e.m.workerLastSuccess.WithLabelValues(name)
-	mark := func() {
-		gauge.SetToCurrentTime()
-		e.mu.Lock()
-		ws.lastSuccess = time.Now()
-		e.mu.Unlock()
-	}
-	pctx := withProgress(ctx, mark)
-	failures := 0
-	for {
-		started := time.Now()
-		err := w.Run(pctx)
-		switch {
-		case ctx.Err() != nil:
-			return err
-		case errors.Is(err, postgres.ErrStaleFence):
-			return err
-		}
-		if time.Since(started) > e.o.LeaseDuration {
-			failures = 0
-		}
-		failures++
-		backoff := min(e.o.RetryPeriod<<min(failures-1, 10), e.o.LeaseDuration)
-		e.m.workerRestarts.WithLabelValues(name).Inc()
-		e.mu.Lock()
-		ws.restarts++
-		e.mu.Unlock()
-		if err != nil {
-			log.Error("worker failed; restarting it in this term", zap.Error(err), zap.Duration("backoff", backoff), zap.Int("in_a_row", failures))
-		} else {
-			log.Error("worker returned while this replica leads; restarting it", zap.Duration("backoff", backoff), zap.Int("in_a_row", failures))
-		}
-		if !sleep(ctx, backoff) {
-			return nil
-		}
-	}
 }
 
 // releaseLease gives the lease up, even when ctx has ended (shutdown).
@@ -924,7 +534,7 @@ func jittered(d time.Duration) time.Duration {
 }
 
 // sleep waits for d or until ctx ends; it reports whether d elapsed.
-func sleep(ctx context.Context, d time.Duration) bool {
+func Sleep(ctx context.Context, d time.Duration) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {

@@ -12,7 +12,7 @@ import (
 // LeaseStore keeps the lease row of the Postgres backend. *postgres.Store
 // implements it.
 type LeaseStore interface {
-	TermOpener
+	Terms
 	AcquireLease(ctx context.Context, name, holder string, d time.Duration) (postgres.LeaseState, error)
 	RenewLease(ctx context.Context, name, holder string, token int64, d time.Duration) error
 	ReleaseLease(ctx context.Context, name, holder string, token int64) error
@@ -55,7 +55,7 @@ func (l *pgLease) watch(ctx context.Context, changed func()) error {
 			return nil
 		}
 		_ = err // the database is away; polling goes on, listen again later
-		if !sleep(ctx, l.retry) {
+		if !Sleep(ctx, l.retry) {
 			return nil
 		}
 		changed() // a release may have been missed meanwhile

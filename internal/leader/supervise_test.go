@@ -128,6 +128,12 @@ func (t *fakeTerms) Ping(context.Context) error {
 	return t.dbErr
 }
 
+func (t *fakeTerms) CurrentTerm(context.Context, string) (postgres.Term, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return postgres.Term{Token: t.fence}, nil
+}
+
 func (t *fakeTerms) setDB(err error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()

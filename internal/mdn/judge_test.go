@@ -8,7 +8,7 @@ import (
 	"github.com/edihub/edihub/internal/as2"
 	"github.com/edihub/edihub/internal/as2/cms"
 	"github.com/edihub/edihub/internal/mdn"
-	"github.com/edihub/edihub/internal/openssltest"
+	"github.com/edihub/edihub/internal/testenv/openssltest"
 )
 
 func TestJudge(t *testing.T) {

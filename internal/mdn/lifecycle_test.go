@@ -241,7 +241,7 @@ type flakyStore struct {
 	reject    atomic.Int64
 }
 
-func (f *flakyStore) PendingInboxMDNs(ctx context.Context, after int64, limit int) ([]postgres.PendingMDN, error) {
+func (f *flakyStore) PendingInboxMDNs(ctx context.Context, after int64, limit int) ([]postgres.PendingMDNRef, error) {
 	if f.failReads.Add(-1) >= 0 {
 		return nil, errors.New("read pending MDNs: connection reset by peer (injected)")
 	}

@@ -22,7 +22,8 @@ import (
 // PollerStore is what the poller needs from storage; *postgres.Store
 // implements it.
 type PollerStore interface {
-	PendingInboxMDNs(ctx context.Context, afterID int64, limit int) ([]postgres.PendingMDN, error)
+	PendingInboxMDNs(ctx context.Context, afterID int64, limit int) ([]postgres.PendingMDNRef, error)
+	PendingInboxMDN(ctx context.Context, id int64) (postgres.PendingMDN, error)
 	OutboundMessages(ctx context.Context, keys []postgres.MessageKey) (map[postgres.MessageKey]postgres.AwaitedMessage, error)
 	SentBytes(ctx context.Context, id int64) (http.Header, []byte, error)
 	ApplyMDNs(ctx context.Context, f postgres.Fence, outs []postgres.MDNOutcome) ([]postgres.AppliedMDN, error)
@@ -43,6 +44,12 @@ const (
 	DefaultPollInterval = 10 * time.Second
 	DefaultBatchSize    = 100
 )
+
+// DefaultMaxMDNBytes bounds the body of an async MDN (PollerOptions and
+// the receiver's intake): an MDN is a few KiB, signed or not, so 1 MiB
+// leaves room for long texts and certificate chains while a batch of
+// MDNs stays far below the memory a message may take.
+const DefaultMaxMDNBytes = 1 << 20
 
 // Results of edihub_mdn_processed_total: the bounded outcome of one inbox
 // MDN.
@@ -74,6 +81,11 @@ type PollerOptions struct {
 	BatchSize int
 	// Limits bound parsing an MDN.
 	Limits as2.Limits
+	// MaxMDNBytes bounds the body of an inbox MDN the poller reads
+	// (DefaultMaxMDNBytes); a larger one (stored before the receiver
+	// refused such MDNs, or under a larger setting) becomes an orphan
+	// without being read.
+	MaxMDNBytes int64
 }
 
 // Poller is the leader's MDN poller, a leader.Worker: it applies the async
@@ -104,6 +116,9 @@ func NewPoller(o PollerOptions) (*Poller, error) {
 	}
 	if o.BatchSize <= 0 {
 		o.BatchSize = DefaultBatchSize
+	}
+	if o.MaxMDNBytes <= 0 {
+		o.MaxMDNBytes = DefaultMaxMDNBytes
 	}
 	p := &Poller{
 		o:    o,
@@ -250,15 +265,15 @@ func (p *Poller) poll(ctx context.Context, f postgres.Fence) error {
 	var after int64
 	var rowErr error
 	for {
-		rows, err := p.o.Store.PendingInboxMDNs(ctx, after, p.o.BatchSize)
+		refs, err := p.o.Store.PendingInboxMDNs(ctx, after, p.o.BatchSize)
 		if err != nil {
 			return err
 		}
-		if len(rows) == 0 {
+		if len(refs) == 0 {
 			break
 		}
-		after = rows[len(rows)-1].ID
-		outs, err := p.decide(ctx, rows)
+		after = refs[len(refs)-1].ID
+		outs, err := p.decide(ctx, refs)
 		if err != nil {
 			return err
 		}
@@ -268,7 +283,7 @@ func (p *Poller) poll(ctx context.Context, f postgres.Fence) error {
 			}
 			rowErr = err // the other rows went on; these are retried next poll
 		}
-		if len(rows) < p.o.BatchSize {
+		if len(refs) < p.o.BatchSize {
 			break
 		}
 	}
@@ -289,43 +304,47 @@ func (p *Poller) partnerLabel(id string) string {
 	return unknownPartner
 }
 
-// parsed is an inbox row on its way to an outcome.
+// parsed is an inbox row on its way to an outcome. It keeps the parsed
+// report, never the body.
 type parsed struct {
-	row     postgres.PendingMDN
 	partner *config.Partner
 	mdn     *MDN
 	out     postgres.MDNOutcome
 	decided bool
 }
 
-// decide judges rows without writing: parse and verify each MDN against
-// its partner's certificates, find its message, judge disposition and
-// MIC. An error is a storage error; every problem of an MDN makes it an
-// orphan with its reason.
-func (p *Poller) decide(ctx context.Context, rows []postgres.PendingMDN) ([]postgres.MDNOutcome, error) {
-	ps := make([]parsed, len(rows))
+// decide judges a batch of inbox rows without writing: each row's body is
+// read alone (a row over MaxMDNBytes not at all: an orphan), parsed and
+// verified against its partner's certificates, and dropped before the
+// next is read, so a batch holds at most one body; then the messages are
+// looked up at once and each MDN judged (disposition and MIC). An error
+// is a storage error; every problem of an MDN makes it an orphan with its
+// reason.
+func (p *Poller) decide(ctx context.Context, refs []postgres.PendingMDNRef) ([]postgres.MDNOutcome, error) {
+	ps := make([]parsed, 0, len(refs))
 	var keys []postgres.MessageKey
-	for i, r := range rows {
-		x := &ps[i]
-		x.row = r
-		x.out.InboxID = r.ID
-		pa, ok := p.o.Config.Partner(r.AS2From)
-		if !ok {
-			x.decided, x.out.Reason = true, fmt.Sprintf("unknown partner: AS2-From %q is not a configured partner", r.AS2From)
+	for _, ref := range refs {
+		x := parsed{out: postgres.MDNOutcome{InboxID: ref.ID}}
+		if ref.Size > p.o.MaxMDNBytes {
+			if pa, ok := p.o.Config.Partner(ref.AS2From); ok {
+				x.out.Partner = pa.AS2ID
+			}
+			x.decided, x.out.Reason = true, fmt.Sprintf("too large: %d bytes, over the %d bytes an MDN may have (EDIHUB_MAX_MDN_BYTES); not read", ref.Size, p.o.MaxMDNBytes)
+			ps = append(ps, x)
 			continue
 		}
-		x.partner, x.out.Partner = pa, pa.AS2ID
-		m, err := Parse(r.Header, r.Body, ParseOptions{PartnerCerts: pa.Certificates, Limits: p.o.Limits})
+		row, err := p.o.Store.PendingInboxMDN(ctx, ref.ID)
 		switch {
-		case errors.Is(err, ErrSignature):
-			x.decided, x.out.Reason = true, "bad signature: "+err.Error()
-			continue
+		case errors.Is(err, postgres.ErrNotPending):
+			continue // decided by another term meanwhile, or purged
 		case err != nil:
-			x.decided, x.out.Reason = true, "unparseable: "+err.Error()
-			continue
+			return nil, err
 		}
-		x.mdn = m
-		keys = append(keys, messageKeys(pa.AS2ID, m.OriginalMessageID)...)
+		p.parse(&x, row)
+		if x.mdn != nil {
+			keys = append(keys, messageKeys(x.partner.AS2ID, x.mdn.OriginalMessageID)...)
+		}
+		ps = append(ps, x)
 	}
 	msgs, err := p.o.Store.OutboundMessages(ctx, keys)
 	if err != nil {
@@ -342,6 +361,29 @@ func (p *Poller) decide(ctx context.Context, rows []postgres.PendingMDN) ([]post
 		outs[i] = x.out
 	}
 	return outs, nil
+}
+
+// parse finds the partner of row and parses and verifies its MDN into x,
+// or decides x as an orphan. x keeps the report's fields, not the body.
+func (p *Poller) parse(x *parsed, row postgres.PendingMDN) {
+	pa, ok := p.o.Config.Partner(row.AS2From)
+	if !ok {
+		x.decided, x.out.Reason = true, fmt.Sprintf("unknown partner: AS2-From %q is not a configured partner", row.AS2From)
+		return
+	}
+	x.partner, x.out.Partner = pa, pa.AS2ID
+	m, err := Parse(row.Header, row.Body, ParseOptions{PartnerCerts: pa.Certificates, Limits: p.o.Limits})
+	switch {
+	case errors.Is(err, ErrSignature):
+		x.decided, x.out.Reason = true, "bad signature: "+err.Error()
+		return
+	case err != nil:
+		x.decided, x.out.Reason = true, "unparseable: "+err.Error()
+		return
+	}
+	// The body and the human-readable text are not needed to judge.
+	m.Raw, m.Header, m.Text = nil, nil, ""
+	x.mdn = m
 }
 
 // messageKeys are the keys an Original-Message-ID may match: as returned,
@@ -377,7 +419,19 @@ func (p *Poller) judge(ctx context.Context, x *parsed, msgs map[postgres.Message
 		x.out.Reason = fmt.Sprintf("no outbound message with Message-ID %q to partner %q", m.OriginalMessageID, x.partner.AS2ID)
 		return nil
 	case msg.Final():
+		// Told here, with the status, rather than left to the database's
+		// guard (which only says that the message no longer awaits an
+		// MDN): and nothing is judged for a message that is decided.
 		x.out.Reason = fmt.Sprintf("message %d is already final (%s)", msg.ID, msg.Status)
+		return nil
+	case !msg.RequestedAsyncMDN:
+		// An MDN posted to us cannot decide a message that asked for its
+		// MDN in the response, or for none: its outbox row may still be
+		// retrying, and the partner would receive a decided message.
+		x.out.Reason = fmt.Sprintf("message %d asked for no async MDN (mdn: %s)", msg.ID, msg.MDNMode)
+		return nil
+	case !msg.Built:
+		x.out.Reason = fmt.Sprintf("message %d was not sent yet (status %s)", msg.ID, msg.Status)
 		return nil
 	case !m.Signed && msg.RequestedSignedReceipt:
 		// Anyone can post an unsigned MDN; it must not decide a message
@@ -409,10 +463,8 @@ func (p *Poller) judge(ctx context.Context, x *parsed, msgs map[postgres.Message
 		MessageID:   msg.ID,
 		Status:      ResultDelivered,
 		Disposition: v.Disposition,
-		MDN: postgres.NewMDN{
-			ContentType: x.row.Header.Get("Content-Type"), Headers: x.row.Header, Body: x.row.Body,
-			Disposition: v.Disposition, MIC: m.MIC, Signed: m.Signed,
-		},
+		MIC:         m.MIC,
+		Signed:      m.Signed,
 	}
 	switch {
 	case v.Err != nil:
@@ -490,6 +542,7 @@ func (p *Poller) record(applied []postgres.AppliedMDN) {
 		if result == ResultOrphan {
 			p.log.Warn("async MDN kept as an orphan", fields...)
 		} else {
+			fields = append(fields, zap.Int64("id", a.Message), zap.String("message_id", a.MessageID))
 			p.log.Info("async MDN applied", fields...)
 		}
 	}

@@ -19,7 +19,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"go.uber.org/goleak"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
@@ -28,23 +27,14 @@ import (
 	"github.com/edihub/edihub/internal/config"
 	"github.com/edihub/edihub/internal/leader"
 	"github.com/edihub/edihub/internal/mdn"
-	"github.com/edihub/edihub/internal/openssltest"
 	"github.com/edihub/edihub/internal/outbox"
 	"github.com/edihub/edihub/internal/postgres"
-	"github.com/edihub/edihub/internal/postgres/pgtest"
+	"github.com/edihub/edihub/internal/testenv"
+	"github.com/edihub/edihub/internal/testenv/openssltest"
+	"github.com/edihub/edihub/internal/testenv/pgtest"
 )
 
-func TestMain(m *testing.M) {
-	code := pgtest.Main(m)
-	openssltest.Cleanup()
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintln(os.Stderr, "goleak:", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(testenv.Main(m, testenv.CheckLeaks())) }
 
 const (
 	stationID = "EDIHUB TEST"
@@ -112,6 +102,15 @@ type envOptions struct {
 	asyncMDNWait time.Duration
 	// extra YAML lines for both partners.
 	extra []string
+	// partners are more partners, after the three.
+	partners []extraPartner
+}
+
+// extraPartner is a partner of envOptions: its AS2 ID, URL (default the
+// partner station) and YAML lines.
+type extraPartner struct {
+	id, url string
+	lines   []string
 }
 
 func newEnv(t testing.TB, o envOptions) *env {
@@ -127,15 +126,15 @@ func newEnv(t testing.TB, o envOptions) *env {
 	var b strings.Builder
 	fmt.Fprintf(&b, "station: {as2_id: %q, private_key: %q, certificate: %q, async_mdn_url: \"https://edihub.example/as2\"}\npartners:\n",
 		stationID, ids.B.KeyPath, ids.B.CertPath)
-	for _, p := range []struct {
-		id    string
-		lines []string
-	}{
-		{signedPartner, []string{"sign: sha-256", "mdn: async", "mdn_signed: true"}},
-		{plainPartner, []string{"sign: none", "mdn: async", "mdn_signed: false"}},
-		{securePartner, []string{"sign: sha-256", "encrypt: aes256-cbc", "mdn: async", "mdn_signed: true"}},
-	} {
-		fmt.Fprintf(&b, "  - as2_id: %q\n    url: %q\n    certificate: %q\n", p.id, e.station.URL, ids.A.CertPath)
+	for _, p := range append([]extraPartner{
+		{id: signedPartner, lines: []string{"sign: sha-256", "mdn: async", "mdn_signed: true"}},
+		{id: plainPartner, lines: []string{"sign: none", "mdn: async", "mdn_signed: false"}},
+		{id: securePartner, lines: []string{"sign: sha-256", "encrypt: aes256-cbc", "mdn: async", "mdn_signed: true"}},
+	}, o.partners...) {
+		if p.url == "" {
+			p.url = e.station.URL
+		}
+		fmt.Fprintf(&b, "  - as2_id: %q\n    url: %q\n    certificate: %q\n", p.id, p.url, ids.A.CertPath)
 		for _, l := range append(p.lines, o.extra...) {
 			fmt.Fprintf(&b, "    %s\n", l)
 		}
@@ -239,6 +238,7 @@ type mdnOpts struct {
 	mic    string
 	disp   mdn.Disposition
 	signer *openssltest.Identity // nil: unsigned
+	text   string                // the human-readable part; "" for Build's
 }
 
 // storeMDN builds an MDN with mdn.Build and stores it in the inbox as the
@@ -254,7 +254,7 @@ func (e *env) storeMDN(o mdnOpts) int64 {
 	}
 	h, body, err := mdn.Build(mdn.Report{
 		ReportingUA: "partner station", OriginalRecipient: o.from, FinalRecipient: o.from,
-		OriginalMessageID: o.id, Disposition: o.disp, MIC: o.mic,
+		OriginalMessageID: o.id, Disposition: o.disp, MIC: o.mic, Text: o.text,
 	}, bo)
 	if err != nil {
 		e.t.Fatal(err)
@@ -314,6 +314,8 @@ type pollerOptions struct {
 	interval time.Duration
 	batch    int
 	reg      *prometheus.Registry
+	maxMDN   int64
+	log      *zap.Logger
 }
 
 func (e *env) poller(o pollerOptions) *mdn.Poller {
@@ -336,6 +338,12 @@ func (e *env) poller(o pollerOptions) *mdn.Poller {
 	}
 	if o.reg != nil {
 		po.Registerer = o.reg
+	}
+	if o.maxMDN != 0 {
+		po.MaxMDNBytes = o.maxMDN
+	}
+	if o.log != nil {
+		po.Logger = o.log
 	}
 	p, err := mdn.NewPoller(po)
 	if err != nil {

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/edihub/edihub/internal/postgres"
-	"github.com/edihub/edihub/internal/postgres/pgtest"
+	"github.com/edihub/edihub/internal/testenv/pgtest"
 )
 
 func openStore(t testing.TB, url string) *postgres.Store {

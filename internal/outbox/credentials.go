@@ -10,11 +10,13 @@ import (
 )
 
 // applyAuth sets the partner's basic authentication and extra header
-// fields on req, but only for the host of the partner's own URL: an async
-// MDN to another host never carries the partner's password. Extra fields
-// never replace those already set (the AS2 fields).
+// fields on req, but only for the origin (scheme, host and port) of the
+// partner's own URL: an async MDN to another host, or to the partner's
+// host over http when its URL is https, never carries the partner's
+// password (the MDN's URL comes from an unsigned request field). Extra
+// fields never replace those already set (the AS2 fields).
 func applyAuth(req *http.Request, p *config.Partner) {
-	if !partnerHost(req.URL, p) {
+	if p == nil || p.URL == nil || !sameOrigin(req.URL, p.URL) {
 		return
 	}
 	for k, v := range p.Headers {
@@ -27,7 +29,31 @@ func applyAuth(req *http.Request, p *config.Partner) {
 	}
 }
 
-// partnerHost reports whether u is on the host (and port) of p's URL.
+// sameOrigin reports whether a and b have the same scheme, host and port
+// (RFC 6454), a scheme's default port spelt out or not.
+func sameOrigin(a, b *url.URL) bool {
+	return strings.EqualFold(a.Scheme, b.Scheme) &&
+		strings.EqualFold(a.Hostname(), b.Hostname()) &&
+		originPort(a) == originPort(b)
+}
+
+// originPort is u's port, or its scheme's default.
+func originPort(u *url.URL) string {
+	if p := u.Port(); p != "" {
+		return p
+	}
+	switch strings.ToLower(u.Scheme) {
+	case "http":
+		return "80"
+	case "https":
+		return "443"
+	}
+	return ""
+}
+
+// partnerHost reports whether u is on the host (and port) of p's URL,
+// whatever the scheme: the partner's TLS and proxy settings are for that
+// host. Credentials need the same origin (applyAuth).
 func partnerHost(u *url.URL, p *config.Partner) bool {
 	return p != nil && p.URL != nil && strings.EqualFold(u.Host, p.URL.Host)
 }

@@ -1,6 +1,7 @@
 package outbox_test
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"net/http"
@@ -8,11 +9,15 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 
-	"github.com/edihub/edihub/internal/postgres/pgtest"
+	"github.com/edihub/edihub/internal/outbox"
+	"github.com/edihub/edihub/internal/postgres"
+	"github.com/edihub/edihub/internal/testenv/pgtest"
 )
 
 // TestDispatchBasicAuth: auth: {user, password_file} is sent as HTTP
@@ -92,4 +97,62 @@ func fmtAny(v any) string {
 		return s
 	}
 	return fmt.Sprint(v)
+}
+
+// TestDispatchMDNCredentialsSameOrigin: an async MDN to the partner's host
+// and port carries its basic authentication and extra header fields only
+// when the scheme is the partner URL's too: an MDN to http://<host>/…
+// of a partner whose URL is https goes without them (its URL comes from
+// the unsigned Receipt-Delivery-Option).
+func TestDispatchMDNCredentialsSameOrigin(t *testing.T) {
+	pw := filepath.Join(t.TempDir(), "acme.password")
+	if err := os.WriteFile(pw, []byte("s3cret-pw\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name     string
+		scheme   string // of the partner's URL; the MDN goes over http
+		wantAuth bool
+	}{
+		{"partner on https, MDN over http", "https", false},
+		{"partner on http, MDN over http", "http", true},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			st := pgtest.Store(t)
+			target := newPartner(t, func(int, request) (int, http.Header, []byte) { return 200, nil, nil })
+			hostPort := strings.TrimPrefix(target.URL, "http://")
+			cfg := loadConfig(t, partnerYAML{id: partnerID, url: tt.scheme + "://" + hostPort + "/as2", extra: []string{
+				"mdn: sync", "allow_private_mdn_targets: true",
+				"auth: {user: edi-user, password_file: " + pw + "}",
+				"headers: {X-Partner-Key: k3y}",
+			}})
+			_, err := st.SaveInbound(context.Background(), &postgres.InboundMessage{
+				Partner: partnerID, AS2From: partnerID, AS2To: "EDIHUB TEST", MessageID: fmt.Sprintf("<cred-%d@partner>", i),
+				Status: postgres.InboundProcessed, Disposition: "automatic-action/MDN-sent-automatically; processed",
+				Payload: []byte("x"), PayloadSize: 1, MDNMode: "async", MDNURL: "http://" + hostPort + "/mdn", Outbox: true,
+				MDN: &postgres.StoredMDN{Header: http.Header{"Content-Type": {"multipart/report; boundary=b"}}, Body: []byte("--b--\r\n"), Disposition: "processed"},
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			reg := prometheus.NewRegistry()
+			o := dispatcherOpts(t, st, cfg, "d1")
+			o.Metrics = outbox.NewMetrics(reg, st.OutboxStats)
+			startDispatcher(t, o)
+			deadline := time.Now().Add(20 * time.Second)
+			for metric(reg, "mdn-sent") == 0 && time.Now().Before(deadline) {
+				time.Sleep(50 * time.Millisecond)
+			}
+			reqs := target.requests()
+			if len(reqs) != 1 {
+				t.Fatalf("the MDN target got %d requests, want 1", len(reqs))
+			}
+			_, _, gotAuth := reqs[0].basicAuth()
+			gotHeader := reqs[0].header.Get("X-Partner-Key") != ""
+			if gotAuth != tt.wantAuth || gotHeader != tt.wantAuth {
+				t.Errorf("MDN to http://%s/mdn: basic auth %v, X-Partner-Key %v; want %v", hostPort, gotAuth, gotHeader, tt.wantAuth)
+			}
+		})
+	}
 }

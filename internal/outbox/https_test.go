@@ -16,7 +16,7 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/edihub/edihub/internal/postgres/pgtest"
+	"github.com/edihub/edihub/internal/testenv/pgtest"
 )
 
 // tlsPartner is a partner on a real TLS listener that requires a client
@@ -68,14 +68,24 @@ func connectProxy(t *testing.T) (url string, tunnels *atomic.Int64) {
 			return
 		}
 		tunnels.Add(1)
-		w.WriteHeader(http.StatusOK)
-		conn, _, err := http.NewResponseController(w).Hijack()
+		// Hijack first, answer on the raw connection, and read the
+		// tunnel through the server's buffered reader: a 200 written
+		// before Hijack reaches the client before the server stops its
+		// background read, which can then take the first byte of the
+		// ClientHello into that reader (dropping it ended 1 run in 5
+		// with "EOF").
+		conn, brw, err := http.NewResponseController(w).Hijack()
 		if err != nil {
 			up.Close()
 			return
 		}
+		if _, err := io.WriteString(conn, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
+			conn.Close()
+			up.Close()
+			return
+		}
 		wg.Add(2)
-		go func() { defer wg.Done(); _, _ = io.Copy(up, conn); up.Close() }()
+		go func() { defer wg.Done(); _, _ = io.Copy(up, brw.Reader); up.Close() }()
 		go func() { defer wg.Done(); _, _ = io.Copy(conn, up); conn.Close() }()
 	}))
 	t.Cleanup(func() { srv.Close(); wg.Wait() })

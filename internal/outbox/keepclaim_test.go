@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/edihub/edihub/internal/postgres"
-	"github.com/edihub/edihub/internal/postgres/pgtest"
+	"github.com/edihub/edihub/internal/testenv/pgtest"
 )
 
 // slowBuildStore makes building take longer than a claim lasts, as a

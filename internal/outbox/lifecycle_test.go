@@ -23,7 +23,7 @@ import (
 
 	"github.com/edihub/edihub/internal/outbox"
 	"github.com/edihub/edihub/internal/postgres"
-	"github.com/edihub/edihub/internal/postgres/pgtest"
+	"github.com/edihub/edihub/internal/testenv/pgtest"
 )
 
 // TestDispatchRetryWindow: with a retry window, a partner that is down for

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/edihub/edihub/internal/mdn"
-	"github.com/edihub/edihub/internal/postgres/pgtest"
+	"github.com/edihub/edihub/internal/testenv/pgtest"
 )
 
 // TestDispatchSyncMDN checks how the dispatcher judges the partner's answer:

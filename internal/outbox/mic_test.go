@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/edihub/edihub/internal/mdn"
-	"github.com/edihub/edihub/internal/postgres/pgtest"
+	"github.com/edihub/edihub/internal/testenv/pgtest"
 )
 
 // TestDispatchUnsignedMIC: the MIC kept for an unsigned, unencrypted

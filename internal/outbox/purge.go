@@ -118,31 +118,22 @@ func (p *Purger) StuckAfter() time.Duration { return 2*p.o.Interval + 30*time.Mi
 // failed batch is logged and retried with backoff; Run returns an error
 // only when the fence is stale (wrapping postgres.ErrStaleFence).
 func (p *Purger) Run(ctx context.Context) error {
-	f, ok := leader.FenceFrom(ctx)
-	if !ok {
-		return errors.New("purger: no fence in the context (run it as a leader-gated worker)")
+	return leader.Loop{Name: "purge", Step: p.step, Interval: p.o.Interval, Logger: p.log}.Run(ctx)
+}
+
+// step purges once and logs what it deleted.
+func (p *Purger) step(ctx context.Context, f postgres.Fence) error {
+	start := time.Now()
+	counts, err := p.run(ctx, f)
+	if err != nil {
+		return err
 	}
-	for {
-		start := time.Now()
-		counts, err := p.run(ctx, f)
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			return err
-		}
-		fields := []zap.Field{zap.Duration("took", time.Since(start))}
-		for _, k := range postgres.PurgeKinds {
-			fields = append(fields, zap.Int64(k, counts[k]))
-		}
-		p.log.Info("purge finished", fields...)
-		leader.MarkSuccess(ctx)
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-time.After(max(0, p.o.Interval-time.Since(start))):
-		}
+	fields := []zap.Field{zap.Duration("took", time.Since(start))}
+	for _, k := range postgres.PurgeKinds {
+		fields = append(fields, zap.Int64(k, counts[k]))
 	}
+	p.log.Info("purge finished", fields...)
+	return nil
 }
 
 // run purges every kind to the end once. It returns the counts, or an
@@ -174,8 +165,8 @@ func (p *Purger) run(ctx context.Context, f postgres.Fence) (map[string]int64, e
 			if pause >= 0 {
 				pause = max(pause, time.Since(start))
 			}
-			if err := sleep(ctx, pause); err != nil {
-				return counts, err
+			if !leader.Sleep(ctx, pause) {
+				return counts, ctx.Err()
 			}
 		}
 	}
@@ -206,23 +197,9 @@ func (p *Purger) batch(ctx context.Context, f postgres.Fence, kind string, age t
 			return 0, errGaveUp
 		}
 		p.log.Warn("purge batch failed; retrying", zap.String("kind", kind), zap.Duration("retry_in", wait), zap.Error(err))
-		if err := sleep(ctx, wait); err != nil {
-			return 0, err
+		if !leader.Sleep(ctx, wait) {
+			return 0, ctx.Err()
 		}
 		wait = min(2*wait, p.o.RetryMax)
-	}
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return ctx.Err()
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
 	}
 }

@@ -13,6 +13,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/edihub/edihub/internal/leader"
 	"github.com/edihub/edihub/internal/postgres"
 )
 
@@ -161,7 +162,7 @@ func (f *Forwarder) Run(ctx context.Context) error {
 				break
 			}
 		}
-		if err := sleep(ctx, f.o.Interval); err != nil {
+		if !leader.Sleep(ctx, f.o.Interval) {
 			return nil
 		}
 	}

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/edihub/edihub/internal/postgres"
-	"github.com/edihub/edihub/internal/postgres/pgtest"
+	"github.com/edihub/edihub/internal/testenv/pgtest"
 )
 
 func TestLeaseLifecycle(t *testing.T) {

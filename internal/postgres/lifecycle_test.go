@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/edihub/edihub/internal/postgres"
-	"github.com/edihub/edihub/internal/postgres/pgtest"
+	"github.com/edihub/edihub/internal/testenv/pgtest"
 )
 
 func outbound(partner, id, key string, hash []byte) postgres.NewOutbound {

@@ -51,7 +51,16 @@ func (s *Store) ListenMDNInbox(ctx context.Context, wake func()) error {
 	return s.listen(ctx, MDNInboxChannel, wake)
 }
 
-// PendingMDN is an unprocessed inbox MDN.
+// PendingMDNRef names an unprocessed inbox MDN by id, with its sender and
+// the size of its body, so that the poller can refuse an oversized one
+// without reading it.
+type PendingMDNRef struct {
+	ID      int64
+	AS2From string
+	Size    int64
+}
+
+// PendingMDN is an unprocessed inbox MDN with its body.
 type PendingMDN struct {
 	ID         int64
 	AS2From    string
@@ -61,40 +70,62 @@ type PendingMDN struct {
 	ReceivedAt time.Time
 }
 
+// ErrNotPending reports an inbox MDN that is no longer pending: decided
+// meanwhile (by another term) or purged.
+var ErrNotPending = errors.New("inbox MDN is not pending")
+
 // PendingInboxMDNs returns up to limit pending inbox MDNs with ids above
-// afterID, in id order. It reads without locking: the fenced ApplyMDNs
-// decides each row once.
-func (s *Store) PendingInboxMDNs(ctx context.Context, afterID int64, limit int) ([]PendingMDN, error) {
+// afterID, in id order, by id and body size: never their bodies (a batch
+// of bodies may be larger than memory; PendingInboxMDN reads one). It
+// reads without locking: the fenced ApplyMDNs decides each row once.
+func (s *Store) PendingInboxMDNs(ctx context.Context, afterID int64, limit int) ([]PendingMDNRef, error) {
+	// octet_length reads the size from the value's header; the body
+	// itself is not fetched.
 	rows, err := s.pool.Query(ctx, `
-SELECT id, as2_from, as2_to, content_type, headers, body, received_at
+SELECT id, as2_from, octet_length(body)
   FROM mdn_inbox
  WHERE processed_at IS NULL AND id > $1
  ORDER BY id LIMIT $2`, afterID, limit)
 	if err != nil {
 		return nil, fmt.Errorf("read pending MDNs: %w", err)
 	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (PendingMDN, error) {
-		var m PendingMDN
-		var ct string
-		var hdr []byte
-		if err := r.Scan(&m.ID, &m.AS2From, &m.AS2To, &ct, &hdr, &m.Body, &m.ReceivedAt); err != nil {
-			return m, err
-		}
-		m.Header = http.Header{}
-		if len(hdr) > 0 {
-			// A header that does not decode leaves the Content-Type
-			// column, enough to parse the MDN.
-			_ = json.Unmarshal(hdr, &m.Header)
-		}
-		if m.Header.Get("Content-Type") == "" && ct != "" {
-			m.Header.Set("Content-Type", ct)
-		}
-		return m, nil
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (PendingMDNRef, error) {
+		var m PendingMDNRef
+		err := r.Scan(&m.ID, &m.AS2From, &m.Size)
+		return m, err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("read pending MDNs: %w", err)
 	}
 	return out, nil
+}
+
+// PendingInboxMDN returns pending inbox MDN id with its header fields and
+// body, or ErrNotPending when it is decided or gone.
+func (s *Store) PendingInboxMDN(ctx context.Context, id int64) (PendingMDN, error) {
+	var m PendingMDN
+	var ct string
+	var hdr []byte
+	err := s.pool.QueryRow(ctx, `
+SELECT id, as2_from, as2_to, content_type, headers, body, received_at
+  FROM mdn_inbox
+ WHERE id = $1 AND processed_at IS NULL`, id).Scan(&m.ID, &m.AS2From, &m.AS2To, &ct, &hdr, &m.Body, &m.ReceivedAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return PendingMDN{}, fmt.Errorf("read inbox MDN %d: %w", id, ErrNotPending)
+	}
+	if err != nil {
+		return PendingMDN{}, fmt.Errorf("read inbox MDN %d: %w", id, err)
+	}
+	m.Header = http.Header{}
+	if len(hdr) > 0 {
+		// A header that does not decode leaves the Content-Type column,
+		// enough to parse the MDN.
+		_ = json.Unmarshal(hdr, &m.Header)
+	}
+	if m.Header.Get("Content-Type") == "" && ct != "" {
+		m.Header.Set("Content-Type", ct)
+	}
+	return m, nil
 }
 
 // MessageKey names an outbound message by partner and AS2 Message-ID.
@@ -122,6 +153,13 @@ type AwaitedMessage struct {
 	// RequestedSignedReceipt reports that the bytes sent asked for a
 	// signed receipt (Disposition-Notification-Options).
 	RequestedSignedReceipt bool
+	// RequestedAsyncMDN reports that the bytes sent asked for an async
+	// MDN (Receipt-Delivery-Option); MDNMode is "async" then. Only such a
+	// message may be decided by an MDN posted to us.
+	RequestedAsyncMDN bool
+	// Built reports that the message was built (its bytes are in its
+	// outbox row): sent, or being sent, at least once.
+	Built bool
 }
 
 // Final reports whether the message's status is final.
@@ -149,7 +187,9 @@ func (s *Store) OutboundMessages(ctx context.Context, keys []MessageKey) (map[Me
 	}
 	rows, err := s.pool.Query(ctx, `
 SELECT m.id, m.partner, m.message_id, m.status, m.mic, coalesce(o.mics, '{}'), m.mdn_mode, m.mdn_signed, m.signed, m.encrypted,
-       CASE WHEN o.body IS NULL THEN m.mdn_signed ELSE o.headers ? 'Disposition-Notification-Options' END
+       CASE WHEN o.body IS NULL THEN m.mdn_signed ELSE o.headers ? 'Disposition-Notification-Options' END,
+       CASE WHEN o.body IS NULL THEN m.mdn_mode = 'async' ELSE o.headers ? 'Receipt-Delivery-Option' END,
+       o.body IS NOT NULL
   FROM messages m
   LEFT JOIN outbox o ON o.message_id = m.id AND o.kind = 'message'
  WHERE m.direction = 'outbound'
@@ -160,7 +200,7 @@ SELECT m.id, m.partner, m.message_id, m.status, m.mic, coalesce(o.mics, '{}'), m
 	ms, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (AwaitedMessage, error) {
 		var m AwaitedMessage
 		err := r.Scan(&m.ID, &m.Partner, &m.MessageID, &m.Status, &m.MIC, &m.MICs, &m.MDNMode, &m.MDNSigned, &m.Signed,
-			&m.Encrypted, &m.RequestedSignedReceipt)
+			&m.Encrypted, &m.RequestedSignedReceipt, &m.RequestedAsyncMDN, &m.Built)
 		return m, err
 	})
 	if err != nil {
@@ -212,8 +252,12 @@ type MDNApply struct {
 	// MICVerified is recorded in messages.mic_verified: whether a
 	// delivery's MIC was checked; nil for a failure.
 	MICVerified *bool
-	// MDN is kept in mdns for non-repudiation.
-	MDN NewMDN
+	// MIC and Signed describe the MDN: its Received-content-MIC and
+	// whether it was signed. The MDN itself (content type, header fields,
+	// body) is copied from the inbox row into mdns, for non-repudiation,
+	// by the database: the poller does not hold bodies while it applies.
+	MIC    string
+	Signed bool
 }
 
 // AppliedMDN is what ApplyMDNs did with one outcome.
@@ -228,15 +272,21 @@ type AppliedMDN struct {
 	// Latency is from the message's last send to now (database clock),
 	// when processed.
 	Latency time.Duration
+	// Message (messages.id) and MessageID (its AS2 Message-ID) name the
+	// message the MDN decided, when processed.
+	Message   int64
+	MessageID string
 }
 
 // ApplyMDNs records the poller's outcomes in one fenced transaction: each
 // pending inbox row is marked processed (its message moved to its final
-// status, the MDN stored) or orphan, with f's token. An inbox row already
-// decided is left alone, and a message already final is never changed: its
-// MDN becomes an orphan. The outcomes are sent as one pipelined batch, one
-// statement each. It returns ErrStaleFence, applying nothing, when f is no
-// longer the current term; an error wrapping ErrRowRejected when the
+// status, the MDN copied from the inbox row to mdns) or orphan, with f's
+// token. An inbox row already decided is left alone (applying the same
+// outcome again changes nothing), and a message already final is never
+// changed: its MDN becomes an orphan, so of two MDNs for one message the
+// first applied decides it. The outcomes are sent as one pipelined batch,
+// one statement each. It returns ErrStaleFence, applying nothing, when f
+// is no longer the current term; an error wrapping ErrRowRejected when the
 // database refused an outcome's data (nothing applied either).
 func (s *Store) ApplyMDNs(ctx context.Context, f Fence, outs []MDNOutcome) ([]AppliedMDN, error) {
 	var applied []AppliedMDN
@@ -244,18 +294,15 @@ func (s *Store) ApplyMDNs(ctx context.Context, f Fence, outs []MDNOutcome) ([]Ap
 		applied = make([]AppliedMDN, len(outs))
 		b := &pgx.Batch{}
 		for _, o := range outs {
-			args, err := applyArgs(f, o)
-			if err != nil {
-				return fmt.Errorf("inbox MDN %d: %w", o.InboxID, err)
-			}
-			b.Queue(applyMDNSQL, args...)
+			b.Queue(applyMDNSQL, applyArgs(f, o)...)
 		}
 		br := tx.SendBatch(ctx, b)
 		for i, o := range outs {
 			a := AppliedMDN{InboxID: o.InboxID, Partner: o.Partner, Reason: clean(o.Reason)}
-			var state, reason *string
+			var state, reason, messageID *string
 			var latency *float64
-			if err := br.QueryRow().Scan(&state, &reason, &latency); err != nil {
+			var msg *int64
+			if err := br.QueryRow().Scan(&state, &reason, &latency, &msg, &messageID); err != nil {
 				br.Close()
 				return fmt.Errorf("inbox MDN %d: %w", o.InboxID, rejected(err))
 			}
@@ -264,6 +311,7 @@ func (s *Store) ApplyMDNs(ctx context.Context, f Fence, outs []MDNOutcome) ([]Ap
 				if a.State == InboxProcessed && o.Message != nil {
 					a.Status = o.Message.Status
 					a.Latency = time.Duration(*latency * float64(time.Second))
+					a.Message, a.MessageID = *msg, *messageID
 				}
 			}
 			applied[i] = a
@@ -279,61 +327,62 @@ func (s *Store) ApplyMDNs(ctx context.Context, f Fence, outs []MDNOutcome) ([]Ap
 // applyMDNSQL decides one inbox row in one statement: only if the row is
 // still pending; the message ($2, NULL for an orphan) only if it is an
 // outbound message not final yet, else the row becomes an orphan saying
-// so. It returns the row's new state and reason (NULL when it was decided
-// already) and, when processed, the seconds since the message's last send.
+// so. The MDN kept in mdns is the inbox row's, copied here. It returns the
+// row's new state and reason (NULL when it was decided already) and, when
+// processed, the seconds since the message's last send and the message's
+// id and Message-ID.
 const applyMDNSQL = `
 WITH pending AS (
-    SELECT id FROM mdn_inbox WHERE id = $1 AND processed_at IS NULL FOR UPDATE
+    SELECT id, content_type, headers, body FROM mdn_inbox WHERE id = $1 AND processed_at IS NULL FOR UPDATE
 ), msg AS (
     UPDATE messages m
        SET status = $3, disposition = $4, error = $5, mic_verified = $6, mdn_overdue = false,
            updated_at = now(), completed_at = now()
      WHERE m.id = $2 AND EXISTS (SELECT 1 FROM pending)
        AND m.direction = 'outbound' AND m.status NOT IN ('delivered', 'failed', 'sent')
- RETURNING m.id, extract(epoch FROM now() - coalesce(
+ RETURNING m.id, m.message_id, extract(epoch FROM now() - coalesce(
            (SELECT o.finished_at FROM outbox o WHERE o.message_id = m.id AND o.kind = 'message'), m.created_at))::float8 AS latency
 ), stored AS (
     INSERT INTO mdns (message_id, content_type, headers, body, disposition, mic, signed)
-    SELECT id, $7::text, $8::jsonb, $9::bytea, $4::text, $10::text, $11::boolean FROM msg
+    SELECT msg.id, p.content_type, p.headers, p.body, $4::text, $7::text, $8::boolean FROM msg, pending p
     ON CONFLICT (message_id) DO UPDATE
        SET content_type = EXCLUDED.content_type, headers = EXCLUDED.headers, body = EXCLUDED.body,
            disposition = EXCLUDED.disposition, mic = EXCLUDED.mic, signed = EXCLUDED.signed, created_at = now()
+), settled AS (
+    -- A retry (or resend) still queued is not sent again: the partner
+    -- has the message, its MDN decided it.
+    UPDATE outbox o
+       SET status = 'done', finished_at = now(), claimed_by = '', claimed_until = NULL,
+           last_error = 'decided by the partner''s async MDN before this attempt'
+     WHERE o.message_id = (SELECT id FROM msg) AND o.kind = 'message' AND o.status = 'pending'
 ), decided AS (
     UPDATE mdn_inbox i
-       SET processed_at = now(), fence = $12, partner = $13, message_ref = (SELECT id FROM msg),
+       SET processed_at = now(), fence = $9, partner = $10, message_ref = (SELECT id FROM msg),
            state = CASE WHEN EXISTS (SELECT 1 FROM msg) THEN 'processed' ELSE 'orphan' END,
            result = CASE WHEN EXISTS (SELECT 1 FROM msg) THEN $3 ELSE 'orphan' END,
            reason = CASE WHEN $2::bigint IS NOT NULL AND NOT EXISTS (SELECT 1 FROM msg)
-                         THEN format('message %s is already final', $2::bigint) ELSE $14 END
+                         THEN format('message %s is no longer awaiting an async MDN (%s)', $2::bigint,
+                                     coalesce((SELECT status FROM messages WHERE id = $2), 'gone'))
+                         ELSE $11 END
      WHERE i.id IN (SELECT id FROM pending)
  RETURNING i.state, i.reason
 )
-SELECT (SELECT state FROM decided), (SELECT reason FROM decided), (SELECT latency FROM msg)`
+SELECT (SELECT state FROM decided), (SELECT reason FROM decided), (SELECT latency FROM msg),
+       (SELECT id FROM msg), (SELECT message_id FROM msg)`
 
 // applyArgs are applyMDNSQL's arguments for o. The MDN replaces one kept
 // from an earlier send (a resend after a negative MDN): the MDN that
 // decided the message is the one kept.
-func applyArgs(f Fence, o MDNOutcome) ([]any, error) {
+func applyArgs(f Fence, o MDNOutcome) []any {
 	var msgID *int64
-	var status, disp, errText, ct, mic string
+	var status, disp, errText, mic string
 	var verified *bool
-	var hdr, body []byte
 	var signed bool
 	if m := o.Message; m != nil {
-		var err error
-		if hdr, err = json.Marshal(m.MDN.Headers); err != nil {
-			return nil, err
-		}
 		msgID, status, disp, errText, verified = &m.MessageID, m.Status, clean(m.Disposition), clean(m.Error), m.MICVerified
-		ct, body, mic, signed = clean(m.MDN.ContentType), m.MDN.Body, clean(m.MDN.MIC), m.MDN.Signed
+		mic, signed = clean(m.MIC), m.Signed
 	}
-	if hdr == nil {
-		hdr = []byte("{}")
-	}
-	if body == nil {
-		body = []byte{}
-	}
-	return []any{o.InboxID, msgID, status, disp, errText, verified, ct, hdr, body, mic, signed, f.Token, clean(o.Partner), clean(o.Reason)}, nil
+	return []any{o.InboxID, msgID, status, disp, errText, verified, mic, signed, f.Token, clean(o.Partner), clean(o.Reason)}
 }
 
 // clean makes partner-supplied text storable in a text column: valid

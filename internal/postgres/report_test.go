@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/edihub/edihub/internal/postgres"
-	"github.com/edihub/edihub/internal/postgres/pgtest"
+	"github.com/edihub/edihub/internal/testenv/pgtest"
 )
 
 // TestDuplicateCounted: every resend of a processed Message-ID is one row

@@ -11,9 +11,10 @@ import (
 // Retry-After, nothing stored, so that the partner retries.
 var errBusy = errors.New("receiver: in-flight budget exhausted")
 
-// chunkedReserve is what a request without Content-Length reserves before
-// its body is read; the reservation grows as the body arrives.
-const chunkedReserve = 1 << 20
+// bodyStep is how much a request's reservation grows at a time as its
+// body arrives (never past a declared Content-Length), so that the lock
+// is not taken for every read of a few KiB.
+const bodyStep = 1 << 20
 
 // budget accounts the bytes held by requests in flight (bodies and
 // decompression, process-wide) and the requests in flight per partner.
@@ -32,19 +33,25 @@ func newBudget(limit int64, perPartner int) *budget {
 	return &budget{limit: limit, perPartner: perPartner, partner: map[string]int{}}
 }
 
-// admit reserves n bytes and a concurrency slot for partner, or reports
-// errBusy. Release the reservation when the request ends.
-func (b *budget) admit(partner string, n int64) (*reservation, error) {
+// admit takes a concurrency slot for partner and returns an empty
+// reservation, grown as the body arrives (bodyReader) and by
+// decompression, or reports errBusy: when the partner is at its cap, or
+// when declared (the Content-Length; 0 when unknown) does not fit what
+// the budget has free now, so that a body that cannot fit is refused
+// from its header. Nothing is reserved before bytes arrive: a connection
+// that declares a large body and sends it slowly, or not at all, holds
+// only what it sent. Release the reservation when the request ends.
+func (b *budget) admit(partner string, declared int64) (*reservation, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.perPartner > 0 && b.partner[partner] >= b.perPartner {
 		return nil, errBusy
 	}
-	if !b.takeLocked(n) {
+	if b.limit > 0 && declared > b.limit-b.used {
 		return nil, errBusy
 	}
 	b.partner[partner]++
-	return &reservation{b: b, partner: partner, n: n}, nil
+	return &reservation{b: b, partner: partner}, nil
 }
 
 func (b *budget) takeLocked(n int64) bool {
@@ -103,21 +110,32 @@ func (r *reservation) release() {
 	r.b = nil
 }
 
-// growingReader grows a reservation as a body of unknown length arrives.
-type growingReader struct {
+// bodyReader grows a reservation as a body arrives, a bodyStep at a
+// time, never past the declared length: the budget holds what was
+// received, not what was announced.
+type bodyReader struct {
 	r        io.Reader
 	res      *reservation
+	declared int64 // Content-Length; 0 when unknown (chunked)
 	read     int64
 	reserved int64
 }
 
-func (g *growingReader) Read(p []byte) (int, error) {
+func (g *bodyReader) Read(p []byte) (int, error) {
 	n, err := g.r.Read(p)
 	g.read += int64(n)
 	if g.read > g.reserved {
-		add := max(g.read-g.reserved, chunkedReserve)
+		add := max(g.read-g.reserved, bodyStep)
+		if g.declared > 0 && g.reserved+add > g.declared {
+			add = max(g.declared, g.read) - g.reserved
+		}
 		if gerr := g.res.grow(add); gerr != nil {
-			return n, gerr
+			// A step ahead may not fit where the bytes that arrived do.
+			need := g.read - g.reserved
+			if add == need || g.res.grow(need) != nil {
+				return n, gerr
+			}
+			add = need
 		}
 		g.reserved += add
 	}

@@ -4,3 +4,7 @@ package receiver
 func InFlight(h *Handler) (inUse, peak int64) {
 	return h.budget.inUse(), h.budget.peakUse()
 }
+
+// BodyStep is how much a reservation grows at a time as a body
+// arrives.
+const BodyStep = bodyStep

@@ -1,15 +1,11 @@
 package receiver_test
 
 import (
-	"bufio"
-	"bytes"
 	"encoding/base64"
 	"net/http"
-	"net/textproto"
-	"strings"
 	"testing"
 
-	"github.com/edihub/edihub/internal/openssltest"
+	"github.com/edihub/edihub/internal/testenv/openssltest"
 )
 
 // doc is an X12 document ending in a bare LF, the classic MIC pitfall.
@@ -35,6 +31,8 @@ type build struct {
 	payload           string
 }
 
+// buildOpenSSL builds b with openssl (openssltest.Build), from the
+// partner (A) to the station (B) unless b names others.
 func buildOpenSSL(t testing.TB, b build) opensslMessage {
 	t.Helper()
 	if b.signer == nil {
@@ -46,76 +44,8 @@ func buildOpenSSL(t testing.TB, b build) opensslMessage {
 	if b.payload == "" {
 		b.payload = doc
 	}
-	if b.comp == "" {
-		b.comp = "none"
-	}
-	if b.cte == "" {
-		b.cte = "binary"
-	}
-	dir := t.TempDir()
-	inner := openssltest.InnerMIME(b.cte, b.payload)
-	cur := inner
-	m := opensslMessage{micFile: writeFile(t, dir, inner), micDigest: "sha256"}
-	if b.comp != "none" && (b.sign == "" || b.comp == "before") {
-		cur = openssltest.CompressedEntity(t, cur, b.cte)
-		m.micFile = writeFile(t, dir, cur)
-		if b.sign == "" && b.enc == "" {
-			// Unsigned, unencrypted, compressed: the MIC covers the
-			// uncompressed entity (RFC 5402 §4).
-			m.micFile = writeFile(t, dir, inner)
-		}
-	}
-	if b.sign != "" {
-		in := writeFile(t, dir, cur)
-		m.micFile, m.micDigest = in, b.sign
-		cur = runOpenSSL(t, nil, "cms", "-sign", "-in", in, "-signer", b.signer.CertPath, "-inkey", b.signer.KeyPath,
-			"-md", b.sign, "-binary", "-crlfeol")
-		if b.comp == "after" {
-			cur = openssltest.CompressedEntity(t, cur, b.cte)
-		}
-	}
-	if b.enc != "" {
-		in := writeFile(t, dir, cur)
-		if b.sign == "" {
-			m.micFile = in
-		}
-		args := []string{"cms", "-encrypt", "-in", in, "-binary", "-outform", "DER"}
-		switch b.enc {
-		case "aes256-oaep-sha256":
-			args = append(args, "-aes256", "-recip", b.recipient.CertPath, "-keyopt", "rsa_padding_mode:oaep", "-keyopt", "rsa_oaep_md:sha256")
-		case "aes128-gcm":
-			args = append(args, "-aes-128-gcm", b.recipient.CertPath)
-		default:
-			args = append(args, "-"+b.enc, b.recipient.CertPath)
-		}
-		der := runOpenSSL(t, nil, args...)
-		smimeType := "enveloped-data"
-		if strings.HasSuffix(b.enc, "gcm") {
-			smimeType = "authEnveloped-data"
-		}
-		m.header = http.Header{"Content-Type": {"application/pkcs7-mime; smime-type=" + smimeType + "; name=\"smime.p7m\""}}
-		m.body = der
-		if b.cte == "base64" {
-			m.header.Set("Content-Transfer-Encoding", "base64")
-			m.body = []byte(base64.StdEncoding.EncodeToString(der))
-		}
-		return m
-	}
-	if b.sign == "" {
-		// Unsigned, unencrypted: the MIC covers the content alone (RFC
-		// 4130 §7.3.1); the entity form is the compatibility setting.
-		m.entityFile, m.micFile = m.micFile, writeFile(t, dir, []byte(b.payload))
-	}
-	// Unencrypted: the top entity's header fields travel as HTTP fields.
-	r := textproto.NewReader(bufio.NewReader(bytes.NewReader(cur)))
-	h, err := r.ReadMIMEHeader()
-	if err != nil {
-		t.Fatalf("split top entity: %v", err)
-	}
-	m.header = http.Header(h)
-	i := bytes.Index(cur, []byte("\r\n\r\n"))
-	m.body = cur[i+4:]
-	return m
+	m := openssltest.Build(t, openssltest.Spec{Sign: b.sign, Enc: b.enc, Comp: b.comp, CTE: b.cte, Signer: b.signer, Recipient: b.recipient, Payload: b.payload})
+	return opensslMessage{header: m.Header, body: m.Body, micFile: m.MICFile, entityFile: m.EntityFile, micDigest: m.MICDigest}
 }
 
 // dgst is the MIC openssl computes over file: "base64, sha-256".

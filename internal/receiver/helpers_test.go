@@ -25,17 +25,14 @@ import (
 	"github.com/edihub/edihub/internal/config"
 	"github.com/edihub/edihub/internal/httpserver"
 	"github.com/edihub/edihub/internal/mdn"
-	"github.com/edihub/edihub/internal/openssltest"
 	"github.com/edihub/edihub/internal/postgres"
-	"github.com/edihub/edihub/internal/postgres/pgtest"
 	"github.com/edihub/edihub/internal/receiver"
+	"github.com/edihub/edihub/internal/testenv"
+	"github.com/edihub/edihub/internal/testenv/openssltest"
+	"github.com/edihub/edihub/internal/testenv/pgtest"
 )
 
-func TestMain(m *testing.M) {
-	code := pgtest.Main(m)
-	openssltest.Cleanup()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }
 
 // Names used throughout: the station, and partners whose names need
 // quoting on the wire.
@@ -117,6 +114,8 @@ type envOptions struct {
 	maxInFlight     int64
 	perPartner      int
 	maxDecompressed int64
+	// maxMDN is the receiver's async MDN limit; 0 the default.
+	maxMDN int64
 }
 
 var testTime = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
@@ -180,6 +179,7 @@ partners:
 
 		MaxInFlightBytes:        eo.maxInFlight,
 		MaxConcurrentPerPartner: eo.perPartner,
+		MaxMDNBytes:             eo.maxMDN,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -13,7 +13,8 @@
 // Every failure of the message itself is an MDN disposition with HTTP 200;
 // only requests that cannot be addressed (no AS2-From, AS2-To), requests
 // from unknown parties without an MDN request (403, answered before the
-// body is read, MDNs included), bodies over the limit (413), bodies not
+// body is read, MDNs included), bodies over the limit and async MDNs over
+// their own, much smaller limit (413), bodies not
 // received within the read timeout (408), unreadable bodies (400), an
 // unavailable database (503, so that the partner retries) and requests
 // over the in-flight byte budget or the partner's concurrency cap (503
@@ -121,6 +122,13 @@ type Options struct {
 	// MaxBodyBytes is the body limit the router enforces, quoted in the
 	// 413 answer; 0 leaves the number out.
 	MaxBodyBytes int64
+	// MaxMDNBytes bounds the body of an async MDN, far below MaxBodyBytes
+	// (an MDN is a few KiB, and the leader's poller reads them): a larger
+	// one is answered 413 and not stored. A multipart/report, told from
+	// the header, is refused by its Content-Length before its body is read
+	// and read no further than the limit; a signed MDN, told from its
+	// first part, once read. 0 means mdn.DefaultMaxMDNBytes.
+	MaxMDNBytes int64
 	// ReportingUA is the MDN's Reporting-UA; empty means "edihub".
 	ReportingUA string
 	// ReadTimeout bounds reading a request body, from the end of its
@@ -128,10 +136,12 @@ type Options struct {
 	// stored. 0 means DefaultReadTimeout.
 	ReadTimeout time.Duration
 	// MaxInFlightBytes bounds the bytes all requests in flight hold at
-	// once, process-wide: bodies (reserved from Content-Length before the
-	// body is read, or grown as a chunked body arrives) and decompression
-	// output (reserved as it grows). A request that does not fit is
-	// answered 503 with Retry-After, nothing stored. 0 means no limit.
+	// once, process-wide: bodies (reserved as they arrive, so that a
+	// connection announcing a large body it does not send holds nothing
+	// of it) and decompression output (reserved as it grows). A request
+	// that does not fit is answered 503 with Retry-After, nothing stored;
+	// from its header when its Content-Length does not fit what is free.
+	// 0 means no limit.
 	MaxInFlightBytes int64
 	// MaxConcurrentPerPartner bounds the requests in flight per partner;
 	// over it, 503 with Retry-After before the body is read. 0 means no
@@ -192,8 +202,11 @@ func New(o Options) (*Handler, error) {
 	if o.RetryAfter <= 0 {
 		o.RetryAfter = DefaultRetryAfter
 	}
-	if o.MaxInFlightBytes < 0 || o.MaxConcurrentPerPartner < 0 {
-		return nil, errors.New("receiver: negative MaxInFlightBytes or MaxConcurrentPerPartner")
+	if o.MaxInFlightBytes < 0 || o.MaxConcurrentPerPartner < 0 || o.MaxMDNBytes < 0 {
+		return nil, errors.New("receiver: negative MaxInFlightBytes, MaxConcurrentPerPartner or MaxMDNBytes")
+	}
+	if o.MaxMDNBytes == 0 {
+		o.MaxMDNBytes = mdn.DefaultMaxMDNBytes
 	}
 	b := newBudget(o.MaxInFlightBytes, o.MaxConcurrentPerPartner)
 	m, err := newMetrics(o.Registerer, b)
@@ -259,11 +272,16 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	partnerLabel := partner.AS2ID
-	need := r.ContentLength
-	if need <= 0 {
-		need = chunkedReserve
+	// An async MDN told from the header alone is bounded before its body
+	// is read (a signed one is bounded in intake).
+	reportMDN := mdn.IsMDN(r.Header, nil)
+	if reportMDN && r.ContentLength > h.o.MaxMDNBytes {
+		w.Header().Set("Connection", "close")
+		h.mdnTooLarge(w, partnerLabel, r.ContentLength)
+		return
 	}
-	held, err := h.budget.admit(partnerLabel, need)
+	declared := max(r.ContentLength, 0)
+	held, err := h.budget.admit(partnerLabel, declared)
 	if err != nil {
 		// Decided from the header: the body stays unread.
 		w.Header().Set("Connection", "close")
@@ -271,11 +289,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer held.release()
-	if r.ContentLength <= 0 {
-		r.Body = struct {
-			io.Reader
-			io.Closer
-		}{&growingReader{r: r.Body, res: held, reserved: need}, r.Body}
+	r.Body = struct {
+		io.Reader
+		io.Closer
+	}{&bodyReader{r: r.Body, res: held, declared: declared}, r.Body}
+	if reportMDN {
+		r.Body = http.MaxBytesReader(w, r.Body, h.o.MaxMDNBytes)
 	}
 	body, err := h.readBody(w, r)
 	if err != nil {
@@ -283,6 +302,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		switch {
 		case errors.Is(err, errBusy):
 			h.busy(w, partnerLabel, "body")
+		case errors.As(err, &mbe) && reportMDN && mbe.Limit == h.o.MaxMDNBytes:
+			h.mdnTooLarge(w, partnerLabel, -1)
 		case errors.As(err, &mbe):
 			h.metrics.received.WithLabelValues(partnerLabel, resultTooLarge).Inc()
 			h.log.Warn("request body over the limit", zap.String("partner", partnerLabel), zap.Int64("limit", mbe.Limit))
@@ -886,8 +907,22 @@ func (h *Handler) duplicate(ctx context.Context, log *zap.Logger, rq request, pl
 	return res
 }
 
-// intake stores an async MDN raw and answers at once.
+// mdnTooLarge answers an async MDN over Options.MaxMDNBytes: 413, nothing
+// stored. size is its size when known, else -1.
+func (h *Handler) mdnTooLarge(w http.ResponseWriter, partner string, size int64) {
+	h.metrics.received.WithLabelValues(partner, resultTooLarge).Inc()
+	h.log.Warn("async MDN over the limit", zap.String("partner", partner), zap.Int64("size", size), zap.Int64("limit", h.o.MaxMDNBytes))
+	http.Error(w, "async MDN too large: the limit is "+strconv.FormatInt(h.o.MaxMDNBytes, 10)+
+		" bytes (an MDN is a few KiB); nothing was stored; ask the operator to raise EDIHUB_MAX_MDN_BYTES if this MDN is genuine", http.StatusRequestEntityTooLarge)
+}
+
+// intake stores an async MDN raw and answers at once; one over
+// Options.MaxMDNBytes is refused.
 func (h *Handler) intake(w http.ResponseWriter, r *http.Request, body []byte, partnerLabel string) {
+	if int64(len(body)) > h.o.MaxMDNBytes {
+		h.mdnTooLarge(w, partnerLabel, int64(len(body)))
+		return
+	}
 	in := &postgres.InboxMDN{Header: r.Header.Clone(), Body: body}
 	for _, k := range []string{"Authorization", "Proxy-Authorization", "Cookie"} {
 		in.Header.Del(k) // credentials stay out of the database

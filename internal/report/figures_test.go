@@ -9,11 +9,11 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/edihub/edihub/internal/postgres/pgtest"
 	"github.com/edihub/edihub/internal/report"
+	"github.com/edihub/edihub/internal/testenv"
 )
 
-func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
+func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }
 
 func mustLoad(t *testing.T, name string) *time.Location {
 	t.Helper()

@@ -17,8 +17,8 @@ import (
 
 	"github.com/edihub/edihub/internal/leader"
 	"github.com/edihub/edihub/internal/postgres"
-	"github.com/edihub/edihub/internal/postgres/pgtest"
 	"github.com/edihub/edihub/internal/report"
+	"github.com/edihub/edihub/internal/testenv/pgtest"
 )
 
 // vclock is virtual time: Sleep returns at once, having moved the clock.

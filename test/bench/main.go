@@ -61,9 +61,9 @@ import (
 	"github.com/edihub/edihub/internal/config"
 	"github.com/edihub/edihub/internal/httpserver"
 	"github.com/edihub/edihub/internal/mdn"
-	"github.com/edihub/edihub/internal/pgserver"
 	"github.com/edihub/edihub/internal/postgres"
 	"github.com/edihub/edihub/internal/receiver"
+	"github.com/edihub/edihub/internal/testenv/pgserver"
 )
 
 const (

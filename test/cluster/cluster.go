@@ -20,7 +20,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/edihub/edihub/internal/freeport"
+	"github.com/edihub/edihub/internal/testenv/freeport"
 )
 
 // ReplicaSpec describes one replica.

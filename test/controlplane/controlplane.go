@@ -28,13 +28,14 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
-	"github.com/edihub/edihub/internal/freeport"
+	"github.com/edihub/edihub/internal/testenv/freeport"
 )
 
 const (
@@ -79,6 +80,13 @@ type Options struct {
 	// APIServerArgs are added to kube-apiserver's flags, e.g.
 	// --feature-gates=... for a test of a feature that is off by default.
 	APIServerArgs []string
+	// KeepData makes Start reuse the etcd data a previous Start left in
+	// its directory instead of beginning with an empty etcd: every object
+	// (a Lease too) survives, and resourceVersions, which are etcd
+	// revisions, go on rising across restarts as a long-lived cluster's
+	// do. The namespace and the RBAC are applied again, created or
+	// replaced. Default: the data is deleted first.
+	KeepData bool
 }
 
 // ControlPlane is a running etcd and kube-apiserver. Its methods are safe
@@ -104,6 +112,7 @@ type ControlPlane struct {
 	APIServerLog, EtcdLog string
 
 	logf          func(string, ...any)
+	keepData      bool
 	apiserverBin  string
 	apiserverArgs []string
 	extraArgs     []string
@@ -136,7 +145,8 @@ func StartForTest(tb testing.TB, opts Options) *ControlPlane {
 }
 
 // Start starts etcd and kube-apiserver on free loopback ports with their data
-// under dir (created when missing), waits until the API server is ready,
+// under dir (created when missing; etcd's data of an earlier Start there is
+// deleted unless opts.KeepData), waits until the API server is ready,
 // writes the two kubeconfig files into dir, creates the namespace and
 // applies the RBAC.
 //
@@ -186,6 +196,7 @@ func Start(ctx context.Context, dir string, opts Options) (_ *ControlPlane, err 
 		APIServerLog:     filepath.Join(dir, "kube-apiserver.log"),
 		EtcdLog:          filepath.Join(dir, "etcd.log"),
 		logf:             logf,
+		keepData:         opts.KeepData,
 		apiserverBin:     apiserverBin,
 		extraArgs:        opts.APIServerArgs,
 	}
@@ -246,7 +257,11 @@ func Start(ctx context.Context, dir string, opts Options) (_ *ControlPlane, err 
 		return nil, fmt.Errorf("controlplane: %w", err)
 	}
 	nsObj := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}
-	if _, err := cs.CoreV1().Namespaces().Create(ctx, nsObj, metav1.CreateOptions{}); err != nil {
+	_, err = cs.CoreV1().Namespaces().Create(ctx, nsObj, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) && opts.KeepData {
+		err = nil // made by an earlier Start on this data
+	}
+	if err != nil {
 		return nil, fmt.Errorf("controlplane: create namespace %s: %w", ns, err)
 	}
 	role, err := applyRBAC(ctx, cs, rbacFile, ns)
@@ -275,9 +290,15 @@ func (c *ControlPlane) startEtcd(ctx context.Context, bin string) error {
 		c.EtcdURL = "http://127.0.0.1:" + strconv.Itoa(ports[0])
 		peerURL := "http://127.0.0.1:" + strconv.Itoa(ports[1])
 		dataDir := filepath.Join(c.Dir, "etcd")
-		if err := os.RemoveAll(dataDir); err != nil { // left by a failed attempt
-			return fmt.Errorf("controlplane: %w", err)
+		if !c.keepData {
+			// Left by an earlier Start or a failed attempt.
+			if err := os.RemoveAll(dataDir); err != nil {
+				return fmt.Errorf("controlplane: %w", err)
+			}
 		}
+		// With data kept, etcd restarts its one member from the data
+		// directory and ignores the --initial-* flags; the member's
+		// peer address may change, as nothing connects to it.
 		p, err := startProcess("etcd", bin, []string{
 			"--name=default",
 			"--data-dir=" + dataDir,

@@ -19,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	coordinationclient "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	"k8s.io/client-go/tools/clientcmd"
 )
 
@@ -312,4 +313,69 @@ func childProcesses(t *testing.T) []int {
 		}
 	}
 	return children
+}
+
+// TestStartKeepData: a second Start on the same directory with KeepData
+// finds the Lease the first one's client wrote, the RBAC still lets edihub
+// at it, and the next write's resourceVersion is above every one before the
+// restart; without KeepData the second Start begins with an empty etcd.
+func TestStartKeepData(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	start := func(keep bool) *ControlPlane {
+		t.Helper()
+		cp, err := Start(ctx, dir, Options{Logf: t.Logf, KeepData: keep})
+		if err != nil {
+			t.Fatalf("Start(KeepData: %v): %v", keep, err)
+		}
+		return cp
+	}
+	leasesOf := func(cp *ControlPlane) coordinationclient.LeaseInterface {
+		return kubernetes.NewForConfigOrDie(cp.EdihubConfig()).CoordinationV1().Leases(cp.Namespace)
+	}
+
+	cp := start(true)
+	holder := "replica-gone"
+	lease, err := leasesOf(cp).Create(ctx, &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Name: "edihub-leader"},
+		Spec:       coordinationv1.LeaseSpec{HolderIdentity: &holder},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("create lease: %v", err)
+	}
+	if err := cp.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	cp = start(true)
+	got, err := leasesOf(cp).Get(ctx, "edihub-leader", metav1.GetOptions{})
+	if err != nil {
+		cp.Close()
+		t.Fatalf("after a restart with KeepData: get lease: %v", err)
+	}
+	if got.Spec.HolderIdentity == nil || *got.Spec.HolderIdentity != holder || got.ResourceVersion != lease.ResourceVersion {
+		t.Errorf("after a restart with KeepData: lease holder %v, resourceVersion %s, want %q, %s", got.Spec.HolderIdentity, got.ResourceVersion, holder, lease.ResourceVersion)
+	}
+	next := "replica-next"
+	got.Spec.HolderIdentity = &next
+	updated, err := leasesOf(cp).Update(ctx, got, metav1.UpdateOptions{})
+	if err != nil {
+		cp.Close()
+		t.Fatalf("after a restart with KeepData: update lease: %v", err)
+	}
+	before, _ := strconv.ParseInt(lease.ResourceVersion, 10, 64)
+	after, _ := strconv.ParseInt(updated.ResourceVersion, 10, 64)
+	if after <= before {
+		t.Errorf("after a restart with KeepData: resourceVersion %d, want above %d (before the restart)", after, before)
+	}
+	if err := cp.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	cp = start(false)
+	defer cp.Close()
+	if _, err := leasesOf(cp).Get(ctx, "edihub-leader", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("after a restart without KeepData: get lease = %v, want not found", err)
+	}
 }

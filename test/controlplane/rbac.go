@@ -13,6 +13,7 @@ import (
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
@@ -63,7 +64,8 @@ func DecodeManifest(path string) ([]runtime.Object, error) {
 // path as it ships (ServiceAccount, Role, RoleBinding), then a RoleBinding
 // named EdihubUserBinding with the manifest RoleBinding's roleRef and the
 // subject user EdihubUser, the identity the tests' edihub token carries. It
-// returns the bound Role.
+// returns the bound Role. An object that exists (kept etcd data) is
+// replaced, so the manifest as it is now applies.
 func applyRBAC(ctx context.Context, cs kubernetes.Interface, path, ns string) (*rbacv1.Role, error) {
 	objs, err := DecodeManifest(path)
 	if err != nil {
@@ -75,18 +77,21 @@ func applyRBAC(ctx context.Context, cs kubernetes.Interface, path, ns string) (*
 		switch o := obj.(type) {
 		case *corev1.ServiceAccount:
 			o.Namespace = ns
-			_, err = cs.CoreV1().ServiceAccounts(ns).Create(ctx, o, metav1.CreateOptions{})
+			sas := cs.CoreV1().ServiceAccounts(ns)
+			err = replace(ctx, o, sas.Create, sas.Delete)
 		case *rbacv1.Role:
 			o.Namespace = ns
 			roles[o.Name] = o
-			_, err = cs.RbacV1().Roles(ns).Create(ctx, o, metav1.CreateOptions{})
+			rs := cs.RbacV1().Roles(ns)
+			err = replace(ctx, o, rs.Create, rs.Delete)
 		case *rbacv1.RoleBinding:
 			o.Namespace = ns
 			if binding != nil {
 				return nil, fmt.Errorf("%s: more than one RoleBinding; the harness binds user %q with the roleRef of exactly one", path, EdihubUser)
 			}
 			binding = o
-			_, err = cs.RbacV1().RoleBindings(ns).Create(ctx, o, metav1.CreateOptions{})
+			rbs := cs.RbacV1().RoleBindings(ns)
+			err = replace(ctx, o, rbs.Create, rbs.Delete)
 		default:
 			return nil, fmt.Errorf("%s: unexpected %T; the harness applies only ServiceAccount, Role and RoleBinding", path, obj)
 		}
@@ -106,10 +111,28 @@ func applyRBAC(ctx context.Context, cs kubernetes.Interface, path, ns string) (*
 		RoleRef:    binding.RoleRef,
 		Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: EdihubUser}},
 	}
-	if _, err := cs.RbacV1().RoleBindings(ns).Create(ctx, userBinding, metav1.CreateOptions{}); err != nil {
+	rbs := cs.RbacV1().RoleBindings(ns)
+	if err := replace(ctx, userBinding, rbs.Create, rbs.Delete); err != nil {
 		return nil, fmt.Errorf("bind user %s: %w", EdihubUser, err)
 	}
 	return role, nil
+}
+
+// replace creates obj; when it exists, it deletes it and creates it again
+// (a RoleBinding's roleRef cannot be updated).
+func replace[T metav1.Object](ctx context.Context, obj T,
+	create func(context.Context, T, metav1.CreateOptions) (T, error),
+	del func(context.Context, string, metav1.DeleteOptions) error,
+) error {
+	_, err := create(ctx, obj, metav1.CreateOptions{})
+	if !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	if err := del(ctx, obj.GetName(), metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		return err
+	}
+	_, err = create(ctx, obj, metav1.CreateOptions{})
+	return err
 }
 
 // waitAuthorized waits until the API server's authorizer, which works from

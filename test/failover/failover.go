@@ -35,8 +35,8 @@ import (
 
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/edihub/edihub/internal/devpki"
 	"github.com/edihub/edihub/internal/postgres"
+	"github.com/edihub/edihub/internal/testenv/devpki"
 	"github.com/edihub/edihub/test/cluster"
 	"github.com/edihub/edihub/test/netproxy"
 )

@@ -8,11 +8,10 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
-	"github.com/edihub/edihub/internal/pgserver"
 	"github.com/edihub/edihub/internal/postgres"
-	"github.com/edihub/edihub/internal/postgres/pgtest"
+	"github.com/edihub/edihub/internal/testenv"
+	"github.com/edihub/edihub/internal/testenv/pgserver"
+	"github.com/edihub/edihub/internal/testenv/pgtest"
 	"github.com/edihub/edihub/test/controlplane"
 	"github.com/edihub/edihub/test/failover"
 )
@@ -25,17 +24,11 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	code := pgtest.Main(m)
-	if binDir != "" {
-		_ = os.RemoveAll(binDir)
-	}
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			os.Stderr.WriteString("goleak: " + err.Error() + "\n")
-			code = 1
+	os.Exit(testenv.Main(m, testenv.After(func() {
+		if binDir != "" {
+			_ = os.RemoveAll(binDir)
 		}
-	}
-	os.Exit(code)
+	}), testenv.CheckLeaks()))
 }
 
 // binary builds edihub once per test binary.

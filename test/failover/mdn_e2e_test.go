@@ -14,9 +14,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/edihub/edihub/internal/devpki"
 	"github.com/edihub/edihub/internal/postgres"
-	"github.com/edihub/edihub/internal/postgres/pgtest"
+	"github.com/edihub/edihub/internal/testenv/devpki"
+	"github.com/edihub/edihub/internal/testenv/pgtest"
 	"github.com/edihub/edihub/test/cluster"
 	"github.com/edihub/edihub/test/failover"
 )

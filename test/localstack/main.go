@@ -6,7 +6,8 @@
 // stops everything it started.
 //
 // State lives in .local/ (git-ignored) and is reused across runs: the
-// database keeps its data, and the keys are generated once.
+// database and the control plane's etcd keep their data, and the keys are
+// generated once.
 package main
 
 import (
@@ -25,9 +26,12 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 
-	"github.com/edihub/edihub/internal/devpki"
-	"github.com/edihub/edihub/internal/pgserver"
+	"github.com/edihub/edihub/internal/testenv/devpki"
+	"github.com/edihub/edihub/internal/testenv/pgserver"
 	"github.com/edihub/edihub/test/cluster"
 	"github.com/edihub/edihub/test/controlplane"
 )
@@ -47,9 +51,10 @@ type options struct {
 	replicas int
 	pgPort   int
 	backend  string
+	demoMode string
 	// portOffset shifts every fixed port of the stack (replicas, demo
-	// station, PostgreSQL), so a second stack (the test of make run) can
-	// run beside a developer's.
+	// station, PostgreSQL, Mailpit), so a second stack (the test of make
+	// run) can run beside a developer's.
 	portOffset int
 }
 
@@ -76,17 +81,21 @@ func run(ctx context.Context) error {
 	flag.StringVar(&o.state, "state", ".local", "directory for the stack's state (database, keys, config)")
 	flag.IntVar(&o.replicas, "replicas", 3, "number of replicas (AS2/API on 127.0.0.1:8081.., ops on 127.0.0.1:9091..)")
 	flag.IntVar(&o.pgPort, "pg-port", 0, "port of the private PostgreSQL on 127.0.0.1 (default 55432 + port-offset)")
-	flag.IntVar(&o.portOffset, "port-offset", 0, "added to every port of the stack (8080, 8081.., 9091.., 8090, 9190, 55432), to run a second stack beside the first")
+	flag.IntVar(&o.portOffset, "port-offset", 0, "added to every port of the stack (8080, 8081.., 9091.., 8090, 9190, 55432, Mailpit's 1025 and 8025), to run a second stack beside the first (give it its own -state too)")
 	backend := os.Getenv("EDIHUB_LEADER_BACKEND")
 	if backend == "" {
 		backend = "kubernetes"
 	}
+	flag.StringVar(&o.demoMode, "demo-mode", modeNormal, "what the demo partner does with each document: normal (delivered on a signed async MDN), negative (a negative MDN: the message fails), silent (no MDN: the message becomes overdue) or refuse (HTTP 403: the message fails at once); change it while the stack runs with curl -X PUT --data MODE <demo address>/demo-mode")
 	flag.StringVar(&o.backend, "leader-backend", backend, "leader election backend: kubernetes (a local kube-apiserver and etcd) or postgres (default: $EDIHUB_LEADER_BACKEND, else kubernetes)")
 	flag.Parse()
 	if o.backend != "kubernetes" && o.backend != "postgres" {
 		return fmt.Errorf("-leader-backend (EDIHUB_LEADER_BACKEND) must be kubernetes or postgres, got %q", o.backend)
 	}
 
+	if err := checkDemoMode(o.demoMode); err != nil {
+		return fmt.Errorf("-demo-mode: %w", err)
+	}
 	if o.portOffset < 0 || o.portOffset > 50000 {
 		return fmt.Errorf("-port-offset must be between 0 and 50000, got %d", o.portOffset)
 	}
@@ -143,7 +152,7 @@ func run(ctx context.Context) error {
 		return fmt.Errorf("balancer: %w", err)
 	}
 	defer lb.Close()
-	cfgPath, err := ensureStation(state, "http://"+demoSpec.HTTPAddr+"/as2", lb.URL()+"/as2")
+	cfgPath, err := ensureStation(state, "http://"+pt.demoHTTP()+"/as2", lb.URL()+"/as2")
 	if err != nil {
 		return err
 	}
@@ -154,11 +163,15 @@ func run(ctx context.Context) error {
 
 	leaderEnv := []string{"EDIHUB_LEADER_BACKEND=" + o.backend}
 	if o.backend == "kubernetes" {
-		// A fresh control plane each run: the Lease needs no history.
+		// etcd's data is kept across runs, as PostgreSQL's is: the
+		// fence a term left in PostgreSQL is a resourceVersion of this
+		// etcd, and only a Lease written after it (a higher revision)
+		// may open the next term. A fresh etcd would start its
+		// revisions below the fence and refuse every term until they
+		// caught up.
 		dir := filepath.Join(state, "controlplane")
-		_ = os.RemoveAll(dir)
 		say("starting kube-apiserver and etcd in %s", dir)
-		cp, err := controlplane.Start(ctx, dir, controlplane.Options{Logf: func(f string, a ...any) { say(f, a...) }})
+		cp, err := controlplane.Start(ctx, dir, controlplane.Options{KeepData: true, Logf: func(f string, a ...any) { say(f, a...) }})
 		if err != nil {
 			return fmt.Errorf("%w (or run with EDIHUB_LEADER_BACKEND=postgres)", err)
 		}
@@ -166,6 +179,9 @@ func run(ctx context.Context) error {
 			say("stopping the control plane")
 			_ = cp.Close()
 		}()
+		if err := releaseStaleLease(ctx, cp, leaseName); err != nil {
+			return err
+		}
 		leaderEnv = append(leaderEnv, "EDIHUB_KUBECONFIG="+cp.EdihubKubeconfig, "EDIHUB_LEASE_NAMESPACE="+cp.Namespace)
 		say("leader election on Lease %s/edihub-leader (kubectl --kubeconfig %s get lease -n %s)", cp.Namespace, cp.AdminKubeconfig, cp.Namespace)
 	} else {
@@ -188,7 +204,19 @@ func run(ctx context.Context) error {
 		// The demo partner: a second station with its own database, the
 		// hub's configured partner, so documents sent to DEMO PARTNER are
 		// delivered and answered with a signed asynchronous MDN, which the
-		// hub's leader applies (the MDN poller).
+		// hub's leader applies (the MDN poller). It listens on a private
+		// port behind its front on the demo address, which applies
+		// -demo-mode.
+		backendAddr, err := cluster.FreeAddr()
+		if err != nil {
+			return err
+		}
+		front, err := startDemoFront(pt.demoHTTP(), backendAddr, o.demoMode)
+		if err != nil {
+			return err
+		}
+		defer front.Close()
+		demoSpec.HTTPAddr = backendAddr
 		demo, err := cluster.Start(cluster.Options{
 			Binary: o.binary,
 			Env: []string{
@@ -212,6 +240,9 @@ func run(ctx context.Context) error {
 	mailEnv, stopMail := startMailpit(ctx, state, o.portOffset)
 	defer stopMail()
 
+	// A replica that exits (kill -9 of the leader, to see a takeover) is
+	// started again after a short back-off, as Kubernetes would.
+	restarts := newRestarter(ctx)
 	c, err := cluster.Start(cluster.Options{
 		Binary: o.binary,
 		Env: append(append([]string{
@@ -220,17 +251,21 @@ func run(ctx context.Context) error {
 			"EDIHUB_LOG_FORMAT=console",
 			"EDIHUB_API_TOKEN=" + token,
 			"EDIHUB_SHUTDOWN_TIMEOUT=5s",
+			// The demo partner's MDN comes within a second; in its
+			// silent mode none comes, and the message is overdue after
+			// two minutes rather than the default hour.
+			"EDIHUB_ASYNC_MDN_TIMEOUT=2m",
 		}, leaderEnv...), mailEnv...),
 		Replicas: specs,
 		Output:   os.Stdout,
-		OnExit: func(r *cluster.Replica, err error) {
-			if ctx.Err() == nil {
-				say("%s exited (%v); the other replicas keep running", r.Spec.Name, err)
-			}
-		},
+		OnExit:   restarts.Exited,
 	})
 	if err != nil {
+		restarts.Stop()
 		return err
+	}
+	for _, r := range c.Replicas() {
+		restarts.Started(r)
 	}
 	rctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	for _, r := range c.Replicas() {
@@ -248,9 +283,10 @@ func run(ctx context.Context) error {
 		say("  %-10s AS2/API http://%s   ops http://%s   pid %d", r.Spec.Name, r.Spec.HTTPAddr, r.Spec.OpsAddr, r.PID())
 	}
 	say("  balancer   http://%s (round robin over the replicas: the hub's AS2 URL for partners)", lb.Addr())
-	say("  leader     edihub status -ops-urls %s   (kill the leader's process to see a takeover)", opsURLs(c))
+	say("  leader     %s status -ops-urls %s   (kill -9 the leader's pid to see a takeover)", o.binary, opsURLs(c))
 	if demoURL != "" {
-		say("  demo       DEMO PARTNER station on http://%s (the hub's partner; warnings only in the log)", demoSpec.HTTPAddr)
+		say("  demo       DEMO PARTNER station on http://%s (the hub's partner; warnings only in the log), mode %s:", pt.demoHTTP(), o.demoMode)
+		say("               curl -X PUT --data MODE http://%s/demo-mode   (MODE: negative, silent, refuse or normal; README.md)", pt.demoHTTP())
 	}
 	sayMail(mailEnv, o.binary, dbURL, cfgPath, o.portOffset)
 	say("  config     %s", cfgPath)
@@ -259,9 +295,49 @@ func run(ctx context.Context) error {
 
 	<-ctx.Done()
 	say("stopping replicas")
+	restarts.Stop()
 	err = c.Stop(7 * time.Second)
 	return err
 }
+
+// leaseName is the replicas' leader Lease (EDIHUB_LEASE_NAME's default).
+const leaseName = "edihub-leader"
+
+// releaseStaleLease releases the leader Lease when a replica of an earlier
+// run still holds it. The control plane belongs to this stack and none of
+// its replicas runs yet, so the holder is a process that was killed (kill
+// -9, a closed terminal) before it could release the Lease; the new
+// replicas would wait a lease duration for it to expire. It writes what a
+// leader's release writes: no holder, a lease duration of one second.
+func releaseStaleLease(ctx context.Context, cp *controlplane.ControlPlane, name string) error {
+	cs, err := kubernetes.NewForConfig(cp.AdminConfig())
+	if err != nil {
+		return fmt.Errorf("release stale Lease: %w", err)
+	}
+	leases := cs.CoordinationV1().Leases(cp.Namespace)
+	l, err := leases.Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("release stale Lease: %w", err)
+	}
+	if l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity == "" {
+		return nil
+	}
+	holder := *l.Spec.HolderIdentity
+	now := metav1.NewMicroTime(time.Now())
+	l.Spec.HolderIdentity = ptr("")
+	l.Spec.LeaseDurationSeconds = ptr(int32(1))
+	l.Spec.AcquireTime, l.Spec.RenewTime = &now, &now
+	if _, err := leases.Update(ctx, l, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("release stale Lease %s/%s held by %s: %w", cp.Namespace, name, holder, err)
+	}
+	say("Lease %s/%s was still held by %s of an earlier run (killed before it released it): released", cp.Namespace, name, holder)
+	return nil
+}
+
+func ptr[T any](v T) *T { return &v }
 
 func say(format string, args ...any) {
 	fmt.Printf("localstack | "+format+"\n", args...)

@@ -12,12 +12,18 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/edihub/edihub/test/cluster"
 )
@@ -30,6 +36,14 @@ import (
 // to the demo partner is delivered on an async MDN the leader's poller
 // applied, and Ctrl-C (SIGINT to the process group)
 // leaves no process and no listening port behind.
+//
+// The first run lasts, as a developer's does: many writes advance etcd's
+// revision far past where the run began, the README's kill -9 of the
+// leader makes a successor open a term whose fence is that high revision,
+// and the successor is killed too, just before Ctrl-C, so its Lease is
+// left held by a dead process. The second run must still have a leader
+// within a lease duration of its replicas' start: its Lease's
+// resourceVersions continue above the fence in PostgreSQL.
 func TestMakeRunTwice(t *testing.T) {
 	root := repoRoot(t)
 	bin := t.TempDir()
@@ -53,7 +67,7 @@ func TestMakeRunTwice(t *testing.T) {
 	offset := freeOffset(t)
 	for run := 1; run <= 2; run++ {
 		t.Run(fmt.Sprintf("run%d", run), func(t *testing.T) {
-			runStack(t, root, localstack, edihub, state, offset)
+			runStack(t, root, localstack, edihub, state, offset, run == 1)
 		})
 		if t.Failed() {
 			return
@@ -61,7 +75,22 @@ func TestMakeRunTwice(t *testing.T) {
 	}
 }
 
-func runStack(t *testing.T, root, localstack, edihub, state string, offset int) {
+// leaseDuration is the replicas' lease duration (EDIHUB_LEASE_DURATION's
+// default, which the local stack keeps).
+const leaseDuration = 30 * time.Second
+
+// leaderStatus is the part of a replica's GET /leader the test reads.
+type leaderStatus struct {
+	Identity     string    `json:"identity"`
+	IsLeader     bool      `json:"is_leader"`
+	Backend      string    `json:"backend"`
+	FencingToken int64     `json:"fencing_token"`
+	Since        time.Time `json:"since"`
+}
+
+// runStack runs the stack once. With long, it acts out a long run before
+// Ctrl-C (see TestMakeRunTwice).
+func runStack(t *testing.T, root, localstack, edihub, state string, offset int, long bool) {
 	cmd := exec.Command(localstack, "-binary", edihub, "-state", state, "-port-offset", strconv.Itoa(offset))
 	cmd.Dir = root
 	cmd.Env = withoutEnv(os.Environ(), "EDIHUB_LEADER_BACKEND", "EDIHUB_DATABASE_URL")
@@ -70,15 +99,21 @@ func runStack(t *testing.T, root, localstack, edihub, state string, offset int) 
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	out := &syncBuffer{}
 	up := make(chan struct{})
+	// replicasStarted is when the first replica logged its first line.
+	var replicasStarted time.Time
+	startedSeen := make(chan struct{})
 	pr, pw := io.Pipe()
 	cmd.Stdout, cmd.Stderr = pw, pw
 	go func() {
 		s := bufio.NewScanner(pr)
 		s.Buffer(make([]byte, 64<<10), 1<<20)
-		once := sync.Once{}
+		once, startedOnce := sync.Once{}, sync.Once{}
 		for s.Scan() {
 			line := s.Text()
 			out.WriteString(line + "\n")
+			if strings.HasPrefix(line, "replica-") {
+				startedOnce.Do(func() { replicasStarted = time.Now(); close(startedSeen) })
+			}
 			if strings.Contains(line, "stack is up") {
 				once.Do(func() { close(up) })
 			}
@@ -117,31 +152,19 @@ func runStack(t *testing.T, root, localstack, edihub, state string, offset int) 
 		}
 	}
 
-	// Exactly one replica leads (a fresh control plane: the first replica
-	// to campaign takes the Lease at once; allow a lease duration).
-	var leaders []string
-	for deadline := time.Now().Add(45 * time.Second); ; {
-		leaders = leaders[:0]
-		for i := 1; i <= 3; i++ {
-			var st struct {
-				IsLeader bool   `json:"is_leader"`
-				Backend  string `json:"backend"`
-			}
-			get(t, client, "http://"+pt.replicaOps(i)+"/leader", &st)
-			if st.Backend != "kubernetes" {
-				t.Fatalf("replica-%d leader backend %q, want kubernetes (make run's default)", i, st.Backend)
-			}
-			if st.IsLeader {
-				leaders = append(leaders, fmt.Sprintf("replica-%d", i))
-			}
-		}
-		if len(leaders) == 1 || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(500 * time.Millisecond)
-	}
+	// Exactly one replica leads, within a lease duration of the replicas'
+	// start: the first replica to campaign takes the Lease at once (the
+	// stack releases a Lease left by a killed replica of the last run),
+	// and its term opens, as the Lease's resourceVersion is above the
+	// fence the last run left in PostgreSQL.
+	<-startedSeen
+	leaders, lead := waitLeader(t, client, pt, replicasStarted.Add(leaseDuration+15*time.Second))
 	if len(leaders) != 1 {
 		t.Errorf("leaders %v, want exactly one", leaders)
+	} else if took := lead.Since.Sub(replicasStarted); took > leaseDuration {
+		t.Errorf("%s became leader %v after the replicas started, want within the lease duration %v", lead.Identity, took.Round(time.Millisecond), leaseDuration)
+	} else {
+		t.Logf("%s leads with fencing token %d, %v after the replicas started", lead.Identity, lead.FencingToken, took.Round(time.Millisecond))
 	}
 
 	// A document to the demo partner is delivered.
@@ -211,11 +234,22 @@ func runStack(t *testing.T, root, localstack, edihub, state string, offset int) 
 		t.Errorf("GET /api/v1/mdns?state=processed lists no MDN for message %d (%d listed): the leader's poller did not apply an async MDN", queued.ID, len(inbox.MDNs))
 	}
 
+	if long {
+		longRun(t, client, pt, state, cmd.Process.Pid)
+	}
+
 	// Ctrl-C: nothing the stack started outlives it.
 	procs := descendants(cmd.Process.Pid)
 	listening := listeningPorts(procs)
-	if len(listening) < 10 { // the balancer, 3 × 2 replica listeners, demo × 2, PostgreSQL, and the control plane's
-		t.Errorf("the stack listens on %v; expected at least the balancer's, the replicas', the demo station's and PostgreSQL's ports", listening)
+	// The balancer, 3 × 2 replica listeners, the demo partner's front and
+	// its station's two, PostgreSQL, and the control plane's: 14, and 2
+	// fewer for the replica longRun killed last.
+	want := 14
+	if long {
+		want -= 2
+	}
+	if len(listening) < want {
+		t.Errorf("the stack listens on %v (%d ports); expected at least the balancer's, the replicas', the demo station's, PostgreSQL's and the control plane's, %d or more", listening, len(listening), want)
 	}
 	t.Logf("stack: %d processes, listening on %v", len(procs), listening)
 	if err := syscall.Kill(-cmd.Process.Pid, syscall.SIGINT); err != nil {
@@ -244,25 +278,169 @@ func runStack(t *testing.T, root, localstack, edihub, state string, offset int) 
 	}
 }
 
+// waitLeader polls the replicas' /leader until exactly one leads or the
+// deadline passes; it returns the leaders' identities and, when there is
+// one, its status.
+func waitLeader(t *testing.T, client *http.Client, pt ports, deadline time.Time) ([]string, leaderStatus) {
+	t.Helper()
+	for {
+		var leaders []string
+		var lead leaderStatus
+		for i := 1; i <= 3; i++ {
+			var st leaderStatus
+			if _, err := fetch(client, "http://"+pt.replicaOps(i)+"/leader", &st); err != nil {
+				continue // not running: a replica the test killed
+			}
+			if st.Backend != "kubernetes" {
+				t.Fatalf("replica-%d leader backend %q, want kubernetes (make run's default)", i, st.Backend)
+			}
+			if st.IsLeader {
+				leaders = append(leaders, st.Identity)
+				lead = st
+			}
+		}
+		if len(leaders) == 1 || time.Now().After(deadline) {
+			return leaders, lead
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+// fillerWrites is how many writes longRun makes to advance etcd's
+// revision: far more than a fresh control plane's start writes (about
+// 200), so that a stack starting a fresh etcd stays below the fence for
+// minutes.
+const fillerWrites = 500
+
+// longRun acts out a long first run: it advances etcd's revision by
+// fillerWrites, kills the leader with SIGKILL (the README's step) and
+// waits for a successor, whose term's fence is above all those writes, and
+// for the stack to restart the killed replica; then it kills the successor
+// too, leaving the Lease held by a dead process.
+func longRun(t *testing.T, client *http.Client, pt ports, state string, stack int) {
+	t.Helper()
+	cfg, err := clientcmd.BuildConfigFromFlags("", filepath.Join(state, "controlplane", "admin.kubeconfig"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.QPS, cfg.Burst = 200, 200
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	cms := cs.CoreV1().ConfigMaps("edihub")
+	cm, err := cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "revision-filler"}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range fillerWrites {
+		cm.Data = map[string]string{"n": strconv.Itoa(i)}
+		if cm, err = cms.Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	revision, _ := strconv.ParseInt(cm.ResourceVersion, 10, 64)
+
+	// kill sends SIGKILL to the replica that is identity and returns its
+	// ops address.
+	kill := func(identity string) string {
+		t.Helper()
+		for i := 1; i <= 3; i++ {
+			var st leaderStatus
+			if _, err := fetch(client, "http://"+pt.replicaOps(i)+"/leader", &st); err != nil || st.Identity != identity {
+				continue
+			}
+			pid := listenerPID(descendants(stack), pt.replicaOps(i))
+			if pid == 0 {
+				t.Fatalf("no process of the stack listens on %s (%s)", pt.replicaOps(i), identity)
+			}
+			if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+			return pt.replicaOps(i)
+		}
+		t.Fatalf("no replica is %s", identity)
+		return ""
+	}
+	leaders, lead := waitLeader(t, client, pt, time.Now().Add(10*time.Second))
+	if len(leaders) != 1 {
+		t.Fatalf("leaders %v before the kill, want exactly one", leaders)
+	}
+	killed := kill(lead.Identity)
+	// The successor waits for the dead leader's Lease to expire.
+	var next leaderStatus
+	for deadline := time.Now().Add(leaseDuration + 30*time.Second); ; {
+		leaders, next = waitLeader(t, client, pt, deadline)
+		if len(leaders) != 1 || next.Identity != lead.Identity || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	if len(leaders) != 1 || next.Identity == lead.Identity {
+		t.Fatalf("leaders %v after killing %s, want another replica", leaders, lead.Identity)
+	}
+	if next.FencingToken <= revision {
+		t.Fatalf("%s leads with fencing token %d, want above etcd's revision %d after the filler writes", next.Identity, next.FencingToken, revision)
+	}
+	t.Logf("%s took over from the killed %s with fencing token %d (the run began near revision 200)", next.Identity, lead.Identity, next.FencingToken)
+	// The stack started the killed replica again long since (a back-off
+	// of a second), as a new process with an identity of its own.
+	var back leaderStatus
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		code, _ := fetch(client, "http://"+killed+"/readyz", nil)
+		_, err := fetch(client, "http://"+killed+"/leader", &back)
+		if code == http.StatusOK && err == nil || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	if back.Identity == "" || back.Identity == lead.Identity {
+		t.Errorf("the replica on %s after its kill -9: identity %q, want a restarted process (not %s) that is ready", killed, back.Identity, lead.Identity)
+	}
+	kill(next.Identity)
+}
+
+// listenerPID returns the process among pids that listens on addr, or 0.
+func listenerPID(pids []int, addr string) int {
+	_, port, _ := net.SplitHostPort(addr)
+	want, _ := strconv.Atoi(port)
+	for _, pid := range pids {
+		if slices.Contains(listeningPorts([]int{pid}), want) {
+			return pid
+		}
+	}
+	return 0
+}
+
 // get fetches url into v (when not nil) and returns the status code.
 func get(t *testing.T, c *http.Client, url string, v any, header ...string) int {
 	t.Helper()
+	code, err := fetch(c, url, v, header...)
+	if err != nil {
+		t.Error(err)
+	}
+	return code
+}
+
+// fetch is get without a test: the status code (0 when there was no
+// answer) and what went wrong.
+func fetch(c *http.Client, url string, v any, header ...string) (int, error) {
 	req, _ := http.NewRequest(http.MethodGet, url, nil)
 	for i := 0; i+1 < len(header); i += 2 {
 		req.Header.Set(header[i], header[i+1])
 	}
 	resp, err := c.Do(req)
 	if err != nil {
-		t.Errorf("GET %s: %v", url, err)
-		return 0
+		return 0, fmt.Errorf("GET %s: %w", url, err)
 	}
 	defer resp.Body.Close()
 	if v != nil {
 		if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
-			t.Errorf("GET %s: %d, body not JSON: %v", url, resp.StatusCode, err)
+			return resp.StatusCode, fmt.Errorf("GET %s: %d, body not JSON: %w", url, resp.StatusCode, err)
 		}
 	}
-	return resp.StatusCode
+	return resp.StatusCode, nil
 }
 
 // freeOffset picks a port offset at which every fixed port of the stack is

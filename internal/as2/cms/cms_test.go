@@ -12,14 +12,11 @@ import (
 	"time"
 
 	"github.com/edihub/edihub/internal/as2/cms"
-	"github.com/edihub/edihub/internal/openssltest"
+	"github.com/edihub/edihub/internal/testenv"
+	"github.com/edihub/edihub/internal/testenv/openssltest"
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	openssltest.Cleanup()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }
 
 const content = "Content-Type: application/EDI-X12\r\n\r\nISA*00*          *00*~\nlast line without CRLF\n"
 

@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/edihub/edihub/internal/as2/cms"
-	"github.com/edihub/edihub/internal/openssltest"
+	"github.com/edihub/edihub/internal/testenv/openssltest"
 )
 
 // TestECDSAOpenSSL covers ECDSA signers in both directions.

@@ -28,8 +28,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/edihub/edihub/internal/pgserver"
 	"github.com/edihub/edihub/internal/postgres"
+	"github.com/edihub/edihub/internal/testenv/pgserver"
 	"github.com/edihub/edihub/test/controlplane"
 	"github.com/edihub/edihub/test/failover"
 )

@@ -23,7 +23,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/edihub/edihub/internal/freeport"
+	"github.com/edihub/edihub/internal/testenv/freeport"
 )
 
 // ErrNoBinaries reports that no PostgreSQL server binaries were found.

@@ -24,8 +24,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/edihub/edihub/internal/pgserver"
 	"github.com/edihub/edihub/internal/postgres"
+	"github.com/edihub/edihub/internal/testenv/pgserver"
 )
 
 // EnvURL names the variable that points the tests at an existing server. Its

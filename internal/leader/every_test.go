@@ -1,0 +1,104 @@
+package leader
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/edihub/edihub/internal/postgres"
+)
+
+// TestLoop: the step runs at once under the term's fence, a success marks
+// progress and waits the interval, a failure waits the retry (and is
+// logged as the first of its run), a wakeup cuts a wait short, a stale
+// fence ends the loop with its error, and ctx's end ends it with nil.
+func TestLoop(t *testing.T) {
+	fence := postgres.Fence{Lease: "l", Token: 7}
+	transient := errors.New("database away")
+	var mu sync.Mutex
+	var steps []string
+	var waits []time.Duration
+	marks := 0
+	results := []error{nil, transient, transient, nil, nil, fmt.Errorf("write: %w", postgres.ErrStaleFence)}
+	wake := make(chan struct{}, 1)
+	core, logs := observer.New(zap.InfoLevel)
+	l := Loop{
+		Name:     "test step",
+		Interval: time.Hour,
+		Wake:     wake,
+		Step: func(_ context.Context, f postgres.Fence) error {
+			mu.Lock()
+			defer mu.Unlock()
+			steps = append(steps, f.String())
+			err := results[0]
+			results = results[1:]
+			return err
+		},
+		Logger: zap.New(core),
+	}
+	// Sleep records the waits; the fourth step's wait is cut short by a
+	// wakeup through the default sleep.
+	l.Sleep = func(ctx context.Context, d time.Duration) bool {
+		mu.Lock()
+		waits = append(waits, d.Round(time.Hour/2))
+		n := len(waits)
+		mu.Unlock()
+		if n == 4 {
+			wake <- struct{}{}
+			return Loop{Wake: wake}.sleep(ctx, d)
+		}
+		return true
+	}
+	ctx := withProgress(WithFence(context.Background(), fence), func() { marks++ })
+	err := l.Run(ctx)
+	if !errors.Is(err, postgres.ErrStaleFence) {
+		t.Fatalf("Run = %v, want the stale fence's error", err)
+	}
+	if len(steps) != 6 || steps[0] != fence.String() {
+		t.Errorf("steps %v, want 6 under %s", steps, fence)
+	}
+	if marks != 3 {
+		t.Errorf("MarkSuccess called %d times, want 3 (one per successful step)", marks)
+	}
+	want := []time.Duration{time.Hour, 0, 0, time.Hour, time.Hour}
+	if fmt.Sprint(waits) != fmt.Sprint(want) {
+		t.Errorf("waits (rounded to half hours) %v, want %v: the interval after a success, the 100 ms and 200 ms retries after the failures", waits, want)
+	}
+	if n := logs.FilterMessage("test step failed; retrying").Len(); n != 2 {
+		t.Errorf("%d failure lines, want 2 (the first and the second of the run)", n)
+	}
+	if n := logs.FilterMessage("test step succeeded again").Len(); n != 1 {
+		t.Errorf("%d recovery lines, want 1", n)
+	}
+
+	// The end of ctx ends the loop with nil, in a wait or in a step.
+	cctx, cancel := context.WithCancel(WithFence(context.Background(), fence))
+	err = Loop{Name: "x", Interval: time.Hour, Logger: zap.NewNop(), Step: func(context.Context, postgres.Fence) error {
+		cancel()
+		return transient
+	}}.Run(cctx)
+	if err != nil {
+		t.Errorf("Run after ctx ended = %v, want nil", err)
+	}
+	if err := (Loop{Name: "x", Logger: zap.NewNop()}).Run(context.Background()); err == nil {
+		t.Error("Run without a fence in ctx = nil, want an error")
+	}
+}
+
+func TestBackoff(t *testing.T) {
+	tests := []struct {
+		n    int
+		want time.Duration
+	}{{1, 100 * time.Millisecond}, {2, 200 * time.Millisecond}, {4, 800 * time.Millisecond}, {5, time.Second}, {60, time.Second}}
+	for _, tt := range tests {
+		if got := Backoff(tt.n, 100*time.Millisecond, time.Second); got != tt.want {
+			t.Errorf("Backoff(%d, 100ms, 1s) = %s, want %s", tt.n, got, tt.want)
+		}
+	}
+}

@@ -1,0 +1,12 @@
+// Package testenv is the wing of helpers that start real parts for tests
+// and for the local development stack, in the spirit of net/http/httptest
+// and client-go's testing/: its packages are imported by _test.go files
+// and by test/ only, never by a product package (TestOnlyTestsImportTheWing
+// checks it).
+//
+//   - pgserver: a private PostgreSQL from the machine's server binaries
+//   - pgtest: a fresh migrated database per test, on one server per package
+//   - devpki: development and test keys and self-signed certificates
+//   - freeport: loopback ports never handed out twice in one process
+//   - openssltest: openssl as the independent AS2 peer
+package testenv
