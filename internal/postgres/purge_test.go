@@ -13,7 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/edihub/edihub/internal/postgres"
-	"github.com/edihub/edihub/internal/postgres/pgtest"
+	"github.com/edihub/edihub/internal/testenv/pgtest"
 )
 
 // purgeSeed is one message of the purge tests: its status, created and

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/edihub/edihub/internal/postgres/pgtest"
+	"github.com/edihub/edihub/internal/testenv/pgtest"
 )
 
 // TestClaimSignedContentConcurrent: of many claims of one signed content

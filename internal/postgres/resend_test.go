@@ -12,7 +12,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/edihub/edihub/internal/postgres"
-	"github.com/edihub/edihub/internal/postgres/pgtest"
+	"github.com/edihub/edihub/internal/testenv/pgtest"
 )
 
 // sendAttempt claims the one due outbox row, stores its build when it has
