@@ -41,7 +41,7 @@ func (o *outboundOptions) flags(fs *flagSet) {
 	fs.Duration(&o.backoffMax, "retry-backoff-max", outbox.DefaultBackoffMax, "longest wait between two attempts of one message")
 	fs.Duration(&o.retryWindow, "retry-window", outbox.DefaultRetryWindow, "how long an outbound message (or webhook delivery) is retried before it fails: it fails only when both max_attempts and this window are used up; a partner's retry_window overrides it; 0 means max_attempts alone")
 	fs.String(&o.webhookURL, "webhook-url", "", "URL that receives every event of the feed (received, sent, delivered, failed, overdue) as a signed JSON POST, at least once; empty disables the webhook")
-	fs.String(&o.webhookSecretFile, "webhook-secret-file", "", "file holding the webhook secret: each delivery carries X-Edihub-Signature: sha256= and the hex HMAC-SHA256 of the body; required with -webhook-url")
+	fs.String(&o.webhookSecretFile, "webhook-secret-file", "", "file holding the webhook secret: each delivery carries X-Edihub-Timestamp and X-Edihub-Signature: sha256= and the hex HMAC-SHA256 of the timestamp, the event id and the body joined by dots (docs/sending.md says how to verify it); required with -webhook-url")
 	fs.Duration(&o.asyncMDNWait, "async-mdn-timeout", outbox.DefaultAsyncMDNWait, "how long a partner may take to send an async MDN before the message is overdue (messages.mdn_due_at)")
 }
 

@@ -16,11 +16,12 @@ const (
 	PurgeMDNInbox   = "mdn_inbox"  // processed async MDNs and orphans
 	PurgeHeartbeats = "heartbeats" // leader heartbeats
 	PurgeEvents     = "events"     // event feed entries
+	PurgeReplays    = "replays"    // the replay check's claims of signed content
 	PurgeMessages   = "messages"   // final message rows (the audit trail), with what is left of them
 )
 
 // PurgeKinds lists the kinds in purge order.
-var PurgeKinds = []string{PurgeOutbox, PurgePayloads, PurgeMDNs, PurgeMDNInbox, PurgeHeartbeats, PurgeEvents, PurgeMessages}
+var PurgeKinds = []string{PurgeOutbox, PurgePayloads, PurgeMDNs, PurgeMDNInbox, PurgeHeartbeats, PurgeEvents, PurgeReplays, PurgeMessages}
 
 // finalMessage is the condition a message row m must meet before anything
 // of it is purged: a final status, finished before the cutoff ($1), and no
@@ -68,6 +69,13 @@ DELETE FROM leader_heartbeats WHERE id = ANY(ARRAY(
 DELETE FROM events WHERE id = ANY(ARRAY(
     SELECT id FROM events WHERE created_at < $1
      ORDER BY created_at LIMIT $2 FOR UPDATE SKIP LOCKED))`,
+	// A claim outlives its partner's replay window only when the partner
+	// sends nothing (each claim clears a few expired ones); the lookup in
+	// messages still finds a replay older than the retention.
+	PurgeReplays: `
+DELETE FROM replay_guard WHERE (partner, digest) IN (
+    SELECT partner, digest FROM replay_guard WHERE seen_at < $1
+     ORDER BY seen_at LIMIT $2 FOR UPDATE SKIP LOCKED)`,
 	PurgeMessages: `
 DELETE FROM messages WHERE id = ANY(ARRAY(
     SELECT m.id FROM messages m

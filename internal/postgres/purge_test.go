@@ -87,6 +87,9 @@ SELECT 'message', id, 'P', 'http://p.example', $6, now() - make_interval(days =>
 		`INSERT INTO leader_heartbeats (lease, token, holder, beat_at) VALUES
             ('L', 1, 'hb-old-1', now() - interval '40 days'), ('L', 1, 'hb-old-2', now() - interval '31 days'),
             ('L', 2, 'hb-recent', now())`,
+		`INSERT INTO replay_guard (partner, digest, message_id, seen_at) VALUES
+            ('P', 'd1', '<rg-old-1@p>', now() - interval '40 days'), ('P', 'd2', '<rg-old-2@p>', now() - interval '31 days'),
+            ('P', 'd3', '<rg-old-3@p>', now() - interval '35 days'), ('P', 'd4', '<rg-recent@p>', now() - interval '1 day')`,
 		`DELETE FROM events`, // the trigger's, made now
 		`INSERT INTO events (type, message, partner, direction, created_at, detail) VALUES
             ('received', 1, 'P', 'inbound', now() - interval '40 days', '{"n": "ev-old"}'),
@@ -113,6 +116,7 @@ func purgeSnapshot(t *testing.T, url string) map[string][]string {
 		"mdn_inbox":  `SELECT original_message_id FROM mdn_inbox`,
 		"heartbeats": `SELECT holder FROM leader_heartbeats`,
 		"events":     `SELECT detail->>'n' FROM events`,
+		"replays":    `SELECT message_id FROM replay_guard`,
 	} {
 		rows, err := c.Query(context.Background(), q)
 		if err != nil {
@@ -183,6 +187,7 @@ func TestPurgeBatch(t *testing.T) {
 		{postgres.PurgeMDNInbox, without(all, "mdn_inbox", oldNamed)},
 		{postgres.PurgeHeartbeats, without(all, "heartbeats", oldNamed)},
 		{postgres.PurgeEvents, without(all, "events", oldNamed)},
+		{postgres.PurgeReplays, without(all, "replays", oldNamed)},
 		{postgres.PurgeMessages, func() map[string][]string {
 			w := all
 			for _, table := range []string{"messages", "payloads", "mdns", "duplicates", "outbox"} {
