@@ -178,9 +178,11 @@ func TestPollerHoldsNoBatchOfBodies(t *testing.T) {
 func TestPollerOnlyAsyncMDNRequests(t *testing.T) {
 	const down = "http://127.0.0.1:1/as2" // connection refused: retried
 	e := newEnv(t, envOptions{partners: []extraPartner{
-		{id: "SYNC CORP", url: down, lines: []string{"sign: sha-256", "mdn: sync", "mdn_signed: true"}},
-		{id: "NONE CORP", url: down, lines: []string{"sign: sha-256", "mdn: none"}},
-		{id: "ASYNC DOWN", url: down, lines: []string{"sign: sha-256", "mdn: async", "mdn_signed: true"}},
+		// Enough attempts that no message gives up (and fails) before
+		// the test looks, however slow the machine.
+		{id: "SYNC CORP", url: down, lines: []string{"sign: sha-256", "mdn: sync", "mdn_signed: true", "max_attempts: 1000000"}},
+		{id: "NONE CORP", url: down, lines: []string{"sign: sha-256", "mdn: none", "max_attempts: 1000000"}},
+		{id: "ASYNC DOWN", url: down, lines: []string{"sign: sha-256", "mdn: async", "mdn_signed: true", "max_attempts: 1000000"}},
 	}})
 	tests := []struct {
 		partner string

@@ -189,58 +189,21 @@ func (p *Poller) Run(ctx context.Context) error {
 		bg.Go(func() { p.listen(lctx) })
 	}
 	p.log.Info("MDN poller started", zap.Stringer("fence", f), zap.Duration("poll_interval", p.o.PollInterval))
-	timer := time.NewTimer(0)
-	defer timer.Stop()
-	failures := 0
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-timer.C:
-		case <-p.wake:
-		}
-		err := p.poll(ctx, f)
-		switch {
-		case ctx.Err() != nil:
-			return nil
-		case errors.Is(err, postgres.ErrStaleFence):
-			p.log.Warn("MDN poller stopped: a newer leadership term has opened", zap.Stringer("fence", f))
-			return err
-		case err != nil:
-			failures++
-			wait := p.backoff(failures)
-			p.log.Warn("MDN poll failed; retrying", zap.Error(err), zap.Int("failures", failures), zap.Duration("retry_in", wait))
-			resetTimer(timer, wait)
-			continue
-		}
-		if failures > 0 {
-			p.log.Info("MDN poll succeeded again", zap.Int("after_failures", failures))
-		}
-		failures = 0
-		leader.MarkSuccess(ctx)
-		resetTimer(timer, p.o.PollInterval)
+	err := leader.Loop{
+		Name: "MDN poll", Step: p.poll, Interval: p.o.PollInterval, Wake: p.wake,
+		Retry:  func(n int, _ error) time.Duration { return p.backoff(n) },
+		Logger: p.log,
+	}.Run(ctx)
+	if errors.Is(err, postgres.ErrStaleFence) {
+		p.log.Warn("MDN poller stopped: a newer leadership term has opened", zap.Stringer("fence", f))
 	}
-}
-
-func resetTimer(t *time.Timer, d time.Duration) {
-	if !t.Stop() {
-		select {
-		case <-t.C:
-		default:
-		}
-	}
-	t.Reset(d)
+	return err
 }
 
 // backoff is the wait after the n-th failed poll in a row: 100 ms doubling,
 // at most the poll interval and 30 s.
 func (p *Poller) backoff(n int) time.Duration {
-	ceil := min(p.o.PollInterval, 30*time.Second)
-	d := 100 * time.Millisecond
-	for i := 1; i < n && d < ceil; i++ {
-		d *= 2
-	}
-	return min(d, ceil)
+	return leader.Backoff(n, 100*time.Millisecond, min(p.o.PollInterval, 30*time.Second))
 }
 
 // listen keeps a LISTEN connection open, reconnecting after failures.

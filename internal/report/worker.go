@@ -128,7 +128,7 @@ func NewWorker(o WorkerOptions) (*Worker, error) {
 		o.Now = time.Now
 	}
 	if o.Sleep == nil {
-		o.Sleep = sleep
+		o.Sleep = leader.Sleep
 	}
 	w := &Worker{
 		o:    o,
@@ -154,17 +154,6 @@ func NewWorker(o WorkerOptions) (*Worker, error) {
 	return w, nil
 }
 
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
-}
-
 // errClaimed: another sender holds a day's claim; wait and look again.
 var errClaimed = errors.New("another sender holds the claim")
 
@@ -178,45 +167,45 @@ func (w *Worker) StuckAfter() time.Duration { return 3 * time.Hour }
 // Failures of SMTP or the database are logged, counted and retried with
 // backoff; they never end Run.
 func (w *Worker) Run(ctx context.Context) error {
-	f, ok := leader.FenceFrom(ctx)
-	if !ok {
-		return errors.New("report worker: no fence in the context (run it as a leader-gated worker)")
-	}
 	if w.o.Sender == nil {
 		w.log.Info("report mail not configured (no SMTP URL): reports are stored, not mailed")
 	}
-	failed := 0
-	for {
-		err := w.cycle(ctx, f)
-		if ctx.Err() != nil {
-			return nil
-		}
-		var wait time.Duration
-		switch {
-		case errors.Is(err, postgres.ErrStaleFence):
-			return fmt.Errorf("report worker: %w", err)
-		case errors.Is(err, errClaimed):
-			w.log.Info("a report mail is being sent by another sender; looking again later", zap.Error(err))
-			wait = w.o.RetryMin
-		case err != nil:
-			cause := Cause(err)
-			w.failures.WithLabelValues(cause).Inc()
-			wait = min(w.o.RetryMin<<min(failed, 16), w.o.RetryMax)
-			failed++
-			w.log.Warn("report not done; retrying", zap.String("cause", cause), zap.Duration("retry_in", wait), zap.Error(err))
-		default:
-			if failed > 0 {
-				w.log.Info("reports done again", zap.Int("failed_attempts", failed))
+	return leader.Loop{
+		Name: "report", RecoveredMsg: "reports done again",
+		Step: func(ctx context.Context, f postgres.Fence) error {
+			if err := w.cycle(ctx, f); err != nil {
+				return err
 			}
-			failed = 0
 			w.lastSuccess.SetToCurrentTime()
-			leader.MarkSuccess(ctx)
-			wait = w.untilNext()
-		}
-		if !w.o.Sleep(ctx, wait) {
 			return nil
-		}
+		},
+		Next:   w.untilNext,
+		Retry:  w.retryIn,
+		Failed: w.failed,
+		Sleep:  w.o.Sleep,
+		Logger: w.log,
+	}.Run(ctx)
+}
+
+// retryIn is the wait after the n-th failed cycle in a row: RetryMin
+// while another sender holds a claim, else RetryMin doubling up to
+// RetryMax.
+func (w *Worker) retryIn(n int, err error) time.Duration {
+	if errors.Is(err, errClaimed) {
+		return w.o.RetryMin
 	}
+	return min(w.o.RetryMin<<min(n-1, 16), w.o.RetryMax)
+}
+
+// failed logs and counts a failed cycle.
+func (w *Worker) failed(_ int, err error, wait time.Duration) {
+	if errors.Is(err, errClaimed) {
+		w.log.Info("a report mail is being sent by another sender; looking again later", zap.Error(err))
+		return
+	}
+	cause := Cause(err)
+	w.failures.WithLabelValues(cause).Inc()
+	w.log.Warn("report not done; retrying", zap.String("cause", cause), zap.Duration("retry_in", wait), zap.Error(err))
 }
 
 // untilNext is the time until the next report is due, at most an hour
