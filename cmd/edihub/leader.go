@@ -10,19 +10,14 @@ import (
 	"strings"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"go.uber.org/zap"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/edihub/edihub/internal/as2"
-	"github.com/edihub/edihub/internal/config"
 	"github.com/edihub/edihub/internal/httpserver"
 	"github.com/edihub/edihub/internal/leader"
 	"github.com/edihub/edihub/internal/mdn"
 	"github.com/edihub/edihub/internal/outbox"
-	"github.com/edihub/edihub/internal/postgres"
 )
 
 // leaderOptions are the leader-election settings of edihub serve.
@@ -179,65 +174,25 @@ func (o leaderOptions) kubeClients() (lock, watch *kubernetes.Clientset, err err
 	return lock, watch, nil
 }
 
-// newElector builds the elector of o.backend with edihub's leader-gated
-// workers: the heartbeat, the MDN poller, the purger and those extra returns
-// for this process's identity. maxMDNBytes bounds the inbox MDNs the poller
-// reads (a larger one becomes an orphan unread).
-func newElector(log *zap.Logger, reg prometheus.Registerer, store *postgres.Store, cfg *config.File, limits as2.Limits, maxMDNBytes int64, o leaderOptions, po purgeOptions, extra func(identity string) (map[string]leader.Worker, error)) (*leader.Elector, error) {
-	identity, err := newIdentity(o.identity)
-	if err != nil {
-		return nil, err
-	}
-	hb, err := leader.NewHeartbeat(leader.HeartbeatOptions{Store: store, Holder: identity, Logger: log, Registerer: reg})
-	if err != nil {
-		return nil, err
-	}
-	poller, err := mdn.NewPoller(mdn.PollerOptions{
-		Store:        store,
-		Listener:     store,
-		Config:       cfg,
-		Logger:       log,
-		Registerer:   reg,
-		PollInterval: o.mdnPollInterval,
-		BatchSize:    o.mdnBatchSize,
-		Limits:       limits,
-		MaxMDNBytes:  maxMDNBytes,
-	})
-	if err != nil {
-		return nil, err
-	}
-	purger, err := outbox.NewPurger(outbox.PurgerOptions{
-		Store: store, Logger: log, Registerer: reg,
-		Interval: po.interval, Retention: po.retention, AuditRetention: po.auditRetention, Batch: po.batch,
-	})
-	if err != nil {
-		return nil, err
-	}
-	workers := map[string]leader.Worker{"heartbeat": hb, "mdn-poller": poller, "purger": purger}
-	if extra != nil {
-		more, err := extra(identity)
-		if err != nil {
-			return nil, err
-		}
-		for name, w := range more {
-			workers[name] = w
-		}
-	}
+// newElector builds the elector of r's backend for the workers: it only
+// elects and supervises them.
+func newElector(r *replica, workers map[string]leader.Worker) (*leader.Elector, error) {
+	o := r.o.leader
 	opts := leader.Options{
 		LeaseName:         o.leaseName,
-		Identity:          identity,
+		Identity:          r.identity,
 		LeaseDuration:     o.leaseDuration,
 		RenewDeadline:     o.renewDeadline,
 		RetryPeriod:       o.retryPeriod,
 		WorkerStopTimeout: o.workerStopTimeout,
 		StuckAfter:        o.workerStuckAfter,
 		Workers:           workers,
-		Terms:             store,
-		Logger:            log,
-		Registerer:        reg,
+		Terms:             r.store,
+		Logger:            r.log,
+		Registerer:        r.reg,
 	}
 	if o.backend == "postgres" {
-		return leader.NewPostgres(store, opts)
+		return leader.NewPostgres(r.store, opts)
 	}
 	ns, err := o.resolveNamespace(os.ReadFile)
 	if err != nil {
@@ -260,20 +215,4 @@ func leaderHandler(e *leader.Elector) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		httpserver.WriteJSON(w, http.StatusOK, e.Status())
 	})
-}
-
-// exitIfWorkersHung ends the process with status 1, at once, when the
-// elector's Run returned leader.ErrWorkersHung: a leader-gated worker is
-// still running after leadership ended, and a follower will take the lease
-// when it expires. Draining HTTP and the dispatcher first (up to
-// -shutdown-timeout each) would let the hung worker act alongside the next
-// leader for that long. Better a restart than a second leader. exit is
-// os.Exit outside tests; any other error returns normally.
-func exitIfWorkersHung(log *zap.Logger, err error, exit func(code int)) {
-	if !errors.Is(err, leader.ErrWorkersHung) {
-		return
-	}
-	log.Error("exiting now without draining: better a restart than a second leader", zap.Error(err))
-	_ = log.Sync()
-	exit(1)
 }

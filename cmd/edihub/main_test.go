@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"flag"
+	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,6 +15,7 @@ import (
 
 	"github.com/edihub/edihub/internal/testenv"
 	"github.com/edihub/edihub/internal/testenv/devpki"
+	"github.com/edihub/edihub/internal/testenv/freeport"
 	"github.com/edihub/edihub/internal/testenv/pgtest"
 )
 
@@ -249,4 +252,33 @@ partners:
 		t.Fatal(err)
 	}
 	return path
+}
+
+// TestServeBusyAddressClosesListeners: when a listener cannot be bound
+// (the ops address is taken), serve fails naming the setting, and the
+// listeners it bound before are closed again: their ports are free.
+func TestServeBusyAddressClosesListeners(t *testing.T) {
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	ports, err := freeport.Ports(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	as2Addr, apiAddr := fmt.Sprintf("127.0.0.1:%d", ports[0]), fmt.Sprintf("127.0.0.1:%d", ports[1])
+	_, _, err = runCmd(t, env("EDIHUB_DATABASE_URL", pgtest.URL(t), "EDIHUB_CONFIG", writeConfig(t, ""), "EDIHUB_LEADER_BACKEND", "postgres",
+		"EDIHUB_HTTP_ADDR", as2Addr, "EDIHUB_API_ADDR", apiAddr, "EDIHUB_OPS_ADDR", taken.Addr().String()), "serve")
+	if err == nil || !strings.Contains(err.Error(), "EDIHUB_OPS_ADDR") {
+		t.Fatalf("serve with the ops address taken = %v, want an error naming EDIHUB_OPS_ADDR", err)
+	}
+	for _, addr := range []string{as2Addr, apiAddr} {
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			t.Errorf("%s is still bound after serve failed: %v", addr, err)
+			continue
+		}
+		ln.Close()
+	}
 }

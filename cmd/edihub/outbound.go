@@ -9,13 +9,11 @@ import (
 	"os"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
 	"github.com/edihub/edihub/internal/api"
 	"github.com/edihub/edihub/internal/config"
 	"github.com/edihub/edihub/internal/outbox"
-	"github.com/edihub/edihub/internal/postgres"
 )
 
 // outboundOptions are the dispatcher's settings (edihub serve).
@@ -102,11 +100,8 @@ type outbound struct {
 	forwarder *outbox.Forwarder
 }
 
-func newOutbound(log *zap.Logger, reg prometheus.Registerer, store *postgres.Store, cfg *config.File, o serveOptions, reports api.Reports) (*outbound, error) {
-	identity, err := newIdentity(o.leader.identity)
-	if err != nil {
-		return nil, err
-	}
+func newOutbound(r *replica, reports api.Reports) (*outbound, error) {
+	log, reg, store, cfg, o := r.log, r.reg, r.store, r.cfg, r.o
 	secret, err := o.outbound.webhookSecret()
 	if err != nil {
 		return nil, err
@@ -117,7 +112,7 @@ func newOutbound(log *zap.Logger, reg prometheus.Registerer, store *postgres.Sto
 		Config:          cfg,
 		Logger:          log,
 		Metrics:         outbox.NewMetrics(reg, store.OutboxStats),
-		Identity:        identity,
+		Identity:        r.identity,
 		Workers:         o.outbound.workers,
 		PollInterval:    o.outbound.pollInterval,
 		Lease:           o.outbound.lease,

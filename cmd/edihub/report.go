@@ -9,14 +9,15 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
 	// The report's time zones must resolve in images without a zone
 	// database (distroless, scratch).
 	_ "time/tzdata"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
 	"github.com/edihub/edihub/internal/config"
+	"github.com/edihub/edihub/internal/leader"
 	"github.com/edihub/edihub/internal/postgres"
 	"github.com/edihub/edihub/internal/report"
 )
@@ -111,17 +112,18 @@ func partnerNames(cfg *config.File) []string {
 
 // newReportWorker builds the leader's report worker. Without an SMTP URL
 // it stores the reports and mails none.
-func newReportWorker(log *zap.Logger, reg prometheus.Registerer, store *postgres.Store, cfg *config.File, lease, identity string, s reportSettings) (*report.Worker, error) {
+func newReportWorker(r *replica) (leader.Worker, error) {
+	s := r.report
 	o := report.WorkerOptions{
-		Store: store,
-		Builder: &report.Builder{Source: store, Station: cfg.Station.AS2ID, Lease: lease,
-			Partners: partnerNames(cfg), Now: time.Now},
-		Holder:      identity,
+		Store: r.store,
+		Builder: &report.Builder{Source: r.store, Station: r.cfg.Station.AS2ID, Lease: r.o.leader.leaseName,
+			Partners: partnerNames(r.cfg), Now: time.Now},
+		Holder:      r.identity,
 		Location:    s.loc,
 		At:          s.at,
 		CatchUpDays: s.catchUp,
-		Logger:      log,
-		Registerer:  reg,
+		Logger:      r.log,
+		Registerer:  r.reg,
 	}
 	if s.mailer != nil {
 		o.Sender = s.mailer

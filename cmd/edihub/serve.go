@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net/http"
 	"os"
 	"sync/atomic"
 	"time"
@@ -14,7 +15,6 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/edihub/edihub/internal/as2"
 	"github.com/edihub/edihub/internal/config"
 	"github.com/edihub/edihub/internal/httpserver"
 	"github.com/edihub/edihub/internal/leader"
@@ -128,9 +128,6 @@ func (o serveOptions) validate() error {
 	if err := o.purge.validate(); err != nil {
 		return err
 	}
-	if _, err := o.report.settings(os.ReadFile); err != nil {
-		return err
-	}
 	return o.log.validate()
 }
 
@@ -162,6 +159,10 @@ func serve(ctx context.Context, env *environment, o serveOptions) error {
 	if err := o.validate(); err != nil {
 		return err
 	}
+	rs, err := o.report.settings(os.ReadFile)
+	if err != nil {
+		return err
+	}
 	log, err := o.log.build(env.stderr)
 	if err != nil {
 		return err
@@ -169,15 +170,10 @@ func serve(ctx context.Context, env *environment, o serveOptions) error {
 	defer func() { _ = log.Sync() }()
 	applyMemoryLimit(log, env.getenv, cgroupMemoryMax)
 
-	cfg, err := config.Load(o.configPath, config.Options{Now: time.Now})
+	cfg, err := loadConfig(log, o.configPath)
 	if err != nil {
 		return err
 	}
-	for _, w := range cfg.Warnings {
-		log.Warn("configuration", zap.String("warning", w))
-	}
-	log.Info("configuration loaded", zap.String("path", cfg.Path), zap.String("station", cfg.Station.AS2ID), zap.Int("partners", len(cfg.Partners)))
-
 	store, err := openStore(ctx, log, o.databaseURL, postgres.Options{
 		MaxConns: int32(o.dbMaxConns),
 		// A paused or cut-off leader's fenced transaction holds the
@@ -189,7 +185,39 @@ func serve(ctx context.Context, env *environment, o serveOptions) error {
 		return err
 	}
 	defer store.Close()
+	identity, err := newIdentity(o.leader.identity)
+	if err != nil {
+		return err
+	}
+	if rs.mailer == nil {
+		log.Info("report mail not configured (EDIHUB_SMTP_URL is empty): the leader stores each day's report, mails none")
+	}
+	r := &replica{log: log, reg: newRegistry(store), store: store, cfg: cfg, o: o, report: rs, identity: identity}
+	p, err := newParts(r)
+	if err != nil {
+		return err
+	}
+	srvs, err := p.listen(r)
+	if err != nil {
+		return err
+	}
+	return p.run(ctx, r, srvs)
+}
 
+// loadConfig loads the station and partner file and logs its warnings.
+func loadConfig(log *zap.Logger, path string) (*config.File, error) {
+	cfg, err := config.Load(path, config.Options{Now: time.Now})
+	if err != nil {
+		return nil, err
+	}
+	for _, w := range cfg.Warnings {
+		log.Warn("configuration", zap.String("warning", w))
+	}
+	log.Info("configuration loaded", zap.String("path", cfg.Path), zap.String("station", cfg.Station.AS2ID), zap.Int("partners", len(cfg.Partners)))
+	return cfg, nil
+}
+
+func newRegistry(store *postgres.Store) *prometheus.Registry {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(
 		collectors.NewGoCollector(),
@@ -197,116 +225,123 @@ func serve(ctx context.Context, env *environment, o serveOptions) error {
 		store.Collector(),
 		buildInfo(),
 	)
-	httpMetrics := httpserver.NewMetrics(reg)
-	var draining atomic.Bool
-	as2Handler, err := newReceiver(log, reg, store, cfg, o)
-	if err != nil {
-		return err
-	}
-	rs, err := o.report.settings(os.ReadFile)
-	if err != nil {
-		return err
-	}
-	if rs.mailer == nil {
-		log.Info("report mail not configured (EDIHUB_SMTP_URL is empty): the leader stores each day's report, mails none")
-	}
-	elector, err := newElector(log, reg, store, cfg, as2.Limits{MaxDecompressedSize: o.decompressionLimit()}, o.maxMDNBytes, o.leader, o.purge, func(identity string) (map[string]leader.Worker, error) {
-		w, err := newReportWorker(log, reg, store, cfg, o.leader.leaseName, identity, rs)
-		if err != nil {
-			return nil, err
-		}
-		return map[string]leader.Worker{"report": w}, nil
-	})
-	if err != nil {
-		return err
-	}
-	reports := &report.Service{Store: store, Location: rs.loc, Now: time.Now, Builder: &report.Builder{
-		Source: store, Station: cfg.Station.AS2ID, Lease: o.leader.leaseName, Partners: partnerNames(cfg), Now: time.Now}}
-	out, err := newOutbound(log, reg, store, cfg, o, reports)
-	if err != nil {
-		return err
-	}
+	return reg
+}
 
+// parts are a replica's running components.
+type parts struct {
+	as2      http.Handler
+	elector  *leader.Elector
+	out      *outbound
+	metrics  *httpserver.Metrics
+	draining atomic.Bool
+}
+
+func newParts(r *replica) (*parts, error) {
+	p := &parts{metrics: httpserver.NewMetrics(r.reg)}
+	var err error
+	if p.as2, err = newReceiver(r.log, r.reg, r.store, r.cfg, r.o); err != nil {
+		return nil, err
+	}
+	workers, err := buildWorkers(r)
+	if err != nil {
+		return nil, err
+	}
+	if p.elector, err = newElector(r, workers); err != nil {
+		return nil, err
+	}
+	reports := &report.Service{Store: r.store, Location: r.report.loc, Now: time.Now, Builder: &report.Builder{
+		Source: r.store, Station: r.cfg.Station.AS2ID, Lease: r.o.leader.leaseName, Partners: partnerNames(r.cfg), Now: time.Now}}
+	if p.out, err = newOutbound(r, reports); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// servers are the listeners of a replica, bound: as2 (with the API unless
+// it has its own), api (or nil) and ops.
+type servers struct{ as2, api, ops *httpserver.Server }
+
+func (s servers) close() {
+	for _, srv := range []*httpserver.Server{s.as2, s.api, s.ops} {
+		if srv != nil {
+			_ = srv.Close()
+		}
+	}
+}
+
+// listen binds every listener; when one cannot be bound, those bound
+// already are closed again.
+func (p *parts) listen(r *replica) (srvs servers, err error) {
+	o := r.o
+	defer func() {
+		if err != nil {
+			srvs.close()
+		}
+	}()
+	router := func(opts httpserver.RouterOptions) http.Handler {
+		opts.Logger, opts.Metrics, opts.Version, opts.MaxBodyBytes, opts.APIToken = r.log, p.metrics, version(), o.maxBodyBytes, o.apiToken
+		return httpserver.NewRouter(opts)
+	}
+	bind := func(name, addr string, h http.Handler, fix string) (*httpserver.Server, error) {
+		srv, err := httpserver.Listen(httpserver.Options{Name: name, Addr: addr, Logger: r.log, DrainTimeout: o.drainTimeout, Handler: h})
+		if err != nil {
+			return nil, fmt.Errorf("%w (%s)", err, fix)
+		}
+		return srv, nil
+	}
 	// The API shares the AS2 listener unless it has its own.
-	as2API := out.api
+	as2API := p.out.api
 	if o.apiAddr != "" {
 		as2API = nil
-	}
-	as2Srv, err := httpserver.Listen(httpserver.Options{
-		Name:         "as2",
-		Addr:         o.httpAddr,
-		Logger:       log,
-		DrainTimeout: o.drainTimeout,
-		Handler: httpserver.NewRouter(httpserver.RouterOptions{
-			Logger:       log,
-			Metrics:      httpMetrics,
-			Version:      version(),
-			MaxBodyBytes: o.maxBodyBytes,
-			AS2:          as2Handler,
-			API:          as2API,
-			APIToken:     o.apiToken,
-		}),
-	})
-	if err != nil {
-		return fmt.Errorf("%w (set EDIHUB_HTTP_ADDR or -http-addr to a free address)", err)
-	}
-	var apiSrv *httpserver.Server
-	if o.apiAddr != "" {
-		apiSrv, err = httpserver.Listen(httpserver.Options{
-			Name:         "api",
-			Addr:         o.apiAddr,
-			Logger:       log,
-			DrainTimeout: o.drainTimeout,
-			Handler: httpserver.NewRouter(httpserver.RouterOptions{
-				Logger:       log,
-				Metrics:      httpMetrics,
-				Version:      version(),
-				MaxBodyBytes: o.maxBodyBytes,
-				API:          out.api,
-				APIToken:     o.apiToken,
-				Listener:     "api",
-			}),
-		})
-		if err != nil {
-			return fmt.Errorf("%w (set EDIHUB_API_ADDR or -api-addr to a free address, or leave it empty to serve the API on the AS2 listener)", err)
+		if srvs.api, err = bind("api", o.apiAddr, router(httpserver.RouterOptions{API: p.out.api, Listener: "api"}),
+			"set EDIHUB_API_ADDR or -api-addr to a free address, or leave it empty to serve the API on the AS2 listener"); err != nil {
+			return srvs, err
 		}
 	}
-	opsSrv, err := httpserver.Listen(httpserver.Options{
-		Name:         "ops",
-		Addr:         o.opsAddr,
-		Logger:       log,
-		DrainTimeout: o.drainTimeout,
-		Handler: httpserver.NewOpsRouter(httpserver.OpsOptions{
-			Logger:   log,
-			Metrics:  httpMetrics,
-			Gatherer: reg,
-			Ready:    readiness(store, &draining),
-			Leader:   leaderHandler(elector),
-			Healthy:  elector.Healthy,
-		}),
-	})
-	if err != nil {
-		return fmt.Errorf("%w (set EDIHUB_OPS_ADDR or -ops-addr to a free address)", err)
+	if srvs.as2, err = bind("as2", o.httpAddr, router(httpserver.RouterOptions{AS2: p.as2, API: as2API}),
+		"set EDIHUB_HTTP_ADDR or -http-addr to a free address"); err != nil {
+		return srvs, err
 	}
+	srvs.ops, err = bind("ops", o.opsAddr, httpserver.NewOpsRouter(httpserver.OpsOptions{
+		Logger:   r.log,
+		Metrics:  p.metrics,
+		Gatherer: r.reg,
+		Ready:    readiness(r.store, &p.draining),
+		Leader:   leaderHandler(p.elector),
+		Healthy:  p.elector.Healthy,
+	}), "set EDIHUB_OPS_ADDR or -ops-addr to a free address")
+	return srvs, err
+}
 
-	started := []zap.Field{zap.String("version", version()), zap.String("as2_addr", as2Srv.Addr().String()), zap.String("ops_addr", opsSrv.Addr().String())}
-	if apiSrv != nil {
-		started = append(started, zap.String("api_addr", apiSrv.Addr().String()))
+// run runs the parts until ctx ends. Shutdown order: the elector stops
+// the workers, waits for them and releases the lease; only then do the
+// HTTP servers drain. When workers do not stop in time, run returns
+// leader.ErrWorkersHung at once, without draining: a follower takes the
+// lease when it expires, and the hung worker must not act alongside it
+// while HTTP drains (better a restart than a second leader; main exits).
+func (p *parts) run(ctx context.Context, r *replica, srvs servers) error {
+	log, o := r.log, r.o
+	started := []zap.Field{zap.String("version", version()), zap.String("as2_addr", srvs.as2.Addr().String()), zap.String("ops_addr", srvs.ops.Addr().String())}
+	if srvs.api != nil {
+		started = append(started, zap.String("api_addr", srvs.api.Addr().String()))
 	}
 	log.Info("edihub started", started...)
-	// Shutdown order: the elector stops the workers, waits for them and
-	// releases the lease; only then do the HTTP servers drain.
 	g, gctx := errgroup.WithContext(ctx)
 	httpCtx, stopHTTP := context.WithCancel(context.WithoutCancel(gctx))
 	defer stopHTTP()
+	hung := make(chan error, 1)
 	g.Go(func() error {
 		defer stopHTTP()
-		err := elector.Run(gctx)
-		exitIfWorkersHung(log, err, os.Exit)
+		err := p.elector.Run(gctx)
+		if errors.Is(err, leader.ErrWorkersHung) {
+			hung <- err
+			return err
+		}
 		if err == nil && ctx.Err() != nil && o.drainDelay > 0 {
 			// Stopping on a signal: keep answering while endpoints and
 			// load balancers catch up, with /readyz already failing.
-			draining.Store(true)
+			p.draining.Store(true)
 			log.Info("serving on before draining", zap.Duration("delay", o.drainDelay))
 			select {
 			case <-time.After(o.drainDelay):
@@ -315,18 +350,35 @@ func serve(ctx context.Context, env *environment, o serveOptions) error {
 		}
 		return err
 	})
-	g.Go(func() error { return out.dispatcher.Run(gctx) })
-	if out.forwarder != nil {
-		g.Go(func() error { return out.forwarder.Run(gctx) })
+	g.Go(func() error { return p.out.dispatcher.Run(gctx) })
+	if p.out.forwarder != nil {
+		g.Go(func() error { return p.out.forwarder.Run(gctx) })
 	}
-	g.Go(func() error { return as2Srv.Run(httpCtx) })
-	if apiSrv != nil {
-		g.Go(func() error { return apiSrv.Run(httpCtx) })
+	for _, srv := range []*httpserver.Server{srvs.as2, srvs.api, srvs.ops} {
+		if srv != nil {
+			g.Go(func() error { return srv.Run(httpCtx) })
+		}
 	}
-	g.Go(func() error { return opsSrv.Run(httpCtx) })
-	err = g.Wait()
+	err := waitOrHung(g.Wait, hung)
+	if errors.Is(err, leader.ErrWorkersHung) {
+		log.Error("exiting now without draining: better a restart than a second leader", zap.Error(err))
+		return err
+	}
 	log.Info("edihub stopped")
 	return err
+}
+
+// waitOrHung returns wait's error, or the first error from hung at once,
+// leaving wait to the process's exit.
+func waitOrHung(wait func() error, hung <-chan error) error {
+	done := make(chan error, 1)
+	go func() { done <- wait() }()
+	select {
+	case err := <-hung:
+		return err
+	case err := <-done:
+		return err
+	}
 }
 
 // openStore connects and makes sure the schema is the one this binary

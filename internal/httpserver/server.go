@@ -86,6 +86,10 @@ func Listen(opts Options) (*Server, error) {
 	}, nil
 }
 
+// Close closes the listener of a server that will not Run (a later
+// listener of the process could not be bound).
+func (s *Server) Close() error { return s.ln.Close() }
+
 // Addr is the address the server listens on.
 func (s *Server) Addr() net.Addr { return s.ln.Addr() }
 

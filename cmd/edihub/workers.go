@@ -1,0 +1,83 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+
+	"github.com/edihub/edihub/internal/as2"
+	"github.com/edihub/edihub/internal/config"
+	"github.com/edihub/edihub/internal/leader"
+	"github.com/edihub/edihub/internal/mdn"
+	"github.com/edihub/edihub/internal/outbox"
+	"github.com/edihub/edihub/internal/postgres"
+)
+
+// replica is what serve builds once and every component of a replica is
+// made from: its logger and registry, the database, the configuration,
+// the settings, the report's settings and this process's identity (minted
+// once: the elector, the dispatcher and the report's claims share it).
+type replica struct {
+	log      *zap.Logger
+	reg      *prometheus.Registry
+	store    *postgres.Store
+	cfg      *config.File
+	o        serveOptions
+	report   reportSettings
+	identity string
+}
+
+// leaderWorkers lists the leader-gated workers: they run only while this
+// replica leads (see internal/leader). Adding one is its constructor and
+// one line here.
+var leaderWorkers = []struct {
+	name string
+	make func(r *replica) (leader.Worker, error)
+}{
+	{"heartbeat", newHeartbeat},
+	{"mdn-poller", newMDNPoller},
+	{"purger", newPurger},
+	{"report", newReportWorker},
+}
+
+// buildWorkers makes every worker of leaderWorkers for r, by name.
+func buildWorkers(r *replica) (map[string]leader.Worker, error) {
+	ws := make(map[string]leader.Worker, len(leaderWorkers))
+	for _, w := range leaderWorkers {
+		worker, err := w.make(r)
+		if err != nil {
+			return nil, fmt.Errorf("leader-gated worker %s: %w", w.name, err)
+		}
+		ws[w.name] = worker
+	}
+	return ws, nil
+}
+
+func newHeartbeat(r *replica) (leader.Worker, error) {
+	return leader.NewHeartbeat(leader.HeartbeatOptions{Store: r.store, Holder: r.identity, Logger: r.log, Registerer: r.reg})
+}
+
+// newMDNPoller builds the poller of async MDNs; -max-mdn-bytes bounds the
+// inbox MDNs it reads (a larger one becomes an orphan unread).
+func newMDNPoller(r *replica) (leader.Worker, error) {
+	return mdn.NewPoller(mdn.PollerOptions{
+		Store:        r.store,
+		Listener:     r.store,
+		Config:       r.cfg,
+		Logger:       r.log,
+		Registerer:   r.reg,
+		PollInterval: r.o.leader.mdnPollInterval,
+		BatchSize:    r.o.leader.mdnBatchSize,
+		Limits:       as2.Limits{MaxDecompressedSize: r.o.decompressionLimit()},
+		MaxMDNBytes:  r.o.maxMDNBytes,
+	})
+}
+
+func newPurger(r *replica) (leader.Worker, error) {
+	po := r.o.purge
+	return outbox.NewPurger(outbox.PurgerOptions{
+		Store: r.store, Logger: r.log, Registerer: r.reg,
+		Interval: po.interval, Retention: po.retention, AuditRetention: po.auditRetention, Batch: po.batch,
+	})
+}
