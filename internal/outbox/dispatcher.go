@@ -227,7 +227,7 @@ loop:
 			if free == 0 {
 				break // a finishing send wakes us
 			}
-			items, err := d.o.Store.ClaimOutboxKinds(ctx, d.o.Identity, d.o.Lease, min(free, DefaultBatch), d.kinds())
+			items, err := d.o.Store.ClaimOutboxKinds(ctx, d.o.Identity, d.o.Lease, min(free, DefaultBatch), d.claimKinds())
 			if err != nil {
 				if ctx.Err() == nil {
 					d.log.Warn("claim outbox", zap.Error(err))
@@ -328,46 +328,19 @@ type attempt struct {
 func (d *Dispatcher) process(ctx context.Context, it postgres.OutboxItem) {
 	log := d.log.With(zap.String("partner", it.Partner), zap.Int64("outbox_id", it.ID), zap.String("kind", it.Kind), zap.Int("attempt", it.Attempts))
 	defer d.keepClaim(ctx, log, it)()
-	p, _ := d.o.Config.Partner(it.Partner)
-	if it.Kind == postgres.OutboxKindWebhook {
-		// The row's partner names the event's partner; the webhook is no
-		// partner: default timeout, plain request, signed body.
-		p = nil
-		log = d.log.With(zap.Int64("outbox_id", it.ID), zap.String("kind", it.Kind), zap.Int("attempt", it.Attempts),
-			zap.String("event_id", first(it.Headers, EventIDHeader)))
-		if len(d.o.WebhookSecret) == 0 {
-			// Not claimed without a secret (kinds); should one come
-			// anyway, it is never posted unsigned.
-			d.finish(ctx, log, it, p, attempt{retryable: true, err: errors.New("this replica has no webhook secret (EDIHUB_WEBHOOK_SECRET_FILE); a replica with one retries")})
-			return
-		}
-		it.Headers = it.Headers.Clone()
-		signDelivery(it.Headers, d.o.WebhookSecret, it.Body, d.o.Now())
+	var p *config.Partner
+	if kindOf(it).partner {
+		p, _ = d.o.Config.Partner(it.Partner)
 	}
-	if it.Kind == postgres.OutboxKindMessage {
-		if p == nil {
-			d.finish(ctx, log, it, p, attempt{err: fmt.Errorf("partner %q is no longer configured", it.Partner)})
-			return
-		}
-		if !it.Built() {
-			if err := d.buildItem(ctx, &it, p); err != nil {
-				if errors.Is(err, errBuild) {
-					d.finish(ctx, log, it, p, attempt{err: err})
-					return
-				}
-				if errors.Is(err, postgres.ErrMessageNotFound) {
-					// The message or its payload is gone (deleted by
-					// hand, purged): no attempt can ever build it.
-					d.finish(ctx, log, it, p, attempt{err: fmt.Errorf("nothing to send: %w", err)})
-					return
-				}
-				if ctx.Err() == nil && !errors.Is(err, postgres.ErrClaimLost) {
-					log.Warn("store built message; the claim expires and the message is built again", zap.Error(err))
-				}
-				return
-			}
-		}
-		log = log.With(zap.String("message_id", first(it.Headers, "Message-ID")))
+	ready := true
+	switch it.Kind {
+	case postgres.OutboxKindWebhook:
+		log, ready = d.prepareWebhook(ctx, &it)
+	case postgres.OutboxKindMessage:
+		log, ready = d.prepareMessage(ctx, log, &it, p)
+	}
+	if !ready {
+		return
 	}
 	a := d.send(ctx, it, p)
 	if ctx.Err() != nil {
@@ -377,11 +350,87 @@ func (d *Dispatcher) process(ctx context.Context, it postgres.OutboxItem) {
 	d.finish(ctx, log, it, p, a)
 }
 
-// kinds are the outbox kinds this dispatcher claims: all of them, or
+// prepareWebhook signs a webhook delivery; the row's partner names the
+// event's partner, the webhook is no partner (default timeout, plain
+// request). ready is false when the outcome is recorded already.
+func (d *Dispatcher) prepareWebhook(ctx context.Context, it *postgres.OutboxItem) (log *zap.Logger, ready bool) {
+	log = d.log.With(zap.Int64("outbox_id", it.ID), zap.String("kind", it.Kind), zap.Int("attempt", it.Attempts),
+		zap.String("event_id", first(it.Headers, EventIDHeader)))
+	if len(d.o.WebhookSecret) == 0 {
+		// Not claimed without a secret (kinds); should one come anyway,
+		// it is never posted unsigned.
+		d.finish(ctx, log, *it, nil, attempt{retryable: true, err: errors.New("this replica has no webhook secret (EDIHUB_WEBHOOK_SECRET_FILE); a replica with one retries")})
+		return log, false
+	}
+	it.Headers = it.Headers.Clone()
+	signDelivery(it.Headers, d.o.WebhookSecret, it.Body, d.o.Now())
+	return log, true
+}
+
+// prepareMessage builds an AS2 message on its first attempt. ready is
+// false when the outcome is recorded already (no partner, a build that
+// can never succeed) or left to the claim's expiry.
+func (d *Dispatcher) prepareMessage(ctx context.Context, log *zap.Logger, it *postgres.OutboxItem, p *config.Partner) (*zap.Logger, bool) {
+	if p == nil {
+		d.finish(ctx, log, *it, p, attempt{err: fmt.Errorf("partner %q is no longer configured", it.Partner)})
+		return log, false
+	}
+	if !it.Built() {
+		err := d.buildItem(ctx, it, p)
+		switch {
+		case errors.Is(err, errBuild):
+			d.finish(ctx, log, *it, p, attempt{err: err})
+			return log, false
+		case errors.Is(err, postgres.ErrMessageNotFound):
+			// The message or its payload is gone (deleted by hand,
+			// purged): no attempt can ever build it.
+			d.finish(ctx, log, *it, p, attempt{err: fmt.Errorf("nothing to send: %w", err)})
+			return log, false
+		case err != nil:
+			if ctx.Err() == nil && !errors.Is(err, postgres.ErrClaimLost) {
+				log.Warn("store built message; the claim expires and the message is built again", zap.Error(err))
+			}
+			return log, false
+		}
+	}
+	return log.With(zap.String("message_id", first(it.Headers, "Message-ID"))), true
+}
+
+// kind is what differs between the outbox's kinds of item.
+type kind struct {
+	// partner: the item goes to its partner (the partner's profile and
+	// HTTP client, per-partner metrics); the webhook is no partner.
+	partner bool
+	// message: the item is an AS2 message whose status its outcome moves.
+	message bool
+	// done, retry and failed are the results (the metrics' label, the
+	// log's) of an attempt that succeeded, will be tried again, or failed
+	// for good; a message's done depends on what it asked for.
+	done, retry, failed string
+	// timeout, when set, bounds every attempt instead of the partner's.
+	timeout time.Duration
+}
+
+var kinds = map[string]kind{
+	postgres.OutboxKindMessage: {partner: true, message: true, retry: ResultRetry, failed: ResultFailed},
+	postgres.OutboxKindMDN:     {partner: true, done: ResultMDNSent, retry: ResultMDNRetry, failed: ResultMDNFailed},
+	postgres.OutboxKindWebhook: {done: ResultWebhookDelivered, retry: ResultWebhookRetry, failed: ResultWebhookFailed, timeout: WebhookTimeout},
+}
+
+// kindOf is it's kind; an unknown kind is sent like an MDN (a plain post
+// to a partner).
+func kindOf(it postgres.OutboxItem) kind {
+	if k, ok := kinds[it.Kind]; ok {
+		return k
+	}
+	return kinds[postgres.OutboxKindMDN]
+}
+
+// claimKinds are the outbox kinds this dispatcher claims: all of them, or
 // without the webhook secret (a replica not yet configured for the
 // webhook, during a rolling change) all but webhook deliveries, which it
 // cannot sign: claiming them would only spend their attempts.
-func (d *Dispatcher) kinds() []string {
+func (d *Dispatcher) claimKinds() []string {
 	if len(d.o.WebhookSecret) == 0 {
 		return []string{postgres.OutboxKindMessage, postgres.OutboxKindMDN}
 	}
@@ -415,12 +464,13 @@ func first(h http.Header, k string) string {
 
 // send posts the item and judges the answer.
 func (d *Dispatcher) send(ctx context.Context, it postgres.OutboxItem, p *config.Partner) attempt {
-	timeout, chunked := config.DefaultTimeout, false
+	k := kindOf(it)
+	timeout := config.DefaultTimeout
 	if p != nil {
-		timeout, chunked = p.Timeout, p.Chunked
+		timeout = p.Timeout
 	}
-	if it.Kind == postgres.OutboxKindWebhook {
-		timeout = WebhookTimeout
+	if k.timeout > 0 {
+		timeout = k.timeout
 	}
 	client, err := d.clientFor(it, p)
 	if err != nil {
@@ -428,13 +478,44 @@ func (d *Dispatcher) send(ctx context.Context, it postgres.OutboxItem, p *config
 	}
 	rctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
+	req, err := newRequest(rctx, it, p)
+	if err != nil {
+		return attempt{err: err}
+	}
+	resp, body, err := d.exchange(client, req, it)
+	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+			err = fmt.Errorf("no answer within the partner timeout %s: %w", timeout, err)
+		}
+		// A refused target stays refused: no retry.
+		return attempt{retryable: !errors.Is(err, errPrivateTarget), err: fmt.Errorf("post: %w", err)}
+	}
+	a := judgeStatus(it, resp)
+	if a.err != nil || !k.message {
+		return a
+	}
+	switch {
+	case len(it.Headers["Disposition-Notification-To"]) == 0:
+		a.result.Message = &postgres.MessageUpdate{Status: StatusSent, Final: true}
+	case len(it.Headers["Receipt-Delivery-Option"]) > 0:
+		a.result.Message = &postgres.MessageUpdate{Status: StatusAwaitingMDN, MDNDueIn: d.o.AsyncMDNWait}
+	default:
+		d.judgeMDN(&a, it, p, resp.Header, body)
+	}
+	return a
+}
+
+// newRequest is the POST of the item's stored bytes (chunked when the
+// partner wants it) with its header fields and the partner's credentials.
+func newRequest(ctx context.Context, it postgres.OutboxItem, p *config.Partner) (*http.Request, error) {
+	chunked := p != nil && p.Chunked
 	var body io.Reader = bytes.NewReader(it.Body)
 	if chunked {
 		body = io.MultiReader(body) // hides the length: net/http sends chunked
 	}
-	req, err := http.NewRequestWithContext(rctx, http.MethodPost, it.URL, body)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, it.URL, body)
 	if err != nil {
-		return attempt{err: fmt.Errorf("request: %w", redactError(err))}
+		return nil, fmt.Errorf("request: %w", redactError(err))
 	}
 	for k, v := range it.Headers {
 		req.Header[k] = v
@@ -446,33 +527,39 @@ func (d *Dispatcher) send(ctx context.Context, it postgres.OutboxItem, p *config
 	} else {
 		req.ContentLength = int64(len(it.Body))
 	}
+	return req, nil
+}
+
+// exchange sends req and reads the answer up to MaxResponseBytes; errors
+// are redacted. A partner's exchange is timed in its metric.
+func (d *Dispatcher) exchange(client *http.Client, req *http.Request, it postgres.OutboxItem) (*http.Response, []byte, error) {
 	start := d.o.Now()
 	resp, err := client.Do(req)
-	var respBody []byte
+	var body []byte
 	if err == nil {
-		respBody, err = io.ReadAll(io.LimitReader(resp.Body, d.o.MaxResponseBytes+1))
+		body, err = io.ReadAll(io.LimitReader(resp.Body, d.o.MaxResponseBytes+1))
 		resp.Body.Close()
-		if err == nil && int64(len(respBody)) > d.o.MaxResponseBytes {
+		if err == nil && int64(len(body)) > d.o.MaxResponseBytes {
 			err = fmt.Errorf("response larger than %d bytes", d.o.MaxResponseBytes)
 		}
 	}
-	if it.Kind != postgres.OutboxKindWebhook {
+	if kindOf(it).partner {
 		d.o.Metrics.duration.WithLabelValues(it.Partner).Observe(d.o.Now().Sub(start).Seconds())
 	}
 	if err != nil {
-		err = redactError(err)
-		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
-			err = fmt.Errorf("no answer within the partner timeout %s: %w", timeout, err)
-		}
-		// A refused target stays refused: no retry.
-		return attempt{retryable: !errors.Is(err, errPrivateTarget), err: fmt.Errorf("post: %w", err)}
+		return nil, nil, redactError(err)
 	}
+	return resp, body, nil
+}
+
+// judgeStatus judges the HTTP status of the answer to it: 408, 429 and
+// 5xx are retried, 3xx (never followed) and other non-2xx are final.
+func judgeStatus(it postgres.OutboxItem, resp *http.Response) attempt {
 	a := attempt{httpStatus: resp.StatusCode}
 	switch c := resp.StatusCode; {
 	case c == http.StatusRequestTimeout, c == http.StatusTooManyRequests, c >= 500:
 		a.retryable = true
 		a.err = fmt.Errorf("partner answered HTTP %d", c)
-		return a
 	case c >= 300 && c <= 399:
 		// Final: the same URL gets the same answer. Redirects are not
 		// followed (see NewDispatcher).
@@ -481,21 +568,8 @@ func (d *Dispatcher) send(ctx context.Context, it postgres.OutboxItem, p *config
 			loc = "(no Location)"
 		}
 		a.err = fmt.Errorf("partner answered HTTP %d redirecting to %s; edihub does not follow redirects: update partner %q's url in the configuration (now %s)", c, redactURL(loc), it.Partner, redactURL(it.URL))
-		return a
 	case c < 200 || c > 299:
 		a.err = fmt.Errorf("partner answered HTTP %d", c)
-		return a
-	}
-	if it.Kind != postgres.OutboxKindMessage {
-		return a
-	}
-	switch {
-	case len(it.Headers["Disposition-Notification-To"]) == 0:
-		a.result.Message = &postgres.MessageUpdate{Status: StatusSent, Final: true}
-	case len(it.Headers["Receipt-Delivery-Option"]) > 0:
-		a.result.Message = &postgres.MessageUpdate{Status: StatusAwaitingMDN, MDNDueIn: d.o.AsyncMDNWait}
-	default:
-		d.judgeMDN(&a, it, p, resp.Header, respBody)
 	}
 	return a
 }
@@ -544,65 +618,31 @@ func isEnveloped(h http.Header) bool {
 // finish turns an attempt into the recorded outcome: done, retry or final
 // failure, with the message status moved once.
 func (d *Dispatcher) finish(ctx context.Context, log *zap.Logger, it postgres.OutboxItem, p *config.Partner, a attempt) {
+	k := kindOf(it)
 	r := a.result
 	r.HTTPStatus = a.httpStatus
-	isMsg := it.Kind == postgres.OutboxKindMessage
 	var result string
 	switch {
 	case a.err == nil:
-		r.State = postgres.OutboxDone
-		switch {
-		case it.Kind == postgres.OutboxKindWebhook:
-			result = ResultWebhookDelivered
-		case !isMsg:
-			result = ResultMDNSent
-		case r.Message != nil && r.Message.Status == StatusAwaitingMDN:
-			result = ResultAwaitingMDN
-		case r.Message != nil && r.Message.Status == StatusSent:
-			result = ResultSent
-		default:
-			result = ResultDelivered
+		r.State, result = postgres.OutboxDone, k.done
+		if k.message {
+			result = messageResult(r.Message)
 		}
 	case a.retryable && d.retry(it, &r.RetryIn):
-		r.State = postgres.OutboxPending
-		r.Error = a.err.Error()
-		if isMsg {
+		r.State, r.Error, result = postgres.OutboxPending, a.err.Error(), k.retry
+		if k.message {
 			r.Message = &postgres.MessageUpdate{Status: StatusRetrying, Error: r.Error}
 		}
-		switch it.Kind {
-		case postgres.OutboxKindMessage:
-			result = ResultRetry
-		case postgres.OutboxKindWebhook:
-			result = ResultWebhookRetry
-		default:
-			result = ResultMDNRetry
-		}
-		if it.Kind != postgres.OutboxKindWebhook {
+		if k.partner {
 			d.o.Metrics.retries.WithLabelValues(it.Partner).Inc()
 		}
 	default:
-		r.State = postgres.OutboxFailed
-		r.Error = a.err.Error()
-		if a.retryable {
-			window := ""
-			if it.Attempts >= it.MaxAttempts && it.RetryWindowLeft > 0 {
-				window = " and the retry window"
-			}
-			r.Error = fmt.Sprintf("gave up after %d attempts%s: %s", it.Attempts, window, r.Error)
-		}
-		if isMsg {
+		r.State, r.Error, result = postgres.OutboxFailed, gaveUp(it, a), k.failed
+		if k.message {
 			if r.Message == nil {
 				r.Message = &postgres.MessageUpdate{Status: StatusFailed, Final: true}
 			}
 			r.Message.Error = r.Error
-		}
-		switch it.Kind {
-		case postgres.OutboxKindMessage:
-			result = ResultFailed
-		case postgres.OutboxKindWebhook:
-			result = ResultWebhookFailed
-		default:
-			result = ResultMDNFailed
 		}
 	}
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
@@ -615,14 +655,43 @@ func (d *Dispatcher) finish(ctx context.Context, log *zap.Logger, it postgres.Ou
 		}
 		return
 	}
-	if it.Kind == postgres.OutboxKindWebhook {
-		d.o.Metrics.webhook.WithLabelValues(result).Inc()
-	} else {
+	d.recorded(log, it, p, a, r, result)
+}
+
+// messageResult is the result of a message whose attempt succeeded.
+func messageResult(u *postgres.MessageUpdate) string {
+	switch {
+	case u != nil && u.Status == StatusAwaitingMDN:
+		return ResultAwaitingMDN
+	case u != nil && u.Status == StatusSent:
+		return ResultSent
+	}
+	return ResultDelivered
+}
+
+// gaveUp is the recorded error of a final failure: a retryable one says
+// that the attempts (and the retry window) are used up.
+func gaveUp(it postgres.OutboxItem, a attempt) string {
+	if !a.retryable {
+		return a.err.Error()
+	}
+	window := ""
+	if it.Attempts >= it.MaxAttempts && it.RetryWindowLeft > 0 {
+		window = " and the retry window"
+	}
+	return fmt.Sprintf("gave up after %d attempts%s: %s", it.Attempts, window, a.err.Error())
+}
+
+// recorded counts and logs an outcome FinishOutbox recorded.
+func (d *Dispatcher) recorded(log *zap.Logger, it postgres.OutboxItem, p *config.Partner, a attempt, r postgres.OutboxResult, result string) {
+	if kindOf(it).partner {
 		partner := it.Partner
 		if p == nil {
 			partner = "unknown"
 		}
 		d.o.Metrics.sent.WithLabelValues(partner, result).Inc()
+	} else {
+		d.o.Metrics.webhook.WithLabelValues(result).Inc()
 	}
 	fields := []zap.Field{zap.String("result", result), zap.Int("http_status", a.httpStatus)}
 	switch r.State {
