@@ -571,6 +571,20 @@ func planMDN(rq request) mdnPlan {
 	return p
 }
 
+// exchange is one AS2 message being received: the request, the partner it
+// comes from, the MDN it asks for, its share of the in-flight budget, the
+// row being made of it, and the log carrying its names.
+type exchange struct {
+	log     *zap.Logger
+	hdr     http.Header
+	body    []byte
+	rq      request
+	plan    mdnPlan
+	partner *config.Partner
+	budget  *reservation
+	msg     *postgres.InboundMessage
+}
+
 func (h *Handler) receive(ctx context.Context, hdr http.Header, body []byte, rq request, partner *config.Partner, budget *reservation) *response {
 	log := h.log.With(zap.String("as2_from", rq.from), zap.String("as2_to", rq.to), zap.String("message_id", rq.messageID), zap.String("partner", partner.AS2ID))
 	plan := planMDN(rq)
@@ -598,7 +612,8 @@ func (h *Handler) receive(ctx context.Context, hdr http.Header, body []byte, rq 
 	if rq.mdnWanted {
 		msg.MDNMode = "sync"
 	}
-	disp, mic, err := h.unwrap(ctx, log, hdr, body, rq, plan, partner, msg, budget)
+	x := &exchange{log: log, hdr: hdr, body: body, rq: rq, plan: plan, partner: partner, budget: budget, msg: msg}
+	disp, mic, err := h.unwrap(ctx, x)
 	if err != nil {
 		return &response{partner: partner.AS2ID, result: resultBusy}
 	}
@@ -627,7 +642,7 @@ func (h *Handler) receive(ctx context.Context, hdr http.Header, body []byte, rq 
 				log.Error("read back the stored MDN", zap.Error(err))
 				return unavailable(partner.AS2ID)
 			}
-			return h.duplicate(ctx, log, rq, plan, partner, rec, asyncURL)
+			return h.duplicate(ctx, x, rec, asyncURL)
 		}
 		log.Error("store inbound message", zap.Error(err))
 		return unavailable(partner.AS2ID)
@@ -684,7 +699,8 @@ func resultFor(d mdn.Disposition) string {
 
 // unwrap runs the receive pipeline and fills msg; it returns the
 // disposition and the MIC to report.
-func (h *Handler) unwrap(ctx context.Context, log *zap.Logger, hdr http.Header, body []byte, rq request, plan mdnPlan, partner *config.Partner, msg *postgres.InboundMessage, budget *reservation) (mdn.Disposition, string, error) {
+func (h *Handler) unwrap(ctx context.Context, x *exchange) (mdn.Disposition, string, error) {
+	log, hdr, body, rq, plan, partner, msg := x.log, x.hdr, x.body, x.rq, x.plan, x.partner, x.msg
 	msg.Status = postgres.InboundError
 	if plan.failure != "" {
 		msg.Error = "MDN request cannot be honoured: " + plan.failure
@@ -696,7 +712,7 @@ func (h *Handler) unwrap(ctx context.Context, log *zap.Logger, hdr http.Header, 
 		PartnerCerts: partner.Certificates,
 		MICAlgs:      plan.micAlgs,
 		UnsignedMIC:  unsignedMIC(partner),
-		Reserve:      budget.grow,
+		Reserve:      x.budget.grow,
 		Limits:       h.o.Limits,
 		InPlace:      true, // body is ours and unused afterwards: a large message is held once
 	})
@@ -865,7 +881,8 @@ func (h *Handler) mdnResponse(rq request, plan mdnPlan, d mdn.Disposition, mic s
 // duplicate answers a resend: the MDN stored the first time, byte for
 // byte; nothing is stored or delivered again. asyncURL is where the
 // resend's own verified request wants its MDN, or "".
-func (h *Handler) duplicate(ctx context.Context, log *zap.Logger, rq request, plan mdnPlan, partner *config.Partner, rec *postgres.InboundRecord, asyncURL string) *response {
+func (h *Handler) duplicate(ctx context.Context, x *exchange, rec *postgres.InboundRecord, asyncURL string) *response {
+	log, rq, plan, partner := x.log, x.rq, x.plan, x.partner
 	log.Info("duplicate message", zap.String("first_disposition", rec.Disposition))
 	if !rq.mdnWanted {
 		return &response{status: http.StatusOK, partner: partner.AS2ID, result: resultDuplicate}
