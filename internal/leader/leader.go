@@ -204,17 +204,15 @@ type attempt struct {
 // campaign again: Run returns it.
 var errFatal = errors.New("leader election cannot go on")
 
-// preflighter is a backend that checks its environment when Run starts.
-type preflighter interface {
-	preflight(ctx context.Context)
-}
-
 // errLost reports a renewal refused because the lease is no longer ours.
 var errLost = errors.New("lease no longer held")
 
 // backend is one lease implementation.
 type backend interface {
 	kind() string
+	// preflight checks the backend's environment when Run starts and
+	// logs what it finds (the API server's version).
+	preflight(ctx context.Context)
 	// watch runs until ctx ends and calls changed whenever the lease may
 	// have changed hands (released, deleted, taken). It returns nil when
 	// ctx ends.
@@ -318,9 +316,7 @@ func (e *Elector) Run(ctx context.Context) error {
 	}()
 	defer func() { stopWatch(); <-watchDone }()
 
-	if p, ok := e.b.(preflighter); ok {
-		p.preflight(ctx)
-	}
+	e.b.preflight(ctx)
 	e.log.Info("campaigning", zap.Duration("lease_duration", e.o.LeaseDuration), zap.Duration("renew_deadline", e.o.RenewDeadline), zap.Duration("retry_period", e.o.RetryPeriod))
 	failures := 0
 	for {

@@ -48,6 +48,9 @@ type pgLease struct {
 
 func (l *pgLease) kind() string { return "postgres" }
 
+// preflight has nothing to check: the database answered the term's ping.
+func (l *pgLease) preflight(context.Context) {}
+
 func (l *pgLease) watch(ctx context.Context, changed func()) error {
 	for {
 		err := l.store.ListenLeaseReleases(ctx, l.name, changed)

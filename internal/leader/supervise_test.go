@@ -50,6 +50,8 @@ type fakeLease struct {
 
 func (f *fakeLease) kind() string { return "fake" }
 
+func (f *fakeLease) preflight(context.Context) {}
+
 func (f *fakeLease) watch(ctx context.Context, _ func()) error { <-ctx.Done(); return nil }
 
 func (f *fakeLease) tryAcquire(context.Context) (attempt, error) {

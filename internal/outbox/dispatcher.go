@@ -28,6 +28,10 @@ type Store interface {
 	OutboundSource(ctx context.Context, id int64) (postgres.OutboundSource, error)
 	SaveOutboundBuild(ctx context.Context, it postgres.OutboxItem, b postgres.OutboundBuild) error
 	FinishOutbox(ctx context.Context, it postgres.OutboxItem, r postgres.OutboxResult) error
+	// ExtendOutboxClaim keeps a claim alive while a slow item is built
+	// and sent (see keepClaim): without it another dispatcher would post
+	// the item a second time.
+	ExtendOutboxClaim(ctx context.Context, it postgres.OutboxItem, lease time.Duration) (time.Time, error)
 }
 
 // Listener delivers wakeups when rows are queued (Postgres LISTEN/NOTIFY);

@@ -11,22 +11,13 @@ import (
 	"github.com/edihub/edihub/internal/postgres"
 )
 
-// claimExtender is implemented by stores that can extend a claim
-// (*postgres.Store); the dispatcher then keeps its claims alive.
-type claimExtender interface {
-	ExtendOutboxClaim(ctx context.Context, it postgres.OutboxItem, lease time.Duration) (time.Time, error)
-}
-
 // keepClaim extends the claim on it every third of the lease while the
 // item is built and sent, so that a large message taking longer than the
 // lease is never claimed and posted again by another dispatcher (whose
 // attempt would throw away this one's MDN). The returned stop ends it and
 // waits. A claim found lost is logged and no longer extended.
 func (d *Dispatcher) keepClaim(ctx context.Context, log *zap.Logger, it postgres.OutboxItem) (stop func()) {
-	ext, ok := d.o.Store.(claimExtender)
-	if !ok {
-		return func() {}
-	}
+	ext := d.o.Store
 	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	wg.Add(1)

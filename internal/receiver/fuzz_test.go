@@ -24,8 +24,9 @@ import (
 
 // memStore is an in-memory Store for the fuzz target.
 type memStore struct {
-	mu   sync.Mutex
-	msgs map[string]*postgres.InboundMessage
+	mu     sync.Mutex
+	msgs   map[string]*postgres.InboundMessage
+	claims map[string]string // partner and content digest → Message-ID
 }
 
 func (s *memStore) SaveInbound(_ context.Context, m *postgres.InboundMessage) (int64, error) {
@@ -52,6 +53,31 @@ func (s *memStore) InboundByMessageID(_ context.Context, partner, id string) (*p
 func (s *memStore) RequeueInboundMDN(context.Context, int64, string) error { return nil }
 
 func (s *memStore) SaveInboxMDN(context.Context, *postgres.InboxMDN) (int64, error) { return 1, nil }
+
+// ClaimSignedContent keeps the first Message-ID of each content (no
+// window: the fuzz target runs for seconds).
+func (s *memStore) ClaimSignedContent(_ context.Context, partner, messageID, digest string, _, _ time.Time) (string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	k := partner + "\x00" + digest
+	if first, ok := s.claims[k]; ok && first != messageID {
+		return first, nil
+	}
+	if s.claims == nil {
+		s.claims = map[string]string{}
+	}
+	s.claims[k] = messageID
+	return "", nil
+}
+
+// SignedMICAlgs and SignedByMIC find nothing: every content is claimed.
+func (s *memStore) SignedMICAlgs(context.Context, string, string, time.Time) ([]string, error) {
+	return nil, nil
+}
+
+func (s *memStore) SignedByMIC(context.Context, string, string, []string, time.Time) (string, error) {
+	return "", nil
+}
 
 // FuzzHandler posts random bodies with random AS2 and MIME fields: the
 // handler never panics, answers one of its documented statuses, and every
