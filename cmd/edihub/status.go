@@ -161,10 +161,28 @@ func status(ctx context.Context, env *environment, o statusOptions) error {
 	if len(urls) == 0 {
 		return errors.New("no replicas to ask: set EDIHUB_OPS_URLS (or -ops-urls) to their ops URLs, e.g. http://127.0.0.1:9091,http://127.0.0.1:9092, or EDIHUB_OPS_DNS (or -ops-dns) to the headless Service's name and port")
 	}
-	client := &http.Client{Timeout: o.timeout}
-	view := clusterView{Replicas: make([]replicaView, len(urls))}
+	view := clusterView{Replicas: askReplicas(ctx, &http.Client{Timeout: o.timeout}, urls)}
+	view.Lease = readLease(ctx, o)
+	leaders, problem := judge(&view)
+
+	if o.output == "json" {
+		enc := json.NewEncoder(env.stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(view); err != nil {
+			return err
+		}
+		return problem
+	}
+	printStatus(env.stdout, view, leaders)
+	return problem
+}
+
+// askReplicas asks each replica, in turn, for its view of the election and
+// its health.
+func askReplicas(ctx context.Context, client *http.Client, urls []string) []replicaView {
+	replicas := make([]replicaView, len(urls))
 	for i, u := range urls {
-		r := &view.Replicas[i]
+		r := &replicas[i]
 		r.URL = u
 		st, err := fetchStatus(ctx, client, u+"/leader")
 		if err != nil {
@@ -174,7 +192,13 @@ func status(ctx context.Context, env *environment, o statusOptions) error {
 		}
 		r.Ready, r.Health = fetchHealth(ctx, client, u+"/readyz")
 	}
+	return replicas
+}
 
+// judge fills in view's leader and consensus from its replicas and Lease.
+// It returns the replicas that say they lead and, without consensus, an
+// errNoConsensus error that says why.
+func judge(view *clusterView) ([]leader.Status, error) {
 	holders := map[string]bool{}
 	var leaders []leader.Status
 	var unreachable []string
@@ -188,7 +212,6 @@ func status(ctx context.Context, env *environment, o statusOptions) error {
 			leaders = append(leaders, *r.Status)
 		}
 	}
-	view.Lease = readLease(ctx, o)
 	var problem error
 	switch {
 	case len(leaders) == 0:
@@ -202,7 +225,7 @@ func status(ctx context.Context, env *environment, o statusOptions) error {
 	case len(unreachable) > 0:
 		// A replica that does not answer may be cut off and still
 		// believe it leads: the others' agreement proves nothing.
-		problem = fmt.Errorf("%w: %d of %d replicas did not answer (%s)", errNoConsensus, len(unreachable), len(urls), strings.Join(unreachable, ", "))
+		problem = fmt.Errorf("%w: %d of %d replicas did not answer (%s)", errNoConsensus, len(unreachable), len(view.Replicas), strings.Join(unreachable, ", "))
 	}
 	if len(leaders) > 0 {
 		view.Leader, view.FencingToken, view.Since = leaders[0].Identity, leaders[0].FencingToken, &leaders[0].Since
@@ -211,16 +234,12 @@ func status(ctx context.Context, env *environment, o statusOptions) error {
 	if problem != nil {
 		view.Problem = problem.Error()
 	}
+	return leaders, problem
+}
 
-	if o.output == "json" {
-		enc := json.NewEncoder(env.stdout)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(view); err != nil {
-			return err
-		}
-		return problem
-	}
-	tw := tabwriter.NewWriter(env.stdout, 0, 4, 2, ' ', 0)
+// printStatus writes view as the table edihub status prints by default.
+func printStatus(w io.Writer, view clusterView, leaders []leader.Status) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "REPLICA\tIDENTITY\tLEADER\tHOLDER\tTOKEN\tBACKEND\tSINCE\tHEALTH")
 	for _, r := range view.Replicas {
 		if r.Status == nil {
@@ -231,22 +250,21 @@ func status(ctx context.Context, env *environment, o statusOptions) error {
 		fmt.Fprintf(tw, "%s\t%s\t%t\t%s\t%d\t%s\t%s\t%s\n", r.URL, s.Identity, s.IsLeader, orDash(s.Holder), s.FencingToken, s.Backend, s.Since.Format(time.RFC3339), r.Health)
 	}
 	_ = tw.Flush()
-	fmt.Fprintln(env.stdout)
+	fmt.Fprintln(w)
 	if l := view.Lease; l != nil {
 		if l.Error != "" {
-			fmt.Fprintf(env.stdout, "Lease %s/%s: %s\n", l.Namespace, l.Name, l.Error)
+			fmt.Fprintf(w, "Lease %s/%s: %s\n", l.Namespace, l.Name, l.Error)
 		} else {
 			renewed := "-"
 			if l.RenewTime != nil {
 				renewed = l.RenewTime.Format(time.RFC3339)
 			}
-			fmt.Fprintf(env.stdout, "Lease %s/%s: holder %s, transitions %d, renewed %s, resourceVersion %s\n", l.Namespace, l.Name, orDash(l.Holder), l.Transitions, renewed, l.ResourceVersion)
+			fmt.Fprintf(w, "Lease %s/%s: holder %s, transitions %d, renewed %s, resourceVersion %s\n", l.Namespace, l.Name, orDash(l.Holder), l.Transitions, renewed, l.ResourceVersion)
 		}
 	}
 	if len(leaders) == 1 {
-		fmt.Fprintf(env.stdout, "holder %s, fencing token %d\n", leaders[0].Identity, leaders[0].FencingToken)
+		fmt.Fprintf(w, "holder %s, fencing token %d\n", leaders[0].Identity, leaders[0].FencingToken)
 	}
-	return problem
 }
 
 // fetchHealth asks a replica's /readyz: ready, and "ready" or why not.

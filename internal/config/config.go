@@ -564,33 +564,70 @@ func (p *parser) stationKey(field string, raw rawStationKey) (StationKey, error)
 	return k, nil
 }
 
+// partner reads one partner entry, section by section. The sections run in
+// the order the checks always ran in, so a file with several mistakes
+// reports the same first error, and the same warnings in the same order.
 func (p *parser) partner(field string, raw *rawPartner, st *Station) (Partner, error) {
 	var pa Partner
-	if err := p.as2ID(field+".as2_id", raw.AS2ID); err != nil {
+	if err := p.partnerEndpoint(field, raw, st, &pa); err != nil {
 		return pa, err
 	}
+	if err := p.partnerCertificates(field, raw, &pa); err != nil {
+		return pa, err
+	}
+	if err := p.partnerMessages(field, raw, &pa); err != nil {
+		return pa, err
+	}
+	if err := p.transport(field, raw, &pa); err != nil {
+		return pa, err
+	}
+	auth, err := p.basicAuth(field+".auth", raw.Auth)
+	if err != nil {
+		return pa, err
+	}
+	pa.BasicAuth = auth
+	if err := p.partnerMDN(field, raw, st, &pa); err != nil {
+		return pa, err
+	}
+	if err := p.partnerRetries(field, raw, &pa); err != nil {
+		return pa, err
+	}
+	return pa, nil
+}
+
+// partnerEndpoint reads the partner's AS2 ID and URL.
+func (p *parser) partnerEndpoint(field string, raw *rawPartner, st *Station, pa *Partner) error {
+	if err := p.as2ID(field+".as2_id", raw.AS2ID); err != nil {
+		return err
+	}
 	if raw.AS2ID == st.AS2ID {
-		return pa, p.fail(field+".as2_id", fmt.Sprintf("AS2 ID %q is the station's own AS2 ID", raw.AS2ID),
+		return p.fail(field+".as2_id", fmt.Sprintf("AS2 ID %q is the station's own AS2 ID", raw.AS2ID),
 			"give the partner its own AS2 ID; station.as2_id is ours")
 	}
 	pa.AS2ID = raw.AS2ID
 
 	if raw.URL == "" {
-		return pa, p.fail(field+".url", "missing", "set url to the partner's AS2 endpoint, like https://as2.partner.example/as2")
+		return p.fail(field+".url", "missing", "set url to the partner's AS2 endpoint, like https://as2.partner.example/as2")
 	}
 	u, err := p.url(field+".url", raw.URL)
 	if err != nil {
-		return pa, err
+		return err
 	}
 	pa.URL = u
+	return nil
+}
 
+// partnerCertificates loads the partner's certificates. One that is not
+// valid now is a warning, not an error: messages still go to the one that
+// expires last.
+func (p *parser) partnerCertificates(field string, raw *rawPartner, pa *Partner) error {
 	data, err := p.readRef(field+".certificate", raw.Certificate, "the partner's PEM certificate file")
 	if err != nil {
-		return pa, err
+		return err
 	}
 	certs, prob := parseCertificates(data, raw.Certificate)
 	if prob != nil {
-		return pa, p.failErr(field+".certificate", prob.err, prob.msg, prob.fix)
+		return p.failErr(field+".certificate", prob.err, prob.msg, prob.fix)
 	}
 	pa.Certificates = certs
 	usable := false
@@ -606,7 +643,13 @@ func (p *parser) partner(field string, raw *rawPartner, st *Station) (Partner, e
 	if !usable {
 		p.warn(field+".certificate", "no certificate is valid now; outbound messages are encrypted to the one that expires last")
 	}
+	return nil
+}
 
+// partnerMessages reads how messages to the partner are built (signing,
+// encryption, compression, the MDN asked for) and what its messages must
+// carry to be accepted.
+func (p *parser) partnerMessages(field string, raw *rawPartner, pa *Partner) error {
 	for _, e := range []struct {
 		key  string
 		in   string
@@ -624,7 +667,7 @@ func (p *parser) partner(field string, raw *rawPartner, st *Station) (Partner, e
 	} {
 		v, err := p.enum(field+"."+e.key, e.in, e.en, e.dflt)
 		if err != nil {
-			return pa, err
+			return err
 		}
 		*e.out = v
 	}
@@ -646,31 +689,41 @@ func (p *parser) partner(field string, raw *rawPartner, st *Station) (Partner, e
 	}
 	pa.Chunked = raw.Chunked
 	pa.MICIncludeHeaders = raw.MICIncludeHeaders
+	return nil
+}
+
+// basicAuth reads the partner's HTTP user and password file (field is the
+// auth section's path); nil when the partner has none.
+func (p *parser) basicAuth(field string, raw *rawAuth) (*BasicAuth, error) {
+	if raw == nil {
+		return nil, nil
+	}
+	if raw.User == "" || strings.ContainsAny(raw.User, ":\r\n") {
+		return nil, p.fail(field+".user", "missing, or holds ':' or a line break", "set auth.user to the HTTP user name the partner gave you")
+	}
+	data, err := p.readRef(field+".password_file", raw.PasswordFile, "a file holding the partner's HTTP password (one line)")
+	if err != nil {
+		return nil, err
+	}
+	pw := strings.TrimRight(string(data), "\r\n")
+	if pw == "" || strings.ContainsAny(pw, "\r\n") {
+		return nil, p.fail(field+".password_file", "the file must hold the password on one line", "write the password alone on the first line of "+raw.PasswordFile)
+	}
+	return &BasicAuth{User: raw.User, Password: pw}, nil
+}
+
+// partnerMDN reads where asynchronous MDNs are sent and from which hosts
+// the partner's MDNs may ask to be sent to; by default only the host of
+// its own URL.
+func (p *parser) partnerMDN(field string, raw *rawPartner, st *Station, pa *Partner) error {
 	pa.AllowPrivateMDNTargets = raw.AllowPrivateMDNTargets
-	if err := p.transport(field, raw, &pa); err != nil {
-		return pa, err
-	}
-	if raw.Auth != nil {
-		if raw.Auth.User == "" || strings.ContainsAny(raw.Auth.User, ":\r\n") {
-			return pa, p.fail(field+".auth.user", "missing, or holds ':' or a line break", "set auth.user to the HTTP user name the partner gave you")
-		}
-		data, err := p.readRef(field+".auth.password_file", raw.Auth.PasswordFile, "a file holding the partner's HTTP password (one line)")
-		if err != nil {
-			return pa, err
-		}
-		pw := strings.TrimRight(string(data), "\r\n")
-		if pw == "" || strings.ContainsAny(pw, "\r\n") {
-			return pa, p.fail(field+".auth.password_file", "the file must hold the password on one line", "write the password alone on the first line of "+raw.Auth.PasswordFile)
-		}
-		pa.BasicAuth = &BasicAuth{User: raw.Auth.User, Password: pw}
-	}
-	pa.MDNHosts = []string{strings.ToLower(u.Hostname())}
+	pa.MDNHosts = []string{strings.ToLower(pa.URL.Hostname())}
 	if len(raw.MDNHosts) > 0 {
 		pa.MDNHosts = nil
 		for i, h := range raw.MDNHosts {
 			h = strings.ToLower(strings.TrimSpace(h))
 			if h == "" || strings.ContainsAny(h, "/:@ ") && !strings.HasPrefix(h, "[") {
-				return pa, p.fail(fmt.Sprintf("%s.mdn_hosts[%d]", field, i), fmt.Sprintf("%q is not a host name", raw.MDNHosts[i]),
+				return p.fail(fmt.Sprintf("%s.mdn_hosts[%d]", field, i), fmt.Sprintf("%q is not a host name", raw.MDNHosts[i]),
 					"list host names or IP addresses only, without scheme, port or path, like as2.partner.example")
 			}
 			pa.MDNHosts = append(pa.MDNHosts, strings.Trim(h, "[]"))
@@ -679,23 +732,28 @@ func (p *parser) partner(field string, raw *rawPartner, st *Station) (Partner, e
 
 	if raw.AsyncMDNURL != "" {
 		if _, err := p.url(field+".async_mdn_url", raw.AsyncMDNURL); err != nil {
-			return pa, err
+			return err
 		}
 		pa.AsyncMDNURL = strings.TrimSpace(raw.AsyncMDNURL)
 	} else if pa.MDN == MDNAsync {
 		if st.AsyncMDNURL == "" {
-			return pa, p.fail(field+".async_mdn_url", "missing: mdn is async, so the partner needs a URL to send the MDN to",
+			return p.fail(field+".async_mdn_url", "missing: mdn is async, so the partner needs a URL to send the MDN to",
 				"set async_mdn_url on this partner or on the station to edihub's public AS2 URL, like https://edihub.example/as2; or use mdn: sync")
 		}
 		pa.AsyncMDNURL = st.AsyncMDNURL
 	}
+	return nil
+}
 
+// partnerRetries reads the replay check and how long and how often a
+// message to the partner is tried.
+func (p *parser) partnerRetries(field string, raw *rawPartner, pa *Partner) error {
 	pa.RefuseReplays = raw.RefuseReplays
 	pa.ReplayWindow = DefaultReplayWindow
 	if raw.ReplayWindow != "" {
 		d, err := time.ParseDuration(strings.TrimSpace(raw.ReplayWindow))
 		if err != nil || d < 0 {
-			return pa, p.failErr(field+".replay_window", err, fmt.Sprintf("%q is not a duration", raw.ReplayWindow), "write a duration with a unit, like 24h, or 0s to disable the check")
+			return p.failErr(field+".replay_window", err, fmt.Sprintf("%q is not a duration", raw.ReplayWindow), "write a duration with a unit, like 24h, or 0s to disable the check")
 		}
 		pa.ReplayWindow = d
 	}
@@ -704,21 +762,21 @@ func (p *parser) partner(field string, raw *rawPartner, st *Station) (Partner, e
 		d, err := time.ParseDuration(strings.TrimSpace(raw.Timeout))
 		if err != nil || d <= 0 {
 			msg := fmt.Sprintf("%q is not a positive duration", raw.Timeout)
-			return pa, p.failErr(field+".timeout", err, msg, "write a positive duration with a unit, like 60s or 2m")
+			return p.failErr(field+".timeout", err, msg, "write a positive duration with a unit, like 60s or 2m")
 		}
 		pa.Timeout = d
 	}
 	pa.MaxAttempts = DefaultMaxAttempts
 	if raw.MaxAttempts != nil {
 		if *raw.MaxAttempts <= 0 {
-			return pa, p.fail(field+".max_attempts", fmt.Sprintf("%d is not positive", *raw.MaxAttempts),
+			return p.fail(field+".max_attempts", fmt.Sprintf("%d is not positive", *raw.MaxAttempts),
 				fmt.Sprintf("write a whole number of at least 1 (default %d)", DefaultMaxAttempts))
 		}
 		pa.MaxAttempts = *raw.MaxAttempts
 	}
 	if raw.ResendOverdue != nil {
 		if n := *raw.ResendOverdue; n < 0 || n > MaxResendOverdue {
-			return pa, p.fail(field+".resend_overdue", fmt.Sprintf("%d is out of range", n),
+			return p.fail(field+".resend_overdue", fmt.Sprintf("%d is out of range", n),
 				fmt.Sprintf("write a whole number from 0 (only flag the message overdue; the default) to %d", MaxResendOverdue))
 		}
 		pa.ResendOverdue = *raw.ResendOverdue
@@ -727,11 +785,11 @@ func (p *parser) partner(field string, raw *rawPartner, st *Station) (Partner, e
 		d, err := time.ParseDuration(strings.TrimSpace(raw.RetryWindow))
 		if err != nil || d <= 0 {
 			msg := fmt.Sprintf("%q is not a positive duration", raw.RetryWindow)
-			return pa, p.failErr(field+".retry_window", err, msg, "write a positive duration with a unit, like 24h or 90m; leave it out for EDIHUB_RETRY_WINDOW")
+			return p.failErr(field+".retry_window", err, msg, "write a positive duration with a unit, like 24h or 90m; leave it out for EDIHUB_RETRY_WINDOW")
 		}
 		pa.RetryWindow = d
 	}
-	return pa, nil
+	return nil
 }
 
 // transport reads the partner's HTTPS, extra header and proxy settings.

@@ -85,19 +85,9 @@ func Build(o Options) (v1.Image, error) {
 	if o.Arch == "" {
 		o.Arch = "amd64"
 	}
-	if err := checkStatic(o.Binary); err != nil {
+	bin, ca, err := readInputs(o)
+	if err != nil {
 		return nil, err
-	}
-	bin, err := os.ReadFile(o.Binary)
-	if err != nil {
-		return nil, fmt.Errorf("ociimage: %w", err)
-	}
-	ca, err := os.ReadFile(o.CACertificates)
-	if err != nil {
-		return nil, fmt.Errorf("ociimage: %w", err)
-	}
-	if !bytes.Contains(ca, []byte("-----BEGIN CERTIFICATE-----")) {
-		return nil, fmt.Errorf("ociimage: %s holds no PEM certificate", o.CACertificates)
 	}
 	created := o.Created.UTC()
 	if o.Created.IsZero() {
@@ -108,6 +98,46 @@ func Build(o Options) (v1.Image, error) {
 	if err != nil {
 		return nil, err
 	}
+	img, err := layerImage(files, created)
+	if err != nil {
+		return nil, err
+	}
+	cf, err := img.ConfigFile()
+	if err != nil {
+		return nil, fmt.Errorf("ociimage: config: %w", err)
+	}
+	cf = cf.DeepCopy()
+	configure(cf, o, created)
+	img, err = mutate.ConfigFile(img, cf)
+	if err != nil {
+		return nil, fmt.Errorf("ociimage: config: %w", err)
+	}
+	return img, nil
+}
+
+// readInputs reads the binary, once checked to be static, and the CA
+// certificates.
+func readInputs(o Options) (bin, ca []byte, err error) {
+	if err = checkStatic(o.Binary); err != nil {
+		return nil, nil, err
+	}
+	bin, err = os.ReadFile(o.Binary)
+	if err != nil {
+		return nil, nil, fmt.Errorf("ociimage: %w", err)
+	}
+	ca, err = os.ReadFile(o.CACertificates)
+	if err != nil {
+		return nil, nil, fmt.Errorf("ociimage: %w", err)
+	}
+	if !bytes.Contains(ca, []byte("-----BEGIN CERTIFICATE-----")) {
+		return nil, nil, fmt.Errorf("ociimage: %s holds no PEM certificate", o.CACertificates)
+	}
+	return bin, ca, nil
+}
+
+// layerImage returns an OCI image on the empty base whose one layer is
+// the tar archive files.
+func layerImage(files []byte, created time.Time) (v1.Image, error) {
 	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) {
 		return io.NopCloser(bytes.NewReader(files)), nil
 	}, tarball.WithMediaType(types.OCILayer))
@@ -126,11 +156,12 @@ func Build(o Options) (v1.Image, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ociimage: append layer: %w", err)
 	}
-	cf, err := img.ConfigFile()
-	if err != nil {
-		return nil, fmt.Errorf("ociimage: config: %w", err)
-	}
-	cf = cf.DeepCopy()
+	return img, nil
+}
+
+// configure sets how the image runs (platform, user, entrypoint,
+// environment, ports) and its labels on cf.
+func configure(cf *v1.ConfigFile, o Options, created time.Time) {
 	cf.OS = "linux"
 	cf.Architecture = o.Arch
 	cf.Created = v1.Time{Time: created}
@@ -155,11 +186,6 @@ func Build(o Options) (v1.Image, error) {
 	if o.Revision != "" {
 		cf.Config.Labels[LabelRevision] = o.Revision
 	}
-	img, err = mutate.ConfigFile(img, cf)
-	if err != nil {
-		return nil, fmt.Errorf("ociimage: config: %w", err)
-	}
-	return img, nil
 }
 
 // checkStatic refuses anything but a statically linked ELF executable: one

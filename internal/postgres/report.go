@@ -76,25 +76,26 @@ func (s *Store) DayTraffic(ctx context.Context, start, end time.Time, lease stri
 	}
 	d := &DayTraffic{Start: start, End: end, Duplicates: map[string]int64{}}
 	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{AccessMode: pgx.ReadOnly, IsoLevel: pgx.RepeatableRead}, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, `
+		return readDayTraffic(ctx, tx, d, lease)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("day traffic %s..%s: %w", start.Format(time.RFC3339), end.Format(time.RFC3339), err)
+	}
+	return d, nil
+}
+
+// The queries of DayTraffic. $1 and $2 are the window's start and end, $3
+// the lease.
+const (
+	messageGroupsSQL = `
 SELECT partner, direction, status, disposition, mdn_overdue, count(*), coalesce(sum(payload_size), 0),
        coalesce(sum(greatest(attempts - 1, 0)), 0)
   FROM messages
  WHERE created_at >= $1 AND created_at < $2
  GROUP BY 1, 2, 3, 4, 5
- ORDER BY 1, 2, 3, 4, 5`, start, end)
-		if err != nil {
-			return fmt.Errorf("messages: %w", err)
-		}
-		d.Groups, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (MessageGroup, error) {
-			var g MessageGroup
-			err := r.Scan(&g.Partner, &g.Direction, &g.Status, &g.Disposition, &g.Overdue, &g.Count, &g.Bytes, &g.Retries)
-			return g, err
-		})
-		if err != nil {
-			return fmt.Errorf("messages: %w", err)
-		}
-		rows, err = tx.Query(ctx, `
+ ORDER BY 1, 2, 3, 4, 5`
+
+	latencySQL = `
 SELECT coalesce(partner, ''), count(*),
        percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM completed_at - created_at)),
        percentile_cont(0.95) WITHIN GROUP (ORDER BY extract(epoch FROM completed_at - created_at))
@@ -102,73 +103,95 @@ SELECT coalesce(partner, ''), count(*),
  WHERE created_at >= $1 AND created_at < $2 AND direction = 'outbound'
    AND status IN ('delivered', 'failed') AND disposition <> '' AND completed_at IS NOT NULL
  GROUP BY GROUPING SETS ((partner), ())
-HAVING count(*) > 0`, start, end)
-		if err != nil {
-			return fmt.Errorf("latency: %w", err)
-		}
-		d.Latency, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (LatencyGroup, error) {
-			var g LatencyGroup
-			err := r.Scan(&g.Partner, &g.Count, &g.P50, &g.P95)
-			return g, err
-		})
-		if err != nil {
-			return fmt.Errorf("latency: %w", err)
-		}
-		rows, err = tx.Query(ctx, `
-SELECT partner, count(*) FROM duplicates WHERE answered_at >= $1 AND answered_at < $2 GROUP BY partner`, start, end)
-		if err != nil {
-			return fmt.Errorf("duplicates: %w", err)
-		}
-		var p string
-		var n int64
-		if _, err := pgx.ForEachRow(rows, []any{&p, &n}, func() error { d.Duplicates[p] = n; return nil }); err != nil {
-			return fmt.Errorf("duplicates: %w", err)
-		}
-		rows, err = tx.Query(ctx, `
+HAVING count(*) > 0`
+
+	duplicatesSQL = `
+SELECT partner, count(*) FROM duplicates WHERE answered_at >= $1 AND answered_at < $2 GROUP BY partner`
+
+	hourlySQL = `
 SELECT floor(extract(epoch FROM created_at - $1::timestamptz) / 3600)::int, direction, count(*)
   FROM messages
  WHERE created_at >= $1 AND created_at < $2
- GROUP BY 1, 2 ORDER BY 1, 2`, start, end)
-		if err != nil {
-			return fmt.Errorf("hourly: %w", err)
-		}
-		d.Hourly, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (HourCount, error) {
-			var h HourCount
-			err := r.Scan(&h.Hour, &h.Direction, &h.Count)
-			return h, err
-		})
-		if err != nil {
-			return fmt.Errorf("hourly: %w", err)
-		}
-		err = tx.QueryRow(ctx, `
+ GROUP BY 1, 2 ORDER BY 1, 2`
+
+	termsSQL = `
 SELECT count(*) FILTER (WHERE opened_at >= $1 AND opened_at < $2),
        count(*) FILTER (WHERE opened_at >= $1 AND opened_at < $2 AND prev IS NOT NULL AND prev <> holder)
-  FROM (SELECT opened_at, holder, lag(holder) OVER (ORDER BY token) AS prev FROM leader_terms WHERE lease = $3) t`,
-			start, end, lease).Scan(&d.Terms, &d.Failovers)
-		if err != nil {
-			return fmt.Errorf("terms: %w", err)
-		}
-		err = tx.QueryRow(ctx, `
-SELECT count(*) FROM fencing_rejections WHERE lease = $3 AND rejected_at >= $1 AND rejected_at < $2`,
-			start, end, lease).Scan(&d.FencingRejections)
-		if err != nil {
-			return fmt.Errorf("fencing rejections: %w", err)
-		}
-		err = tx.QueryRow(ctx, `
+  FROM (SELECT opened_at, holder, lag(holder) OVER (ORDER BY token) AS prev FROM leader_terms WHERE lease = $3) t`
+
+	fencingRejectionsSQL = `
+SELECT count(*) FROM fencing_rejections WHERE lease = $3 AND rejected_at >= $1 AND rejected_at < $2`
+
+	// backlogSQL takes only the window's end, as $1.
+	backlogSQL = `
 SELECT (SELECT count(*) FROM messages
          WHERE direction = 'outbound' AND created_at < $1 AND (completed_at IS NULL OR completed_at >= $1)),
        (SELECT count(*) FROM mdn_inbox
-         WHERE received_at < $1 AND (processed_at IS NULL OR processed_at >= $1))`, end).
-			Scan(&d.BacklogOutbound, &d.BacklogMDNInbox)
-		if err != nil {
-			return fmt.Errorf("backlog: %w", err)
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("day traffic %s..%s: %w", start.Format(time.RFC3339), end.Format(time.RFC3339), err)
+         WHERE received_at < $1 AND (processed_at IS NULL OR processed_at >= $1))`
+)
+
+// readDayTraffic fills d, whose Start, End and Duplicates map are set,
+// from tx.
+func readDayTraffic(ctx context.Context, tx pgx.Tx, d *DayTraffic, lease string) error {
+	start, end := d.Start, d.End
+	var err error
+	if d.Groups, err = collectWindow(ctx, tx, messageGroupsSQL, start, end, func(r pgx.CollectableRow) (MessageGroup, error) {
+		var g MessageGroup
+		err := r.Scan(&g.Partner, &g.Direction, &g.Status, &g.Disposition, &g.Overdue, &g.Count, &g.Bytes, &g.Retries)
+		return g, err
+	}); err != nil {
+		return fmt.Errorf("messages: %w", err)
 	}
-	return d, nil
+	if d.Latency, err = collectWindow(ctx, tx, latencySQL, start, end, func(r pgx.CollectableRow) (LatencyGroup, error) {
+		var g LatencyGroup
+		err := r.Scan(&g.Partner, &g.Count, &g.P50, &g.P95)
+		return g, err
+	}); err != nil {
+		return fmt.Errorf("latency: %w", err)
+	}
+	if err := readDuplicates(ctx, tx, start, end, d.Duplicates); err != nil {
+		return fmt.Errorf("duplicates: %w", err)
+	}
+	if d.Hourly, err = collectWindow(ctx, tx, hourlySQL, start, end, func(r pgx.CollectableRow) (HourCount, error) {
+		var h HourCount
+		err := r.Scan(&h.Hour, &h.Direction, &h.Count)
+		return h, err
+	}); err != nil {
+		return fmt.Errorf("hourly: %w", err)
+	}
+	if err := tx.QueryRow(ctx, termsSQL, start, end, lease).Scan(&d.Terms, &d.Failovers); err != nil {
+		return fmt.Errorf("terms: %w", err)
+	}
+	if err := tx.QueryRow(ctx, fencingRejectionsSQL, start, end, lease).Scan(&d.FencingRejections); err != nil {
+		return fmt.Errorf("fencing rejections: %w", err)
+	}
+	if err := tx.QueryRow(ctx, backlogSQL, end).Scan(&d.BacklogOutbound, &d.BacklogMDNInbox); err != nil {
+		return fmt.Errorf("backlog: %w", err)
+	}
+	return nil
+}
+
+// collectWindow runs query over the window [start, end) and scans every row
+// with scan.
+func collectWindow[T any](ctx context.Context, tx pgx.Tx, query string, start, end time.Time, scan pgx.RowToFunc[T]) ([]T, error) {
+	rows, err := tx.Query(ctx, query, start, end)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, scan)
+}
+
+// readDuplicates adds the duplicates answered in [start, end) to
+// perPartner.
+func readDuplicates(ctx context.Context, tx pgx.Tx, start, end time.Time, perPartner map[string]int64) error {
+	rows, err := tx.Query(ctx, duplicatesSQL, start, end)
+	if err != nil {
+		return err
+	}
+	var p string
+	var n int64
+	_, err = pgx.ForEachRow(rows, []any{&p, &n}, func() error { perPartner[p] = n; return nil })
+	return err
 }
 
 // ErrReportNotFound reports a day with no stored report.
