@@ -218,11 +218,8 @@ SELECT m.id, m.partner, m.message_id, m.status, m.mic, coalesce(o.mics, '{}'), m
 func (s *Store) SentBytes(ctx context.Context, id int64) (http.Header, []byte, error) {
 	var hdr, body []byte
 	err := s.pool.QueryRow(ctx, `SELECT headers, body FROM outbox WHERE message_id = $1 AND kind = 'message' AND body IS NOT NULL`, id).Scan(&hdr, &body)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, nil, fmt.Errorf("sent bytes of message %d: %w", id, ErrMessageNotFound)
-	}
 	if err != nil {
-		return nil, nil, fmt.Errorf("sent bytes of message %d: %w", id, err)
+		return nil, nil, messageErr(fmt.Sprintf("sent bytes of message %d", id), err)
 	}
 	h := http.Header{}
 	if err := json.Unmarshal(hdr, &h); err != nil {

@@ -70,13 +70,19 @@ func scanMessage(r pgx.Row) (MessageInfo, error) {
 // Message returns the message with id, or ErrMessageNotFound.
 func (s *Store) Message(ctx context.Context, id int64) (MessageInfo, error) {
 	m, err := scanMessage(s.pool.QueryRow(ctx, `SELECT `+messageColumns+` FROM messages WHERE id = $1`, id))
-	if errors.Is(err, pgx.ErrNoRows) {
-		return m, fmt.Errorf("message %d: %w", id, ErrMessageNotFound)
+	return m, messageErr(fmt.Sprintf("message %d", id), err)
+}
+
+// messageErr wraps the error of reading what of one message: no row is
+// ErrMessageNotFound.
+func messageErr(what string, err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, pgx.ErrNoRows):
+		return fmt.Errorf("%s: %w", what, ErrMessageNotFound)
 	}
-	if err != nil {
-		return m, fmt.Errorf("message %d: %w", id, err)
-	}
-	return m, nil
+	return fmt.Errorf("%s: %w", what, err)
 }
 
 // MessageQuery filters and pages Messages. Zero fields do not filter.
@@ -147,11 +153,8 @@ func (s *Store) MessagePayload(ctx context.Context, id int64) (MessageInfo, []by
 	}
 	var data []byte
 	err = s.pool.QueryRow(ctx, `SELECT data FROM payloads WHERE message_id = $1`, id).Scan(&data)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return m, nil, fmt.Errorf("payload of message %d: %w", id, ErrMessageNotFound)
-	}
 	if err != nil {
-		return m, nil, fmt.Errorf("payload of message %d: %w", id, err)
+		return m, nil, messageErr(fmt.Sprintf("payload of message %d", id), err)
 	}
 	return m, data, nil
 }

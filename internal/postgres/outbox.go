@@ -296,13 +296,7 @@ SELECT m.message_id, m.as2_from, m.as2_to, m.subject, m.content_type, m.filename
   FROM messages m JOIN payloads p ON p.message_id = m.id
  WHERE m.id = $1`, id).Scan(&o.MessageID, &o.AS2From, &o.AS2To, &o.Subject, &o.ContentType, &o.Filename,
 		&o.MDNMode, &o.MDNSigned, &o.MDNURL, &o.Payload)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return o, fmt.Errorf("outbound message %d: %w", id, ErrMessageNotFound)
-	}
-	if err != nil {
-		return o, fmt.Errorf("outbound message %d: %w", id, err)
-	}
-	return o, nil
+	return o, messageErr(fmt.Sprintf("outbound message %d", id), err)
 }
 
 // OutboundBuild is a built AS2 message, frozen for every attempt.
