@@ -14,11 +14,8 @@ import (
 	// database (distroless, scratch).
 	_ "time/tzdata"
 
-	"go.uber.org/zap"
-
 	"github.com/edihub/edihub/internal/config"
 	"github.com/edihub/edihub/internal/leader"
-	"github.com/edihub/edihub/internal/postgres"
 	"github.com/edihub/edihub/internal/report"
 )
 
@@ -134,11 +131,11 @@ func newReportWorker(r *replica) (leader.Worker, error) {
 // reportFlags defines edihub report: render any day's report from the
 // database, and mail it with -send.
 func reportFlags(fs *flagSet) func(context.Context, *environment) error {
-	var url, cfgPath, date, format, out, lease string
+	var db stationDB
+	var date, format, out, lease string
 	var send, force bool
 	var ro reportOptions
-	fs.String(&url, "database-url", "", "PostgreSQL connection URL, e.g. postgres://edihub:secret@db:5432/edihub?sslmode=verify-full")
-	fs.String(&cfgPath, "config", "", "path of the station and partner YAML file (see docs/configuration.md)")
+	db.flags(fs)
 	fs.String(&lease, "lease-name", "edihub-leader", "name of the leader lease whose terms the report counts and whose fence a -send claims under")
 	ro.flags(fs)
 	fs.String(&date, "date", "yesterday", "the day: YYYY-MM-DD, today or yesterday (in the report time zone)")
@@ -147,11 +144,8 @@ func reportFlags(fs *flagSet) func(context.Context, *environment) error {
 	fs.Bool(&send, "send", false, "mail the report (a finished day through the same exactly-once claim as the leader; refused when already mailed)")
 	fs.Bool(&force, "force", false, "with -send: mail even when the day was mailed or is claimed, under a new Message-ID, without touching the claim")
 	return func(ctx context.Context, env *environment) error {
-		if url == "" {
-			return errors.New("no database: set EDIHUB_DATABASE_URL (or -database-url) to a PostgreSQL URL such as postgres://edihub:secret@localhost:5432/edihub")
-		}
-		if cfgPath == "" {
-			return errors.New("no station configuration: set EDIHUB_CONFIG (or -config) to the path of the station and partner YAML file")
+		if err := db.check(); err != nil {
+			return err
 		}
 		if force && !send {
 			return errors.New("report: -force only goes with -send")
@@ -167,11 +161,7 @@ func reportFlags(fs *flagSet) func(context.Context, *environment) error {
 		if err != nil {
 			return err
 		}
-		cfg, err := config.Load(cfgPath, config.Options{Now: time.Now})
-		if err != nil {
-			return err
-		}
-		store, err := openStore(ctx, zap.NewNop(), url, postgres.Options{MaxConns: 2}, false)
+		cfg, store, err := db.open(ctx)
 		if err != nil {
 			return err
 		}

@@ -25,9 +25,9 @@ import (
 // configuration (EDIHUB_CONFIG) for the partner profile and the station's
 // AS2 ID, like serve.
 func sendFlags(fs *flagSet) func(context.Context, *environment) error {
-	var url, cfgPath, partner, contentType, filename string
-	fs.String(&url, "database-url", "", "PostgreSQL connection URL, e.g. postgres://edihub:secret@db:5432/edihub?sslmode=verify-full")
-	fs.String(&cfgPath, "config", "", "path of the station and partner YAML file (see docs/configuration.md)")
+	var db stationDB
+	var partner, contentType, filename string
+	db.flags(fs)
 	fs.String(&partner, "partner", "", "AS2 ID of the partner to send to, exactly as configured (case-sensitive)")
 	fs.String(&contentType, "content-type", "application/octet-stream", "Content-Type of the document, e.g. application/EDI-X12 or application/EDIFACT")
 	fs.String(&filename, "filename", "", "file name sent in Content-Disposition; default: the base name of FILE")
@@ -38,11 +38,8 @@ func sendFlags(fs *flagSet) func(context.Context, *environment) error {
 		if partner == "" {
 			return errors.New("send: no partner: give -partner with the partner's AS2 ID")
 		}
-		if url == "" {
-			return errors.New("no database: set EDIHUB_DATABASE_URL (or -database-url) to a PostgreSQL URL such as postgres://edihub:secret@localhost:5432/edihub")
-		}
-		if cfgPath == "" {
-			return errors.New("no station configuration: set EDIHUB_CONFIG (or -config) to the path of the station and partner YAML file")
+		if err := db.check(); err != nil {
+			return err
 		}
 		path := env.args[0]
 		data, err := os.ReadFile(path)
@@ -52,11 +49,7 @@ func sendFlags(fs *flagSet) func(context.Context, *environment) error {
 		if filename == "" {
 			filename = filepath.Base(path)
 		}
-		cfg, err := config.Load(cfgPath, config.Options{Now: time.Now})
-		if err != nil {
-			return err
-		}
-		store, err := openStore(ctx, zap.NewNop(), url, postgres.Options{MaxConns: 2}, false)
+		cfg, store, err := db.open(ctx)
 		if err != nil {
 			return err
 		}
@@ -85,4 +78,37 @@ func printJSON(w io.Writer, v any) error {
 	enc.SetEscapeHTML(false)
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
+}
+
+// stationDB is what the one-shot subcommands working on a station's
+// database (send, report) open: the database and the station's file.
+type stationDB struct{ url, configPath string }
+
+func (d *stationDB) flags(fs *flagSet) {
+	fs.String(&d.url, "database-url", "", "PostgreSQL connection URL, e.g. postgres://edihub:secret@db:5432/edihub?sslmode=verify-full")
+	fs.String(&d.configPath, "config", "", "path of the station and partner YAML file (see docs/configuration.md)")
+}
+
+// check says which setting is missing, and how to set it.
+func (d stationDB) check() error {
+	if d.url == "" {
+		return errors.New("no database: set EDIHUB_DATABASE_URL (or -database-url) to a PostgreSQL URL such as postgres://edihub:secret@localhost:5432/edihub")
+	}
+	if d.configPath == "" {
+		return errors.New("no station configuration: set EDIHUB_CONFIG (or -config) to the path of the station and partner YAML file")
+	}
+	return nil
+}
+
+// open loads the station's file and opens its database (close it).
+func (d stationDB) open(ctx context.Context) (*config.File, *postgres.Store, error) {
+	cfg, err := config.Load(d.configPath, config.Options{Now: time.Now})
+	if err != nil {
+		return nil, nil, err
+	}
+	store, err := openStore(ctx, zap.NewNop(), d.url, postgres.Options{MaxConns: 2}, false)
+	if err != nil {
+		return nil, nil, err
+	}
+	return cfg, store, nil
 }
