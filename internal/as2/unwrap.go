@@ -120,15 +120,39 @@ type Message struct {
 // content would make a CBC decryption oracle.
 // body is not modified unless opts.InPlace; the Message may alias it.
 func Unwrap(h http.Header, body []byte, opts UnwrapOptions) (_ *Message, err error) {
-	// blind is set while the bytes in hand came out of a decryption that
-	// no signature has yet vouched for.
-	blind := false
+	top, err := requestEntity(h, body)
+	if err != nil {
+		return nil, err
+	}
+	u := newUnwrapping(top, opts)
 	defer func() {
-		if err != nil && blind {
+		if err != nil && u.blind {
 			err = &Error{Disposition: DispositionDecryptionFailed, Err: err}
 		}
 	}()
-	lim := opts.Limits.withDefaults()
+	ent := top
+	for depth := 0; ; depth++ {
+		if depth > u.lim.MaxDepth {
+			return nil, classify(stageMIME, fmt.Errorf("%w: more than %d S/MIME layers", ErrLimit, u.lim.MaxDepth))
+		}
+		mt, params := ent.MediaType()
+		switch mt {
+		case "multipart/signed":
+			ent, err = u.multipartSigned(ent)
+		case "application/pkcs7-mime", "application/x-pkcs7-mime":
+			ent, err = u.pkcs7(ent, params["smime-type"])
+		default:
+			return u.payload(ent)
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+}
+
+// requestEntity is the outermost MIME entity: body under the HTTP header
+// fields that describe it, which must include a Content-Type.
+func requestEntity(h http.Header, body []byte) (*Entity, error) {
 	top := &Entity{Body: body}
 	for _, name := range []string{"Content-Type", "Content-Transfer-Encoding", "Content-Disposition"} {
 		if vs := h.Values(name); len(vs) > 0 {
@@ -138,166 +162,235 @@ func Unwrap(h http.Header, body []byte, opts UnwrapOptions) (_ *Message, err err
 	if top.Header.Get("Content-Type") == "" {
 		return nil, &Error{Disposition: DispositionUnexpectedProcessing, Err: fmt.Errorf("%w: no Content-Type", ErrMalformedMIME)}
 	}
-	micAlg := crypto.SHA256
-	if len(opts.MICAlgs) > 0 {
-		micAlg = opts.MICAlgs[0]
-	}
+	return top, nil
+}
 
-	m := &Message{}
+// unwrapping is the state of one Unwrap call while it peels layers. Each
+// layer method returns its error already classified for the MDN (but for
+// a Reserve failure, which is not the message's); Unwrap only adds the
+// blanket decryption-failed of a blind failure.
+type unwrapping struct {
+	opts   UnwrapOptions
+	lim    Limits
+	micAlg crypto.Hash // for MICs that no signature fixes
+	top    *Entity     // the request entity, for a plain message's MIC
+	m      *Message
+
+	// blind is set while the bytes in hand came out of a decryption that
+	// no signature has yet vouched for.
+	blind bool
+	// owned is set when the current entity's bytes may be overwritten:
+	// they are a buffer of Unwrap's own, or the caller's with InPlace.
+	owned bool
+	// decompressBudget is shared by nested compressed layers: each may
+	// be held at once.
+	decompressBudget int64
+
 	// The MIC inputs: a signed layer's MIC is the verifier's digest; the
-	// bytes of an encrypted or compressed layer are digested only when
-	// needed, or before a decryption in place would overwrite them.
-	var signedMIC, encryptedMIC, compressedMIC MIC
-	var encryptedRaw, compressedRaw []byte
-	digestPending := func() {
-		if encryptedRaw != nil {
-			encryptedMIC, encryptedRaw = ComputeMIC(micAlg, encryptedRaw), nil
-		}
-		if compressedRaw != nil {
-			compressedMIC, compressedRaw = ComputeMIC(micAlg, compressedRaw), nil
+	// bytes of the outermost encrypted or compressed layer are digested
+	// only when needed, or before a decryption in place would overwrite
+	// them.
+	signedMIC, encryptedMIC, compressedMIC MIC
+	encryptedRaw, compressedRaw            []byte
+	encryptedSeen, compressedSeen          bool
+}
+
+func newUnwrapping(top *Entity, opts UnwrapOptions) *unwrapping {
+	u := &unwrapping{
+		opts:   opts,
+		lim:    opts.Limits.withDefaults(),
+		micAlg: crypto.SHA256,
+		top:    top,
+		m:      &Message{},
+		owned:  opts.InPlace,
+	}
+	if len(opts.MICAlgs) > 0 {
+		u.micAlg = opts.MICAlgs[0]
+	}
+	u.decompressBudget = u.lim.MaxDecompressedSize
+	return u
+}
+
+// digestPending digests the layer bytes kept for the MIC, before they
+// are overwritten or when the MIC needs them.
+func (u *unwrapping) digestPending() {
+	if u.encryptedRaw != nil {
+		u.encryptedMIC, u.encryptedRaw = ComputeMIC(u.micAlg, u.encryptedRaw), nil
+	}
+	if u.compressedRaw != nil {
+		u.compressedMIC, u.compressedRaw = ComputeMIC(u.micAlg, u.compressedRaw), nil
+	}
+}
+
+// multipartSigned verifies a multipart/signed layer and returns its
+// signed part.
+func (u *unwrapping) multipartSigned(ent *Entity) (*Entity, error) {
+	// Split only now: a broken multipart/signed is a failed
+	// authentication, not a generic MIME error.
+	if ent.Parts == nil {
+		if err := (&mimeParser{lim: u.lim}).multipart(ent, 0); err != nil {
+			return nil, classify(stageVerify, err)
 		}
 	}
-	encryptedSeen, compressedSeen := false, false
-	// Nested compressed layers share one budget: each may be held at once.
-	decompressBudget := lim.MaxDecompressedSize
-	ent := top
-	owned := opts.InPlace // ent's bytes may be overwritten
-	for depth := 0; ; depth++ {
-		if depth > lim.MaxDepth {
-			return nil, classify(stageMIME, fmt.Errorf("%w: more than %d S/MIME layers", ErrLimit, lim.MaxDepth))
-		}
-		mt, params := ent.MediaType()
-		switch {
-		case mt == "multipart/signed":
-			// Split only now: a broken multipart/signed is a failed
-			// authentication, not a generic MIME error.
-			if ent.Parts == nil {
-				if err := (&mimeParser{lim: lim}).multipart(ent, 0); err != nil {
-					return nil, classify(stageVerify, err)
-				}
-			}
-			v, covered, err := verifyMultipart(ent, opts.PartnerCerts)
-			if err != nil {
-				return nil, err
-			}
-			m.Signed = true
-			blind = false
-			m.Layers = append(m.Layers, LayerSigned)
-			if signedMIC.IsZero() {
-				signedMIC, m.Signer = signatureMIC(v, covered, opts.MICAlgs), v.Signer
-				m.SignedContent = covered
-			}
-			ent = ent.Parts[0]
+	v, covered, err := verifyMultipart(ent, u.opts.PartnerCerts)
+	if err != nil {
+		return nil, err
+	}
+	u.verified(v, covered)
+	return ent.Parts[0], nil
+}
 
-		case mt == "application/pkcs7-mime" || mt == "application/x-pkcs7-mime":
-			der, fresh, err := cmsBody(ent)
-			if err != nil {
-				return nil, classify(stageFor(params["smime-type"]), err)
-			}
-			typ, err := cms.Identify(der)
-			if err != nil {
-				return nil, classify(stageFor(params["smime-type"]), err)
-			}
-			var inner []byte
-			var s stage
-			switch typ {
-			case cms.TypeEnvelopedData, cms.TypeAuthEnvelopedData:
-				s = stageDecrypt
-				blind = blind || !m.Signed
-				if owned || fresh {
-					digestPending() // they may alias der
-					inner, err = cms.DecryptInPlace(der, opts.Keys)
-				} else {
-					inner, err = cms.Decrypt(der, opts.Keys)
-				}
-				if err != nil {
-					return nil, classify(s, fmt.Errorf("decrypt: %w", err))
-				}
-				m.Encrypted = true
-				m.Layers = append(m.Layers, LayerEncrypted)
-				if !encryptedSeen {
-					encryptedSeen, encryptedRaw = true, inner
-				}
-				owned = true
-			case cms.TypeCompressedData:
-				s = stageDecompress
-				if decompressBudget <= 0 { // 0 would mean Decompress's default
-					return nil, classify(s, fmt.Errorf("decompress: %w: %w: more than %d bytes in all", cms.ErrDecompression, cms.ErrTooLarge, lim.MaxDecompressedSize))
-				}
-				var reserveErr error
-				reserve := opts.Reserve
-				if reserve != nil {
-					reserve = func(n int64) error {
-						reserveErr = opts.Reserve(n)
-						return reserveErr
-					}
-				}
-				if inner, err = cms.DecompressReserving(der, decompressBudget, reserve); err != nil {
-					if reserveErr != nil {
-						// Not the message's fault: the process is busy.
-						return nil, fmt.Errorf("decompress: %w", reserveErr)
-					}
-					return nil, classify(s, fmt.Errorf("decompress: %w", err))
-				}
-				decompressBudget -= int64(len(inner))
-				m.Compressed = true
-				m.Layers = append(m.Layers, LayerCompressed)
-				if !compressedSeen {
-					compressedSeen, compressedRaw = true, inner
-				}
-				owned = true
-			case cms.TypeSignedData:
-				s = stageVerify
-				v, err := cms.Verify(der, nil, opts.PartnerCerts)
-				if err != nil {
-					return nil, classify(s, fmt.Errorf("verify: %w", err))
-				}
-				inner = v.Content
-				m.Signed = true
-				blind = false
-				m.Layers = append(m.Layers, LayerSigned)
-				if signedMIC.IsZero() {
-					signedMIC, m.Signer = signatureMIC(v, v.Content, opts.MICAlgs), v.Signer
-					m.SignedContent = v.Content
-				}
-				owned = owned || fresh // the content aliases der or is new
-			default:
-				return nil, classify(stageFor(params["smime-type"]), fmt.Errorf("%w: CMS content type %v", cms.ErrContentType, typ))
-			}
-			// Header only: parts are split when a layer needs them.
-			if ent, err = parseHeaderOnly(inner, lim); err != nil {
-				return nil, classify(s, fmt.Errorf("inner entity: %w", err))
-			}
+// pkcs7 peels an application/pkcs7-mime layer of whatever CMS type it
+// holds and returns the inner entity. smimeType is the Content-Type's
+// smime-type parameter, only a hint when the CMS type cannot be told.
+func (u *unwrapping) pkcs7(ent *Entity, smimeType string) (*Entity, error) {
+	der, fresh, err := cmsBody(ent)
+	if err != nil {
+		return nil, classify(stageFor(smimeType), err)
+	}
+	typ, err := cms.Identify(der)
+	if err != nil {
+		return nil, classify(stageFor(smimeType), err)
+	}
+	var inner []byte
+	var s stage
+	switch typ {
+	case cms.TypeEnvelopedData, cms.TypeAuthEnvelopedData:
+		s = stageDecrypt
+		inner, err = u.decrypt(der, fresh)
+	case cms.TypeCompressedData:
+		s = stageDecompress
+		inner, err = u.decompress(der)
+	case cms.TypeSignedData:
+		s = stageVerify
+		inner, err = u.verify(der, fresh)
+	default:
+		return nil, classify(stageFor(smimeType), fmt.Errorf("%w: CMS content type %v", cms.ErrContentType, typ))
+	}
+	if err != nil {
+		return nil, err
+	}
+	// Header only: parts are split when a layer needs them.
+	next, err := parseHeaderOnly(inner, u.lim)
+	if err != nil {
+		return nil, classify(s, fmt.Errorf("inner entity: %w", err))
+	}
+	return next, nil
+}
 
-		default:
-			payload, err := ent.DecodedBody()
-			if err != nil {
-				return nil, classify(stageMIME, fmt.Errorf("payload: %w", err))
-			}
-			m.Payload = payload
-			m.Header = ent.Header
-			m.ContentType = ent.Header.Get("Content-Type")
-			if m.ContentType == "" {
-				m.ContentType = "application/octet-stream"
-			}
-			m.Filename = filename(ent.Header.Get("Content-Disposition"))
-			switch {
-			case !signedMIC.IsZero():
-				m.MIC = signedMIC
-			case encryptedSeen:
-				digestPending()
-				m.MIC = encryptedMIC
-			case opts.UnsignedMIC == MICContentOnly:
-				m.MIC = ComputeMIC(micAlg, payload)
-			case compressedSeen:
-				digestPending()
-				m.MIC = compressedMIC
-			default:
-				m.MIC = plainMIC(micAlg, top)
-			}
-			return m, nil
+// decrypt opens an EnvelopedData or AuthEnvelopedData, in place when der
+// is ours to overwrite (fresh: a buffer of our own).
+func (u *unwrapping) decrypt(der []byte, fresh bool) ([]byte, error) {
+	u.blind = u.blind || !u.m.Signed
+	var inner []byte
+	var err error
+	if u.owned || fresh {
+		u.digestPending() // they may alias der
+		inner, err = cms.DecryptInPlace(der, u.opts.Keys)
+	} else {
+		inner, err = cms.Decrypt(der, u.opts.Keys)
+	}
+	if err != nil {
+		return nil, classify(stageDecrypt, fmt.Errorf("decrypt: %w", err))
+	}
+	u.m.Encrypted = true
+	u.m.Layers = append(u.m.Layers, LayerEncrypted)
+	if !u.encryptedSeen {
+		u.encryptedSeen, u.encryptedRaw = true, inner
+	}
+	u.owned = true
+	return inner, nil
+}
+
+// decompress inflates a CompressedData within what is left of the
+// message's budget, accounting it through opts.Reserve.
+func (u *unwrapping) decompress(der []byte) ([]byte, error) {
+	if u.decompressBudget <= 0 { // 0 would mean Decompress's default
+		return nil, classify(stageDecompress, fmt.Errorf("decompress: %w: %w: more than %d bytes in all", cms.ErrDecompression, cms.ErrTooLarge, u.lim.MaxDecompressedSize))
+	}
+	var reserveErr error
+	reserve := u.opts.Reserve
+	if reserve != nil {
+		reserve = func(n int64) error {
+			reserveErr = u.opts.Reserve(n)
+			return reserveErr
 		}
 	}
+	inner, err := cms.DecompressReserving(der, u.decompressBudget, reserve)
+	if err != nil {
+		if reserveErr != nil {
+			// Not the message's fault: the process is busy.
+			return nil, fmt.Errorf("decompress: %w", reserveErr)
+		}
+		return nil, classify(stageDecompress, fmt.Errorf("decompress: %w", err))
+	}
+	u.decompressBudget -= int64(len(inner))
+	u.m.Compressed = true
+	u.m.Layers = append(u.m.Layers, LayerCompressed)
+	if !u.compressedSeen {
+		u.compressedSeen, u.compressedRaw = true, inner
+	}
+	u.owned = true
+	return inner, nil
+}
+
+// verify checks an opaque SignedData and returns its content.
+func (u *unwrapping) verify(der []byte, fresh bool) ([]byte, error) {
+	v, err := cms.Verify(der, nil, u.opts.PartnerCerts)
+	if err != nil {
+		return nil, classify(stageVerify, fmt.Errorf("verify: %w", err))
+	}
+	u.verified(v, v.Content)
+	u.owned = u.owned || fresh // the content aliases der or is new
+	return v.Content, nil
+}
+
+// verified records a signature that verified over covered. The outermost
+// one gives the MIC, the Signer and the SignedContent.
+func (u *unwrapping) verified(v *cms.Verified, covered []byte) {
+	u.m.Signed = true
+	u.blind = false
+	u.m.Layers = append(u.m.Layers, LayerSigned)
+	if u.signedMIC.IsZero() {
+		u.signedMIC, u.m.Signer = signatureMIC(v, covered, u.opts.MICAlgs), v.Signer
+		u.m.SignedContent = covered
+	}
+}
+
+// payload completes the Message from the innermost entity, which is no
+// S/MIME layer.
+func (u *unwrapping) payload(ent *Entity) (*Message, error) {
+	payload, err := ent.DecodedBody()
+	if err != nil {
+		return nil, classify(stageMIME, fmt.Errorf("payload: %w", err))
+	}
+	m := u.m
+	m.Payload = payload
+	m.Header = ent.Header
+	m.ContentType = ent.Header.Get("Content-Type")
+	if m.ContentType == "" {
+		m.ContentType = "application/octet-stream"
+	}
+	m.Filename = filename(ent.Header.Get("Content-Disposition"))
+	m.MIC = u.mic(payload)
+	return m, nil
+}
+
+// mic chooses the Received-content-MIC by the rules in Unwrap's doc.
+func (u *unwrapping) mic(payload []byte) MIC {
+	switch {
+	case !u.signedMIC.IsZero():
+		return u.signedMIC
+	case u.encryptedSeen:
+		u.digestPending()
+		return u.encryptedMIC
+	case u.opts.UnsignedMIC == MICContentOnly:
+		return ComputeMIC(u.micAlg, payload)
+	case u.compressedSeen:
+		u.digestPending()
+		return u.compressedMIC
+	}
+	return plainMIC(u.micAlg, u.top)
 }
 
 // stageFor guesses the failing layer from the smime-type parameter when the

@@ -122,108 +122,155 @@ func Wrap(payload []byte, contentType, filename string, opts WrapOptions) (*Wrap
 	if contentType == "" {
 		return nil, errors.New("wrap: empty content type")
 	}
-	rnd := opts.Rand
-	if rnd == nil {
-		rnd = randReader
-	}
-	micAlg := opts.MICAlg
-	if micAlg == 0 {
-		micAlg = crypto.SHA256
-	}
-	te := "binary"
-	if opts.TransferEncoding == Base64 {
-		te = "base64"
-	}
-	ent := part{header: Header{
-		{"Content-Type", contentType},
-		{"Content-Transfer-Encoding", te},
-	}}
-	if filename != "" {
-		ent.header = append(ent.header, Field{"Content-Disposition", mime.FormatMediaType("attachment", map[string]string{"filename": filename})})
-	}
-	ent.body = payload
-	if te == "base64" {
-		ent.body = encodeBase64Lines(payload)
-	}
-	payloadEntity := ent
-
-	// micBytes is what the MIC covers, micHash the algorithm asked for.
-	var micBytes []byte
-	micHash := micAlg
-	var compressedSrc []byte
-	compress := func(p part) (part, error) {
-		src := p.bytes()
-		der, err := cms.Compress(src)
-		if err != nil {
-			return part{}, fmt.Errorf("wrap: %w", err)
-		}
-		if compressedSrc == nil {
-			compressedSrc = src
-		}
-		return smimePart("compressed-data", "smime.p7z", der, te), nil
-	}
+	w := newWrapping(opts)
+	payloadEntity := w.payloadEntity(payload, contentType, filename)
+	ent := payloadEntity
 	var err error
 	if opts.Compress == CompressBeforeSigning || (opts.Compress == CompressAfterSigning && opts.Sign == 0) {
-		if ent, err = compress(ent); err != nil {
+		if ent, err = w.compress(ent); err != nil {
 			return nil, err
 		}
 	}
 	if opts.Sign != 0 {
-		if opts.SignerKey == nil || opts.SignerCert == nil {
-			return nil, errors.New("wrap: signing needs SignerKey and SignerCert")
-		}
-		signed := ent.bytes()
-		sig, err := cms.SignDetached(signed, opts.SignerCert, opts.SignerKey, cms.SignOptions{
-			Hash: opts.Sign, SigningTime: opts.Time, AlgorithmProtection: opts.AlgorithmProtection, Rand: rnd,
-		})
-		if err != nil {
-			return nil, fmt.Errorf("wrap: %w", err)
-		}
-		micBytes, micHash = signed, opts.Sign
-		if ent, err = multipartSigned(signed, sig, opts.Sign, rnd); err != nil {
+		if ent, err = w.sign(ent); err != nil {
 			return nil, err
 		}
 		if opts.Compress == CompressAfterSigning {
-			if ent, err = compress(ent); err != nil {
+			if ent, err = w.compress(ent); err != nil {
 				return nil, err
 			}
 		}
 	}
 	if opts.Encrypt != 0 {
-		if opts.RecipientCert == nil {
-			return nil, errors.New("wrap: encryption needs RecipientCert")
+		if ent, err = w.encrypt(ent); err != nil {
+			return nil, err
 		}
-		plain := ent.bytes()
-		der, err := cms.Encrypt(plain, []*x509.Certificate{opts.RecipientCert}, cms.EncryptOptions{
-			Cipher: opts.Encrypt, OAEP: opts.OAEP, OAEPHash: opts.OAEPHash, Rand: rnd,
-		})
-		if err != nil {
-			return nil, fmt.Errorf("wrap: %w", err)
-		}
-		if opts.Sign == 0 {
-			micBytes = plain
-		}
-		smimeType := "enveloped-data"
-		if opts.Encrypt == cms.AES128GCM || opts.Encrypt == cms.AES256GCM {
-			smimeType = "authEnveloped-data"
-		}
-		ent = smimePart(smimeType, "smime.p7m", der, te)
 	}
+	mic, mics := w.mic(payload, payloadEntity)
+	return &Wrapped{Header: w.header(ent), Body: ent.body, MIC: mic, MICs: mics}, nil
+}
+
+// wrapping is the state of one Wrap call while it builds layers.
+type wrapping struct {
+	opts WrapOptions
+	rnd  io.Reader
+	te   string // Content-Transfer-Encoding of the payload and S/MIME bodies
+	// micBytes is what the MIC covers once a layer fixed it (signing, or
+	// else encryption), micHash the algorithm asked for.
+	micBytes []byte
+	micHash  crypto.Hash
+	// compressedSrc is the entity the first compression took in.
+	compressedSrc []byte
+}
+
+func newWrapping(opts WrapOptions) *wrapping {
+	w := &wrapping{opts: opts, rnd: opts.Rand, te: "binary", micHash: opts.MICAlg}
+	if w.rnd == nil {
+		w.rnd = randReader
+	}
+	if w.micHash == 0 {
+		w.micHash = crypto.SHA256
+	}
+	if opts.TransferEncoding == Base64 {
+		w.te = "base64"
+	}
+	return w
+}
+
+// payloadEntity is the innermost MIME entity, the payload in w.te.
+func (w *wrapping) payloadEntity(payload []byte, contentType, filename string) part {
+	ent := part{header: Header{
+		{"Content-Type", contentType},
+		{"Content-Transfer-Encoding", w.te},
+	}}
+	if filename != "" {
+		ent.header = append(ent.header, Field{"Content-Disposition", mime.FormatMediaType("attachment", map[string]string{"filename": filename})})
+	}
+	ent.body = payload
+	if w.te == "base64" {
+		ent.body = encodeBase64Lines(payload)
+	}
+	return ent
+}
+
+// compress wraps p in a compressed-data entity.
+func (w *wrapping) compress(p part) (part, error) {
+	src := p.bytes()
+	der, err := cms.Compress(src)
+	if err != nil {
+		return part{}, fmt.Errorf("wrap: %w", err)
+	}
+	if w.compressedSrc == nil {
+		w.compressedSrc = src
+	}
+	return smimePart("compressed-data", "smime.p7z", der, w.te), nil
+}
+
+// sign wraps p in a multipart/signed entity; the MIC covers p as signed.
+func (w *wrapping) sign(p part) (part, error) {
+	if w.opts.SignerKey == nil || w.opts.SignerCert == nil {
+		return part{}, errors.New("wrap: signing needs SignerKey and SignerCert")
+	}
+	signed := p.bytes()
+	sig, err := cms.SignDetached(signed, w.opts.SignerCert, w.opts.SignerKey, cms.SignOptions{
+		Hash: w.opts.Sign, SigningTime: w.opts.Time, AlgorithmProtection: w.opts.AlgorithmProtection, Rand: w.rnd,
+	})
+	if err != nil {
+		return part{}, fmt.Errorf("wrap: %w", err)
+	}
+	w.micBytes, w.micHash = signed, w.opts.Sign
+	return multipartSigned(signed, sig, w.opts.Sign, w.rnd)
+}
+
+// encrypt wraps p in an enveloped-data (CBC) or authEnveloped-data (GCM)
+// entity. Unless signed, the MIC covers p as encrypted: the receiver
+// digests the entity it decrypts.
+func (w *wrapping) encrypt(p part) (part, error) {
+	if w.opts.RecipientCert == nil {
+		return part{}, errors.New("wrap: encryption needs RecipientCert")
+	}
+	plain := p.bytes()
+	der, err := cms.Encrypt(plain, []*x509.Certificate{w.opts.RecipientCert}, cms.EncryptOptions{
+		Cipher: w.opts.Encrypt, OAEP: w.opts.OAEP, OAEPHash: w.opts.OAEPHash, Rand: w.rnd,
+	})
+	if err != nil {
+		return part{}, fmt.Errorf("wrap: %w", err)
+	}
+	if w.opts.Sign == 0 {
+		w.micBytes = plain
+	}
+	smimeType := "enveloped-data"
+	if w.opts.Encrypt == cms.AES128GCM || w.opts.Encrypt == cms.AES256GCM {
+		smimeType = "authEnveloped-data"
+	}
+	return smimePart(smimeType, "smime.p7m", der, w.te), nil
+}
+
+// mic returns the MIC the partner's MDN must return and the same bytes'
+// MIC in every algorithm. Without signing or encryption it follows
+// opts.UnsignedMIC as Unwrap does.
+func (w *wrapping) mic(payload []byte, payloadEntity part) (MIC, []MIC) {
+	micBytes := w.micBytes
 	if micBytes == nil {
 		switch {
-		case opts.UnsignedMIC == MICContentOnly:
+		case w.opts.UnsignedMIC == MICContentOnly:
 			micBytes = payload
-		case compressedSrc != nil:
-			micBytes = compressedSrc
+		case w.compressedSrc != nil:
+			micBytes = w.compressedSrc
 		default:
 			micBytes = payloadEntity.bytes()
 		}
 	}
 	mics := ComputeMICs(micBytes)
-	mic, ok := FindMIC(mics, micHash)
+	mic, ok := FindMIC(mics, w.micHash)
 	if !ok {
-		mic = ComputeMIC(micHash, micBytes)
+		mic = ComputeMIC(w.micHash, micBytes)
 	}
+	return mic, mics
+}
+
+// header is the HTTP header of the outermost entity ent.
+func (w *wrapping) header(ent part) http.Header {
 	h := http.Header{"Mime-Version": {"1.0"}}
 	for _, f := range ent.header {
 		if f.Name == "Content-Transfer-Encoding" && f.Value == "binary" {
@@ -231,12 +278,13 @@ func Wrap(payload []byte, contentType, filename string, opts WrapOptions) (*Wrap
 		}
 		h[http.CanonicalHeaderKey(f.Name)] = []string{f.Value}
 	}
-	if opts.Sign == 0 && opts.Encrypt == 0 && opts.Compress == CompressNone && opts.UnsignedMIC == MICWithHeaders {
+	o := w.opts
+	if o.Sign == 0 && o.Encrypt == 0 && o.Compress == CompressNone && o.UnsignedMIC == MICWithHeaders {
 		// The receiver rebuilds the entity from what it gets, so the MIC
 		// covers exactly the fields sent.
-		h.Set("Content-Transfer-Encoding", te)
+		h.Set("Content-Transfer-Encoding", w.te)
 	}
-	return &Wrapped{Header: h, Body: ent.body, MIC: mic, MICs: mics}, nil
+	return h
 }
 
 func smimePart(smimeType, name string, der []byte, te string) part {

@@ -167,120 +167,167 @@ type envelope struct {
 // gcmTagSpace is spare capacity for appending a GCM tag to the ciphertext.
 const gcmTagSpace = 16
 
+// parseEnvelope locates the fields of an EnvelopedData or
+// AuthEnvelopedData ContentInfo in b. Errors wrap ErrMalformed or
+// ErrContentType.
 func parseEnvelope(b []byte) (*envelope, error) {
-	malformed := func(what string, err error) error {
-		if errors.Is(err, ErrMalformed) {
-			return fmt.Errorf("%s: %w", what, err)
-		}
-		if err != nil {
-			return fmt.Errorf("%w: %s: %w", ErrMalformed, what, err)
-		}
-		return fmt.Errorf("%w: %s", ErrMalformed, what)
-	}
 	var p berParser
-	ci, _, err := p.next(b, 0) // bytes after the ContentInfo are ignored
-	if err != nil || ci.tag != tagSequence {
-		return nil, malformed("content info", err)
-	}
-	kids, err := p.children(ci, 0)
-	if err != nil || len(kids) == 0 {
-		return nil, malformed("content info", err)
-	}
-	var ct asn1.ObjectIdentifier
-	if err := kids[0].unmarshal(&ct, ""); err != nil {
-		return nil, malformed("content type", err)
-	}
-	env := &envelope{}
-	switch {
-	case ct.Equal(oidEnvelopedData):
-	case ct.Equal(oidAuthEnvelopedData):
-		env.auth = true
-	default:
-		return nil, fmt.Errorf("%w: %v is not enveloped data", ErrContentType, ct)
-	}
-	if len(kids) != 2 || kids[1].tag != tagContext0 {
-		return nil, malformed("enveloped data: no content", nil)
-	}
-	inner, err := p.children(kids[1], 1)
-	if err != nil || len(inner) != 1 || inner[0].tag != tagSequence {
-		return nil, malformed("enveloped data", err)
-	}
-	fields, err := p.children(inner[0], 2)
+	auth, list, err := envelopeFields(&p, b)
 	if err != nil {
-		return nil, malformed("enveloped data", err)
+		return nil, err
 	}
-	take := func(tag byte) (berElement, bool) {
-		if len(fields) > 0 && fields[0].tag == tag {
-			f := fields[0]
-			fields = fields[1:]
-			return f, true
-		}
-		return berElement{}, false
-	}
-	if _, ok := take(tagInteger); !ok {
+	env := &envelope{auth: auth}
+	fields := berFields(list)
+	if _, ok := fields.take(tagInteger); !ok {
 		return nil, malformed("enveloped data: version", nil)
 	}
-	take(tagContext0) // originatorInfo
-	set, ok := take(tagSet)
+	fields.take(tagContext0) // originatorInfo
+	set, ok := fields.take(tagSet)
 	if !ok {
 		return nil, malformed("enveloped data: recipient infos", nil)
 	}
 	if err := set.unmarshal(&env.ris, "set"); err != nil {
 		return nil, malformed("recipient infos", err)
 	}
-	eciElem, ok := take(tagSequence)
+	eci, ok := fields.take(tagSequence)
 	if !ok {
 		return nil, malformed("encrypted content info", nil)
 	}
-	eci, err := p.children(eciElem, 3)
-	if err != nil || len(eci) < 2 || len(eci) > 3 {
-		return nil, malformed("encrypted content info", err)
-	}
-	var inner0 asn1.ObjectIdentifier
-	if err := eci[0].unmarshal(&inner0, ""); err != nil {
-		return nil, malformed("encrypted content type", err)
-	}
-	if err := eci[1].unmarshal(&env.alg, ""); err != nil {
-		return nil, malformed("content encryption algorithm", err)
-	}
-	if len(eci) == 3 {
-		switch ec := eci[2]; ec.tag {
-		case tagContext0Pri:
-			env.ciphertext = ec.content
-		case tagContext0:
-			if env.ciphertext, err = p.gather(ec, gcmTagSpace); err != nil {
-				return nil, malformed("encrypted content", err)
-			}
-			env.gathered = true
-		default:
-			return nil, malformed("encrypted content", nil)
-		}
+	if err := env.parseEncryptedContentInfo(&p, eci); err != nil {
+		return nil, err
 	}
 	if env.auth {
-		if a, ok := take(tagContext1); ok {
-			if env.authAttrs, err = normalize(a.full); err != nil {
-				return nil, malformed("authenticated attributes", err)
-			}
+		if err := env.parseAuthFields(&fields); err != nil {
+			return nil, err
 		}
-		m, ok := take(tagOctetString)
-		if !ok {
-			m, ok = take(tagOctetString | 0x20)
-		}
-		if !ok {
-			return nil, malformed("auth enveloped data: mac", nil)
-		}
-		if err := m.unmarshal(&env.mac, ""); err != nil {
-			return nil, malformed("mac", err)
-		}
-		env.mac = bytes.Clone(env.mac)
-		take(tagContext2) // unauthAttrs
 	} else {
-		take(tagContext1) // unprotectedAttrs
+		fields.take(tagContext1) // unprotectedAttrs
 	}
 	if len(fields) > 0 {
 		return nil, malformed("enveloped data: unexpected trailing field", nil)
 	}
 	return env, nil
+}
+
+// malformed is a parse error of the part what, wrapping ErrMalformed once
+// and err (which may be nil) after it.
+func malformed(what string, err error) error {
+	if errors.Is(err, ErrMalformed) {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	if err != nil {
+		return fmt.Errorf("%w: %s: %w", ErrMalformed, what, err)
+	}
+	return fmt.Errorf("%w: %s", ErrMalformed, what)
+}
+
+// envelopeFields unpacks the ContentInfo at the start of b and returns
+// whether it holds AuthEnvelopedData and the fields of its
+// (Auth)EnvelopedData SEQUENCE.
+func envelopeFields(p *berParser, b []byte) (auth bool, fields []berElement, err error) {
+	ci, _, err := p.next(b, 0) // bytes after the ContentInfo are ignored
+	if err != nil || ci.tag != tagSequence {
+		return false, nil, malformed("content info", err)
+	}
+	kids, err := p.children(ci, 0)
+	if err != nil || len(kids) == 0 {
+		return false, nil, malformed("content info", err)
+	}
+	var ct asn1.ObjectIdentifier
+	if err := kids[0].unmarshal(&ct, ""); err != nil {
+		return false, nil, malformed("content type", err)
+	}
+	switch {
+	case ct.Equal(oidEnvelopedData):
+	case ct.Equal(oidAuthEnvelopedData):
+		auth = true
+	default:
+		return false, nil, fmt.Errorf("%w: %v is not enveloped data", ErrContentType, ct)
+	}
+	if len(kids) != 2 || kids[1].tag != tagContext0 {
+		return false, nil, malformed("enveloped data: no content", nil)
+	}
+	inner, err := p.children(kids[1], 1)
+	if err != nil || len(inner) != 1 || inner[0].tag != tagSequence {
+		return false, nil, malformed("enveloped data", err)
+	}
+	fields, err = p.children(inner[0], 2)
+	if err != nil {
+		return false, nil, malformed("enveloped data", err)
+	}
+	return auth, fields, nil
+}
+
+// berFields are the fields of a SEQUENCE not consumed yet, in order.
+type berFields []berElement
+
+// take consumes the next field if it has the given tag, so that an
+// absent OPTIONAL field is skipped.
+func (f *berFields) take(tag byte) (berElement, bool) {
+	if len(*f) > 0 && (*f)[0].tag == tag {
+		e := (*f)[0]
+		*f = (*f)[1:]
+		return e, true
+	}
+	return berElement{}, false
+}
+
+// parseEncryptedContentInfo reads the content-encryption algorithm and
+// locates the encrypted content of the EncryptedContentInfo e: a slice of
+// the input when primitive, gathered into a new buffer with room for a
+// GCM tag when in constructed segments.
+func (env *envelope) parseEncryptedContentInfo(p *berParser, e berElement) error {
+	eci, err := p.children(e, 3)
+	if err != nil || len(eci) < 2 || len(eci) > 3 {
+		return malformed("encrypted content info", err)
+	}
+	var inner0 asn1.ObjectIdentifier
+	if err := eci[0].unmarshal(&inner0, ""); err != nil {
+		return malformed("encrypted content type", err)
+	}
+	if err := eci[1].unmarshal(&env.alg, ""); err != nil {
+		return malformed("content encryption algorithm", err)
+	}
+	if len(eci) < 3 {
+		return nil
+	}
+	switch ec := eci[2]; ec.tag {
+	case tagContext0Pri:
+		env.ciphertext = ec.content
+	case tagContext0:
+		if env.ciphertext, err = p.gather(ec, gcmTagSpace); err != nil {
+			return malformed("encrypted content", err)
+		}
+		env.gathered = true
+	default:
+		return malformed("encrypted content", nil)
+	}
+	return nil
+}
+
+// parseAuthFields consumes the fields that follow the
+// EncryptedContentInfo in AuthEnvelopedData: authAttrs, the mac and
+// unauthAttrs.
+func (env *envelope) parseAuthFields(fields *berFields) error {
+	if a, ok := fields.take(tagContext1); ok {
+		var err error
+		if env.authAttrs, err = normalize(a.full); err != nil {
+			return malformed("authenticated attributes", err)
+		}
+	}
+	m, ok := fields.take(tagOctetString)
+	if !ok {
+		m, ok = fields.take(tagOctetString | 0x20)
+	}
+	if !ok {
+		return malformed("auth enveloped data: mac", nil)
+	}
+	if err := m.unmarshal(&env.mac, ""); err != nil {
+		return malformed("mac", err)
+	}
+	env.mac = bytes.Clone(env.mac)
+	fields.take(tagContext2) // unauthAttrs
+	return nil
 }
 
 func decrypt(b []byte, recipients []Recipient, inPlace bool) ([]byte, error) {
