@@ -119,13 +119,19 @@ func (l Loop) sleep(ctx context.Context, d time.Duration) bool {
 	if l.Sleep != nil {
 		return l.Sleep(ctx, d)
 	}
+	return sleepOrWake(ctx, d, l.Wake)
+}
+
+// sleepOrWake waits for d, or until wake delivers (nil: never) or ctx
+// ends; it reports whether ctx is still going.
+func sleepOrWake(ctx context.Context, d time.Duration, wake <-chan struct{}) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
 		return false
 	case <-t.C:
-	case <-l.Wake: // nil: never
+	case <-wake:
 	}
 	return true
 }

@@ -529,14 +529,6 @@ func jittered(d time.Duration) time.Duration {
 	return d + time.Duration(rand.Int64N(int64(d)/5+1))
 }
 
-// sleep waits for d or until ctx ends; it reports whether d elapsed.
-func Sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
-}
+// Sleep waits for d or until ctx ends; it reports whether d elapsed.
+// Leader-gated workers use it between their steps and batches.
+func Sleep(ctx context.Context, d time.Duration) bool { return sleepOrWake(ctx, d, nil) }
