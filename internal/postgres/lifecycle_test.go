@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/edihub/edihub/internal/postgres"
+	"github.com/edihub/edihub/internal/testenv"
 	"github.com/edihub/edihub/internal/testenv/pgtest"
 )
 
@@ -63,18 +64,11 @@ func TestEnqueueIdempotencyKeyConcurrent(t *testing.T) {
 	ctx := context.Background()
 	st := pgtest.Store(t)
 	const n = 16
-	var wg sync.WaitGroup
 	res := make([]postgres.Enqueued, n)
 	errs := make([]error, n)
-	start := make(chan struct{})
-	for i := range n {
-		wg.Go(func() {
-			<-start
-			res[i], errs[i] = st.EnqueueOutbound(ctx, outbound("P", fmt.Sprintf("<%d@s>", i), "same-key", []byte("doc")))
-		})
-	}
-	close(start)
-	wg.Wait()
+	testenv.Together(n, func(i int) {
+		res[i], errs[i] = st.EnqueueOutbound(ctx, outbound("P", fmt.Sprintf("<%d@s>", i), "same-key", []byte("doc")))
+	})
 	created := 0
 	for i := range n {
 		if errs[i] != nil {

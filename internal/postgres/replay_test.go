@@ -3,10 +3,10 @@ package postgres_test
 import (
 	"context"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/edihub/edihub/internal/testenv"
 	"github.com/edihub/edihub/internal/testenv/pgtest"
 )
 
@@ -20,16 +20,9 @@ func TestClaimSignedContentConcurrent(t *testing.T) {
 	const n = 16
 	got := make([]string, n)
 	errs := make([]error, n)
-	var wg sync.WaitGroup
-	start := make(chan struct{})
-	for i := range n {
-		wg.Go(func() {
-			<-start
-			got[i], errs[i] = st.ClaimSignedContent(ctx, "P", fmt.Sprintf("<%d@p>", i), "digest", now, now.Add(-24*time.Hour))
-		})
-	}
-	close(start)
-	wg.Wait()
+	testenv.Together(n, func(i int) {
+		got[i], errs[i] = st.ClaimSignedContent(ctx, "P", fmt.Sprintf("<%d@p>", i), "digest", now, now.Add(-24*time.Hour))
+	})
 	winner := -1
 	for i := range n {
 		if errs[i] != nil {

@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -18,6 +17,7 @@ import (
 	"github.com/edihub/edihub/internal/mdn"
 	"github.com/edihub/edihub/internal/postgres"
 	"github.com/edihub/edihub/internal/receiver"
+	"github.com/edihub/edihub/internal/testenv"
 )
 
 // mdnHeaders are the MDN response fields a resend must get back unchanged.
@@ -120,16 +120,9 @@ func TestReceiveConcurrentDuplicates(t *testing.T) {
 	const n = 12
 	replies := make([]reply, n)
 	errs := make([]error, n)
-	var wg sync.WaitGroup
-	start := make(chan struct{})
-	for i := range n {
-		wg.Go(func() {
-			<-start
-			replies[i], errs[i] = tryPost(e.url, h, m.body, i%2 == 0)
-		})
-	}
-	close(start)
-	wg.Wait()
+	testenv.Together(n, func(i int) {
+		replies[i], errs[i] = tryPost(e.url, h, m.body, i%2 == 0)
+	})
 	if err := errors.Join(errs...); err != nil {
 		t.Fatal(err)
 	}

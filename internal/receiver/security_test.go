@@ -5,10 +5,10 @@ import (
 	"crypto/x509"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/edihub/edihub/internal/mdn"
+	"github.com/edihub/edihub/internal/testenv"
 )
 
 // TestReceiveSecurityDefaults: a partner with the default profile (it
@@ -176,16 +176,9 @@ func TestReceiveReplayConcurrent(t *testing.T) {
 	const n = 8
 	replies := make([]reply, n)
 	errs := make([]error, n)
-	var wg sync.WaitGroup
-	start := make(chan struct{})
-	for i := range n {
-		wg.Go(func() {
-			<-start
-			replies[i], errs[i] = tryPost(e.url, request(as2Header(partnerNoReplay, station, fmt.Sprintf("<concurrent-%d@x>", i), "sha-256"), m), m.body, false)
-		})
-	}
-	close(start)
-	wg.Wait()
+	testenv.Together(n, func(i int) {
+		replies[i], errs[i] = tryPost(e.url, request(as2Header(partnerNoReplay, station, fmt.Sprintf("<concurrent-%d@x>", i), "sha-256"), m), m.body, false)
+	})
 	var processed, refused int
 	for i := range n {
 		if errs[i] != nil {

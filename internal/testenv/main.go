@@ -3,6 +3,7 @@ package testenv
 import (
 	"fmt"
 	"os"
+	"sync"
 	"testing"
 
 	"go.uber.org/goleak"
@@ -47,4 +48,20 @@ func Main(m *testing.M, opts ...Option) int {
 		}
 	}
 	return code
+}
+
+// Together runs f(0) … f(n-1) in n goroutines released at the same moment
+// (so that they race, as concurrent requests do) and returns when all
+// returned.
+func Together(n int, f func(i int)) {
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			f(i)
+		})
+	}
+	close(start)
+	wg.Wait()
 }
