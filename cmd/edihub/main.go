@@ -46,6 +46,9 @@ type command struct {
 	// flags defines the command's flags on fs and returns the function
 	// that runs it once they are parsed.
 	flags func(fs *flagSet) func(ctx context.Context, env *environment) error
+	// verbs, when set, are the command's own subcommands (edihub
+	// partners apply): the first argument names one.
+	verbs []command
 }
 
 // environment is what a command runs with: injected, never global.
@@ -64,6 +67,7 @@ func commands() []command {
 		{name: "resend", summary: "send a failed or overdue outbound message again (same Message-ID and bytes)", flags: resendFlags},
 		{name: "report", summary: "render a day's end-of-day report (html, text, csv, json, png), or mail it with -send", flags: reportFlags},
 		{name: "status", summary: "show who leads, with which fencing token, as each replica sees it", flags: statusFlags},
+		{name: "partners", summary: "manage the trading partners stored in the database: apply, diff, get, export, delete, history, restore", verbs: partnerVerbs()},
 		{name: "version", summary: "print the version and exit", flags: versionFlags},
 	}
 }
@@ -83,6 +87,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	for _, c := range commands() {
 		if c.name != name {
 			continue
+		}
+		if c.verbs != nil {
+			var err error
+			if c, rest, err = verb(c, rest, stderr); err != nil {
+				return err
+			}
 		}
 		fs := newFlagSet(c.name, getenv, stderr)
 		runCmd := c.flags(fs)
@@ -121,6 +131,16 @@ func help(args []string, getenv func(string) string, stdout io.Writer) error {
 	}
 	for _, c := range commands() {
 		if c.name == args[0] {
+			if c.verbs != nil {
+				if len(args) == 1 {
+					verbUsage(c, stdout)
+					return nil
+				}
+				var err error
+				if c, _, err = verb(c, args[1:], stdout); err != nil {
+					return err
+				}
+			}
 			fs := newFlagSet(c.name, getenv, stdout)
 			c.flags(fs)
 			fmt.Fprintf(stdout, "edihub %s: %s\n\n", c.name, c.summary)
@@ -129,4 +149,28 @@ func help(args []string, getenv func(string) string, stdout io.Writer) error {
 		}
 	}
 	return fmt.Errorf("help: unknown command %q (run edihub help for the list)", args[0])
+}
+
+// verb picks the subcommand of c named by args[0] and returns it, named
+// "c verb", with the arguments after it.
+func verb(c command, args []string, stderr io.Writer) (command, []string, error) {
+	if len(args) > 0 {
+		for _, v := range c.verbs {
+			if v.name == args[0] {
+				v.name = c.name + " " + v.name
+				return v, args[1:], nil
+			}
+		}
+		fmt.Fprintf(stderr, "edihub %s: unknown subcommand %q\n\n", c.name, args[0])
+	}
+	verbUsage(c, stderr)
+	return c, nil, errUsage
+}
+
+func verbUsage(c command, w io.Writer) {
+	fmt.Fprintf(w, "edihub %s: %s\n\nUsage:\n  edihub %s <subcommand> [flags] [arguments]\n\nSubcommands:\n", c.name, c.summary, c.name)
+	for _, v := range c.verbs {
+		fmt.Fprintf(w, "  %-10s %s\n", v.name, v.summary)
+	}
+	fmt.Fprintf(w, "\nRun edihub help %s <subcommand> for its flags.\n", c.name)
 }

@@ -96,13 +96,18 @@ func TestSettingsReferenceInREADME(t *testing.T) {
 func settingsMarkdown() string {
 	var b strings.Builder
 	for _, c := range commands() {
+		name := c.name
+		if c.verbs != nil {
+			// The subcommands share their settings: shown once.
+			c, name = c.verbs[0], c.name+" …"
+		}
 		fs := newFlagSet(c.name, env(), &bytes.Buffer{})
 		c.flags(fs)
 		docs := fs.docs()
 		if len(docs) == 0 {
 			continue
 		}
-		b.WriteString("\n`edihub " + c.name + "`\n\n| variable | flag | default | meaning |\n|---|---|---|---|\n")
+		b.WriteString("\n`edihub " + name + "`\n\n| variable | flag | default | meaning |\n|---|---|---|---|\n")
 		for _, d := range docs {
 			def := d.Default
 			if def == "" {

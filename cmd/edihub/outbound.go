@@ -14,6 +14,7 @@ import (
 	"github.com/edihub/edihub/internal/api"
 	"github.com/edihub/edihub/internal/config"
 	"github.com/edihub/edihub/internal/outbox"
+	"github.com/edihub/edihub/internal/partners"
 )
 
 // outboundOptions are the dispatcher's settings (edihub serve).
@@ -34,7 +35,7 @@ type outboundOptions struct {
 func (o *outboundOptions) flags(fs *flagSet) {
 	fs.Int(&o.workers, "dispatch-workers", outbox.DefaultWorkers, "outbound sends this replica runs at once (messages and async MDNs)")
 	fs.Duration(&o.pollInterval, "dispatch-poll-interval", outbox.DefaultPollInterval, "mean time between outbox polls (jittered ±50%); new work also wakes the dispatchers at once through LISTEN/NOTIFY")
-	fs.Duration(&o.lease, "dispatch-lease", 0, "how long a claimed outbox item stays claimed; a crashed replica's items are sent again after it. 0 means the longest partner timeout plus 30s")
+	fs.Duration(&o.lease, "dispatch-lease", 0, "how long a claimed outbox item stays claimed; a crashed replica's items are sent again after it. claims are extended while an item is being sent, so a partner timeout may be longer; 0 means 90s (the default partner timeout plus 30s); at least 1s")
 	fs.Duration(&o.backoffBase, "retry-backoff", outbox.DefaultBackoffBase, "base of the exponential retry backoff (full jitter: retry n waits up to base·2^(n-1))")
 	fs.Duration(&o.backoffMax, "retry-backoff-max", outbox.DefaultBackoffMax, "longest wait between two attempts of one message")
 	fs.Duration(&o.retryWindow, "retry-window", outbox.DefaultRetryWindow, "how long an outbound message (or webhook delivery) is retried before it fails: it fails only when both max_attempts and this window are used up; a partner's retry_window overrides it; 0 means max_attempts alone")
@@ -129,11 +130,14 @@ func newOutbound(r *replica, reports api.Reports) (*outbound, error) {
 	if err != nil {
 		return nil, err
 	}
-	h, err := api.New(api.Options{Queue: q, Store: store, Logger: log, Resender: store, Inbox: store, Reports: reports, Certificates: cfg.Certificates})
+	certs := func(now time.Time) []config.CertificateInfo { return cfg.Current().Certificates(now) }
+	svc := &partners.Service{Store: store, Base: func() *config.File { return cfg.Current() }, Now: time.Now}
+	h, err := api.New(api.Options{Queue: q, Store: store, Logger: log, Resender: store, Inbox: store, Reports: reports, Certificates: certs,
+		Partners: svc, PartnerReader: store, ServedRevision: func() int64 { return cfg.Current().Revision }})
 	if err != nil {
 		return nil, err
 	}
-	if err := reg.Register(api.NewCertificateCollector(cfg.Certificates)); err != nil {
+	if err := reg.Register(api.NewCertificateCollector(certs)); err != nil {
 		return nil, fmt.Errorf("register certificate metrics: %w", err)
 	}
 	out := &outbound{api: h, dispatcher: d}

@@ -16,18 +16,16 @@ import (
 )
 
 // newReceiver builds the POST /as2 handler: AS2 messages and async MDNs.
-func newReceiver(log *zap.Logger, reg prometheus.Registerer, store *postgres.Store, cfg *config.File, o serveOptions) (http.Handler, error) {
-	st := cfg.Station
+func newReceiver(log *zap.Logger, reg prometheus.Registerer, store *postgres.Store, cfg config.Source, o serveOptions) (http.Handler, error) {
 	return receiver.New(receiver.Options{
 		Store:        store,
-		Partners:     cfg,
-		PartnerIDs:   partnerNames(cfg),
-		Station:      receiver.StationFromConfig(st),
+		Config:       cfg,
+		PartnerIDs:   partnerNames(cfg.Current()),
 		Logger:       log,
 		Registerer:   reg,
 		Now:          time.Now,
 		Rand:         rand.Reader,
-		NewMessageID: receiver.MessageIDs(st.AS2ID, rand.Reader),
+		NewMessageID: receiver.MessageIDs(cfg.Current().Station.AS2ID, rand.Reader),
 		MaxBodyBytes: o.maxBodyBytes,
 		MaxMDNBytes:  o.maxMDNBytes,
 		ReadTimeout:  o.as2ReadTimeout,

@@ -107,14 +107,20 @@ func partnerNames(cfg *config.File) []string {
 	return names
 }
 
+// reportBuilder builds the reports of the replica's station, for the
+// partners configured at each build.
+func (r *replica) reportBuilder() *report.Builder {
+	return &report.Builder{Source: r.store, Station: r.cfg.Current().Station.AS2ID, Lease: r.o.leader.leaseName,
+		PartnerNames: func() []string { return partnerNames(r.cfg.Current()) }, Now: time.Now}
+}
+
 // newReportWorker builds the leader's report worker. Without an SMTP URL
 // it stores the reports and mails none.
 func newReportWorker(r *replica) (leader.Worker, error) {
 	s := r.report
 	o := report.WorkerOptions{
-		Store: r.store,
-		Builder: &report.Builder{Source: r.store, Station: r.cfg.Station.AS2ID, Lease: r.o.leader.leaseName,
-			Partners: partnerNames(r.cfg), Now: time.Now},
+		Store:       r.store,
+		Builder:     r.reportBuilder(),
 		Holder:      r.identity,
 		Location:    s.loc,
 		At:          s.at,

@@ -16,6 +16,7 @@ import (
 	"github.com/edihub/edihub/internal/api"
 	"github.com/edihub/edihub/internal/config"
 	"github.com/edihub/edihub/internal/outbox"
+	"github.com/edihub/edihub/internal/partners"
 	"github.com/edihub/edihub/internal/postgres"
 )
 
@@ -100,7 +101,8 @@ func (d stationDB) check() error {
 	return nil
 }
 
-// open loads the station's file and opens its database (close it).
+// open loads the station's file and opens its database (close it); the
+// partners are those stored in the database (see partners.Snapshot).
 func (d stationDB) open(ctx context.Context) (*config.File, *postgres.Store, error) {
 	cfg, err := config.Load(d.configPath, config.Options{Now: time.Now})
 	if err != nil {
@@ -108,6 +110,10 @@ func (d stationDB) open(ctx context.Context) (*config.File, *postgres.Store, err
 	}
 	store, err := openStore(ctx, zap.NewNop(), d.url, postgres.Options{MaxConns: 2}, false)
 	if err != nil {
+		return nil, nil, err
+	}
+	if cfg, err = partners.Snapshot(ctx, store, cfg, time.Now()); err != nil {
+		store.Close()
 		return nil, nil, err
 	}
 	return cfg, store, nil

@@ -19,6 +19,7 @@ import (
 	"github.com/edihub/edihub/internal/httpserver"
 	"github.com/edihub/edihub/internal/leader"
 	"github.com/edihub/edihub/internal/mdn"
+	"github.com/edihub/edihub/internal/partners"
 	"github.com/edihub/edihub/internal/postgres"
 	"github.com/edihub/edihub/internal/report"
 )
@@ -170,9 +171,14 @@ func serve(ctx context.Context, env *environment, o serveOptions) error {
 	defer func() { _ = log.Sync() }()
 	applyMemoryLimit(log, env.getenv, cgroupMemoryMax)
 
-	cfg, err := loadConfig(log, o.configPath)
+	// The file is checked before the database is opened: a mistake in it
+	// is reported first.
+	base, err := config.Load(o.configPath, config.Options{Now: time.Now})
 	if err != nil {
 		return err
+	}
+	for _, w := range base.Warnings {
+		log.Warn("configuration", zap.String("warning", w))
 	}
 	store, err := openStore(ctx, log, o.databaseURL, postgres.Options{
 		MaxConns: int32(o.dbMaxConns),
@@ -192,7 +198,15 @@ func serve(ctx context.Context, env *environment, o serveOptions) error {
 	if rs.mailer == nil {
 		log.Info("report mail not configured (EDIHUB_SMTP_URL is empty): the leader stores each day's report, mails none")
 	}
-	r := &replica{log: log, reg: newRegistry(store), store: store, cfg: cfg, o: o, report: rs, identity: identity}
+	reg := newRegistry(store)
+	live, err := partners.NewLive(ctx, partners.LiveOptions{Store: store, Path: o.configPath, Base: base, Logger: log, Registerer: reg, Identity: identity})
+	if err != nil {
+		return err
+	}
+	cfg := live.Current()
+	log.Info("configuration loaded", zap.String("path", cfg.Path), zap.String("station", cfg.Station.AS2ID),
+		zap.Int("partners", len(cfg.Partners)), zap.Int64("partners_revision", cfg.Revision))
+	r := &replica{log: log, reg: reg, store: store, cfg: live, live: live, o: o, report: rs, identity: identity}
 	p, err := newParts(r)
 	if err != nil {
 		return err
@@ -202,19 +216,6 @@ func serve(ctx context.Context, env *environment, o serveOptions) error {
 		return err
 	}
 	return p.run(ctx, r, srvs)
-}
-
-// loadConfig loads the station and partner file and logs its warnings.
-func loadConfig(log *zap.Logger, path string) (*config.File, error) {
-	cfg, err := config.Load(path, config.Options{Now: time.Now})
-	if err != nil {
-		return nil, err
-	}
-	for _, w := range cfg.Warnings {
-		log.Warn("configuration", zap.String("warning", w))
-	}
-	log.Info("configuration loaded", zap.String("path", cfg.Path), zap.String("station", cfg.Station.AS2ID), zap.Int("partners", len(cfg.Partners)))
-	return cfg, nil
 }
 
 func newRegistry(store *postgres.Store) *prometheus.Registry {
@@ -250,8 +251,7 @@ func newParts(r *replica) (*parts, error) {
 	if p.elector, err = newElector(r, workers); err != nil {
 		return nil, err
 	}
-	reports := &report.Service{Store: r.store, Location: r.report.loc, Now: time.Now, Builder: &report.Builder{
-		Source: r.store, Station: r.cfg.Station.AS2ID, Lease: r.o.leader.leaseName, Partners: partnerNames(r.cfg), Now: time.Now}}
+	reports := &report.Service{Store: r.store, Location: r.report.loc, Now: time.Now, Builder: r.reportBuilder()}
 	if p.out, err = newOutbound(r, reports); err != nil {
 		return nil, err
 	}
@@ -351,6 +351,7 @@ func (p *parts) run(ctx context.Context, r *replica, srvs servers) error {
 		return err
 	})
 	g.Go(func() error { return p.out.dispatcher.Run(gctx) })
+	g.Go(func() error { return r.live.Run(gctx) })
 	if p.out.forwarder != nil {
 		g.Go(func() error { return p.out.forwarder.Run(gctx) })
 	}

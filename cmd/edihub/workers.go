@@ -11,6 +11,7 @@ import (
 	"github.com/edihub/edihub/internal/leader"
 	"github.com/edihub/edihub/internal/mdn"
 	"github.com/edihub/edihub/internal/outbox"
+	"github.com/edihub/edihub/internal/partners"
 	"github.com/edihub/edihub/internal/postgres"
 )
 
@@ -19,10 +20,13 @@ import (
 // the settings, the report's settings and this process's identity (minted
 // once: the elector, the dispatcher and the report's claims share it).
 type replica struct {
-	log      *zap.Logger
-	reg      *prometheus.Registry
-	store    *postgres.Store
-	cfg      *config.File
+	log   *zap.Logger
+	reg   *prometheus.Registry
+	store *postgres.Store
+	// cfg gives the station and partners in force: live, the partner set
+	// kept in step with the database.
+	cfg      config.Source
+	live     *partners.Live
 	o        serveOptions
 	report   reportSettings
 	identity string

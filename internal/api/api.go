@@ -15,6 +15,13 @@
 //	                                       or png (the hourly chart); by
 //	                                       default chosen from Accept, else json
 //	GET  /certificates                     station and partner certificates, with expiry
+//	GET  /partners                         stored partners, the set's revision, each replica's
+//	POST /partners                         create a partner (its entry as JSON or YAML)
+//	GET  /partners/{as2id}                 one partner (?format=yaml: its entry); ETag: version
+//	PUT  /partners/{as2id}                 update it; If-Match: the version read (428 without, 412 stale)
+//	DELETE /partners/{as2id}               delete it (If-Match optional)
+//	GET  /partners/{as2id}/history         its changes: who, when, the diff
+//	POST /partners/{as2id}/restore?version=N  make version N current again
 //
 // Errors are JSON {"error": "...", "parameter": "..."}; a bad query
 // parameter is a 400 that names it.
@@ -111,6 +118,12 @@ type Options struct {
 	BasePath string
 	// Reports serves GET /reports/{day}; nil leaves it out.
 	Reports Reports
+	// Partners and PartnerReader, when set, serve /partners: the stored
+	// partners, changed with the checks of the configuration file.
+	Partners      PartnerService
+	PartnerReader PartnerReader
+	// ServedRevision is the partner set revision this replica serves.
+	ServedRevision func() int64
 }
 
 type handler struct {
@@ -147,6 +160,12 @@ func New(o Options) (http.Handler, error) {
 		r.Get("/reports/{day}", h.report)
 	}
 	r.Get("/certificates", h.certificates)
+	if o.Partners != nil && o.PartnerReader != nil {
+		if h.o.ServedRevision == nil {
+			h.o.ServedRevision = func() int64 { return 0 }
+		}
+		h.partnerRoutes(r)
+	}
 	r.NotFound(func(w http.ResponseWriter, _ *http.Request) {
 		writeError(w, http.StatusNotFound, "", "no such API endpoint")
 	})

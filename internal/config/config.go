@@ -280,6 +280,13 @@ type Partner struct {
 	// when both are used up. Zero means edihub's default
 	// (EDIHUB_RETRY_WINDOW).
 	RetryWindow time.Duration
+	// CertificateUses records, by certificate fingerprint (see
+	// Fingerprint), when the partner first signed with a certificate;
+	// stored in the database, nil for a file's partners.
+	CertificateUses map[string]time.Time
+
+	// files are the secret files the profile was built from.
+	files []string
 }
 
 // BasicAuth is a partner's HTTP basic authentication credential.
@@ -309,8 +316,15 @@ type File struct {
 	// Warnings are problems that do not stop edihub, such as an expired
 	// certificate; each names the file and field. The caller logs them.
 	Warnings []string
+	// Revision is the revision of the partner set served, when partners
+	// come from the database (see WithPartners); 0 for a file's own.
+	Revision int64
 
 	index map[string]int
+	files []string
+	// dir resolves relative secret paths of partners stored in the
+	// database: the file's directory, where the replicas mount them.
+	dir string
 }
 
 // Partner returns the partner whose AS2 ID is exactly as2ID (case-sensitive,
@@ -411,7 +425,7 @@ func Parse(data []byte, dir, name string, opts Options) (*File, error) {
 	if opts.Now != nil {
 		now = opts.Now
 	}
-	p := &parser{name: name, dir: dir, now: now()}
+	p := &parser{name: name, dir: dir, secretDir: dir, now: now()}
 	if len(data) > maxFileSize {
 		return nil, p.fail("", fmt.Sprintf("the file is larger than %d MiB", maxFileSize>>20), "point EDIHUB_CONFIG at the edihub station and partner file")
 	}
@@ -424,11 +438,21 @@ func Parse(data []byte, dir, name string, opts Options) (*File, error) {
 
 // parser carries what validation needs to phrase errors and warnings.
 type parser struct {
-	name     string
-	dir      string
-	now      time.Time
-	ix       *nodeIndex
-	warnings []string
+	name string
+	// dir resolves relative paths of public files (certificates, CA
+	// bundles); secretDir those of secrets (passwords, TLS client keys),
+	// which stay files on each replica: the configuration file's
+	// directory. Both are dir in a configuration file.
+	dir, secretDir string
+	// secretsOptional turns a missing secret file into a warning: a
+	// partners document checked away from the replicas (edihub partners
+	// apply) may name files that only the replicas have.
+	secretsOptional bool
+	now             time.Time
+	ix              *nodeIndex
+	warnings        []string
+	// files are the paths read, for File.Files.
+	files []string
 }
 
 func (p *parser) fail(field, msg, fix string) *Error {
@@ -457,7 +481,7 @@ func (p *parser) build(raw *rawFile) (*File, error) {
 	if err != nil {
 		return nil, err
 	}
-	f := &File{Path: p.name, Station: st, index: make(map[string]int, len(raw.Partners))}
+	f := &File{Path: p.name, Station: st, index: make(map[string]int, len(raw.Partners)), dir: p.dir}
 	if len(raw.Partners) == 0 {
 		p.warn("partners", "no partners configured; edihub can neither send nor accept messages")
 	}
@@ -475,7 +499,19 @@ func (p *parser) build(raw *rawFile) (*File, error) {
 		f.Partners = append(f.Partners, pa)
 	}
 	f.Warnings = p.warnings
+	f.files = append([]string{p.name}, p.files...)
 	return f, nil
+}
+
+// Files lists the files the configuration was read from: the file itself,
+// the keys and certificates it names, and the secret files of its
+// partners. A change to any of them is a reason to load it again.
+func (f *File) Files() []string {
+	out := append([]string(nil), f.files...)
+	for i := range f.Partners {
+		out = append(out, f.Partners[i].files...)
+	}
+	return out
 }
 
 func (p *parser) station(raw *rawStation) (Station, error) {
@@ -621,11 +657,11 @@ func (p *parser) partnerEndpoint(field string, raw *rawPartner, st *Station, pa 
 // valid now is a warning, not an error: messages still go to the one that
 // expires last.
 func (p *parser) partnerCertificates(field string, raw *rawPartner, pa *Partner) error {
-	data, err := p.readRef(field+".certificate", raw.Certificate, "the partner's PEM certificate file")
+	data, err := p.readPublic(field+".certificate", raw.Certificate, "the partner's PEM certificate file")
 	if err != nil {
 		return err
 	}
-	certs, prob := parseCertificates(data, raw.Certificate)
+	certs, prob := parseCertificates(data, refName(raw.Certificate))
 	if prob != nil {
 		return p.failErr(field+".certificate", prob.err, prob.msg, prob.fix)
 	}
@@ -701,8 +737,8 @@ func (p *parser) basicAuth(field string, raw *rawAuth) (*BasicAuth, error) {
 	if raw.User == "" || strings.ContainsAny(raw.User, ":\r\n") {
 		return nil, p.fail(field+".user", "missing, or holds ':' or a line break", "set auth.user to the HTTP user name the partner gave you")
 	}
-	data, err := p.readRef(field+".password_file", raw.PasswordFile, "a file holding the partner's HTTP password (one line)")
-	if err != nil {
+	data, err := p.readSecret(field+".password_file", raw.PasswordFile, "a file holding the partner's HTTP password (one line)")
+	if err != nil || data == nil {
 		return nil, err
 	}
 	pw := strings.TrimRight(string(data), "\r\n")
@@ -802,13 +838,13 @@ func (p *parser) transport(field string, raw *rawPartner, pa *Partner) error {
 			return p.fail(field+".tls", "tls is set but url is not https", "use an https url, or remove the tls section")
 		}
 		if raw.TLS.CAFile != "" {
-			data, err := p.readRef(field+".tls.ca_file", raw.TLS.CAFile, "the partner's CA certificates in PEM")
+			data, err := p.readPublic(field+".tls.ca_file", raw.TLS.CAFile, "the partner's CA certificates in PEM")
 			if err != nil {
 				return err
 			}
 			pool := x509.NewCertPool()
 			if !pool.AppendCertsFromPEM(data) {
-				return p.fail(field+".tls.ca_file", "no PEM certificate in "+raw.TLS.CAFile, "point ca_file at the PEM certificates of the CA that issued the partner's server certificate")
+				return p.fail(field+".tls.ca_file", "no PEM certificate in "+refName(raw.TLS.CAFile), "point ca_file at the PEM certificates of the CA that issued the partner's server certificate")
 			}
 			pa.TLS.RootCAs = pool
 		}
@@ -816,13 +852,16 @@ func (p *parser) transport(field string, raw *rawPartner, pa *Partner) error {
 			return p.fail(field+".tls", "cert_file and key_file go together", "set both (our client certificate and its key) or neither")
 		}
 		if raw.TLS.CertFile != "" {
-			certPEM, err := p.readRef(field+".tls.cert_file", raw.TLS.CertFile, "our client certificate in PEM")
+			certPEM, err := p.readSecret(field+".tls.cert_file", raw.TLS.CertFile, "our client certificate in PEM")
 			if err != nil {
 				return err
 			}
-			keyPEM, err := p.readRef(field+".tls.key_file", raw.TLS.KeyFile, "the key of our client certificate in PEM")
+			keyPEM, err := p.readSecret(field+".tls.key_file", raw.TLS.KeyFile, "the key of our client certificate in PEM")
 			if err != nil {
 				return err
+			}
+			if certPEM == nil || keyPEM == nil { // not on this machine: checked on the replicas
+				return nil
 			}
 			pair, err := tls.X509KeyPair(certPEM, keyPEM)
 			if err != nil {
@@ -895,6 +934,62 @@ func (p *parser) url(field, s string) (*url.URL, error) {
 	return u, nil
 }
 
+// pemPrefix starts a PEM value written inline instead of a path.
+const pemPrefix = "-----BEGIN "
+
+// IsInlinePEM reports whether a certificate reference is PEM text rather
+// than a path.
+func IsInlinePEM(ref string) bool { return strings.HasPrefix(strings.TrimSpace(ref), pemPrefix) }
+
+// readPublic reads a certificate reference: PEM text written inline (how
+// partners stored in the database carry their certificates), or a file.
+func (p *parser) readPublic(field, ref, what string) ([]byte, error) {
+	if IsInlinePEM(ref) {
+		return []byte(ref), nil
+	}
+	return p.readRef(field, ref, what)
+}
+
+// readSecret reads a secret's file, resolved against secretDir: secrets
+// are never written inline (they stay out of the database). With
+// secretsOptional a missing file is a warning and nil, nil.
+func (p *parser) readSecret(field, ref, what string) ([]byte, error) {
+	if IsInlinePEM(ref) {
+		return nil, p.fail(field, "holds the key or certificate itself, not a path",
+			"keep secrets in files (a Kubernetes Secret mounted on every replica) and write the file's path here")
+	}
+	q := *p
+	q.dir = p.secretDir
+	data, err := q.readRef(field, ref, what)
+	var e *Error
+	if err != nil && p.secretsOptional && errors.As(err, &e) && errors.Is(e.Err, fs.ErrNotExist) {
+		p.warn(field, "%s is not on this machine; each replica reads it from %s", ref, q.resolve(ref))
+		return nil, nil
+	}
+	return data, err
+}
+
+// refName is how messages name a reference: its path, or "the inline
+// PEM" for PEM text.
+func refName(ref string) string {
+	if IsInlinePEM(ref) {
+		return "the inline PEM"
+	}
+	return ref
+}
+
+// resolve is ref as an absolute path, relative ones against p.dir.
+func (p *parser) resolve(ref string) string {
+	path := ref
+	if !filepath.IsAbs(path) {
+		path = filepath.Join(p.dir, ref)
+	}
+	if abs, err := filepath.Abs(path); err == nil {
+		return abs
+	}
+	return path
+}
+
 // readRef reads the file a key names, resolving a relative path against the
 // configuration file's directory.
 func (p *parser) readRef(field, ref, what string) ([]byte, error) {
@@ -905,6 +1000,7 @@ func (p *parser) readRef(field, ref, what string) ([]byte, error) {
 	if !filepath.IsAbs(path) {
 		path = filepath.Join(p.dir, ref)
 	}
+	p.files = append(p.files, path)
 	data, err := readFile(path)
 	if err != nil {
 		fix := "check the path; relative paths are resolved against the config file's directory"

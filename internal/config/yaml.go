@@ -52,46 +52,46 @@ type rawStationKey struct {
 }
 
 type rawPartner struct {
-	AS2ID                  string            `yaml:"as2_id"`
-	URL                    string            `yaml:"url"`
-	Certificate            string            `yaml:"certificate"`
-	Sign                   string            `yaml:"sign"`
-	Encrypt                string            `yaml:"encrypt"`
-	Compress               bool              `yaml:"compress"`
-	MDN                    string            `yaml:"mdn"`
-	MDNSigned              bool              `yaml:"mdn_signed"`
-	MDNMICAlg              string            `yaml:"mdn_micalg"`
-	RequireSigned          *bool             `yaml:"require_signed"`
-	RequireEncrypted       *bool             `yaml:"require_encrypted"`
-	KeyEncryption          string            `yaml:"key_encryption"`
-	TransferEncoding       string            `yaml:"transfer_encoding"`
-	Chunked                bool              `yaml:"chunked"`
-	CompressOrder          string            `yaml:"compress_order"`
-	AsyncMDNURL            string            `yaml:"async_mdn_url"`
-	Timeout                string            `yaml:"timeout"`
-	MaxAttempts            *int              `yaml:"max_attempts"`
-	ResendOverdue          *int              `yaml:"resend_overdue"`
-	RetryWindow            string            `yaml:"retry_window"`
-	MICIncludeHeaders      bool              `yaml:"mic_include_headers"`
-	MDNHosts               []string          `yaml:"mdn_hosts"`
-	AllowPrivateMDNTargets bool              `yaml:"allow_private_mdn_targets"`
-	Auth                   *rawAuth          `yaml:"auth"`
-	TLS                    *rawTLS           `yaml:"tls"`
-	Headers                map[string]string `yaml:"headers"`
-	Proxy                  string            `yaml:"proxy"`
-	ReplayWindow           string            `yaml:"replay_window"`
-	RefuseReplays          bool              `yaml:"refuse_replays"`
+	AS2ID                  string            `yaml:"as2_id,omitempty"`
+	URL                    string            `yaml:"url,omitempty"`
+	Certificate            string            `yaml:"certificate,omitempty"`
+	Sign                   string            `yaml:"sign,omitempty"`
+	Encrypt                string            `yaml:"encrypt,omitempty"`
+	Compress               bool              `yaml:"compress,omitempty"`
+	MDN                    string            `yaml:"mdn,omitempty"`
+	MDNSigned              bool              `yaml:"mdn_signed,omitempty"`
+	MDNMICAlg              string            `yaml:"mdn_micalg,omitempty"`
+	RequireSigned          *bool             `yaml:"require_signed,omitempty"`
+	RequireEncrypted       *bool             `yaml:"require_encrypted,omitempty"`
+	KeyEncryption          string            `yaml:"key_encryption,omitempty"`
+	TransferEncoding       string            `yaml:"transfer_encoding,omitempty"`
+	Chunked                bool              `yaml:"chunked,omitempty"`
+	CompressOrder          string            `yaml:"compress_order,omitempty"`
+	AsyncMDNURL            string            `yaml:"async_mdn_url,omitempty"`
+	Timeout                string            `yaml:"timeout,omitempty"`
+	MaxAttempts            *int              `yaml:"max_attempts,omitempty"`
+	ResendOverdue          *int              `yaml:"resend_overdue,omitempty"`
+	RetryWindow            string            `yaml:"retry_window,omitempty"`
+	MICIncludeHeaders      bool              `yaml:"mic_include_headers,omitempty"`
+	MDNHosts               []string          `yaml:"mdn_hosts,omitempty"`
+	AllowPrivateMDNTargets bool              `yaml:"allow_private_mdn_targets,omitempty"`
+	Auth                   *rawAuth          `yaml:"auth,omitempty"`
+	TLS                    *rawTLS           `yaml:"tls,omitempty"`
+	Headers                map[string]string `yaml:"headers,omitempty"`
+	Proxy                  string            `yaml:"proxy,omitempty"`
+	ReplayWindow           string            `yaml:"replay_window,omitempty"`
+	RefuseReplays          bool              `yaml:"refuse_replays,omitempty"`
 }
 
 type rawTLS struct {
-	CAFile   string `yaml:"ca_file"`
-	CertFile string `yaml:"cert_file"`
-	KeyFile  string `yaml:"key_file"`
+	CAFile   string `yaml:"ca_file,omitempty"`
+	CertFile string `yaml:"cert_file,omitempty"`
+	KeyFile  string `yaml:"key_file,omitempty"`
 }
 
 type rawAuth struct {
-	User         string `yaml:"user"`
-	PasswordFile string `yaml:"password_file"`
+	User         string `yaml:"user,omitempty"`
+	PasswordFile string `yaml:"password_file,omitempty"`
 }
 
 // nodeIndex maps YAML paths to line numbers, so that errors found after

@@ -65,8 +65,9 @@ const unknownPartner = "unknown"
 
 // PollerOptions configure NewPoller.
 type PollerOptions struct {
-	Store  PollerStore
-	Config *config.File
+	Store PollerStore
+	// Config gives the partner profiles in force.
+	Config config.Source
 	Logger *zap.Logger
 	// Registerer takes the poller's metrics.
 	Registerer prometheus.Registerer
@@ -147,7 +148,7 @@ func NewPoller(o PollerOptions) (*Poller, error) {
 			return nil, fmt.Errorf("mdn poller metrics: %w", err)
 		}
 	}
-	for _, pa := range o.Config.Partners {
+	for _, pa := range o.Config.Current().Partners {
 		for _, r := range []string{ResultDelivered, ResultFailed, ResultOrphan} {
 			p.processed.WithLabelValues(pa.AS2ID, r)
 		}
@@ -261,7 +262,7 @@ func (p *Poller) poll(ctx context.Context, f postgres.Fence) error {
 
 // partnerLabel bounds the partner label to configured partners.
 func (p *Poller) partnerLabel(id string) string {
-	if _, ok := p.o.Config.Partner(id); ok {
+	if _, ok := p.o.Config.Current().Partner(id); ok {
 		return id
 	}
 	return unknownPartner
@@ -289,7 +290,7 @@ func (p *Poller) decide(ctx context.Context, refs []postgres.PendingMDNRef) ([]p
 	for _, ref := range refs {
 		x := parsed{out: postgres.MDNOutcome{InboxID: ref.ID}}
 		if ref.Size > p.o.MaxMDNBytes {
-			if pa, ok := p.o.Config.Partner(ref.AS2From); ok {
+			if pa, ok := p.o.Config.Current().Partner(ref.AS2From); ok {
 				x.out.Partner = pa.AS2ID
 			}
 			x.decided, x.out.Reason = true, fmt.Sprintf("too large: %d bytes, over the %d bytes an MDN may have (EDIHUB_MAX_MDN_BYTES); not read", ref.Size, p.o.MaxMDNBytes)
@@ -329,7 +330,7 @@ func (p *Poller) decide(ctx context.Context, refs []postgres.PendingMDNRef) ([]p
 // parse finds the partner of row and parses and verifies its MDN into x,
 // or decides x as an orphan. x keeps the report's fields, not the body.
 func (p *Poller) parse(x *parsed, row postgres.PendingMDN) {
-	pa, ok := p.o.Config.Partner(row.AS2From)
+	pa, ok := p.o.Config.Current().Partner(row.AS2From)
 	if !ok {
 		x.decided, x.out.Reason = true, fmt.Sprintf("unknown partner: AS2-From %q is not a configured partner", row.AS2From)
 		return
@@ -525,7 +526,7 @@ func (p *Poller) overdueMessages(ctx context.Context, f postgres.Fence) error {
 		acts := make([]postgres.OverdueAction, len(due))
 		for i, d := range due {
 			acts[i] = postgres.OverdueAction{Message: d, Action: postgres.OverdueFlag}
-			if pa, ok := p.o.Config.Partner(d.Partner); ok && pa.ResendOverdue > 0 {
+			if pa, ok := p.o.Config.Current().Partner(d.Partner); ok && pa.ResendOverdue > 0 {
 				acts[i].Action = postgres.OverdueResend
 				if d.Resends >= pa.ResendOverdue {
 					acts[i].Action = postgres.OverdueGiveUp
@@ -563,7 +564,7 @@ func (p *Poller) refreshGauges(ctx context.Context) error {
 	}
 	p.orphans.Set(float64(g.Orphans))
 	counts := map[string]float64{}
-	for _, pa := range p.o.Config.Partners {
+	for _, pa := range p.o.Config.Current().Partners {
 		counts[pa.AS2ID] = 0
 	}
 	for partner, n := range g.Overdue {

@@ -1,10 +1,12 @@
 package outbox
 
 import (
+	"crypto/tls"
 	"errors"
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 
 	"github.com/edihub/edihub/internal/config"
 )
@@ -62,33 +64,71 @@ func partnerHost(u *url.URL, p *config.Partner) bool {
 // MDNs to partners that do not allow non-public targets.
 type clientPair struct{ plain, guarded *http.Client }
 
-// partnerClients builds a client for each partner with its own transport
+// partnerClients are the clients of partners with their own transport
 // settings (tls, proxy), derived from base (which does not follow
-// redirects); the others share base.
-func partnerClients(base *http.Client, cfg *config.File) map[string]clientPair {
-	out := map[string]clientPair{}
-	for i := range cfg.Partners {
-		p := &cfg.Partners[i]
-		if p.TLS == nil && p.Proxy == nil {
-			continue
-		}
-		var tr *http.Transport
-		if t, ok := base.Transport.(*http.Transport); ok && t != nil {
-			tr = t.Clone()
-		} else {
-			tr = http.DefaultTransport.(*http.Transport).Clone()
-		}
-		if p.TLS != nil {
-			tr.TLSClientConfig = p.TLS.Clone()
-		}
-		if p.Proxy != nil {
-			tr.Proxy = http.ProxyURL(p.Proxy)
-		}
-		c := *base
-		c.Transport = tr
-		out[p.AS2ID] = clientPair{plain: &c, guarded: guardedClient(&c)}
+// redirects) when first needed and again when the partner's settings
+// change; the others share base. Safe for concurrent use.
+type partnerClients struct {
+	base *http.Client
+	mu   sync.Mutex
+	m    map[string]partnerClient
+}
+
+// partnerClient is a partner's client pair and the settings it was made
+// with: a profile's TLS configuration and proxy keep their pointers while
+// the profile is unchanged.
+type partnerClient struct {
+	tls   *tls.Config
+	proxy *url.URL
+	pair  clientPair
+}
+
+// get returns p's own clients, or false for a partner without transport
+// settings of its own.
+func (c *partnerClients) get(p *config.Partner) (clientPair, bool) {
+	if p.TLS == nil && p.Proxy == nil {
+		return clientPair{}, false
 	}
-	return out
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if pc, ok := c.m[p.AS2ID]; ok && pc.tls == p.TLS && pc.proxy == p.Proxy {
+		return pc.pair, true
+	} else if ok {
+		pc.pair.closeIdle()
+	}
+	var tr *http.Transport
+	if t, ok := c.base.Transport.(*http.Transport); ok && t != nil {
+		tr = t.Clone()
+	} else {
+		tr = http.DefaultTransport.(*http.Transport).Clone()
+	}
+	if p.TLS != nil {
+		tr.TLSClientConfig = p.TLS.Clone()
+	}
+	if p.Proxy != nil {
+		tr.Proxy = http.ProxyURL(p.Proxy)
+	}
+	cl := *c.base
+	cl.Transport = tr
+	pair := clientPair{plain: &cl, guarded: guardedClient(&cl)}
+	if c.m == nil {
+		c.m = map[string]partnerClient{}
+	}
+	c.m[p.AS2ID] = partnerClient{tls: p.TLS, proxy: p.Proxy, pair: pair}
+	return pair, true
+}
+
+func (c *partnerClients) closeIdle() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, pc := range c.m {
+		pc.pair.closeIdle()
+	}
+}
+
+func (p clientPair) closeIdle() {
+	p.plain.CloseIdleConnections()
+	p.guarded.CloseIdleConnections()
 }
 
 // redactError removes passwords from the URLs net/http puts in its
@@ -116,8 +156,5 @@ func redactURL(raw string) string {
 // transports nobody else holds.
 func (d *Dispatcher) closeIdle() {
 	d.mdnClient.CloseIdleConnections()
-	for _, c := range d.partnerClients {
-		c.plain.CloseIdleConnections()
-		c.guarded.CloseIdleConnections()
-	}
+	d.partnerClients.closeIdle()
 }

@@ -52,7 +52,13 @@ const (
 
 // Defaults for Options.
 const (
-	DefaultWorkers          = 8
+	DefaultWorkers = 8
+	// DefaultLease is the default partner timeout plus 30 s: a crashed
+	// replica's items are sent again within it.
+	DefaultLease = config.DefaultTimeout + 30*time.Second
+	// MinLease bounds Options.Lease below: claims are extended every
+	// third of it.
+	MinLease                = time.Second
 	DefaultBatch            = 16
 	DefaultPollInterval     = 5 * time.Second
 	DefaultShutdownTimeout  = 10 * time.Second
@@ -64,8 +70,10 @@ const (
 
 // Options configure NewDispatcher.
 type Options struct {
-	Store  Store
-	Config *config.File
+	Store Store
+	// Config gives the partner profiles and the station in force; each
+	// item is sent with the snapshot current when it was claimed.
+	Config config.Source
 	Logger *zap.Logger
 	// Metrics is required; build it with NewMetrics.
 	Metrics *Metrics
@@ -84,8 +92,9 @@ type Options struct {
 	// jittered in [0.5, 1.5) of it (DefaultPollInterval).
 	PollInterval time.Duration
 	// Lease is how long a claim lasts; a crashed dispatcher's rows come back
-	// after it. It must exceed every partner timeout. Zero means the
-	// longest partner timeout plus 30 s.
+	// after it. A dispatcher extends the claims of the items it is sending
+	// every third of it, so a partner timeout may be longer. Zero means
+	// DefaultLease; at least MinLease.
 	Lease time.Duration
 	// ShutdownTimeout bounds how long Run waits for in-flight sends after
 	// its context ends; sends still running then are abandoned and their
@@ -126,7 +135,7 @@ type Dispatcher struct {
 	mdnClient *http.Client
 	// partnerClients are the clients of partners with their own TLS or
 	// proxy settings (see credentials.go).
-	partnerClients map[string]clientPair
+	partnerClients *partnerClients
 }
 
 // NewDispatcher validates o and returns a Dispatcher.
@@ -173,22 +182,19 @@ func NewDispatcher(o Options) (*Dispatcher, error) {
 	c := *o.Client
 	c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 	o.Client = &c
-	var longest time.Duration
-	for _, p := range o.Config.Partners {
-		longest = max(longest, p.Timeout)
-	}
 	if o.Lease <= 0 {
-		o.Lease = longest + 30*time.Second
+		o.Lease = DefaultLease
 	}
-	if o.Lease <= longest {
-		return nil, fmt.Errorf("outbox: claim lease %s must exceed the longest partner timeout %s", o.Lease, longest)
+	if o.Lease < MinLease {
+		return nil, fmt.Errorf("outbox: claim lease %s is below %s", o.Lease, MinLease)
 	}
-	ids := make([]string, 0, len(o.Config.Partners))
-	for _, p := range o.Config.Partners {
+	cfg := o.Config.Current()
+	ids := make([]string, 0, len(cfg.Partners))
+	for _, p := range cfg.Partners {
 		ids = append(ids, p.AS2ID)
 	}
 	o.Metrics.presetPartners(ids)
-	return &Dispatcher{o: o, log: o.Logger.Named("outbox"), wake: make(chan struct{}, 1), mdnClient: guardedClient(o.Client), partnerClients: partnerClients(o.Client, o.Config)}, nil
+	return &Dispatcher{o: o, log: o.Logger.Named("outbox"), wake: make(chan struct{}, 1), mdnClient: guardedClient(o.Client), partnerClients: &partnerClients{base: o.Client}}, nil
 }
 
 // Wake makes Run claim at once instead of at the next poll. It never
@@ -332,16 +338,17 @@ type attempt struct {
 func (d *Dispatcher) process(ctx context.Context, it postgres.OutboxItem) {
 	log := d.log.With(zap.String("partner", it.Partner), zap.Int64("outbox_id", it.ID), zap.String("kind", it.Kind), zap.Int("attempt", it.Attempts))
 	defer d.keepClaim(ctx, log, it)()
+	cfg := d.o.Config.Current()
 	var p *config.Partner
 	if kindOf(it).partner {
-		p, _ = d.o.Config.Partner(it.Partner)
+		p, _ = cfg.Partner(it.Partner)
 	}
 	ready := true
 	switch it.Kind {
 	case postgres.OutboxKindWebhook:
 		log, ready = d.prepareWebhook(ctx, &it)
 	case postgres.OutboxKindMessage:
-		log, ready = d.prepareMessage(ctx, log, &it, p)
+		log, ready = d.prepareMessage(ctx, log, &it, &cfg.Station, p)
 	}
 	if !ready {
 		return
@@ -374,13 +381,13 @@ func (d *Dispatcher) prepareWebhook(ctx context.Context, it *postgres.OutboxItem
 // prepareMessage builds an AS2 message on its first attempt. ready is
 // false when the outcome is recorded already (no partner, a build that
 // can never succeed) or left to the claim's expiry.
-func (d *Dispatcher) prepareMessage(ctx context.Context, log *zap.Logger, it *postgres.OutboxItem, p *config.Partner) (*zap.Logger, bool) {
+func (d *Dispatcher) prepareMessage(ctx context.Context, log *zap.Logger, it *postgres.OutboxItem, st *config.Station, p *config.Partner) (*zap.Logger, bool) {
 	if p == nil {
 		d.finish(ctx, log, *it, p, attempt{err: fmt.Errorf("partner %q is no longer configured", it.Partner)})
 		return log, false
 	}
 	if !it.Built() {
-		err := d.buildItem(ctx, it, p)
+		err := d.buildItem(ctx, it, st, p)
 		switch {
 		case errors.Is(err, errBuild):
 			d.finish(ctx, log, *it, p, attempt{err: err})
@@ -443,12 +450,12 @@ func (d *Dispatcher) claimKinds() []string {
 
 var errBuild = errors.New("build AS2 message")
 
-func (d *Dispatcher) buildItem(ctx context.Context, it *postgres.OutboxItem, p *config.Partner) error {
+func (d *Dispatcher) buildItem(ctx context.Context, it *postgres.OutboxItem, st *config.Station, p *config.Partner) error {
 	src, err := d.o.Store.OutboundSource(ctx, it.MessageID)
 	if err != nil {
 		return err
 	}
-	b, err := build(&d.o.Config.Station, p, src, d.o.Now(), d.o.Rand)
+	b, err := build(st, p, src, d.o.Now(), d.o.Rand)
 	if err != nil {
 		return fmt.Errorf("%w: %w", errBuild, err)
 	}

@@ -58,7 +58,7 @@ func guardedClient(base *http.Client) *http.Client {
 func (d *Dispatcher) clientFor(it postgres.OutboxItem, p *config.Partner) (*http.Client, error) {
 	pair := clientPair{plain: d.o.Client, guarded: d.mdnClient}
 	if p != nil {
-		if own, ok := d.partnerClients[p.AS2ID]; ok {
+		if own, ok := d.partnerClients.get(p); ok {
 			if u, err := url.Parse(it.URL); err == nil && partnerHost(u, p) {
 				pair = own // its TLS and proxy settings are for its own host
 			}

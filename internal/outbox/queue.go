@@ -73,7 +73,7 @@ type EnqueueStore interface {
 // It is safe for concurrent use.
 type Queue struct {
 	store  EnqueueStore
-	cfg    *config.File
+	cfg    config.Source
 	newID  func() string
 	notify func()
 	window time.Duration
@@ -81,8 +81,9 @@ type Queue struct {
 
 // QueueOptions configure NewQueue.
 type QueueOptions struct {
-	Store  EnqueueStore
-	Config *config.File
+	Store EnqueueStore
+	// Config gives the partner profiles and the station in force.
+	Config config.Source
 	// MessageID generates AS2 Message-IDs; nil means a MessageIDs with
 	// crypto/rand for the station.
 	MessageID func() string
@@ -105,7 +106,7 @@ func NewQueue(o QueueOptions) (*Queue, error) {
 		return nil, errors.New("outbox: queue needs Store and Config")
 	}
 	if o.MessageID == nil {
-		o.MessageID = MessageIDs(o.Config.Station.AS2ID, rand.Reader)
+		o.MessageID = MessageIDs(o.Config.Current().Station.AS2ID, rand.Reader)
 	}
 	if o.RetryWindow < 0 {
 		return nil, errors.New("outbox: negative retry window")
@@ -116,7 +117,8 @@ func NewQueue(o QueueOptions) (*Queue, error) {
 // Enqueue queues d. Errors wrap ErrUnknownPartner, ErrInvalidDocument or
 // the store's error.
 func (q *Queue) Enqueue(ctx context.Context, d Document) (Queued, error) {
-	p, ok := q.cfg.Partner(d.Partner)
+	cfg := q.cfg.Current()
+	p, ok := cfg.Partner(d.Partner)
 	if !ok {
 		return Queued{}, fmt.Errorf("%w %q: no partner with this AS2 ID in the configuration (AS2 IDs are case-sensitive)", ErrUnknownPartner, d.Partner)
 	}
@@ -152,7 +154,7 @@ func (q *Queue) Enqueue(ctx context.Context, d Document) (Queued, error) {
 	}
 	e, err := q.store.EnqueueOutbound(ctx, postgres.NewOutbound{
 		Partner:     p.AS2ID,
-		AS2From:     q.cfg.Station.AS2ID,
+		AS2From:     cfg.Station.AS2ID,
 		AS2To:       p.AS2ID,
 		MessageID:   id,
 		Subject:     subject,

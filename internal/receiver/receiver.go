@@ -39,6 +39,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -100,10 +101,14 @@ func StationFromConfig(st config.Station) Station {
 	return out
 }
 
-// Options configure New. Store, Partners, Station (AS2ID, Keys, Key, Cert),
-// Logger and Registerer are required.
+// Options configure New. Store, Logger, Registerer and either Config or
+// Partners and Station (AS2ID, Keys, Key, Cert) are required.
 type Options struct {
-	Store    Store
+	Store Store
+	// Config, when set, gives the partners and the station in force: each
+	// request reads it once, when its header arrives, and keeps that
+	// snapshot to its end. Partners and Station are then not used.
+	Config   config.Source
 	Partners Partners
 	Station  Station
 	Logger   *zap.Logger
@@ -167,6 +172,29 @@ type Handler struct {
 	log     *zap.Logger
 	metrics *metrics
 	budget  *budget
+	// station caches the receiver's view of the station of the last
+	// snapshot of Config.
+	station atomic.Pointer[stationView]
+}
+
+// stationView is the Station made from one snapshot.
+type stationView struct {
+	cfg     *config.File
+	station Station
+}
+
+// directory returns the partners and the station in force now.
+func (h *Handler) directory() (Partners, *Station) {
+	if h.o.Config == nil {
+		return h.o.Partners, &h.o.Station
+	}
+	cfg := h.o.Config.Current()
+	v := h.station.Load()
+	if v == nil || v.cfg != cfg {
+		v = &stationView{cfg: cfg, station: StationFromConfig(cfg.Station)}
+		h.station.Store(v)
+	}
+	return cfg, &v.station
 }
 
 // New validates o and returns the handler, its metrics registered on
@@ -175,6 +203,8 @@ func New(o Options) (*Handler, error) {
 	switch {
 	case o.Store == nil:
 		return nil, errors.New("receiver: no Store")
+	case o.Config != nil:
+		// partners and station come from each snapshot
 	case o.Partners == nil:
 		return nil, errors.New("receiver: no Partners")
 	case o.Station.AS2ID == "":
@@ -193,6 +223,9 @@ func New(o Options) (*Handler, error) {
 	}
 	if o.Rand == nil {
 		o.Rand = rand.Reader
+	}
+	if o.NewMessageID == nil && o.Config != nil {
+		o.NewMessageID = MessageIDs(o.Config.Current().Station.AS2ID, o.Rand)
 	}
 	if o.NewMessageID == nil {
 		o.NewMessageID = MessageIDs(o.Station.AS2ID, o.Rand)
@@ -265,7 +298,7 @@ const (
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	rq := parseRequest(r.Header)
-	partner, res := h.address(r.Header, rq)
+	partner, res := h.address(r.Header, &rq)
 	if res != nil {
 		// The body stays unread: close the connection rather than let
 		// net/http wait for it.
@@ -352,14 +385,16 @@ func (h *Handler) busy(w http.ResponseWriter, partner, stage string) {
 // address finds the partner of a request from its header alone, for
 // messages and async MDNs alike: anyone else's body is never read. A nil
 // partner comes with the answer to send.
-func (h *Handler) address(hdr http.Header, rq request) (*config.Partner, *response) {
+func (h *Handler) address(hdr http.Header, rq *request) (*config.Partner, *response) {
 	if rq.from == "" || rq.to == "" {
 		h.log.Info("request without a valid AS2-From or AS2-To", zap.String("as2_from", hdr.Get("AS2-From")), zap.String("as2_to", hdr.Get("AS2-To")))
 		return nil, textResponse(http.StatusBadRequest, partnerUnknown, resultBadRequest,
 			"AS2-From and AS2-To header fields are required (1 to 128 printable ASCII characters, quoted when they hold spaces)")
 	}
-	partner, ok := h.o.Partners.Partner(rq.from)
-	if ok && rq.to == h.o.Station.AS2ID {
+	partners, station := h.directory()
+	rq.station = station
+	partner, ok := partners.Partner(rq.from)
+	if ok && rq.to == station.AS2ID {
 		return partner, nil
 	}
 	log := h.log.With(zap.String("as2_from", rq.from), zap.String("as2_to", rq.to), zap.String("message_id", rq.messageID))
@@ -371,8 +406,8 @@ func (h *Handler) address(hdr http.Header, rq request) (*config.Partner, *respon
 	// Not stored, and in the response even when an async MDN was asked
 	// for: we send nothing to unknown parties' URLs. Signed with the
 	// station key when a signed receipt was asked for, like every error.
-	plan := planMDN(rq)
-	res, err := h.mdnResponse(rq, mdnPlan{sign: plan.sign, alg: plan.alg}, mdn.Errored(mdn.UnknownTradingRelationship), "")
+	plan := planMDN(*rq)
+	res, err := h.mdnResponse(*rq, mdnPlan{sign: plan.sign, alg: plan.alg}, mdn.Errored(mdn.UnknownTradingRelationship), "")
 	if err != nil {
 		log.Error("build MDN", zap.Error(err))
 		return nil, textResponse(http.StatusInternalServerError, partnerUnknown, resultUnavailable, "internal error")
@@ -509,6 +544,9 @@ func textResponse(status int, partner, result, text string) *response {
 
 // request holds the AS2 header fields of a message.
 type request struct {
+	// station is the station the request addresses, from the snapshot
+	// its header was read with (set by address).
+	station             *Station
 	from, to, messageID string
 	mdnWanted           bool
 	asyncURL            string
@@ -712,7 +750,7 @@ func (h *Handler) unwrap(ctx context.Context, x *exchange) (mdn.Disposition, str
 		return mdn.Failed(plan.failure), "", nil
 	}
 	m, err := as2.Unwrap(hdr, body, as2.UnwrapOptions{
-		Keys:         h.o.Station.Keys,
+		Keys:         rq.station.Keys,
 		PartnerCerts: partner.Certificates,
 		MICAlgs:      plan.micAlgs,
 		UnsignedMIC:  unsignedMIC(partner),
@@ -858,7 +896,7 @@ func (h *Handler) mdnResponse(rq request, plan mdnPlan, d mdn.Disposition, mic s
 		Disposition:       d,
 		MIC:               mic,
 	}, mdn.BuildOptions{
-		Sign: plan.sign, MICAlg: plan.alg, Key: h.o.Station.Key, Cert: h.o.Station.Cert, Rand: h.o.Rand, Time: now,
+		Sign: plan.sign, MICAlg: plan.alg, Key: rq.station.Key, Cert: rq.station.Cert, Rand: h.o.Rand, Time: now,
 	})
 	if err != nil {
 		return nil, err

@@ -196,6 +196,10 @@ type Builder struct {
 	Lease string
 	// Partners configured get a row even on a day without their traffic.
 	Partners []string
+	// PartnerNames, when set, is asked for the configured partners at
+	// each build instead of Partners (partners change while a replica
+	// runs).
+	PartnerNames func() []string
 	// Now is the clock; reports of days not over yet are preliminary.
 	Now func() time.Time
 }
@@ -229,7 +233,11 @@ func (b *Builder) Build(ctx context.Context, day Day) (*Report, error) {
 	// The day's rows: configured partners and any with traffic in one of
 	// the three days, so a partner that fell silent shows.
 	names := map[string]bool{}
-	for _, n := range b.Partners {
+	configured := b.Partners
+	if b.PartnerNames != nil {
+		configured = b.PartnerNames()
+	}
+	for _, n := range configured {
 		names[n] = true
 	}
 	for _, p := range []*Period{&r.Period, &r.DayBefore, &r.WeekBefore} {
