@@ -98,6 +98,20 @@ func (o reportOptions) settings(readFile func(string) ([]byte, error)) (reportSe
 	return s, nil
 }
 
+// stationsOf lists the stations of cfg and tells each partner's.
+func stationsOf(cfg *config.File) ([]string, func(string) string) {
+	names := make([]string, 0, len(cfg.Stations))
+	for _, st := range cfg.Stations {
+		names = append(names, st.AS2ID)
+	}
+	return names, func(partner string) string {
+		if p, ok := cfg.Partner(partner); ok {
+			return cfg.StationOf(p).AS2ID
+		}
+		return ""
+	}
+}
+
 // partnerNames lists the configured partners' AS2 IDs.
 func partnerNames(cfg *config.File) []string {
 	names := make([]string, 0, len(cfg.Partners))
@@ -111,7 +125,8 @@ func partnerNames(cfg *config.File) []string {
 // partners configured at each build.
 func (r *replica) reportBuilder() *report.Builder {
 	return &report.Builder{Source: r.store, Station: r.cfg.Current().Station.AS2ID, Lease: r.o.leader.leaseName,
-		PartnerNames: func() []string { return partnerNames(r.cfg.Current()) }, Now: time.Now}
+		PartnerNames: func() []string { return partnerNames(r.cfg.Current()) },
+		Stations:     func() ([]string, func(string) string) { return stationsOf(r.cfg.Current()) }, Now: time.Now}
 }
 
 // newReportWorker builds the leader's report worker. Without an SMTP URL
@@ -172,7 +187,8 @@ func reportFlags(fs *flagSet) func(context.Context, *environment) error {
 			return err
 		}
 		defer store.Close()
-		b := &report.Builder{Source: store, Station: cfg.Station.AS2ID, Lease: lease, Partners: partnerNames(cfg), Now: time.Now}
+		b := &report.Builder{Source: store, Station: cfg.Station.AS2ID, Lease: lease, Partners: partnerNames(cfg), Now: time.Now,
+			Stations: func() ([]string, func(string) string) { return stationsOf(cfg) }}
 		r, err := report.Load(ctx, store, b, day)
 		if err != nil {
 			return err

@@ -18,6 +18,7 @@ type CertificateLister func(now time.Time) []config.CertificateInfo
 type Certificate struct {
 	Owner     string    `json:"owner"`
 	Partner   string    `json:"partner,omitempty"`
+	Station   string    `json:"station,omitempty"`
 	Subject   string    `json:"subject"`
 	Issuer    string    `json:"issuer"`
 	Serial    string    `json:"serial"`
@@ -36,7 +37,7 @@ func (h *handler) certificates(w http.ResponseWriter, r *http.Request) {
 	}{Certificates: []Certificate{}}
 	for _, c := range h.o.Certificates(now) {
 		out.Certificates = append(out.Certificates, Certificate{
-			Owner: c.Owner, Partner: c.Partner, Subject: c.Subject, Issuer: c.Issuer, Serial: c.Serial,
+			Owner: c.Owner, Partner: c.Partner, Station: c.Station, Subject: c.Subject, Issuer: c.Issuer, Serial: c.Serial,
 			NotBefore: c.NotBefore, NotAfter: c.NotAfter, Active: c.Active, Expired: now.After(c.NotAfter),
 		})
 	}

@@ -36,6 +36,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -139,16 +140,22 @@ type Station struct {
 type StationKey struct {
 	PrivateKey  *rsa.PrivateKey
 	Certificate *x509.Certificate
-	Active      bool
+	// Active marks the key pair that signs (see Station.At).
+	Active bool
+	// NotBeforeUse, when set, is when the key pair starts to sign: from
+	// then on (the latest such time passed wins) it is the active one.
+	// It decrypts from the start, so partners may switch to its
+	// certificate early.
+	NotBeforeUse time.Time
 }
 
 // CertificateInfo describes one configured certificate, for the API and
 // the expiry metric.
 type CertificateInfo struct {
 	// Owner is "station" or "partner"; Partner the partner's AS2 ID ("" for
-	// the station).
-	Owner, Partner  string
-	Subject, Issuer string
+	// the station); Station the AS2 ID of the station (the partner's).
+	Owner, Partner, Station string
+	Subject, Issuer         string
 	// Serial is the serial number in hex.
 	Serial              string
 	NotBefore, NotAfter time.Time
@@ -165,14 +172,21 @@ func (f *File) Certificates(now time.Time) []CertificateInfo {
 		return CertificateInfo{Owner: owner, Partner: partner, Subject: c.Subject.String(), Issuer: c.Issuer.String(),
 			Serial: c.SerialNumber.Text(16), NotBefore: c.NotBefore, NotAfter: c.NotAfter, Active: active}
 	}
-	for _, k := range f.Station.Keys {
-		out = append(out, info("station", "", k.Certificate, k.Active))
+	for _, st := range f.stations() {
+		st = st.At(now)
+		for _, k := range st.Keys {
+			ci := info("station", "", k.Certificate, k.Active)
+			ci.Station = st.AS2ID
+			out = append(out, ci)
+		}
 	}
 	for i := range f.Partners {
 		p := &f.Partners[i]
 		enc := p.EncryptionCertificate(now)
 		for _, c := range p.Certificates {
-			out = append(out, info("partner", p.AS2ID, c, c == enc))
+			ci := info("partner", p.AS2ID, c, c == enc)
+			ci.Station = p.Station
+			out = append(out, ci)
 		}
 	}
 	return out
@@ -183,12 +197,18 @@ func (f *File) Certificates(now time.Time) []CertificateInfo {
 type Partner struct {
 	// AS2ID is the partner's AS2 name, compared case-sensitively.
 	AS2ID string
+	// Station is the AS2 ID of the station the partner trades with: its
+	// station key, else the first station.
+	Station string
 	// URL is where outbound messages are posted (http or https).
 	URL *url.URL
 	// Certificates holds every certificate of the partner's PEM file, in
 	// file order, all RSA. All verify the partner's signatures (certificate
 	// rollover); EncryptionCertificate picks the one to encrypt to.
 	Certificates []*x509.Certificate
+	// Schedules says, for each of Certificates (same index), when it may
+	// be encrypted to; the zero schedule: whenever it is valid.
+	Schedules []CertificateSchedule
 	// Sign is the outbound signature digest (DigestSHA256, DigestSHA384,
 	// DigestSHA512), or "" for unsigned.
 	Sign string
@@ -310,8 +330,12 @@ func (p *Partner) RedactedURL() string {
 // Load returns and is safe for concurrent reads.
 type File struct {
 	// Path is the path given to Load, or the name given to Parse.
-	Path     string
-	Station  Station
+	Path string
+	// Station is the first (or only) station, the partners' default.
+	Station Station
+	// Stations are every station of the file (station: or stations:),
+	// Station first.
+	Stations []Station
 	Partners []Partner
 	// Warnings are problems that do not stop edihub, such as an expired
 	// certificate; each names the file and field. The caller logs them.
@@ -343,25 +367,6 @@ func (f *File) Partner(as2ID string) (*Partner, bool) {
 		}
 	}
 	return nil, false
-}
-
-// EncryptionCertificate returns the certificate to encrypt to at now: the
-// first one valid at now. When none is (all expired, already reported in
-// File.Warnings), it returns the one that expires last, so that delivery
-// degrades instead of stopping; partners commonly still accept messages
-// encrypted to an expired certificate. It returns nil only when the partner
-// has no certificates, which Load never produces.
-func (p *Partner) EncryptionCertificate(now time.Time) *x509.Certificate {
-	var latest *x509.Certificate
-	for _, c := range p.Certificates {
-		if validAt(c, now) {
-			return c
-		}
-		if latest == nil || c.NotAfter.After(latest.NotAfter) {
-			latest = c
-		}
-	}
-	return latest
 }
 
 // ErrMDNTarget means an async MDN URL is not one the partner's profile
@@ -474,20 +479,17 @@ func (p *parser) warn(field, format string, args ...any) {
 }
 
 func (p *parser) build(raw *rawFile) (*File, error) {
-	if raw.Station == nil {
-		return nil, p.fail("station", "no station section", `add station: {as2_id: "...", private_key: station.key, certificate: station.crt}`)
-	}
-	st, err := p.station(raw.Station)
+	sts, err := p.stations(raw)
 	if err != nil {
 		return nil, err
 	}
-	f := &File{Path: p.name, Station: st, index: make(map[string]int, len(raw.Partners)), dir: p.dir}
+	f := &File{Path: p.name, Station: sts[0], Stations: sts, index: make(map[string]int, len(raw.Partners)), dir: p.dir}
 	if len(raw.Partners) == 0 {
 		p.warn("partners", "no partners configured; edihub can neither send nor accept messages")
 	}
 	for i := range raw.Partners {
 		field := fmt.Sprintf("partners[%d]", i)
-		pa, err := p.partner(field, &raw.Partners[i], &st)
+		pa, err := p.partner(field, &raw.Partners[i], sts)
 		if err != nil {
 			return nil, err
 		}
@@ -514,9 +516,41 @@ func (f *File) Files() []string {
 	return out
 }
 
-func (p *parser) station(raw *rawStation) (Station, error) {
+// stations reads the station section, or the stations list: one or the
+// other, each station with its own AS2 ID.
+func (p *parser) stations(raw *rawFile) ([]Station, error) {
+	switch {
+	case raw.Station != nil && len(raw.Stations) > 0:
+		return nil, p.fail("stations", "station and stations are both set", "list every station under stations (the first is the partners' default) and remove station")
+	case raw.Station != nil:
+		st, err := p.station("station", raw.Station)
+		if err != nil {
+			return nil, err
+		}
+		return []Station{st}, nil
+	case len(raw.Stations) == 0:
+		return nil, p.fail("station", "no station section", `add station: {as2_id: "...", private_key: station.key, certificate: station.crt}`)
+	}
+	var sts []Station
+	for i := range raw.Stations {
+		field := fmt.Sprintf("stations[%d]", i)
+		st, err := p.station(field, &raw.Stations[i])
+		if err != nil {
+			return nil, err
+		}
+		for j := range sts {
+			if sts[j].AS2ID == st.AS2ID {
+				return nil, p.fail(field+".as2_id", fmt.Sprintf("AS2 ID %q is also the AS2 ID of stations[%d]", st.AS2ID, j), "give each station its own AS2 ID")
+			}
+		}
+		sts = append(sts, st)
+	}
+	return sts, nil
+}
+
+func (p *parser) station(field string, raw *rawStation) (Station, error) {
 	var st Station
-	if err := p.as2ID("station.as2_id", raw.AS2ID); err != nil {
+	if err := p.as2ID(field+".as2_id", raw.AS2ID); err != nil {
 		return st, err
 	}
 	st.AS2ID = raw.AS2ID
@@ -524,35 +558,42 @@ func (p *parser) station(raw *rawStation) (Station, error) {
 	pairs := raw.Keys
 	switch {
 	case len(pairs) > 0 && (raw.PrivateKey != "" || raw.Certificate != ""):
-		return st, p.fail("station.keys", "keys and private_key/certificate are both set", "list every key pair under keys (one with active: true) and remove private_key and certificate")
+		return st, p.fail(field+".keys", "keys and private_key/certificate are both set", "list every key pair under keys (one with active: true) and remove private_key and certificate")
 	case len(pairs) == 0:
 		pairs = []rawStationKey{{PrivateKey: raw.PrivateKey, Certificate: raw.Certificate, Active: true}}
 	}
 	active := 0
 	for i, rk := range pairs {
-		field := "station"
+		kf := field
 		if len(raw.Keys) > 0 {
-			field = fmt.Sprintf("station.keys[%d]", i)
+			kf = fmt.Sprintf("%s.keys[%d]", field, i)
 		}
-		k, err := p.stationKey(field, rk)
+		k, err := p.stationKey(kf, rk)
 		if err != nil {
 			return st, err
 		}
+		if rk.NotBeforeUse != "" {
+			if k.Active {
+				return st, p.fail(kf+".not_before_use", "a key pair with not_before_use is also marked active: true",
+					"remove active: true from it: it starts to sign at not_before_use; until then the active key pair signs")
+			}
+			if k.NotBeforeUse, err = p.time(kf+".not_before_use", rk.NotBeforeUse); err != nil {
+				return st, err
+			}
+		}
 		if k.Active {
 			active++
-			st.PrivateKey, st.Certificate = k.PrivateKey, k.Certificate
-			st.Keys = append([]StationKey{k}, st.Keys...)
-		} else {
-			st.Keys = append(st.Keys, k)
 		}
+		st.Keys = append(st.Keys, k)
 	}
 	if active != 1 {
-		return st, p.fail("station.keys", fmt.Sprintf("%d key pairs are marked active: true", active),
-			"mark exactly one key pair active: true; it signs, all of them decrypt")
+		return st, p.fail(field+".keys", fmt.Sprintf("%d key pairs are marked active: true", active),
+			"mark exactly one key pair active: true; it signs (until a key pair's not_before_use passes), all of them decrypt")
 	}
+	st = st.At(p.now)
 
 	if raw.AsyncMDNURL != "" {
-		if _, err := p.url("station.async_mdn_url", raw.AsyncMDNURL); err != nil {
+		if _, err := p.url(field+".async_mdn_url", raw.AsyncMDNURL); err != nil {
 			return st, err
 		}
 		st.AsyncMDNURL = strings.TrimSpace(raw.AsyncMDNURL)
@@ -603,9 +644,14 @@ func (p *parser) stationKey(field string, raw rawStationKey) (StationKey, error)
 // partner reads one partner entry, section by section. The sections run in
 // the order the checks always ran in, so a file with several mistakes
 // reports the same first error, and the same warnings in the same order.
-func (p *parser) partner(field string, raw *rawPartner, st *Station) (Partner, error) {
+func (p *parser) partner(field string, raw *rawPartner, sts []Station) (Partner, error) {
 	var pa Partner
-	if err := p.partnerEndpoint(field, raw, st, &pa); err != nil {
+	st, err := p.partnerStation(field, raw, sts)
+	if err != nil {
+		return pa, err
+	}
+	pa.Station = st.AS2ID
+	if err := p.partnerEndpoint(field, raw, sts, &pa); err != nil {
 		return pa, err
 	}
 	if err := p.partnerCertificates(field, raw, &pa); err != nil {
@@ -631,14 +677,33 @@ func (p *parser) partner(field string, raw *rawPartner, st *Station) (Partner, e
 	return pa, nil
 }
 
+// partnerStation finds the station a partner trades with: its station
+// key, else the first.
+func (p *parser) partnerStation(field string, raw *rawPartner, sts []Station) (*Station, error) {
+	if raw.Station == "" {
+		return &sts[0], nil
+	}
+	var names []string
+	for i := range sts {
+		if sts[i].AS2ID == raw.Station {
+			return &sts[i], nil
+		}
+		names = append(names, strconv.Quote(sts[i].AS2ID))
+	}
+	return nil, p.fail(field+".station", fmt.Sprintf("no station %q", raw.Station),
+		"name one of the stations of the configuration file: "+strings.Join(names, ", ")+" (or leave station out for the first)")
+}
+
 // partnerEndpoint reads the partner's AS2 ID and URL.
-func (p *parser) partnerEndpoint(field string, raw *rawPartner, st *Station, pa *Partner) error {
+func (p *parser) partnerEndpoint(field string, raw *rawPartner, sts []Station, pa *Partner) error {
 	if err := p.as2ID(field+".as2_id", raw.AS2ID); err != nil {
 		return err
 	}
-	if raw.AS2ID == st.AS2ID {
-		return p.fail(field+".as2_id", fmt.Sprintf("AS2 ID %q is the station's own AS2 ID", raw.AS2ID),
-			"give the partner its own AS2 ID; station.as2_id is ours")
+	for i := range sts {
+		if raw.AS2ID == sts[i].AS2ID {
+			return p.fail(field+".as2_id", fmt.Sprintf("AS2 ID %q is the station's own AS2 ID", raw.AS2ID),
+				"give the partner its own AS2 ID; station.as2_id is ours")
+		}
 	}
 	pa.AS2ID = raw.AS2ID
 
@@ -657,23 +722,51 @@ func (p *parser) partnerEndpoint(field string, raw *rawPartner, st *Station, pa 
 // valid now is a warning, not an error: messages still go to the one that
 // expires last.
 func (p *parser) partnerCertificates(field string, raw *rawPartner, pa *Partner) error {
-	data, err := p.readPublic(field+".certificate", raw.Certificate, "the partner's PEM certificate file")
-	if err != nil {
-		return err
+	entries := raw.Certificates
+	switch {
+	case raw.Certificate != "" && len(entries) > 0:
+		return p.fail(field+".certificates", "certificate and certificates are both set",
+			"list every certificate under certificates (each with its schedule) and remove certificate")
+	case len(entries) == 0:
+		entries = []rawCertificate{{Certificate: raw.Certificate}}
 	}
-	certs, prob := parseCertificates(data, refName(raw.Certificate))
-	if prob != nil {
-		return p.failErr(field+".certificate", prob.err, prob.msg, prob.fix)
-	}
-	pa.Certificates = certs
 	usable := false
-	for i, c := range certs {
-		which := ""
-		if len(certs) > 1 {
-			which = fmt.Sprintf(" %d of %d", i+1, len(certs))
+	for i, e := range entries {
+		ef := field + ".certificate"
+		if len(raw.Certificates) > 0 {
+			ef = fmt.Sprintf("%s.certificates[%d]", field, i)
 		}
-		if p.checkValidity(field+".certificate", c, which, "ask the partner for its current certificate") {
-			usable = true
+		var sched CertificateSchedule
+		sched.SwitchOnFirstUse = e.SwitchOnFirstUse
+		if e.NotBeforeUse != "" {
+			t, err := p.time(ef+".not_before_use", e.NotBeforeUse)
+			if err != nil {
+				return err
+			}
+			sched.NotBeforeUse = t
+		}
+		cf := ef
+		if len(raw.Certificates) > 0 {
+			cf = ef + ".certificate"
+		}
+		data, err := p.readPublic(cf, e.Certificate, "the partner's PEM certificate file")
+		if err != nil {
+			return err
+		}
+		certs, prob := parseCertificates(data, refName(e.Certificate))
+		if prob != nil {
+			return p.failErr(cf, prob.err, prob.msg, prob.fix)
+		}
+		for j, c := range certs {
+			which := ""
+			if len(certs) > 1 {
+				which = fmt.Sprintf(" %d of %d", j+1, len(certs))
+			}
+			if p.checkValidity(cf, c, which, "ask the partner for its current certificate") {
+				usable = true
+			}
+			pa.Certificates = append(pa.Certificates, c)
+			pa.Schedules = append(pa.Schedules, sched)
 		}
 	}
 	if !usable {
@@ -888,6 +981,20 @@ func (p *parser) transport(field string, raw *rawPartner, pa *Partner) error {
 		pa.Proxy = u
 	}
 	return nil
+}
+
+// time reads a point in time in RFC 3339 (2027-01-15T00:00:00Z), or a
+// date alone (midnight UTC).
+func (p *parser) time(field, v string) (time.Time, error) {
+	v = strings.TrimSpace(v)
+	if t, err := time.Parse(time.RFC3339, v); err == nil {
+		return t, nil
+	}
+	t, err := time.Parse(time.DateOnly, v)
+	if err != nil {
+		return time.Time{}, p.failErr(field, err, fmt.Sprintf("%q is not a time", v), "write an RFC 3339 time like 2027-01-15T06:00:00Z, or a date like 2027-01-15 (midnight UTC)")
+	}
+	return t, nil
 }
 
 // as2ID checks an AS2 name against RFC 4130: 1 to 128 printable ASCII

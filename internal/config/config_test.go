@@ -25,7 +25,7 @@ func TestLoadFileErrors(t *testing.T) {
 		{name: "bad YAML tab", give: "station:\n\tas2_id: EDIHUB\n", wantLine: 2, wantMsg: "invalid YAML"},
 		{name: "unknown top-level key", give: validYAML + "partner: []\n", wantField: "partner", wantLine: 6, wantMsg: `unknown key "partner"`},
 		{name: "unknown station key", give: "station:\n  as2_id: EDIHUB\n  privat_key: station.key\n", wantField: "station.privat_key", wantLine: 3, wantMsg: `unknown key "privat_key"`},
-		{name: "unknown partner key", give: acmeWith("sgin: sha-256"), wantField: "partners[0].sgin", wantLine: 6, wantMsg: "accepts as2_id, url, certificate"},
+		{name: "unknown partner key", give: acmeWith("sgin: sha-256"), wantField: "partners[0].sgin", wantLine: 6, wantMsg: "accepts as2_id, station, url, certificate"},
 		{name: "unknown key in second partner", give: validYAML + "  - as2_id: B\n    url: https://b.example/as2\n    certificate: beta.crt\n    extra_certificates: [x.crt]\n", wantField: "partners[1].extra_certificates", wantLine: 9, wantMsg: `unknown key "extra_certificates"`},
 		{name: "duplicate key", give: acmeWith("mdn: sync", "mdn: async"), wantField: "partners[0].mdn", wantLine: 7, wantMsg: "appears twice (first at line 6)"},
 		{name: "top level is a list", give: "- station\n", wantLine: 1, wantMsg: "a mapping with station and partners"},

@@ -78,7 +78,7 @@ func ParsePartnerDoc(data []byte, dir, name string, base *File, opts PartnerDocO
 	for i := range raw.Partners {
 		field := fmt.Sprintf("partners[%d]", i)
 		rp := raw.Partners[i]
-		pa, err := p.partner(field, &rp, &base.Station)
+		pa, err := p.partner(field, &rp, base.stations())
 		if err != nil {
 			return nil, err
 		}
@@ -108,6 +108,20 @@ func (p *parser) inline(field string, raw rawPartner) (PartnerSpec, error) {
 		}
 		raw.Certificate = string(data)
 	}
+	if len(raw.Certificates) > 0 {
+		list := make([]rawCertificate, len(raw.Certificates))
+		for i, e := range raw.Certificates {
+			if !IsInlinePEM(e.Certificate) {
+				data, err := p.readRef(fmt.Sprintf("%s.certificates[%d].certificate", field, i), e.Certificate, "the partner's PEM certificate file")
+				if err != nil {
+					return raw, err
+				}
+				e.Certificate = string(data)
+			}
+			list[i] = e
+		}
+		raw.Certificates = list
+	}
 	if raw.TLS != nil && raw.TLS.CAFile != "" && !IsInlinePEM(raw.TLS.CAFile) {
 		data, err := p.readRef(field+".tls.ca_file", raw.TLS.CAFile, "the partner's CA certificates in PEM")
 		if err != nil {
@@ -133,7 +147,7 @@ func (p *parser) inline(field string, raw rawPartner) (PartnerSpec, error) {
 // base's directory. The checks are those of Load.
 func BuildPartner(base *File, spec PartnerSpec, name string, now time.Time) (Partner, []string, error) {
 	p := &parser{name: name, dir: base.dir, secretDir: base.dir, now: now}
-	pa, err := p.partner("partner", &spec, &base.Station)
+	pa, err := p.partner("partner", &spec, base.stations())
 	pa.files = p.files
 	return pa, p.warnings, err
 }
@@ -142,7 +156,7 @@ func BuildPartner(base *File, spec PartnerSpec, name string, now time.Time) (Par
 // given) as revision revision of the partner set. The stations and the
 // file's own warnings are f's.
 func (f *File) WithPartners(partners []Partner, revision int64) *File {
-	g := &File{Path: f.Path, Station: f.Station, Warnings: f.Warnings, dir: f.dir, files: f.files, Revision: revision,
+	g := &File{Path: f.Path, Station: f.Station, Stations: f.Stations, Warnings: f.Warnings, dir: f.dir, files: f.files, Revision: revision,
 		Partners: partners, index: make(map[string]int, len(partners))}
 	for i := range partners {
 		g.index[partners[i].AS2ID] = i

@@ -16,10 +16,12 @@ import (
 // decoder enforces them through the yaml struct tags with KnownFields; these
 // lists only make the error's fix useful.
 var (
-	topKeys     = []string{"station", "partners"}
+	topKeys     = []string{"station", "stations", "partners"}
 	stationKeys = []string{"as2_id", "private_key", "certificate", "keys", "async_mdn_url"}
+	keyKeys     = []string{"private_key", "certificate", "active", "not_before_use"}
+	certKeys    = []string{"certificate", "not_before_use", "switch_on_first_use"}
 	partnerKeys = []string{
-		"as2_id", "url", "certificate", "sign", "encrypt", "compress", "mdn", "mdn_signed",
+		"as2_id", "station", "url", "certificate", "certificates", "sign", "encrypt", "compress", "mdn", "mdn_signed",
 		"mdn_micalg", "require_signed", "require_encrypted", "key_encryption",
 		"transfer_encoding", "chunked", "compress_order", "async_mdn_url", "timeout", "max_attempts",
 		"resend_overdue",
@@ -34,6 +36,7 @@ var (
 // pointers.
 type rawFile struct {
 	Station  *rawStation  `yaml:"station"`
+	Stations []rawStation `yaml:"stations"`
 	Partners []rawPartner `yaml:"partners"`
 }
 
@@ -46,15 +49,25 @@ type rawStation struct {
 }
 
 type rawStationKey struct {
-	PrivateKey  string `yaml:"private_key"`
-	Certificate string `yaml:"certificate"`
-	Active      bool   `yaml:"active"`
+	PrivateKey   string `yaml:"private_key"`
+	Certificate  string `yaml:"certificate"`
+	Active       bool   `yaml:"active"`
+	NotBeforeUse string `yaml:"not_before_use"`
+}
+
+// rawCertificate is one entry of a partner's certificates list.
+type rawCertificate struct {
+	Certificate      string `yaml:"certificate,omitempty"`
+	NotBeforeUse     string `yaml:"not_before_use,omitempty"`
+	SwitchOnFirstUse bool   `yaml:"switch_on_first_use,omitempty"`
 }
 
 type rawPartner struct {
 	AS2ID                  string            `yaml:"as2_id,omitempty"`
+	Station                string            `yaml:"station,omitempty"`
 	URL                    string            `yaml:"url,omitempty"`
 	Certificate            string            `yaml:"certificate,omitempty"`
+	Certificates           []rawCertificate  `yaml:"certificates,omitempty"`
 	Sign                   string            `yaml:"sign,omitempty"`
 	Encrypt                string            `yaml:"encrypt,omitempty"`
 	Compress               bool              `yaml:"compress,omitempty"`
@@ -256,8 +269,12 @@ func (p *parser) typeError(msg string, err error) *Error {
 		switch {
 		case parent == "":
 			known = topKeys
-		case parent == "station":
+		case parent == "station", strings.HasPrefix(parent, "stations[") && !strings.Contains(parent, "."):
 			known = stationKeys
+		case strings.Contains(parent, ".keys["):
+			known = keyKeys
+		case strings.Contains(parent, ".certificates["):
+			known = certKeys
 		}
 		where := parent
 		if where == "" {

@@ -348,7 +348,11 @@ func (d *Dispatcher) process(ctx context.Context, it postgres.OutboxItem) {
 	case postgres.OutboxKindWebhook:
 		log, ready = d.prepareWebhook(ctx, &it)
 	case postgres.OutboxKindMessage:
-		log, ready = d.prepareMessage(ctx, log, &it, &cfg.Station, p)
+		st := &cfg.Station
+		if p != nil {
+			st = cfg.StationOf(p)
+		}
+		log, ready = d.prepareMessage(ctx, log, &it, st, p)
 	}
 	if !ready {
 		return

@@ -74,7 +74,7 @@ type EnqueueStore interface {
 type Queue struct {
 	store  EnqueueStore
 	cfg    config.Source
-	newID  func() string
+	newID  func(station string) string
 	notify func()
 	window time.Duration
 }
@@ -105,13 +105,14 @@ func NewQueue(o QueueOptions) (*Queue, error) {
 	if o.Store == nil || o.Config == nil {
 		return nil, errors.New("outbox: queue needs Store and Config")
 	}
-	if o.MessageID == nil {
-		o.MessageID = MessageIDs(o.Config.Current().Station.AS2ID, rand.Reader)
+	newID := func(station string) string { return MessageIDs(station, rand.Reader)() }
+	if o.MessageID != nil {
+		newID = func(string) string { return o.MessageID() }
 	}
 	if o.RetryWindow < 0 {
 		return nil, errors.New("outbox: negative retry window")
 	}
-	return &Queue{store: o.Store, cfg: o.Config, newID: o.MessageID, notify: o.Notify, window: o.RetryWindow}, nil
+	return &Queue{store: o.Store, cfg: o.Config, newID: newID, notify: o.Notify, window: o.RetryWindow}, nil
 }
 
 // Enqueue queues d. Errors wrap ErrUnknownPartner, ErrInvalidDocument or
@@ -143,7 +144,7 @@ func (q *Queue) Enqueue(ctx context.Context, d Document) (Queued, error) {
 	if p.MDN == config.MDNAsync {
 		mdnURL = p.AsyncMDNURL
 	}
-	id := q.newID()
+	id := q.newID(cfg.StationOf(p).AS2ID)
 	window := q.window
 	if p.RetryWindow > 0 {
 		window = p.RetryWindow
@@ -154,7 +155,7 @@ func (q *Queue) Enqueue(ctx context.Context, d Document) (Queued, error) {
 	}
 	e, err := q.store.EnqueueOutbound(ctx, postgres.NewOutbound{
 		Partner:     p.AS2ID,
-		AS2From:     cfg.Station.AS2ID,
+		AS2From:     cfg.StationOf(p).AS2ID,
 		AS2To:       p.AS2ID,
 		MessageID:   id,
 		Subject:     subject,

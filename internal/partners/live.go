@@ -80,7 +80,10 @@ type Live struct {
 	cur atomic.Pointer[config.File]
 
 	mu    sync.Mutex // serialises reloads
-	base  *config.File
+	// change is signalled when a scheduled station key starts to sign;
+	// Run takes the stations at that time again.
+	change *time.Timer
+	base   *config.File
 	files map[string]fileStamp
 	built map[string]builtPartner
 
@@ -240,8 +243,9 @@ func (l *Live) reload(ctx context.Context, force bool) error {
 		partners = append(partners, pa)
 	}
 	l.built = built
-	next := l.base.WithPartners(partners, set.Revision)
+	next := l.base.At(now).WithPartners(partners, set.Revision)
 	l.cur.Store(next)
+	l.schedule(next.NextChange(now))
 	l.revision.Set(float64(set.Revision))
 	l.served.Set(float64(len(partners)))
 	l.failed.Set(float64(failed))
@@ -252,6 +256,19 @@ func (l *Live) reload(ctx context.Context, force bool) error {
 		l.log.Warn("record served partner revision", zap.Error(err))
 	}
 	return nil
+}
+
+// schedule arms the timer for the next scheduled station key (none when
+// at is zero).
+func (l *Live) schedule(at time.Time) {
+	if l.change == nil {
+		l.change = time.NewTimer(time.Hour)
+		l.change.Stop()
+	}
+	l.change.Stop()
+	if !at.IsZero() {
+		l.change.Reset(time.Until(at) + 10*time.Millisecond)
+	}
 }
 
 // build makes the profile of a stored partner, reusing the one built
@@ -334,6 +351,9 @@ func (l *Live) Run(ctx context.Context) error {
 			l.tryReload(ctx, false)
 		case <-files.C:
 			l.checkFiles(ctx)
+		case <-l.change.C:
+			l.log.Info("a scheduled station key starts to sign now")
+			l.tryReload(ctx, true)
 		}
 	}
 }

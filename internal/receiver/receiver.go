@@ -111,7 +111,10 @@ type Options struct {
 	Config   config.Source
 	Partners Partners
 	Station  Station
-	Logger   *zap.Logger
+	// CertificateUses, when set, records when a partner first signs with
+	// a certificate its profile switches to on first use.
+	CertificateUses CertificateUseRecorder
+	Logger          *zap.Logger
 	// Registerer receives the receiver's metrics.
 	Registerer prometheus.Registerer
 	// Now is the clock (MDN Date and signing time, durations); nil means
@@ -177,24 +180,59 @@ type Handler struct {
 	station atomic.Pointer[stationView]
 }
 
-// stationView is the Station made from one snapshot.
+// stationView is the receiver's view of the stations of one snapshot.
 type stationView struct {
-	cfg     *config.File
-	station Station
+	cfg      *config.File
+	stations map[string]*Station
+	first    *Station
 }
 
-// directory returns the partners and the station in force now.
-func (h *Handler) directory() (Partners, *Station) {
+// directory is what a request is addressed with: the partners and
+// stations in force when its header arrived.
+type directory struct {
+	partners Partners
+	stations map[string]*Station // nil: the one Options.Station
+	first    *Station
+}
+
+// station returns the station whose AS2 ID is id, or false.
+func (d directory) station(id string) (*Station, bool) {
+	if d.stations == nil {
+		return d.first, d.first.AS2ID == id
+	}
+	st, ok := d.stations[id]
+	return st, ok
+}
+
+// partnerStation returns the station a partner trades with.
+func (d directory) partnerStation(p *config.Partner) *Station {
+	if st, ok := d.stations[p.Station]; ok {
+		return st
+	}
+	return d.first
+}
+
+// directory returns the partners and the stations in force now.
+func (h *Handler) directory() directory {
 	if h.o.Config == nil {
-		return h.o.Partners, &h.o.Station
+		return directory{partners: h.o.Partners, first: &h.o.Station}
 	}
 	cfg := h.o.Config.Current()
 	v := h.station.Load()
 	if v == nil || v.cfg != cfg {
-		v = &stationView{cfg: cfg, station: StationFromConfig(cfg.Station)}
+		v = &stationView{cfg: cfg, stations: map[string]*Station{}}
+		for _, st := range cfg.Stations {
+			rs := StationFromConfig(st)
+			v.stations[st.AS2ID] = &rs
+		}
+		first := StationFromConfig(cfg.Station)
+		v.first = &first
+		if st, ok := v.stations[cfg.Station.AS2ID]; ok {
+			v.first = st
+		}
 		h.station.Store(v)
 	}
-	return cfg, &v.station
+	return directory{partners: cfg, stations: v.stations, first: v.first}
 }
 
 // New validates o and returns the handler, its metrics registered on
@@ -256,6 +294,40 @@ func New(o Options) (*Handler, error) {
 		m.inbox.WithLabelValues(p)
 	}
 	return &Handler{o: o, log: o.Logger.Named("receiver"), metrics: m, budget: b}, nil
+}
+
+// noteSigner records the first time a partner signs with a certificate
+// its profile switches to on first use (config.CertificateSchedule), so
+// that every replica encrypts to it from then on. A failure is logged:
+// the message is accepted all the same, and the next one records it.
+func (h *Handler) noteSigner(ctx context.Context, log *zap.Logger, p *config.Partner, signer *x509.Certificate) {
+	if h.o.CertificateUses == nil || signer == nil {
+		return
+	}
+	for i, c := range p.Certificates {
+		if i >= len(p.Schedules) || !p.Schedules[i].SwitchOnFirstUse || !c.Equal(signer) {
+			continue
+		}
+		fp := config.Fingerprint(c)
+		if _, seen := p.CertificateUses[fp]; seen {
+			return
+		}
+		first, err := h.o.CertificateUses.RecordCertificateUse(ctx, p.AS2ID, fp)
+		switch {
+		case err != nil:
+			log.Warn("record the first use of a partner certificate", zap.Error(err))
+		case first:
+			log.Info("partner signed with its new certificate for the first time: outbound messages are encrypted to it from now on",
+				zap.String("serial", c.SerialNumber.Text(16)), zap.String("sha256", fp))
+		}
+		return
+	}
+}
+
+// CertificateUseRecorder records the first use of a partner certificate;
+// *postgres.Store implements it.
+type CertificateUseRecorder interface {
+	RecordCertificateUse(ctx context.Context, partner, fingerprint string) (bool, error)
 }
 
 // MessageIDs returns a Message-ID generator: "<edihub-" + 16 random hex
@@ -391,11 +463,19 @@ func (h *Handler) address(hdr http.Header, rq *request) (*config.Partner, *respo
 		return nil, textResponse(http.StatusBadRequest, partnerUnknown, resultBadRequest,
 			"AS2-From and AS2-To header fields are required (1 to 128 printable ASCII characters, quoted when they hold spaces)")
 	}
-	partners, station := h.directory()
-	rq.station = station
-	partner, ok := partners.Partner(rq.from)
-	if ok && rq.to == station.AS2ID {
-		return partner, nil
+	dir := h.directory()
+	partner, ok := dir.partners.Partner(rq.from)
+	if ok {
+		rq.station = dir.partnerStation(partner)
+		if rq.to == rq.station.AS2ID {
+			return partner, nil
+		}
+	}
+	// Answered by the station addressed, if it is one of ours.
+	if st, ok := dir.station(rq.to); ok {
+		rq.station = st
+	} else {
+		rq.station = dir.first
 	}
 	log := h.log.With(zap.String("as2_from", rq.from), zap.String("as2_to", rq.to), zap.String("message_id", rq.messageID))
 	log.Warn("unknown trading relationship")
@@ -784,6 +864,9 @@ func (h *Handler) unwrap(ctx context.Context, x *exchange) (mdn.Disposition, str
 		msg.Error = err.Error()
 		log.Warn("message refused", zap.String("disposition", d), zap.Error(err))
 		return mdn.Errored(d), "", nil
+	}
+	if m.Signed {
+		h.noteSigner(ctx, log, partner, m.Signer)
 	}
 	msg.Status = postgres.InboundProcessed
 	msg.MIC = m.MIC.String()

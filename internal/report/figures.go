@@ -126,6 +126,9 @@ type Hub struct {
 // Partner is one partner's figures.
 type Partner struct {
 	Name string `json:"partner"`
+	// Station is the AS2 ID of the station the partner trades with, when
+	// the hub has several; empty otherwise.
+	Station string `json:"station,omitempty"`
 	Figures
 }
 
@@ -200,6 +203,10 @@ type Builder struct {
 	// each build instead of Partners (partners change while a replica
 	// runs).
 	PartnerNames func() []string
+	// Stations, when it returns more than one station, makes a report of
+	// every station: the title names them all and each partner row its
+	// station (stationOf gives a partner's station).
+	Stations func() (stations []string, stationOf func(partner string) string)
 	// Now is the clock; reports of days not over yet are preliminary.
 	Now func() time.Time
 }
@@ -247,6 +254,16 @@ func (b *Builder) Build(ctx context.Context, day Day) (*Report, error) {
 	}
 	for _, p := range []*Period{&r.Period, &r.DayBefore, &r.WeekBefore} {
 		p.Partners = fill(p.Partners, names)
+	}
+	if b.Stations != nil {
+		if sts, of := b.Stations(); len(sts) > 1 {
+			r.Station = strings.Join(sts, ", ")
+			for _, p := range []*Period{&r.Period, &r.DayBefore, &r.WeekBefore} {
+				for i := range p.Partners {
+					p.Partners[i].Station = of(p.Partners[i].Name)
+				}
+			}
+		}
 	}
 	return r, nil
 }

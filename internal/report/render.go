@@ -205,6 +205,9 @@ func partnerRows(r *Report) []partnerRow {
 	var rows []partnerRow
 	for _, q := range r.Partners {
 		pr := partnerRow{Name: q.Name}
+		if q.Station != "" {
+			pr.Name += " → " + q.Station
+		}
 		cur, prev := asHub(q.Figures), asHub(r.DayBefore.Partner(q.Name))
 		for _, key := range partnerColumns {
 			f := figureByKey(key)
@@ -463,7 +466,11 @@ func CSV(r *Report) ([]byte, error) {
 		_ = w.Write(rec)
 	}
 	for _, q := range r.Partners {
-		line(q.Name, asHub(q.Figures), asHub(r.DayBefore.Partner(q.Name)), asHub(r.WeekBefore.Partner(q.Name)))
+		name := q.Name
+		if q.Station != "" {
+			name += " → " + q.Station
+		}
+		line(name, asHub(q.Figures), asHub(r.DayBefore.Partner(q.Name)), asHub(r.WeekBefore.Partner(q.Name)))
 	}
 	line("(all partners)", &r.Hub, &r.DayBefore.Hub, &r.WeekBefore.Hub)
 	w.Flush()
