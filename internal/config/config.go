@@ -88,6 +88,12 @@ const (
 	CompressAfterSigning  = "after-signing"
 )
 
+// Spellings of the micalg parameter of outbound multipart/signed messages.
+const (
+	MICAlgNamesRFC5751 = "rfc5751" // "sha-256": RFC 5751, the default
+	MICAlgNamesRFC3851 = "rfc3851" // "sha256": for receivers that predate RFC 5751
+)
+
 // Defaults for the optional partner keys.
 const (
 	DefaultMDN              = MDNSync
@@ -95,6 +101,7 @@ const (
 	DefaultKeyEncryption    = KeyEncryptionPKCS1v15
 	DefaultTransferEncoding = TransferEncodingBinary
 	DefaultCompressOrder    = CompressBeforeSigning
+	DefaultMICAlgNames      = MICAlgNamesRFC5751
 	DefaultTimeout          = 60 * time.Second
 	DefaultMaxAttempts      = 8
 	// MaxResendOverdue bounds a partner's resend_overdue.
@@ -183,6 +190,9 @@ func (f *File) Certificates(now time.Time) []CertificateInfo {
 type Partner struct {
 	// AS2ID is the partner's AS2 name, compared case-sensitively.
 	AS2ID string
+	// Profile is the partner profile the entry names (see Profiles), or
+	// "". Its settings are already applied to the fields below.
+	Profile string
 	// URL is where outbound messages are posted (http or https).
 	URL *url.URL
 	// Certificates holds every certificate of the partner's PEM file, in
@@ -208,6 +218,10 @@ type Partner struct {
 	// CompressOrder is CompressBeforeSigning (the default) or
 	// CompressAfterSigning; it matters only when Compress is set.
 	CompressOrder string
+	// MICAlgNames is the spelling of the micalg parameter of signed
+	// outbound messages: MICAlgNamesRFC5751 (the default) or
+	// MICAlgNamesRFC3851.
+	MICAlgNames string
 	// Compress compresses outbound content (RFC 5402).
 	Compress bool
 	// MDNSigned requests a signed MDN; ignored when MDN is MDNNone.
@@ -567,8 +581,14 @@ func (p *parser) stationKey(field string, raw rawStationKey) (StationKey, error)
 // partner reads one partner entry, section by section. The sections run in
 // the order the checks always ran in, so a file with several mistakes
 // reports the same first error, and the same warnings in the same order.
+// The entry's profile, if any, fills in the keys it leaves out first.
 func (p *parser) partner(field string, raw *rawPartner, st *Station) (Partner, error) {
 	var pa Partner
+	profile, err := p.applyProfile(field, raw)
+	if err != nil {
+		return pa, err
+	}
+	pa.Profile = profile
 	if err := p.partnerEndpoint(field, raw, st, &pa); err != nil {
 		return pa, err
 	}
@@ -664,6 +684,7 @@ func (p *parser) partnerMessages(field string, raw *rawPartner, pa *Partner) err
 		{"key_encryption", raw.KeyEncryption, keyEncryptionEnum, DefaultKeyEncryption, &pa.KeyEncryption},
 		{"transfer_encoding", raw.TransferEncoding, transferEncodingEnum, DefaultTransferEncoding, &pa.TransferEncoding},
 		{"compress_order", raw.CompressOrder, compressOrderEnum, DefaultCompressOrder, &pa.CompressOrder},
+		{"micalg_names", raw.MICAlgNames, micalgNamesEnum, DefaultMICAlgNames, &pa.MICAlgNames},
 	} {
 		v, err := p.enum(field+"."+e.key, e.in, e.en, e.dflt)
 		if err != nil {

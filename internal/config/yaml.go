@@ -26,6 +26,7 @@ var (
 		"retry_window",
 		"mic_include_headers", "mdn_hosts", "allow_private_mdn_targets", "auth",
 		"tls", "headers", "proxy", "replay_window", "refuse_replays",
+		"profile", "micalg_names",
 	}
 )
 
@@ -81,6 +82,8 @@ type rawPartner struct {
 	Proxy                  string            `yaml:"proxy"`
 	ReplayWindow           string            `yaml:"replay_window"`
 	RefuseReplays          bool              `yaml:"refuse_replays"`
+	Profile                string            `yaml:"profile"`
+	MICAlgNames            string            `yaml:"micalg_names"`
 }
 
 type rawTLS struct {
