@@ -117,6 +117,13 @@ func MICAlgName(h crypto.Hash) string {
 	return ""
 }
 
+// MICAlgNameRFC3851 returns the RFC 3851 name of h ("sha256"), the
+// spelling S/MIME used before RFC 5751, or "" for an unsupported hash.
+// Some older receivers know only these names.
+func MICAlgNameRFC3851(h crypto.Hash) string {
+	return strings.ReplaceAll(MICAlgName(h), "-", "")
+}
+
 // DispositionOptions is a parsed Disposition-Notification-Options header:
 //
 //	signed-receipt-protocol=optional, pkcs7-signature; signed-receipt-micalg=optional, sha-256, sha-1

@@ -64,7 +64,7 @@ func SignMultipart(entity []byte, key crypto.Signer, cert *x509.Certificate, opt
 	if err != nil {
 		return "", nil, MIC{}, fmt.Errorf("sign: %w", err)
 	}
-	p, err := multipartSigned(entity, sig, h, rnd)
+	p, err := multipartSigned(entity, sig, MICAlgName(h), rnd)
 	if err != nil {
 		return "", nil, MIC{}, err
 	}

@@ -7,6 +7,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"mime"
 	"net/http"
 	"strings"
 	"testing"
@@ -266,6 +267,27 @@ func TestWrapOptions(t *testing.T) {
 		got, err := as2.Unwrap(w.Header, w.Body, stationOpts(ids))
 		if err != nil || !got.MIC.Equal(w.MIC) || got.MIC.Alg != crypto.SHA384 {
 			t.Errorf("Unwrap(Wrap()) = %v, %v", got, err)
+		}
+	})
+	t.Run("RFC 3851 micalg names round trip", func(t *testing.T) {
+		for _, tt := range []struct {
+			h    crypto.Hash
+			want string
+		}{{crypto.SHA256, "sha256"}, {crypto.SHA384, "sha384"}, {crypto.SHA512, "sha512"}} {
+			w, err := as2.Wrap([]byte(doc), "application/EDI-X12", "", as2.WrapOptions{
+				Sign: tt.h, SignerKey: ids.A.Key, SignerCert: ids.A.Cert, RFC3851MICAlg: true,
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, params, err := mime.ParseMediaType(w.Header.Get("Content-Type"))
+			if err != nil || params["micalg"] != tt.want {
+				t.Errorf("Wrap(RFC3851MICAlg, %v) Content-Type = %q, want micalg=%s", tt.h, w.Header.Get("Content-Type"), tt.want)
+			}
+			got, err := as2.Unwrap(w.Header, w.Body, stationOpts(ids))
+			if err != nil || !got.MIC.Equal(w.MIC) || got.MIC.Alg != tt.h {
+				t.Errorf("Unwrap(Wrap(RFC3851MICAlg, %v)) = %v, %v", tt.h, got, err)
+			}
 		}
 	})
 	t.Run("unsigned content-only MIC", func(t *testing.T) {

@@ -49,6 +49,10 @@ type WrapOptions struct {
 	SignerCert *x509.Certificate
 	// AlgorithmProtection adds the RFC 6211 attribute to the signature.
 	AlgorithmProtection bool
+	// RFC3851MICAlg writes the micalg parameter of multipart/signed in
+	// the RFC 3851 spelling ("sha1", "sha256") instead of RFC 5751's
+	// ("sha-1", "sha-256"), for receivers that predate RFC 5751.
+	RFC3851MICAlg bool
 
 	// Encrypt is the content cipher; zero sends unencrypted.
 	Encrypt cms.Cipher
@@ -219,7 +223,11 @@ func (w *wrapping) sign(p part) (part, error) {
 		return part{}, fmt.Errorf("wrap: %w", err)
 	}
 	w.micBytes, w.micHash = signed, w.opts.Sign
-	return multipartSigned(signed, sig, w.opts.Sign, w.rnd)
+	micalg := MICAlgName(w.opts.Sign)
+	if w.opts.RFC3851MICAlg {
+		micalg = MICAlgNameRFC3851(w.opts.Sign)
+	}
+	return multipartSigned(signed, sig, micalg, w.rnd)
 }
 
 // encrypt wraps p in an enveloped-data (CBC) or authEnveloped-data (GCM)
@@ -302,7 +310,9 @@ func smimePart(smimeType, name string, der []byte, te string) part {
 	}
 }
 
-func multipartSigned(signed, sig []byte, h crypto.Hash, rnd io.Reader) (part, error) {
+// multipartSigned builds the multipart/signed entity; micalg is the name
+// written in its Content-Type.
+func multipartSigned(signed, sig []byte, micalg string, rnd io.Reader) (part, error) {
 	var boundary string
 	for {
 		var r [12]byte
@@ -331,7 +341,7 @@ func multipartSigned(signed, sig []byte, h crypto.Hash, rnd io.Reader) (part, er
 	b.WriteString("\r\n--" + boundary + "--\r\n")
 	return part{
 		header: Header{{"Content-Type", `multipart/signed; protocol="application/pkcs7-signature"; micalg=` +
-			MICAlgName(h) + `; boundary="` + boundary + `"`}},
+			micalg + `; boundary="` + boundary + `"`}},
 		body: b.Bytes(),
 	}, nil
 }

@@ -89,6 +89,12 @@ const (
 	CompressAfterSigning  = "after-signing"
 )
 
+// Spellings of the micalg parameter of outbound multipart/signed messages.
+const (
+	MICAlgNamesRFC5751 = "rfc5751" // "sha-256": RFC 5751, the default
+	MICAlgNamesRFC3851 = "rfc3851" // "sha256": for receivers that predate RFC 5751
+)
+
 // Defaults for the optional partner keys.
 const (
 	DefaultMDN              = MDNSync
@@ -96,6 +102,7 @@ const (
 	DefaultKeyEncryption    = KeyEncryptionPKCS1v15
 	DefaultTransferEncoding = TransferEncodingBinary
 	DefaultCompressOrder    = CompressBeforeSigning
+	DefaultMICAlgNames      = MICAlgNamesRFC5751
 	DefaultTimeout          = 60 * time.Second
 	DefaultMaxAttempts      = 8
 	// MaxResendOverdue bounds a partner's resend_overdue.
@@ -200,6 +207,9 @@ type Partner struct {
 	// Station is the AS2 ID of the station the partner trades with: its
 	// station key, else the first station.
 	Station string
+	// Profile is the partner profile the entry names (see Profiles), or
+	// "". Its settings are already applied to the fields below.
+	Profile string
 	// URL is where outbound messages are posted (http or https).
 	URL *url.URL
 	// Certificates holds every certificate of the partner's PEM file, in
@@ -228,6 +238,10 @@ type Partner struct {
 	// CompressOrder is CompressBeforeSigning (the default) or
 	// CompressAfterSigning; it matters only when Compress is set.
 	CompressOrder string
+	// MICAlgNames is the spelling of the micalg parameter of signed
+	// outbound messages: MICAlgNamesRFC5751 (the default) or
+	// MICAlgNamesRFC3851.
+	MICAlgNames string
 	// Compress compresses outbound content (RFC 5402).
 	Compress bool
 	// MDNSigned requests a signed MDN; ignored when MDN is MDNNone.
@@ -453,9 +467,12 @@ type parser struct {
 	// partners document checked away from the replicas (edihub partners
 	// apply) may name files that only the replicas have.
 	secretsOptional bool
-	now             time.Time
-	ix              *nodeIndex
-	warnings        []string
+	// profileApplied marks a stored spec: its profile's settings were
+	// filled in when it was stored (see EncodeSpec).
+	profileApplied bool
+	now            time.Time
+	ix             *nodeIndex
+	warnings       []string
 	// files are the paths read, for File.Files.
 	files []string
 }
@@ -644,6 +661,7 @@ func (p *parser) stationKey(field string, raw rawStationKey) (StationKey, error)
 // partner reads one partner entry, section by section. The sections run in
 // the order the checks always ran in, so a file with several mistakes
 // reports the same first error, and the same warnings in the same order.
+// The entry's profile, if any, fills in the keys it leaves out first.
 func (p *parser) partner(field string, raw *rawPartner, sts []Station) (Partner, error) {
 	var pa Partner
 	st, err := p.partnerStation(field, raw, sts)
@@ -651,6 +669,11 @@ func (p *parser) partner(field string, raw *rawPartner, sts []Station) (Partner,
 		return pa, err
 	}
 	pa.Station = st.AS2ID
+	profile, err := p.applyProfile(field, raw)
+	if err != nil {
+		return pa, err
+	}
+	pa.Profile = profile
 	if err := p.partnerEndpoint(field, raw, sts, &pa); err != nil {
 		return pa, err
 	}
@@ -793,6 +816,7 @@ func (p *parser) partnerMessages(field string, raw *rawPartner, pa *Partner) err
 		{"key_encryption", raw.KeyEncryption, keyEncryptionEnum, DefaultKeyEncryption, &pa.KeyEncryption},
 		{"transfer_encoding", raw.TransferEncoding, transferEncodingEnum, DefaultTransferEncoding, &pa.TransferEncoding},
 		{"compress_order", raw.CompressOrder, compressOrderEnum, DefaultCompressOrder, &pa.CompressOrder},
+		{"micalg_names", raw.MICAlgNames, micalgNamesEnum, DefaultMICAlgNames, &pa.MICAlgNames},
 	} {
 		v, err := p.enum(field+"."+e.key, e.in, e.en, e.dflt)
 		if err != nil {

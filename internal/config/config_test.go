@@ -780,6 +780,8 @@ func FuzzParse(f *testing.F) {
 		validYAML,
 		acmeWith("sign: SHA-1"),
 		acmeWith("mdn: async", "async_mdn_url: https://x.example/as2", "timeout: 5s", "max_attempts: 2"),
+		acmeWith("profile: biztalk", "compress: false"),
+		acmeWith("profile: amazon-vendor-central", "sign: sha-256"),
 		"station: {as2_id: [1]}\n",
 		"- a\n",
 		"a: &x [*x]\n",

@@ -55,6 +55,10 @@ var (
 		what:      "compression order",
 		canonical: []string{CompressBeforeSigning, CompressAfterSigning},
 	}
+	micalgNamesEnum = enum{
+		what:      "micalg spelling",
+		canonical: []string{MICAlgNamesRFC5751, MICAlgNamesRFC3851},
+	}
 )
 
 // lookup normalises s, reporting false when it is not accepted.

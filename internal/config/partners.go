@@ -146,7 +146,7 @@ func (p *parser) inline(field string, raw rawPartner) (PartnerSpec, error) {
 // warnings (like `partner "ACME" version 3`), and secrets are read from
 // base's directory. The checks are those of Load.
 func BuildPartner(base *File, spec PartnerSpec, name string, now time.Time) (Partner, []string, error) {
-	p := &parser{name: name, dir: base.dir, secretDir: base.dir, now: now}
+	p := &parser{name: name, dir: base.dir, secretDir: base.dir, now: now, profileApplied: true}
 	pa, err := p.partner("partner", &spec, base.stations())
 	pa.files = p.files
 	return pa, p.warnings, err
@@ -183,12 +183,20 @@ func (f *File) Specs(opts PartnerDocOptions) ([]PartnerSpec, error) {
 }
 
 // EncodeSpec is spec in its canonical YAML form: the keys in the order of
-// the documentation, unset keys left out. Equal specs encode equally.
+// the documentation, unset keys left out. Equal specs encode equally. A
+// spec of ParsePartnerDoc holds its profile's settings filled in; a key
+// the entry set to false over its profile's true is written out, so that
+// the spec applied again keeps it.
 func EncodeSpec(spec PartnerSpec) (string, error) {
+	var n yaml.Node
+	if err := n.Encode(spec); err != nil {
+		return "", fmt.Errorf("encode partner %q: %w", spec.AS2ID, err)
+	}
+	keepFalse(&n, &spec)
 	var b bytes.Buffer
 	enc := yaml.NewEncoder(&b)
 	enc.SetIndent(2)
-	if err := enc.Encode(spec); err != nil {
+	if err := enc.Encode(&n); err != nil {
 		return "", fmt.Errorf("encode partner %q: %w", spec.AS2ID, err)
 	}
 	if err := enc.Close(); err != nil {
@@ -231,4 +239,21 @@ func indentItem(text string) string {
 		b.WriteByte('\n')
 	}
 	return b.String()
+}
+
+// keepFalse adds to n (spec's mapping) the keys spec's profile sets to
+// true that spec holds false: omitted, they would read as not set.
+func keepFalse(n *yaml.Node, spec *PartnerSpec) {
+	pr, ok := lookupProfile(spec.Profile)
+	if !ok || n.Kind != yaml.MappingNode {
+		return
+	}
+	for _, s := range pr.settings {
+		if s.value != "true" || profileKeys[s.key].get(spec) != "" {
+			continue
+		}
+		n.Content = append(n.Content,
+			&yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: s.key},
+			&yaml.Node{Kind: yaml.ScalarNode, Tag: "!!bool", Value: "false"})
+	}
 }

@@ -28,6 +28,7 @@ var (
 		"retry_window",
 		"mic_include_headers", "mdn_hosts", "allow_private_mdn_targets", "auth",
 		"tls", "headers", "proxy", "replay_window", "refuse_replays",
+		"profile", "micalg_names",
 	}
 )
 
@@ -94,6 +95,8 @@ type rawPartner struct {
 	Proxy                  string            `yaml:"proxy,omitempty"`
 	ReplayWindow           string            `yaml:"replay_window,omitempty"`
 	RefuseReplays          bool              `yaml:"refuse_replays,omitempty"`
+	Profile                string            `yaml:"profile,omitempty"`
+	MICAlgNames            string            `yaml:"micalg_names,omitempty"`
 }
 
 type rawTLS struct {

@@ -60,6 +60,7 @@ func wrapOptions(st *config.Station, p *config.Partner, now time.Time, rnd io.Re
 	}
 	if o.Sign != 0 {
 		o.SignerKey, o.SignerCert = st.PrivateKey, st.Certificate
+		o.RFC3851MICAlg = p.MICAlgNames == config.MICAlgNamesRFC3851
 	}
 	if o.Encrypt, err = cipherFor(p.Encrypt); err != nil {
 		return o, err

@@ -23,6 +23,12 @@ type unpacked struct {
 	mic, micAlg string
 	// covered are the bytes the MIC covers, for a MIC in another algorithm.
 	covered []byte
+	// micalgParam is the micalg parameter of the outermost
+	// multipart/signed as written, signature its decoded signature.
+	micalgParam string
+	signature   []byte
+	// payloadCTE is the payload entity's Content-Transfer-Encoding.
+	payloadCTE string
 }
 
 // entity is a MIME entity: header fields (lower-case names) and body.
@@ -64,6 +70,10 @@ func (e entity) decoded(t testing.TB) []byte {
 }
 
 var opensslDigest = map[string]string{"sha-1": "-sha1", "sha-256": "-sha256", "sha-384": "-sha384", "sha-512": "-sha512"}
+
+// rfc3851Names maps the micalg names S/MIME used before RFC 5751 to the
+// current ones; a partner accepts both.
+var rfc3851Names = map[string]string{"sha1": "sha-1", "sha256": "sha-256", "sha384": "sha-384", "sha512": "sha-512"}
 
 // opensslUnpack takes an AS2 request apart the way an independent partner
 // would: openssl decrypts and verifies, the signed part is split per RFC
@@ -117,6 +127,9 @@ func opensslUnpack(t testing.TB, r request, micAlg string) unpacked {
 			u.layers = append(u.layers, "signed")
 			part1, sig := splitSigned(t, e.body, params["boundary"])
 			alg := strings.ToLower(params["micalg"])
+			if old, ok := rfc3851Names[alg]; ok {
+				alg = old
+			}
 			if _, ok := opensslDigest[alg]; !ok {
 				t.Fatalf("micalg %q", params["micalg"])
 			}
@@ -131,12 +144,14 @@ func opensslUnpack(t testing.TB, r request, micAlg string) unpacked {
 			opensslRun(t, nil, "cms", "-verify", "-inform", "DER", "-in", sd, "-content", p1, "-binary", "-CAfile", k["station"].certPath, "-purpose", "any", "-out", os.DevNull)
 			if !signed {
 				u.mic, u.micAlg, u.covered = opensslMIC(t, dir, part1, alg), alg, part1
+				u.micalgParam, u.signature = params["micalg"], sig
 				signed = true
 			}
 			e = splitEntity(t, part1)
 		default:
 			u.payload = e.decoded(t)
 			u.contentType = e.header["content-type"]
+			u.payloadCTE = e.header["content-transfer-encoding"]
 			return u
 		}
 	}
