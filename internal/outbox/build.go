@@ -98,10 +98,16 @@ func wrapOptions(st *config.Station, p *config.Partner, now time.Time, rnd io.Re
 	return o, nil
 }
 
-// build wraps src for partner p and returns the frozen message: the AS2
-// and MIME header fields (AS2 names in their conventional spelling, never
-// folded) and the body.
-func build(st *config.Station, p *config.Partner, src postgres.OutboundSource, now time.Time, rnd io.Reader) (postgres.OutboundBuild, error) {
+// Build wraps src for partner p with the station st's active key and
+// returns the frozen message: the AS2 and MIME header fields (AS2 names in
+// their conventional spelling, never folded), the body and the MIC the
+// partner's MDN must return. It is the one place an outbound message is
+// built: the dispatcher builds every message with it, and a connectivity
+// test (package probe) its test message, so the test sends what a real
+// message would. now is the Date and signing time, rnd supplies key
+// material, IVs and boundaries (nil means crypto/rand). A profile edihub
+// cannot build (an unknown algorithm) is an error naming the partner.
+func Build(st *config.Station, p *config.Partner, src postgres.OutboundSource, now time.Time, rnd io.Reader) (postgres.OutboundBuild, error) {
 	var b postgres.OutboundBuild
 	opts, err := wrapOptions(st, p, now, rnd)
 	if err != nil {

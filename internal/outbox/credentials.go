@@ -96,21 +96,8 @@ func (c *partnerClients) get(p *config.Partner) (clientPair, bool) {
 	} else if ok {
 		pc.pair.closeIdle()
 	}
-	var tr *http.Transport
-	if t, ok := c.base.Transport.(*http.Transport); ok && t != nil {
-		tr = t.Clone()
-	} else {
-		tr = http.DefaultTransport.(*http.Transport).Clone()
-	}
-	if p.TLS != nil {
-		tr.TLSClientConfig = p.TLS.Clone()
-	}
-	if p.Proxy != nil {
-		tr.Proxy = http.ProxyURL(p.Proxy)
-	}
-	cl := *c.base
-	cl.Transport = tr
-	pair := clientPair{plain: &cl, guarded: guardedClient(&cl)}
+	cl := PartnerClient(c.base, p)
+	pair := clientPair{plain: cl, guarded: guardedClient(cl)}
 	if c.m == nil {
 		c.m = map[string]partnerClient{}
 	}
@@ -130,6 +117,39 @@ func (p clientPair) closeIdle() {
 	p.plain.CloseIdleConnections()
 	p.guarded.CloseIdleConnections()
 }
+
+// PartnerClient returns the client messages to p are posted with: a copy
+// of base that never follows redirects (see NewDispatcher) and, when p
+// has its own TLS or proxy settings, a clone of base's transport (of
+// http.DefaultTransport when base's is not an *http.Transport) with them.
+// A cloned transport is the caller's: close its idle connections when
+// done with the client.
+func PartnerClient(base *http.Client, p *config.Partner) *http.Client {
+	c := *base
+	c.CheckRedirect = noRedirect
+	if p == nil || (p.TLS == nil && p.Proxy == nil) {
+		return &c
+	}
+	var tr *http.Transport
+	if t, ok := base.Transport.(*http.Transport); ok && t != nil {
+		tr = t.Clone()
+	} else {
+		tr = http.DefaultTransport.(*http.Transport).Clone()
+	}
+	if p.TLS != nil {
+		tr.TLSClientConfig = p.TLS.Clone()
+	}
+	if p.Proxy != nil {
+		tr.Proxy = http.ProxyURL(p.Proxy)
+	}
+	c.Transport = tr
+	return &c
+}
+
+// noRedirect makes a client return a 3xx as the response: following it
+// would turn the POST into a GET (301, 302, 303) and could record a
+// partner's status page as a delivery.
+func noRedirect(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 
 // redactError removes passwords from the URLs net/http puts in its
 // errors; its text is logged and stored for the API.

@@ -180,7 +180,7 @@ func NewDispatcher(o Options) (*Dispatcher, error) {
 	// and could record a partner's status page as a delivery; the partner's
 	// URL must be fixed in the configuration instead.
 	c := *o.Client
-	c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	c.CheckRedirect = noRedirect
 	o.Client = &c
 	if o.Lease <= 0 {
 		o.Lease = DefaultLease
@@ -459,7 +459,7 @@ func (d *Dispatcher) buildItem(ctx context.Context, it *postgres.OutboxItem, st 
 	if err != nil {
 		return err
 	}
-	b, err := build(st, p, src, d.o.Now(), d.o.Rand)
+	b, err := Build(st, p, src, d.o.Now(), d.o.Rand)
 	if err != nil {
 		return fmt.Errorf("%w: %w", errBuild, err)
 	}
@@ -493,7 +493,7 @@ func (d *Dispatcher) send(ctx context.Context, it postgres.OutboxItem, p *config
 	}
 	rctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	req, err := newRequest(rctx, it, p)
+	req, err := NewRequest(rctx, it.URL, it.Headers, it.Body, p)
 	if err != nil {
 		return attempt{err: err}
 	}
@@ -520,19 +520,22 @@ func (d *Dispatcher) send(ctx context.Context, it postgres.OutboxItem, p *config
 	return a
 }
 
-// newRequest is the POST of the item's stored bytes (chunked when the
-// partner wants it) with its header fields and the partner's credentials.
-func newRequest(ctx context.Context, it postgres.OutboxItem, p *config.Partner) (*http.Request, error) {
+// NewRequest is the POST of a built message (header fields h, body) to
+// url the way the dispatcher sends it: chunked when p wants it, else with
+// Content-Length, and with p's basic authentication and extra header
+// fields when url is on the origin of p's URL (p may be nil). h is not
+// modified. Errors hold no password.
+func NewRequest(ctx context.Context, url string, h http.Header, body []byte, p *config.Partner) (*http.Request, error) {
 	chunked := p != nil && p.Chunked
-	var body io.Reader = bytes.NewReader(it.Body)
+	var r io.Reader = bytes.NewReader(body)
 	if chunked {
-		body = io.MultiReader(body) // hides the length: net/http sends chunked
+		r = io.MultiReader(r) // hides the length: net/http sends chunked
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, it.URL, body)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, r)
 	if err != nil {
 		return nil, fmt.Errorf("request: %w", redactError(err))
 	}
-	for k, v := range it.Headers {
+	for k, v := range h {
 		req.Header[k] = v
 	}
 	applyAuth(req, p)
@@ -540,7 +543,7 @@ func newRequest(ctx context.Context, it postgres.OutboxItem, p *config.Partner) 
 		req.ContentLength = -1
 		req.TransferEncoding = []string{"chunked"}
 	} else {
-		req.ContentLength = int64(len(it.Body))
+		req.ContentLength = int64(len(body))
 	}
 	return req, nil
 }
