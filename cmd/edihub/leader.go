@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/edihub/edihub/internal/config"
 	"github.com/edihub/edihub/internal/httpserver"
 	"github.com/edihub/edihub/internal/leader"
 	"github.com/edihub/edihub/internal/mdn"
@@ -211,8 +212,8 @@ func newElector(r *replica, workers map[string]leader.Worker) (*leader.Elector, 
 }
 
 // leaderHandler serves GET /leader: this replica's view of the election.
-func leaderHandler(e *leader.Elector) http.Handler {
+func leaderHandler(e *leader.Elector, cfg config.Source) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		httpserver.WriteJSON(w, http.StatusOK, e.Status())
+		httpserver.WriteJSON(w, http.StatusOK, opsStatus{Status: e.Status(), PartnersRevision: cfg.Current().Revision})
 	})
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -15,6 +16,7 @@ import (
 	"github.com/edihub/edihub/internal/config"
 	"github.com/edihub/edihub/internal/outbox"
 	"github.com/edihub/edihub/internal/partners"
+	"github.com/edihub/edihub/internal/probe"
 )
 
 // outboundOptions are the dispatcher's settings (edihub serve).
@@ -133,7 +135,15 @@ func newOutbound(r *replica, reports api.Reports) (*outbound, error) {
 	certs := func(now time.Time) []config.CertificateInfo { return cfg.Current().Certificates(now) }
 	svc := &partners.Service{Store: store, Base: func() *config.File { return cfg.Current() }, Now: time.Now}
 	h, err := api.New(api.Options{Queue: q, Store: store, Logger: log, Resender: store, Inbox: store, Reports: reports, Certificates: certs,
-		Partners: svc, PartnerReader: store, ServedRevision: func() int64 { return cfg.Current().Revision }})
+		Partners: svc, PartnerReader: store, ServedRevision: func() int64 { return cfg.Current().Revision },
+		TestPartner: func(ctx context.Context, id string) (any, bool) {
+			c := cfg.Current()
+			p, ok := c.Partner(id)
+			if !ok {
+				return nil, false
+			}
+			return probe.Run(ctx, probe.Options{Station: *c.StationOf(p), Partner: p, MaxMDNBytes: o.maxMDNBytes}), true
+		}})
 	if err != nil {
 		return nil, err
 	}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/user"
 	"path/filepath"
+	"sort"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -17,6 +18,7 @@ import (
 	"github.com/edihub/edihub/internal/config"
 	"github.com/edihub/edihub/internal/partners"
 	"github.com/edihub/edihub/internal/postgres"
+	"github.com/edihub/edihub/internal/probe"
 )
 
 // partnerVerbs are the subcommands of edihub partners. They work on the
@@ -32,6 +34,8 @@ func partnerVerbs() []command {
 		{name: "delete", summary: "delete a partner (NAME); -version guards against a change made meanwhile", flags: partnersDeleteFlags},
 		{name: "history", summary: "list the changes of a partner (NAME), or of every partner: who, when, what", flags: partnersHistoryFlags},
 		{name: "restore", summary: "make an earlier version (-version) of a partner (NAME) the current one", flags: partnersRestoreFlags},
+		{name: "test", summary: "send a small signed and encrypted test document to a partner (NAME) and report each step: DNS, TLS, HTTP, MDN, signature, MIC", flags: partnersTestFlags},
+		{name: "profiles", summary: "list the partner profiles (presets for known hubs' quirks) a partner entry can name with profile:", flags: partnersProfilesFlags},
 	}
 }
 
@@ -334,4 +338,69 @@ func partnersRestoreFlags(fs *flagSet) func(context.Context, *environment) error
 		fmt.Fprintf(env.stdout, "restored %s version %d as version %d (revision %d)\n", sp.AS2ID, version, sp.Version, sp.Revision)
 		return nil
 	}
+}
+
+func partnersTestFlags(fs *flagSet) func(context.Context, *environment) error {
+	var c partnerCLI
+	var asJSON bool
+	c.flags(fs)
+	fs.FlagSet.BoolVar(&asJSON, "json", false, "print the report as JSON (the API's answer) instead of text")
+	return func(ctx context.Context, env *environment) error {
+		if len(env.args) != 1 {
+			return errors.New("partners test: give the partner's AS2 ID: edihub partners test NAME")
+		}
+		svc, store, err := c.open(ctx)
+		if err != nil {
+			return err
+		}
+		defer store.Close()
+		cfg, err := partners.Snapshot(ctx, store, svc.Base(), time.Now())
+		if err != nil {
+			return err
+		}
+		p, ok := cfg.Partner(env.args[0])
+		if !ok {
+			return fmt.Errorf("partners test: no partner %q (AS2 IDs are case-sensitive; edihub partners get lists them)", env.args[0])
+		}
+		r := probe.Run(ctx, probe.Options{Station: *cfg.StationOf(p), Partner: p})
+		if asJSON {
+			err = printJSON(env.stdout, r)
+		} else {
+			err = r.WriteText(env.stdout)
+		}
+		if err != nil {
+			return err
+		}
+		if !r.OK {
+			return errors.New("partners test: the partner test failed (see the step marked FAIL and its fix)")
+		}
+		return nil
+	}
+}
+
+func partnersProfilesFlags(fs *flagSet) func(context.Context, *environment) error {
+	return func(_ context.Context, env *environment) error {
+		for _, pr := range config.Profiles() {
+			fmt.Fprintf(env.stdout, "%s: %s\n", pr.Name, pr.Summary)
+			for _, k := range sortedKeys(pr.Settings) {
+				fmt.Fprintf(env.stdout, "    %s: %s\n", k, pr.Settings[k])
+			}
+			for _, k := range pr.Requires {
+				fmt.Fprintf(env.stdout, "    requires: %s\n", k)
+			}
+			for _, src := range pr.Sources {
+				fmt.Fprintf(env.stdout, "    source: %s\n", src)
+			}
+		}
+		return nil
+	}
+}
+
+func sortedKeys(m map[string]string) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
 }

@@ -308,7 +308,7 @@ func (p *parts) listen(r *replica) (srvs servers, err error) {
 		Metrics:  p.metrics,
 		Gatherer: r.reg,
 		Ready:    readiness(r.store, &p.draining),
-		Leader:   leaderHandler(p.elector),
+		Leader:   leaderHandler(p.elector, r.cfg),
 		Healthy:  p.elector.Healthy,
 	}), "set EDIHUB_OPS_ADDR or -ops-addr to a free address")
 	return srvs, err

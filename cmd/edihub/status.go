@@ -100,6 +100,8 @@ type replicaView struct {
 	URL string `json:"url"`
 	// Status is the replica's GET /leader; nil when unreachable.
 	Status *leader.Status `json:"status,omitempty"`
+	// PartnersRevision is the partner set revision the replica serves.
+	PartnersRevision int64 `json:"partners_revision"`
 	// Ready is whether GET /readyz answered 200; Health is its answer or
 	// the error.
 	Ready  bool   `json:"ready"`
@@ -188,7 +190,7 @@ func askReplicas(ctx context.Context, client *http.Client, urls []string) []repl
 		if err != nil {
 			r.Error = err.Error()
 		} else {
-			r.Status = &st
+			r.Status, r.PartnersRevision = &st.Status, st.PartnersRevision
 		}
 		r.Ready, r.Health = fetchHealth(ctx, client, u+"/readyz")
 	}
@@ -240,14 +242,22 @@ func judge(view *clusterView) ([]leader.Status, error) {
 // printStatus writes view as the table edihub status prints by default.
 func printStatus(w io.Writer, view clusterView, leaders []leader.Status) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "REPLICA\tIDENTITY\tLEADER\tHOLDER\tTOKEN\tBACKEND\tSINCE\tHEALTH")
+	fmt.Fprintln(tw, "REPLICA\tIDENTITY\tLEADER\tHOLDER\tTOKEN\tBACKEND\tSINCE\tPARTNERS\tHEALTH")
+	newest := int64(0)
+	for _, r := range view.Replicas {
+		newest = max(newest, r.PartnersRevision)
+	}
 	for _, r := range view.Replicas {
 		if r.Status == nil {
-			fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t-\t-\tunreachable: %s\n", r.URL, r.Error)
+			fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t-\t-\t-\tunreachable: %s\n", r.URL, r.Error)
 			continue
 		}
 		s := r.Status
-		fmt.Fprintf(tw, "%s\t%s\t%t\t%s\t%d\t%s\t%s\t%s\n", r.URL, s.Identity, s.IsLeader, orDash(s.Holder), s.FencingToken, s.Backend, s.Since.Format(time.RFC3339), r.Health)
+		rev := fmt.Sprintf("rev %d", r.PartnersRevision)
+		if r.PartnersRevision < newest {
+			rev += " (behind)"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%t\t%s\t%d\t%s\t%s\t%s\t%s\n", r.URL, s.Identity, s.IsLeader, orDash(s.Holder), s.FencingToken, s.Backend, s.Since.Format(time.RFC3339), rev, r.Health)
 	}
 	_ = tw.Flush()
 	fmt.Fprintln(w)
@@ -307,8 +317,15 @@ func orDash(s string) string {
 	return s
 }
 
-func fetchStatus(ctx context.Context, c *http.Client, url string) (leader.Status, error) {
-	var s leader.Status
+// opsStatus is a replica's GET /leader: the election as it sees it, and
+// the partner set revision it serves.
+type opsStatus struct {
+	leader.Status
+	PartnersRevision int64 `json:"partners_revision"`
+}
+
+func fetchStatus(ctx context.Context, c *http.Client, url string) (opsStatus, error) {
+	var s opsStatus
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return s, err

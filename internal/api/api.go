@@ -22,6 +22,7 @@
 //	DELETE /partners/{as2id}               delete it (If-Match optional)
 //	GET  /partners/{as2id}/history         its changes: who, when, the diff
 //	POST /partners/{as2id}/restore?version=N  make version N current again
+//	POST /partners/{as2id}/test            send a test document, report each step
 //
 // Errors are JSON {"error": "...", "parameter": "..."}; a bad query
 // parameter is a 400 that names it.
@@ -124,6 +125,10 @@ type Options struct {
 	PartnerReader PartnerReader
 	// ServedRevision is the partner set revision this replica serves.
 	ServedRevision func() int64
+	// TestPartner, when set, serves POST /partners/{as2id}/test: it runs
+	// a connectivity test and returns its report (JSON), or false for a
+	// partner not served.
+	TestPartner func(ctx context.Context, as2ID string) (any, bool)
 }
 
 type handler struct {

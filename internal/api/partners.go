@@ -101,6 +101,21 @@ func (h *handler) partnerRoutes(r chi.Router) {
 	r.Delete("/partners/{as2id}", h.deletePartner)
 	r.Get("/partners/{as2id}/history", h.partnerHistory)
 	r.Post("/partners/{as2id}/restore", h.restorePartner)
+	if h.o.TestPartner != nil {
+		r.Post("/partners/{as2id}/test", h.testPartner)
+	}
+}
+
+// testPartner answers POST /partners/{as2id}/test: a connectivity test
+// (internal/probe) against the partner as this replica serves it, 200
+// with the report whether the test passed (its ok says) or not.
+func (h *handler) testPartner(w http.ResponseWriter, r *http.Request) {
+	rep, found := h.o.TestPartner(r.Context(), partnerID(r))
+	if !found {
+		writeError(w, http.StatusNotFound, "", fmt.Sprintf("no partner %q is served (AS2 IDs are case-sensitive)", partnerID(r)))
+		return
+	}
+	httpserver.WriteJSON(w, http.StatusOK, rep)
 }
 
 // actorOf names who makes a change through the API, for the history.
