@@ -117,6 +117,18 @@ func (fs *flagSet) printDefaults(w io.Writer) {
 		}
 		fmt.Fprintf(w, "  -%s  (%s)  default %s\n      %s\n", name, strings.Join(fs.envs[name], ", else "), def, f.Usage)
 	}
+	// Flags of one invocation (a file to apply, a dry run) have no
+	// variable.
+	fs.VisitAll(func(f *flag.Flag) {
+		if _, bound := fs.envs[f.Name]; bound {
+			return
+		}
+		def := ""
+		if f.DefValue != "" && f.DefValue != "false" {
+			def = "  default " + f.DefValue
+		}
+		fmt.Fprintf(w, "  -%s%s\n      %s\n", f.Name, def, f.Usage)
+	})
 }
 
 // settings describes every flag for the README's reference table.

@@ -78,11 +78,17 @@ func flattenInto(out map[string]string, prefix string, v any) {
 			flattenInto(out, p, e)
 		}
 	case []any:
-		parts := make([]string, len(x))
+		parts := make([]string, 0, len(x))
 		for i, e := range x {
-			parts[i] = fmt.Sprint(e)
+			if _, ok := e.(map[string]any); ok {
+				flattenInto(out, fmt.Sprintf("%s[%d]", prefix, i), e)
+				continue
+			}
+			parts = append(parts, fmt.Sprint(e))
 		}
-		out[prefix] = "[" + strings.Join(parts, ", ") + "]"
+		if len(parts) > 0 {
+			out[prefix] = "[" + strings.Join(parts, ", ") + "]"
+		}
 	case string:
 		if config.IsInlinePEM(x) {
 			out[prefix] = DescribePEM(x)
