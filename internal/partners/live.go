@@ -79,13 +79,15 @@ type Live struct {
 	log *zap.Logger
 	cur atomic.Pointer[config.File]
 
-	mu    sync.Mutex // serialises reloads
+	mu sync.Mutex // serialises reloads
 	// change is signalled when a scheduled station key starts to sign;
 	// Run takes the stations at that time again.
 	change *time.Timer
 	base   *config.File
-	files map[string]fileStamp
-	built map[string]builtPartner
+	// appliedAt is when the revision served was applied.
+	appliedAt time.Time
+	files     map[string]fileStamp
+	built     map[string]builtPartner
 
 	revision, served, failed prometheus.Gauge
 }
@@ -218,6 +220,8 @@ func (l *Live) reload(ctx context.Context, force bool) error {
 	}
 	cur := l.cur.Load()
 	if !force && cur != nil && cur.Revision == set.Revision && !usesChanged(cur, set.Uses) {
+		// Seen: GET /partners lists the replicas seen lately.
+		l.record(ctx, cur.Revision)
 		return nil
 	}
 	now := l.o.Now()
@@ -252,10 +256,17 @@ func (l *Live) reload(ctx context.Context, force bool) error {
 	if cur == nil || cur.Revision != set.Revision || force {
 		l.log.Info("partners applied", zap.Int64("revision", set.Revision), zap.Int("partners", len(partners)), zap.Int("errors", failed), zap.Duration("took", time.Since(start)))
 	}
-	if err := l.o.Store.RecordServedRevision(ctx, l.o.Identity, set.Revision, now); err != nil {
+	l.appliedAt = now
+	l.record(ctx, set.Revision)
+	return nil
+}
+
+// record notes in the database that this replica serves revision (since
+// appliedAt) and is alive.
+func (l *Live) record(ctx context.Context, revision int64) {
+	if err := l.o.Store.RecordServedRevision(ctx, l.o.Identity, revision, l.appliedAt); err != nil && ctx.Err() == nil {
 		l.log.Warn("record served partner revision", zap.Error(err))
 	}
-	return nil
 }
 
 // schedule arms the timer for the next scheduled station key (none when
