@@ -288,12 +288,7 @@ func (l *Live) build(sp postgres.StoredPartner, force bool, now time.Time) (buil
 	if old, ok := l.built[sp.AS2ID]; ok && !force && old.version == sp.Version && old.spec == sp.Spec {
 		return old, nil
 	}
-	name := fmt.Sprintf("partner %q version %d", sp.AS2ID, sp.Version)
-	spec, err := config.DecodeSpec(name, sp.Spec)
-	if err != nil {
-		return builtPartner{}, err
-	}
-	pa, warnings, err := config.BuildPartner(l.base, spec, name, now)
+	pa, warnings, err := buildStored(l.base, sp, now)
 	if err != nil {
 		return builtPartner{}, err
 	}
@@ -301,6 +296,16 @@ func (l *Live) build(sp postgres.StoredPartner, force bool, now time.Time) (buil
 		l.log.Warn("partner profile", zap.String("warning", w))
 	}
 	return builtPartner{version: sp.Version, spec: sp.Spec, partner: &pa}, nil
+}
+
+// buildStored makes the profile of a stored partner for base's stations.
+func buildStored(base *config.File, sp postgres.StoredPartner, now time.Time) (config.Partner, []string, error) {
+	name := fmt.Sprintf("partner %q version %d", sp.AS2ID, sp.Version)
+	spec, err := config.DecodeSpec(name, sp.Spec)
+	if err != nil {
+		return config.Partner{}, nil, err
+	}
+	return config.BuildPartner(base, spec, name, now)
 }
 
 // usesChanged reports whether the recorded certificate uses differ from
@@ -457,12 +462,7 @@ func Snapshot(ctx context.Context, store interface {
 	}
 	list := make([]config.Partner, 0, len(set.Partners))
 	for _, sp := range set.Partners {
-		name := fmt.Sprintf("partner %q version %d", sp.AS2ID, sp.Version)
-		spec, err := config.DecodeSpec(name, sp.Spec)
-		if err != nil {
-			return nil, err
-		}
-		pa, _, err := config.BuildPartner(base, spec, name, now)
+		pa, _, err := buildStored(base, sp, now)
 		if err != nil {
 			return nil, err
 		}

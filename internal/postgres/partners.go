@@ -170,20 +170,12 @@ func (s *Store) Partner(ctx context.Context, as2ID string) (StoredPartner, error
 func (s *Store) ChangePartners(ctx context.Context, actor string, changes []PartnerChange) (int64, error) {
 	var rev int64
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, int64(partnersLockID)); err != nil {
+		if err := lockPartners(ctx, tx); err != nil {
 			return err
 		}
-		for _, c := range changes {
-			var err error
-			if rev, err = changePartner(ctx, tx, actor, c); err != nil {
-				return err
-			}
-		}
-		if len(changes) > 0 {
-			_, err := tx.Exec(ctx, `SELECT pg_notify($1, $2)`, PartnersChannel, strconv.FormatInt(rev, 10))
-			return err
-		}
-		return nil
+		var err error
+		rev, err = changePartners(ctx, tx, actor, changes)
+		return err
 	})
 	if err != nil {
 		if errors.Is(err, ErrPartnerConflict) || errors.Is(err, ErrPartnerNotFound) {
@@ -197,8 +189,33 @@ func (s *Store) ChangePartners(ctx context.Context, actor string, changes []Part
 	return rev, nil
 }
 
-// changePartner applies one change inside ChangePartners' transaction and
-// returns its revision.
+// lockPartners takes the partner writers' transaction lock: revisions
+// then commit in the order they are numbered.
+func lockPartners(ctx context.Context, tx pgx.Tx) error {
+	_, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, int64(partnersLockID))
+	return err
+}
+
+// changePartners applies changes in tx, notifies the replicas on commit
+// when there are any, and returns the last change's revision.
+func changePartners(ctx context.Context, tx pgx.Tx, actor string, changes []PartnerChange) (int64, error) {
+	var rev int64
+	for _, c := range changes {
+		var err error
+		if rev, err = changePartner(ctx, tx, actor, c); err != nil {
+			return 0, err
+		}
+	}
+	if len(changes) > 0 {
+		if _, err := tx.Exec(ctx, `SELECT pg_notify($1, $2)`, PartnersChannel, strconv.FormatInt(rev, 10)); err != nil {
+			return 0, err
+		}
+	}
+	return rev, nil
+}
+
+// changePartner applies one change inside a partner writer's transaction
+// and returns its revision.
 func changePartner(ctx context.Context, tx pgx.Tx, actor string, c PartnerChange) (int64, error) {
 	var stored int64 // 0: not stored
 	err := tx.QueryRow(ctx, `SELECT version FROM partners WHERE as2_id = $1 FOR UPDATE`, c.AS2ID).Scan(&stored)
@@ -249,7 +266,7 @@ INSERT INTO partner_history (revision, as2_id, version, op, spec, diff, actor) V
 func (s *Store) ImportPartners(ctx context.Context, actor string, changes []PartnerChange) (int64, error) {
 	var rev int64
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, int64(partnersLockID)); err != nil {
+		if err := lockPartners(ctx, tx); err != nil {
 			return err
 		}
 		var held bool
@@ -259,17 +276,9 @@ func (s *Store) ImportPartners(ctx context.Context, actor string, changes []Part
 		if held {
 			return ErrPartnersStored
 		}
-		for _, c := range changes {
-			var err error
-			if rev, err = changePartner(ctx, tx, actor, c); err != nil {
-				return err
-			}
-		}
-		if len(changes) > 0 {
-			_, err := tx.Exec(ctx, `SELECT pg_notify($1, $2)`, PartnersChannel, strconv.FormatInt(rev, 10))
-			return err
-		}
-		return nil
+		var err error
+		rev, err = changePartners(ctx, tx, actor, changes)
+		return err
 	})
 	if errors.Is(err, ErrPartnersStored) {
 		return 0, err
