@@ -41,7 +41,9 @@ func (p *Partner) activeSince(i int, now time.Time) (time.Time, bool) {
 		}
 	}
 	if s.NotBeforeUse.IsZero() {
-		return time.Time{}, true
+		// Switched on first use alone: not before that use, wherever
+		// it is listed.
+		return time.Time{}, !s.SwitchOnFirstUse
 	}
 	return s.NotBeforeUse, !now.Before(s.NotBeforeUse)
 }
