@@ -27,7 +27,6 @@ func newReceiver(log *zap.Logger, reg prometheus.Registerer, store *postgres.Sto
 		Registerer:      reg,
 		Now:             time.Now,
 		Rand:            rand.Reader,
-		NewMessageID:    receiver.MessageIDs(cfg.Current().Station.AS2ID, rand.Reader),
 		MaxBodyBytes:    o.maxBodyBytes,
 		MaxMDNBytes:     o.maxMDNBytes,
 		ReadTimeout:     o.as2ReadTimeout,

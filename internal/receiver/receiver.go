@@ -123,7 +123,7 @@ type Options struct {
 	// Rand supplies MIME boundaries; nil means crypto/rand.
 	Rand io.Reader
 	// NewMessageID returns the Message-ID of each MDN; nil means
-	// MessageIDs(Station.AS2ID, Rand).
+	// MessageIDs of the answering station's AS2 ID and Rand.
 	NewMessageID func() string
 	// Limits bound the MIME and CMS parse.
 	Limits as2.Limits
@@ -261,12 +261,6 @@ func New(o Options) (*Handler, error) {
 	}
 	if o.Rand == nil {
 		o.Rand = rand.Reader
-	}
-	if o.NewMessageID == nil && o.Config != nil {
-		o.NewMessageID = MessageIDs(o.Config.Current().Station.AS2ID, o.Rand)
-	}
-	if o.NewMessageID == nil {
-		o.NewMessageID = MessageIDs(o.Station.AS2ID, o.Rand)
 	}
 	if o.ReadTimeout <= 0 {
 		o.ReadTimeout = DefaultReadTimeout
@@ -995,7 +989,11 @@ func (h *Handler) mdnResponse(rq request, plan mdnPlan, d mdn.Disposition, mic s
 	hdr.Set("AS2-Version", "1.2")
 	hdr.Set("AS2-From", from)
 	hdr.Set("AS2-To", to)
-	hdr.Set("Message-ID", h.o.NewMessageID())
+	newID := h.o.NewMessageID
+	if newID == nil {
+		newID = MessageIDs(rq.station.AS2ID, h.o.Rand)
+	}
+	hdr.Set("Message-ID", newID())
 	hdr.Set("Date", now.UTC().Format(time.RFC1123Z))
 	hdr.Set("Subject", "Message Disposition Notification")
 	hdr["EDIINT-Features"] = []string{as2.EDIINTFeatures}
