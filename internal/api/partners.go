@@ -175,8 +175,15 @@ func (h *handler) listPartners(w http.ResponseWriter, r *http.Request) {
 	httpserver.WriteJSON(w, http.StatusOK, out)
 }
 
+// partnerID is the AS2 ID of the path. chi routes on the escaped path
+// (RawPath) when the path has one, so that an escaped "/" stays in its
+// segment, and on the decoded Path otherwise: the parameter is unescaped
+// only in the first case, else an ID holding "%41" would name "A".
 func partnerID(r *http.Request) string {
 	raw := chi.URLParam(r, "as2id")
+	if r.URL.RawPath == "" {
+		return raw
+	}
 	if id, err := url.PathUnescape(raw); err == nil {
 		return id
 	}
