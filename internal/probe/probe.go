@@ -165,7 +165,7 @@ func (r *run) build() bool {
 		Filename:    filename,
 		MDNMode:     config.MDNSync,
 		MDNSigned:   true,
-		Payload:     testDocument(r.o.Station.AS2ID, r.p.AS2ID, start),
+		Payload:     testDocument(r.o.Station.AS2ID, r.p.AS2ID, id, start),
 	}
 	b, err := outbox.Build(&r.o.Station, r.p, src, start, r.o.Rand)
 	d := r.o.Now().Sub(start)
@@ -180,10 +180,15 @@ func (r *run) build() bool {
 }
 
 // testDocument is the payload: it says what it is to whoever opens it.
-func testDocument(from, to string, now time.Time) []byte {
+// The Message-ID makes each test's signed content unique: two tests in
+// one second would otherwise sign the same bytes, and a partner that
+// refuses replayed signed content (edihub's refuse_replays) would refuse
+// the second.
+func testDocument(from, to, messageID string, now time.Time) []byte {
 	return []byte("edihub connectivity test\r\n" +
 		"From AS2 ID: " + from + "\r\n" +
 		"To AS2 ID: " + to + "\r\n" +
+		"Message-ID: " + messageID + "\r\n" +
 		"Sent: " + now.UTC().Format(time.RFC3339) + "\r\n" +
 		"This AS2 message tests the connection between the two stations. It carries no business document and can be discarded.\r\n")
 }
