@@ -369,7 +369,13 @@ func (h *handler) partnerError(w http.ResponseWriter, what string, err error, pr
 	var ce *config.Error
 	switch {
 	case errors.As(err, &ce):
-		httpserver.WriteJSON(w, http.StatusUnprocessableEntity, configError{Error: ce.Msg, Field: strings.TrimPrefix(ce.Field, "partners[0]."), Line: ce.Line, Fix: ce.Fix})
+		// The entry was validated as the one item of a partners list: its
+		// lines are one further down than in the body.
+		line := ce.Line
+		if line > 1 {
+			line--
+		}
+		httpserver.WriteJSON(w, http.StatusUnprocessableEntity, configError{Error: ce.Msg, Field: strings.TrimPrefix(ce.Field, "partners[0]."), Line: line, Fix: ce.Fix})
 	case errors.Is(err, postgres.ErrPartnerNotFound):
 		writeError(w, http.StatusNotFound, "", err.Error())
 	case errors.Is(err, postgres.ErrPartnerConflict) && precondition:

@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -277,6 +278,8 @@ func TestPartnersAPICreateRefused(t *testing.T) {
 	unknownKey["colour"] = "blue"
 	notPEM := entry(t, "INITECH", "sha-256")
 	notPEM["certificate"] = "initech.crt"
+	serverPath := entry(t, "INITECH", "sha-256")
+	serverPath["certificate"] = "station.crt" // beside the station file
 	noURL := entry(t, "INITECH", "sha-256")
 	delete(noURL, "url")
 	tests := []struct {
@@ -290,7 +293,10 @@ func TestPartnersAPICreateRefused(t *testing.T) {
 		{"sign md5", jsonBody(t, md5), http.StatusUnprocessableEntity, "sign", `"md5"`},
 		{"sign md5 in YAML", yamlBody(t, md5), http.StatusUnprocessableEntity, "sign", `"md5"`},
 		{"unknown key", jsonBody(t, unknownKey), http.StatusUnprocessableEntity, "colour", "colour"},
-		{"certificate neither PEM nor a file", jsonBody(t, notPEM), http.StatusUnprocessableEntity, "certificate", "initech.crt"},
+		{"certificate neither PEM nor a file", jsonBody(t, notPEM), http.StatusUnprocessableEntity, "certificate", "not PEM text"},
+		// A path is never read on the server, not even one that exists
+		// there: the API would otherwise tell which files exist.
+		{"certificate a path on the server", jsonBody(t, serverPath), http.StatusUnprocessableEntity, "certificate", "not PEM text"},
 		{"no url", jsonBody(t, noURL), http.StatusUnprocessableEntity, "url", "missing"},
 		{"not YAML", []byte("as2_id: [unclosed"), http.StatusUnprocessableEntity, "", ""},
 		{"empty", []byte(" \n"), http.StatusBadRequest, "", "empty body"},
@@ -667,5 +673,33 @@ func TestPartnersAPIList(t *testing.T) {
 	want := []string{"ACME CORP v1 /api/v1/partners/ACME%20CORP sha-256", "GLOBEX v2 /api/v1/partners/GLOBEX sha-512"}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("partners (-want +got):\n%s", diff)
+	}
+}
+
+// TestPartnersAPIErrorLine: the line of a 422 is the line of the request
+// body, for YAML and for JSON written over several lines.
+func TestPartnersAPIErrorLine(t *testing.T) {
+	e := setupPartners(t)
+	tests := []struct {
+		name string
+		give string
+		want int
+	}{
+		{"yaml, line 3", "as2_id: INITECH\nurl: https://as2.initech.example/as2\nsign: md5\ncertificate: |\n  " +
+			strings.ReplaceAll(strings.TrimSpace(partnerCertPEM(t)), "\n", "\n  ") + "\n", 3},
+		{"json, line 4", "{\n  \"as2_id\": \"INITECH\",\n  \"url\": \"https://as2.initech.example/as2\",\n  \"sign\": \"md5\",\n  \"certificate\": " +
+			strconv.Quote(partnerCertPEM(t)) + "\n}\n", 4},
+		{"yaml, unknown key on line 2", "as2_id: INITECH\ncolour: blue\n", 2},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := e.call(t, http.MethodPost, "/api/v1/partners", []byte(tt.give))
+			var got struct {
+				Line int `json:"line"`
+			}
+			if err := json.Unmarshal(r.body, &got); err != nil || r.status != http.StatusUnprocessableEntity || got.Line != tt.want {
+				t.Errorf("POST /api/v1/partners = %d %s, want 422 at line %d", r.status, r.body, tt.want)
+			}
+		})
 	}
 }

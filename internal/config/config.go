@@ -467,6 +467,9 @@ type parser struct {
 	// partners document checked away from the replicas (edihub partners
 	// apply) may name files that only the replicas have.
 	secretsOptional bool
+	// inlineOnly refuses public files given as paths (see
+	// PartnerDocOptions.InlineOnly).
+	inlineOnly bool
 	// profileApplied marks a stored spec: its profile's settings were
 	// filled in when it was stored (see EncodeSpec).
 	profileApplied bool
@@ -521,6 +524,10 @@ func (p *parser) build(raw *rawFile) (*File, error) {
 	f.files = append([]string{p.name}, p.files...)
 	return f, nil
 }
+
+// Files lists the secret files the profile was read with (its HTTP
+// password, its TLS client certificate and key), found or not.
+func (p *Partner) Files() []string { return p.files }
 
 // Files lists the files the configuration was read from: the file itself,
 // the keys and certificates it names, and the secret files of its
@@ -1078,6 +1085,9 @@ func (p *parser) readPublic(field, ref, what string) ([]byte, error) {
 	if IsInlinePEM(ref) {
 		return []byte(ref), nil
 	}
+	if p.inlineOnly && ref != "" {
+		return nil, p.fail(field, "not PEM text", "give the certificate as PEM text (the PEM file's content); a path is read only from a file applied with edihub partners apply")
+	}
 	return p.readRef(field, ref, what)
 }
 
@@ -1092,6 +1102,7 @@ func (p *parser) readSecret(field, ref, what string) ([]byte, error) {
 	q := *p
 	q.dir = p.secretDir
 	data, err := q.readRef(field, ref, what)
+	p.files = q.files // the secret's path is one of the files read
 	var e *Error
 	if err != nil && p.secretsOptional && errors.As(err, &e) && errors.Is(e.Err, fs.ErrNotExist) {
 		p.warn(field, "%s is not on this machine; each replica reads it from %s", ref, q.resolve(ref))

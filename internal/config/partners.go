@@ -49,6 +49,10 @@ type PartnerDocOptions struct {
 	// tls.cert_file, tls.key_file) that is not on this machine a warning:
 	// the replicas read it from the directory of their configuration file.
 	SecretsOptional bool
+	// InlineOnly refuses certificates and CA bundles given as paths: a
+	// document that came over the network must not make the server read
+	// its own files.
+	InlineOnly bool
 }
 
 // ParsePartnerDoc validates data, a partners document called name in
@@ -65,7 +69,7 @@ func ParsePartnerDoc(data []byte, dir, name string, base *File, opts PartnerDocO
 	if opts.Now != nil {
 		now = opts.Now
 	}
-	p := &parser{name: name, dir: dir, secretDir: base.dir, secretsOptional: opts.SecretsOptional, now: now()}
+	p := &parser{name: name, dir: dir, secretDir: base.dir, secretsOptional: opts.SecretsOptional, inlineOnly: opts.InlineOnly, now: now()}
 	if len(data) > maxFileSize {
 		return nil, p.fail("", fmt.Sprintf("the file is larger than %d MiB", maxFileSize>>20), "split the partners over several files")
 	}

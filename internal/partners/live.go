@@ -100,6 +100,10 @@ type builtPartner struct {
 	version int64
 	spec    string
 	partner *config.Partner
+	// files are the secret files it was built with (or failed to be):
+	// watched, so that a rotated password or a Secret mounted late is
+	// taken without a restart.
+	files []string
 }
 
 // NewLive loads the configuration file, imports its partners when the
@@ -228,8 +232,10 @@ func (l *Live) reload(ctx context.Context, force bool) error {
 	partners := make([]config.Partner, 0, len(set.Partners))
 	built := make(map[string]builtPartner, len(set.Partners))
 	failed := 0
+	watch := l.base.Files()
 	for _, sp := range set.Partners {
 		b, err := l.build(sp, force, now)
+		watch = append(watch, b.files...)
 		if err != nil {
 			failed++
 			old, ok := l.built[sp.AS2ID]
@@ -247,6 +253,7 @@ func (l *Live) reload(ctx context.Context, force bool) error {
 		partners = append(partners, pa)
 	}
 	l.built = built
+	l.files = stampFiles(watch)
 	next := l.base.At(now).WithPartners(partners, set.Revision)
 	l.cur.Store(next)
 	l.schedule(next.NextChange(now))
@@ -290,12 +297,12 @@ func (l *Live) build(sp postgres.StoredPartner, force bool, now time.Time) (buil
 	}
 	pa, warnings, err := buildStored(l.base, sp, now)
 	if err != nil {
-		return builtPartner{}, err
+		return builtPartner{files: pa.Files()}, err
 	}
 	for _, w := range warnings {
 		l.log.Warn("partner profile", zap.String("warning", w))
 	}
-	return builtPartner{version: sp.Version, spec: sp.Spec, partner: &pa}, nil
+	return builtPartner{version: sp.Version, spec: sp.Spec, partner: &pa, files: pa.Files()}, nil
 }
 
 // buildStored makes the profile of a stored partner for base's stations.
@@ -308,22 +315,22 @@ func buildStored(base *config.File, sp postgres.StoredPartner, now time.Time) (c
 	return config.BuildPartner(base, spec, name, now)
 }
 
-// usesChanged reports whether the recorded certificate uses differ from
-// those cur serves.
+// usesChanged reports whether the recorded certificate uses of the
+// partners cur serves differ from those it was built with.
 func usesChanged(cur *config.File, uses map[string]map[string]time.Time) bool {
-	n := 0
 	for i := range cur.Partners {
 		p := &cur.Partners[i]
-		if len(p.CertificateUses) != len(uses[p.AS2ID]) {
+		got := uses[p.AS2ID]
+		if len(p.CertificateUses) != len(got) {
 			return true
 		}
-		n += len(p.CertificateUses)
+		for fp := range got {
+			if _, ok := p.CertificateUses[fp]; !ok {
+				return true
+			}
+		}
 	}
-	total := 0
-	for _, u := range uses {
-		total += len(u)
-	}
-	return n != total
+	return false
 }
 
 // Run keeps the snapshot current until ctx ends: on every notification of
@@ -383,8 +390,8 @@ func (l *Live) tryReload(ctx context.Context, force bool) {
 }
 
 // checkFiles reloads the configuration file, and every partner against
-// it, when it or a file it names (the station's keys, partners' secrets)
-// changed on disk. A file that no longer loads is logged and the one
+// it, when it or a file it names (the station's keys), or a secret file of
+// a stored partner, changed on disk. A file that no longer loads is logged and the one
 // loaded before stays in service.
 func (l *Live) checkFiles(ctx context.Context) {
 	l.mu.Lock()

@@ -182,11 +182,11 @@ func TestLiveServesChange(t *testing.T) {
 		check  func(*config.File) bool
 	}{
 		{"create GAMMA", func() (int64, error) {
-			sp, err := svc.Put(ctx, "alice", []byte("as2_id: GAMMA\nurl: https://as2.gamma.example/as2\ncertificate: beta.crt\n"), 0)
+			sp, err := svc.Put(ctx, "alice", inline("as2_id: GAMMA\nurl: https://as2.gamma.example/as2\ncertificate: beta.crt\n"), 0)
 			return sp.Revision, err
 		}, func(f *config.File) bool { return serves(f, "GAMMA") }},
 		{"update ACME", func() (int64, error) {
-			sp, err := svc.Put(ctx, "alice", []byte("as2_id: ACME CORP\nurl: https://as2.acme.example/as2\ncertificate: acme.crt\nsign: sha-512\n"), 1)
+			sp, err := svc.Put(ctx, "alice", inline("as2_id: ACME CORP\nurl: https://as2.acme.example/as2\ncertificate: acme.crt\nsign: sha-512\n"), 1)
 			return sp.Revision, err
 		}, func(f *config.File) bool { p, ok := f.Partner("ACME CORP"); return ok && p.Sign == config.DigestSHA512 }},
 		{"delete BETA", func() (int64, error) {
@@ -258,7 +258,7 @@ func TestLiveReload(t *testing.T) {
 		t.Errorf("Reload without a change replaced the snapshot")
 	}
 	svc := &partners.Service{Store: st, Base: env.live.Current}
-	sp, err := svc.Put(ctx, "alice", []byte("as2_id: BETA\nurl: https://as2.beta.example/as2\ncertificate: beta.crt\n"), 0)
+	sp, err := svc.Put(ctx, "alice", inline("as2_id: BETA\nurl: https://as2.beta.example/as2\ncertificate: beta.crt\n"), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -466,7 +466,7 @@ func TestLiveResyncAfterListenerKilled(t *testing.T) {
 
 	killed := killListener(t, conn)
 	start := time.Now()
-	sp, err := svc.Put(ctx, "alice", []byte("as2_id: GAMMA\nurl: https://as2.gamma.example/as2\ncertificate: beta.crt\n"), 0)
+	sp, err := svc.Put(ctx, "alice", inline("as2_id: GAMMA\nurl: https://as2.gamma.example/as2\ncertificate: beta.crt\n"), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -511,7 +511,7 @@ func TestLiveListensAgainAfterListenerKilled(t *testing.T) {
 	})
 	t.Logf("listening again %v after the backend was gone", again.Round(time.Millisecond))
 	start := time.Now()
-	sp, err := svc.Put(ctx, "alice", []byte("as2_id: GAMMA\nurl: https://as2.gamma.example/as2\ncertificate: beta.crt\n"), 0)
+	sp, err := svc.Put(ctx, "alice", inline("as2_id: GAMMA\nurl: https://as2.gamma.example/as2\ncertificate: beta.crt\n"), 0)
 	if err != nil {
 		t.Fatal(err)
 	}

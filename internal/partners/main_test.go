@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -141,4 +142,14 @@ func waitFor(t testing.TB, what string, limit time.Duration, cond func() bool) t
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// inline writes a partner entry's acme.crt or beta.crt as PEM text: what
+// Service.Put (the API) takes.
+func inline(entry string) []byte {
+	for name, id := range map[string]interface{ CertPEM() []byte }{"acme.crt": acmeID, "beta.crt": betaID} {
+		block := "|\n  " + strings.ReplaceAll(strings.TrimRight(string(id.CertPEM()), "\n"), "\n", "\n  ")
+		entry = strings.ReplaceAll(entry, "certificate: "+name, "certificate: "+block)
+	}
+	return []byte(entry)
 }

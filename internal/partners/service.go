@@ -80,7 +80,12 @@ func (s *Service) now() time.Time {
 // deletes of the partners the document does not list. An invalid document
 // is a *config.Error and plans nothing.
 func (s *Service) Plan(ctx context.Context, data []byte, dir, name string, prune bool) (Plan, error) {
-	doc, err := config.ParsePartnerDoc(data, dir, name, s.Base(), config.PartnerDocOptions{Now: s.Now, SecretsOptional: s.SecretsOptional})
+	return s.plan(ctx, data, dir, name, prune, false)
+}
+
+// plan is Plan; inlineOnly refuses certificates given as paths.
+func (s *Service) plan(ctx context.Context, data []byte, dir, name string, prune, inlineOnly bool) (Plan, error) {
+	doc, err := config.ParsePartnerDoc(data, dir, name, s.Base(), config.PartnerDocOptions{Now: s.Now, SecretsOptional: s.SecretsOptional, InlineOnly: inlineOnly})
 	if err != nil {
 		return Plan{}, err
 	}
@@ -106,7 +111,7 @@ func (s *Service) Plan(ctx context.Context, data []byte, dir, name string, prune
 		case !ok:
 			plan.Changes = append(plan.Changes, Planned{AS2ID: spec.AS2ID, Op: postgres.PartnerCreate, Diff: Diff(nil, &spec), spec: &text})
 		case sp.Spec == text:
-			plan.Changes = append(plan.Changes, Planned{AS2ID: spec.AS2ID, Op: OpUnchanged, From: sp.Version})
+			plan.Changes = append(plan.Changes, Planned{AS2ID: spec.AS2ID, Op: OpUnchanged, From: sp.Version, spec: &text})
 		default:
 			old, err := config.DecodeSpec(fmt.Sprintf("stored partner %q", sp.AS2ID), sp.Spec)
 			if err != nil {
@@ -142,42 +147,39 @@ func (s *Service) Apply(ctx context.Context, actor string, plan Plan) (int64, er
 }
 
 // Put creates (version 0) or updates (the version the caller read) one
-// partner from its entry in YAML or JSON. It returns the stored partner.
+// partner from its entry in YAML or JSON, whose certificates must be PEM
+// text (a path would be read on this replica). It returns the stored
+// partner. Errors of validation are *config.Error, their lines counted
+// in a document "partners:" followed by entry as its one item (one more
+// than entry's own).
 func (s *Service) Put(ctx context.Context, actor string, entry []byte, expect int64) (postgres.StoredPartner, error) {
-	spec, err := config.DecodeSpec("request", string(entry))
-	if err != nil {
-		return postgres.StoredPartner{}, err
-	}
-	return s.put(ctx, actor, spec, expect, "")
+	return s.put(ctx, actor, config.EntryDoc(string(entry)), expect, "")
 }
 
-func (s *Service) put(ctx context.Context, actor string, spec config.PartnerSpec, expect int64, op string) (postgres.StoredPartner, error) {
-	text, err := config.EncodeSpec(spec)
+func (s *Service) put(ctx context.Context, actor string, doc []byte, expect int64, op string) (postgres.StoredPartner, error) {
+	plan, err := s.plan(ctx, doc, s.Base().Dir(), "request", false, true)
 	if err != nil {
 		return postgres.StoredPartner{}, err
 	}
-	plan, err := s.Plan(ctx, config.EntryDoc(text), s.Base().Dir(), "request", false)
-	if err != nil {
-		return postgres.StoredPartner{}, err
+	if len(plan.Changes) != 1 {
+		return postgres.StoredPartner{}, &config.Error{File: "request", Msg: fmt.Sprintf("%d partner entries, want one", len(plan.Changes)), Fix: "send one partner's keys"}
 	}
 	c := plan.Changes[0]
 	if c.Op == OpUnchanged && expect == c.From {
-		return s.Store.Partner(ctx, spec.AS2ID)
+		return s.Store.Partner(ctx, c.AS2ID)
 	}
 	if c.Op == OpUnchanged {
 		// Same profile, but the caller's version is not the stored one:
 		// a conflict all the same.
-		c.Op, c.spec = postgres.PartnerUpdate, &text
-		c.Diff = ""
+		c.Op, c.Diff = postgres.PartnerUpdate, ""
 	}
 	if op != "" {
 		c.Op = op
 	}
-	c.From = expect
 	if _, err := s.Store.ChangePartners(ctx, actor, []postgres.PartnerChange{{AS2ID: c.AS2ID, Op: c.Op, Spec: c.spec, Expect: expect, Diff: c.Diff}}); err != nil {
 		return postgres.StoredPartner{}, err
 	}
-	return s.Store.Partner(ctx, spec.AS2ID)
+	return s.Store.Partner(ctx, c.AS2ID)
 }
 
 // Delete removes a partner; expect is the version the caller read, or
@@ -199,10 +201,6 @@ func (s *Service) Restore(ctx context.Context, actor, as2ID string, version, exp
 	if err != nil {
 		return postgres.StoredPartner{}, err
 	}
-	spec, err := config.DecodeSpec(fmt.Sprintf("partner %q version %d", as2ID, version), text)
-	if err != nil {
-		return postgres.StoredPartner{}, err
-	}
 	if expect == postgres.AnyVersion {
 		sp, err := s.Store.Partner(ctx, as2ID)
 		switch {
@@ -214,5 +212,5 @@ func (s *Service) Restore(ctx context.Context, actor, as2ID string, version, exp
 			expect = sp.Version
 		}
 	}
-	return s.put(ctx, actor, spec, expect, postgres.PartnerRestore)
+	return s.put(ctx, actor, config.EntryDoc(text), expect, postgres.PartnerRestore)
 }

@@ -221,7 +221,7 @@ func TestServicePut(t *testing.T) {
 	ctx := context.Background()
 	svc, st, _ := newService(t)
 	entry := func(sign string) []byte {
-		return []byte("as2_id: ACME CORP\nurl: https://as2.acme.example/as2\ncertificate: acme.crt\nsign: " + sign + "\n")
+		return inline("as2_id: ACME CORP\nurl: https://as2.acme.example/as2\ncertificate: acme.crt\nsign: " + sign + "\n")
 	}
 	tests := []struct {
 		name        string
@@ -265,7 +265,7 @@ func TestServicePut(t *testing.T) {
 
 	// An entry with a problem is a *config.Error, and stores nothing.
 	before := stored(t, st)
-	_, err := svc.Put(ctx, "alice", []byte("as2_id: BETA\nurl: https://b.example/as2\ncertificate: beta.crt\nsign: md5\n"), 0)
+	_, err := svc.Put(ctx, "alice", inline("as2_id: BETA\nurl: https://b.example/as2\ncertificate: beta.crt\nsign: md5\n"), 0)
 	var ce *config.Error
 	if !errors.As(err, &ce) || ce.Field != "partners[0].sign" {
 		t.Errorf("Put(bad sign) = %v, want a *config.Error for partners[0].sign", err)
@@ -283,7 +283,7 @@ func TestServiceDeleteAndRestore(t *testing.T) {
 	ctx := context.Background()
 	svc, st, _ := newService(t)
 	entry := func(sign string) []byte {
-		return []byte("as2_id: ACME CORP\nurl: https://as2.acme.example/as2\ncertificate: acme.crt\nsign: " + sign + "\n")
+		return inline("as2_id: ACME CORP\nurl: https://as2.acme.example/as2\ncertificate: acme.crt\nsign: " + sign + "\n")
 	}
 	if _, err := svc.Put(ctx, "alice", entry("sha-256"), 0); err != nil {
 		t.Fatal(err)
