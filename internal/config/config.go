@@ -732,7 +732,7 @@ func (p *parser) partnerEndpoint(field string, raw *rawPartner, sts []Station, p
 	for i := range sts {
 		if raw.AS2ID == sts[i].AS2ID {
 			return p.fail(field+".as2_id", fmt.Sprintf("AS2 ID %q is the station's own AS2 ID", raw.AS2ID),
-				"give the partner its own AS2 ID; station.as2_id is ours")
+				"give the partner its own AS2 ID; the stations' AS2 IDs are ours")
 		}
 	}
 	pa.AS2ID = raw.AS2ID

@@ -239,6 +239,11 @@ func (l *Live) reload(ctx context.Context, force bool) error {
 		if err != nil {
 			failed++
 			old, ok := l.built[sp.AS2ID]
+			if ok {
+				// A version before that names a station the file no
+				// longer has must not go out as another station.
+				_, ok = l.base.StationByID(old.partner.Station)
+			}
 			fields := []zap.Field{zap.String("partner", sp.AS2ID), zap.Int64("version", sp.Version), zap.Error(err)}
 			if !ok {
 				l.log.Error("stored partner profile cannot be served on this replica; the partner is not served here", fields...)

@@ -80,3 +80,29 @@ func passwordOf(p *config.Partner) string {
 	}
 	return p.BasicAuth.Password
 }
+
+// TestLiveStationRemoved: a partner whose station is taken out of the
+// file is no longer served (its version before named a station that is
+// gone), rather than going out as another station.
+func TestLiveStationRemoved(t *testing.T) {
+	ctx := context.Background()
+	st := pgtest.Store(t)
+	path := stationDir(t)
+	two := "stations:\n  - {as2_id: EDIHUB, private_key: station.key, certificate: station.crt}\n  - {as2_id: EDIHUB B, private_key: station.key, certificate: station.crt}\n"
+	writeFile(t, path, []byte(two))
+	env := newLive(t, st, path, "replica-1", never, 100*time.Millisecond)
+	run(t, env.live)
+	svc := &partners.Service{Store: st, Base: env.live.Current}
+	sp, err := svc.Put(ctx, "alice", inline("as2_id: BETA\nstation: EDIHUB B\nurl: https://as2.beta.example/as2\ncertificate: beta.crt\n"), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "BETA served", 5*time.Second, func() bool { return env.live.Current().Revision == sp.Revision && serves(env.live.Current(), "BETA") })
+
+	writeFile(t, path, []byte("stations:\n  - {as2_id: EDIHUB, private_key: station.key, certificate: station.crt}\n"))
+	waitFor(t, "the file reloaded", 5*time.Second, func() bool { return len(env.live.Current().Stations) == 1 })
+	if serves(env.live.Current(), "BETA") {
+		p, _ := env.live.Current().Partner("BETA")
+		t.Errorf("BETA of the removed station EDIHUB B is still served (station %q, sent as %q)", p.Station, env.live.Current().StationOf(p).AS2ID)
+	}
+}
