@@ -198,14 +198,37 @@ func (l *Live) importFile(ctx context.Context, base *config.File) error {
 	rev, err := l.o.Store.ImportPartners(ctx, "import: "+base.Path, changes)
 	switch {
 	case errors.Is(err, postgres.ErrPartnersStored):
-		l.log.Warn("partners listed in the configuration file are not served: the database holds the partners; change them with edihub partners apply or the API",
-			zap.String("path", base.Path), zap.Int("listed", len(specs)))
+		if differ := l.differFromStored(ctx, changes); differ > 0 {
+			l.log.Warn("partners listed in the configuration file differ from the database's and are not served: the database holds the partners; change them with edihub partners apply or the API",
+				zap.String("path", base.Path), zap.Int("listed", len(specs)), zap.Int("differ", differ))
+		}
 		return nil
 	case err != nil:
 		return err
 	}
 	l.log.Info("partners imported from the configuration file into the database", zap.String("path", base.Path), zap.Int("partners", len(specs)), zap.Int64("revision", rev))
 	return nil
+}
+
+// differFromStored counts the file's partners (as import changes) that the
+// database does not hold as they are: a file left as it was imported says
+// nothing.
+func (l *Live) differFromStored(ctx context.Context, changes []postgres.PartnerChange) int {
+	set, err := l.o.Store.Partners(ctx)
+	if err != nil {
+		return len(changes)
+	}
+	stored := make(map[string]string, len(set.Partners))
+	for _, sp := range set.Partners {
+		stored[sp.AS2ID] = sp.Spec
+	}
+	n := 0
+	for _, c := range changes {
+		if spec, ok := stored[c.AS2ID]; !ok || spec != *c.Spec {
+			n++
+		}
+	}
+	return n
 }
 
 // Reload reads the stored partners and serves them, unless the revision

@@ -160,6 +160,11 @@ func TestLiveImport(t *testing.T) {
 	if n := second.logs.FilterMessageSnippet("not served: the database holds the partners").Len(); n != 1 {
 		t.Errorf("second NewLive logged %d warnings that the file's partners are not served, want 1", n)
 	}
+	// A replica whose file lists the partners as imported says nothing.
+	third := newLive(t, st, writeConfig(t, filepath.Dir(path), acmeYAML, betaYAML), "replica-3", never, never)
+	if n := third.logs.FilterMessageSnippet("not served").Len(); n != 0 {
+		t.Errorf("a NewLive whose file holds the imported partners logged %d warnings, want none", n)
+	}
 }
 
 // TestLiveServesChange: with Run running, a change made through the
