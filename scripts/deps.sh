@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # deps.sh makes sure the machine has what edihub's stack and tests run
-# against: PostgreSQL server binaries, openssl, and Prometheus with promtool
-# (the alert rule tests and the dashboard test). On a Debian machine where we are root it installs what is missing;
-# elsewhere it says what to install.
+# against: PostgreSQL server binaries, openssl, Prometheus with promtool
+# (the alert rule tests and the dashboard test) and Chromium (the browser
+# tests of internal/testenv/browser and the console). On a Debian machine
+# where we are root it installs what is missing; elsewhere it says what to
+# install.
 #
 # PostgreSQL is whichever server major version the distribution ships (15 on
 # Debian 12, 17 on Debian 13): the package the "postgresql" metapackage
@@ -13,6 +15,12 @@ set -euo pipefail
 have_postgres() {
 	command -v initdb >/dev/null 2>&1 && command -v postgres >/dev/null 2>&1 && return 0
 	compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null
+}
+
+# Chromium is Debian's chromium package, at /usr/bin/chromium, where
+# internal/testenv/browser looks first (then for chromium on PATH).
+have_chromium() {
+	[[ -x /usr/bin/chromium ]] || command -v chromium >/dev/null 2>&1
 }
 
 # postgres_package prints the versioned server package the distribution's
@@ -34,6 +42,7 @@ missing=()
 have_postgres || missing+=(postgresql)
 command -v openssl >/dev/null 2>&1 || missing+=(openssl)
 { command -v promtool && command -v prometheus; } >/dev/null 2>&1 || missing+=(prometheus)
+have_chromium || missing+=(chromium)
 
 if ((${#missing[@]} == 0)); then
 	exit 0

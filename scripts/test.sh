@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # test.sh is "make test": vet, then every unit and integration test with the
-# race detector on (real PostgreSQL, real kube-apiserver, openssl), then each
-# fuzz target for a short while, and a summary. It provisions what the tests
-# need first, so nothing is skipped for want of a component.
+# race detector on (real PostgreSQL, real kube-apiserver, openssl, Chromium),
+# then each fuzz target for a short while, and a summary. It provisions what
+# the tests need first, so nothing is skipped for want of a component.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
@@ -10,7 +10,7 @@ mkdir -p .cache
 
 step() { printf '\n== %s\n' "$*"; }
 
-step "dependencies (PostgreSQL, openssl, Prometheus)"
+step "dependencies (PostgreSQL, openssl, Prometheus, Chromium)"
 scripts/deps.sh
 echo "ok"
 

@@ -9,4 +9,6 @@
 //   - devpki: development and test keys and self-signed certificates
 //   - freeport: loopback ports never handed out twice in one process
 //   - openssltest: openssl as the independent AS2 peer
+//   - browser: a shared headless Chromium, a tab per test, and the checks
+//     a console page must pass (accessibility, keyboard, console errors)
 package testenv

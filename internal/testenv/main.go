@@ -8,6 +8,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/edihub/edihub/internal/testenv/browser"
 	"github.com/edihub/edihub/internal/testenv/openssltest"
 	"github.com/edihub/edihub/internal/testenv/pgtest"
 )
@@ -28,8 +29,8 @@ func CheckLeaks() Option { return func(o *options) { o.leaks = true } }
 func After(f func()) Option { return func(o *options) { o.after = append(o.after, f) } }
 
 // Main runs m's tests, then stops what the wing started for them (the
-// shared PostgreSQL of pgtest, openssltest's throwaway keys) and runs the
-// steps opts add. It returns the exit code: call it as
+// shared PostgreSQL of pgtest, the shared Chromium of browser, openssltest's
+// throwaway keys) and runs the steps opts add. It returns the exit code: call it as
 // os.Exit(testenv.Main(m)) from TestMain.
 func Main(m *testing.M, opts ...Option) int {
 	var o options
@@ -37,6 +38,7 @@ func Main(m *testing.M, opts ...Option) int {
 		opt(&o)
 	}
 	code := pgtest.Main(m)
+	browser.Stop()
 	openssltest.Cleanup()
 	for _, f := range o.after {
 		f()

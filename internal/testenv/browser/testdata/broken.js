@@ -1,0 +1,2 @@
+console.error("boom", 42);
+throw new Error("kaput");
