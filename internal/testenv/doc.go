@@ -9,4 +9,6 @@
 //   - devpki: development and test keys and self-signed certificates
 //   - freeport: loopback ports never handed out twice in one process
 //   - openssltest: openssl as the independent AS2 peer
+//   - oidcprovider: a real OpenID Connect provider (zitadel/oidc's op) with
+//     a login page, for sign-in tests
 package testenv
