@@ -11,4 +11,6 @@
 //   - openssltest: openssl as the independent AS2 peer
 //   - browser: a shared headless Chromium, a tab per test, and the checks
 //     a console page must pass (accessibility, keyboard, console errors)
+//   - oidcprovider: a real OpenID Connect provider (zitadel/oidc's op) with
+//     a login page, for sign-in tests
 package testenv
