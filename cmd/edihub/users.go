@@ -28,6 +28,7 @@ func userVerbs() []command {
 		{name: "list", summary: "list the users: name, role, status, created, last login", flags: usersListFlags},
 		{name: "disable", summary: "disable a user (NAME): its tokens and sessions stop working at once; nothing is deleted", flags: usersDisableFlags},
 		{name: "enable", summary: "enable a disabled user (NAME) again: its tokens that are neither revoked nor expired work again", flags: usersEnableFlags},
+		{name: "role", summary: "change a user's (NAME) role (-role): its tokens then act with at most the new role", flags: usersRoleFlags},
 		{name: "passwd", summary: "set a user's (NAME) password, like add; its console sessions end", flags: usersPasswdFlags},
 		{name: "token", summary: "make an API token for a user (NAME): -name, -role (at most the user's), -expires (90d); printed once, only its hash is stored", flags: usersTokenFlags},
 		{name: "tokens", summary: "list a user's (NAME) API tokens: name, role, state, created, expires, last used", flags: usersTokensFlags},
@@ -224,6 +225,33 @@ func usersSetDisabled(fs *flagSet, verb string, disabled bool) func(context.Cont
 		} else {
 			fmt.Fprintf(env.stdout, "enabled %s: it can sign in again, and its tokens that are neither revoked nor expired work again\n", u.Name)
 		}
+		return nil
+	}
+}
+
+func usersRoleFlags(fs *flagSet) func(context.Context, *environment) error {
+	var c usersCLI
+	var roleName string
+	c.flags(fs)
+	fs.FlagSet.StringVar(&roleName, "role", "", "the user's new role: viewer, operator or admin")
+	return func(ctx context.Context, env *environment) error {
+		if err := wantArgs(env, "role", "NAME"); err != nil {
+			return err
+		}
+		role, err := auth.ParseRole(roleName)
+		if err != nil {
+			return fmt.Errorf("users role: -role: %w", err)
+		}
+		users, store, caller, err := c.open(ctx)
+		if err != nil {
+			return err
+		}
+		defer store.Close()
+		u, err := users.SetRole(ctx, caller, env.args[0], role)
+		if err != nil {
+			return hint(err, env.args[0])
+		}
+		fmt.Fprintf(env.stdout, "%s is now %s; its tokens act with at most this role\n", u.Name, u.Role)
 		return nil
 	}
 }

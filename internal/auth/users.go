@@ -15,6 +15,7 @@ type UserStore interface {
 	User(ctx context.Context, name string) (postgres.User, error)
 	Users(ctx context.Context) ([]postgres.User, error)
 	SetUserDisabled(ctx context.Context, name string, disabled bool, audit postgres.AuditEntry) (postgres.User, error)
+	SetUserRole(ctx context.Context, name, role string, audit postgres.AuditEntry) (postgres.User, error)
 	ChangePassword(ctx context.Context, name, hash string, audit postgres.AuditEntry) (postgres.User, error)
 	CreateAPIToken(ctx context.Context, nt postgres.NewAPIToken, audit postgres.AuditEntry) (postgres.APIToken, error)
 	APITokens(ctx context.Context, userName string) ([]postgres.APIToken, error)
@@ -114,6 +115,19 @@ func (u *Users) SetDisabled(ctx context.Context, c Caller, name string, disabled
 		return postgres.User{}, err
 	}
 	return u.Store.SetUserDisabled(ctx, name, disabled, c.entry(action, name, nil))
+}
+
+// SetRole changes a user's role. Its tokens keep their own role but act
+// with at most the user's new one; its sessions take the new role with
+// their next request. Admins only.
+func (u *Users) SetRole(ctx context.Context, c Caller, name string, role Role) (postgres.User, error) {
+	if err := requireAdmin(c, "changing a user's role"); err != nil {
+		return postgres.User{}, err
+	}
+	if role.String() == "" {
+		return postgres.User{}, fmt.Errorf("%w: give a role: viewer, operator or admin", ErrUnknownRole)
+	}
+	return u.Store.SetUserRole(ctx, name, role.String(), c.entry("user.role", name, map[string]any{"role": role.String()}))
 }
 
 // SetPassword sets a user's password (checked against the policy); the

@@ -183,6 +183,12 @@ WHERE lower(name) = lower($1) RETURNING ` + userColumns
 	return s.changeUser(ctx, name, audit, q, name)
 }
 
+// SetUserRole changes a user's role and records audit in the same
+// transaction. Its tokens keep theirs, but act with at most the user's.
+func (s *Store) SetUserRole(ctx context.Context, name, role string, audit AuditEntry) (User, error) {
+	return s.changeUser(ctx, name, audit, `UPDATE users SET role = $2, updated_at = now() WHERE lower(name) = lower($1) RETURNING `+userColumns, name, role)
+}
+
 // ChangePassword stores a new password hash for a user, bumps its session
 // epoch (its sessions end) and records audit in the same transaction.
 func (s *Store) ChangePassword(ctx context.Context, name, hash string, audit AuditEntry) (User, error) {
@@ -268,7 +274,7 @@ FROM api_tokens t JOIN users u ON u.id = t.user_id WHERE t.token_hash = $1`, has
 // most once per every, whichever replica serves it.
 func (s *Store) TouchAPIToken(ctx context.Context, id int64, at time.Time, every time.Duration) error {
 	_, err := s.pool.Exec(ctx, `UPDATE api_tokens SET last_used_at = $2
-WHERE id = $1 AND (last_used_at IS NULL OR last_used_at <= $2 - $3 * interval '1 microsecond')`, id, at, every.Microseconds())
+WHERE id = $1 AND (last_used_at IS NULL OR last_used_at <= $2::timestamptz - $3::bigint * interval '1 microsecond')`, id, at, every.Microseconds())
 	if err != nil {
 		return fmt.Errorf("note use of API token %d: %w", id, err)
 	}
