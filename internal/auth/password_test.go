@@ -63,9 +63,9 @@ func TestNeedsRehash(t *testing.T) {
 		want bool
 	}{
 		{katOWASP, auth.DefaultParams, false},
-		{katSmall, auth.DefaultParams, true},     // memory, time and key length below
-		{katSmall, cheap, true},                  // 16-byte key
-		{cheap.Hash("x"), cheap, false},          // same parameters
+		{katSmall, auth.DefaultParams, true}, // memory, time and key length below
+		{katSmall, cheap, true},              // 16-byte key
+		{cheap.Hash("x"), cheap, false},      // same parameters
 		{katOWASP, auth.Params{Memory: 19456, Time: 3, Threads: 1}, true},
 		{"$2a$10$bcrypt-hash", auth.DefaultParams, true}, // unreadable: rehash
 	}
@@ -91,7 +91,7 @@ func TestCheckPasswordMalformed(t *testing.T) {
 		"$argon2id$v=19$m=19456,t=1000,p=1$" + salt + "$" + key,
 		"$argon2id$v=19$m=19456,t=0,p=1$" + salt + "$" + key,
 		"$argon2id$v=19$m=19456,t=2,p=0$" + salt + "$" + key,
-		"$argon2id$v=19$m=19456,t=2,p=1$" + salt + "$" + "c2hvcnQ",  // 5-byte key
+		"$argon2id$v=19$m=19456,t=2,p=1$" + salt + "$" + "c2hvcnQ", // 5-byte key
 		"$argon2id$v=19$m=19456,t=2,p=1$" + "c2Fs" + "$" + key,     // 3-byte salt
 		"$argon2id$v=19$m=19456,t=2,p=1$" + salt + "$" + key + "=", // padding
 		"$argon2id$v=19$m=19456,t=2,p=1$" + salt + "$" + strings.ReplaceAll(key, "/", "_"),
