@@ -75,7 +75,7 @@ func hint(err error, user string) error {
 	case errors.Is(err, postgres.ErrUserExists):
 		return fmt.Errorf("%w: names are unique whatever their case (edihub users list shows them)", err)
 	case errors.Is(err, postgres.ErrTokenExists):
-		return fmt.Errorf("%w: choose another -name, or revoke the old one first (edihub users tokens %s)", err, user)
+		return fmt.Errorf("%w (edihub users tokens %s lists them)", err, user)
 	case errors.Is(err, postgres.ErrTokenNotFound):
 		return fmt.Errorf("%w: edihub users tokens %s lists the tokens and their state", err, user)
 	}

@@ -2,6 +2,7 @@ package auth
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -201,6 +202,9 @@ func (u *Users) CreateToken(ctx context.Context, c Caller, user string, tr Token
 	t, err := u.Store.CreateAPIToken(ctx, postgres.NewAPIToken{
 		UserID: target.ID, Name: tr.Name, Hash: HashToken(tok), Role: role.String(), ExpiresAt: tr.ExpiresAt, CreatedBy: c.Actor(),
 	}, c.entry("token.create", target.Name, detail))
+	if errors.Is(err, postgres.ErrTokenExists) {
+		return "", postgres.APIToken{}, fmt.Errorf("%w: choose another name, or revoke that token first", err)
+	}
 	if err != nil {
 		return "", postgres.APIToken{}, err
 	}
