@@ -115,7 +115,11 @@ func (u *Users) SetDisabled(ctx context.Context, c Caller, name string, disabled
 	if err := requireAdmin(c, "disabling or enabling a user"); err != nil {
 		return postgres.User{}, err
 	}
-	return u.Store.SetUserDisabled(ctx, name, disabled, c.entry(action, name, nil))
+	target, err := u.Store.User(ctx, name)
+	if err != nil {
+		return postgres.User{}, err
+	}
+	return u.Store.SetUserDisabled(ctx, target.Name, disabled, c.entry(action, target.Name, nil))
 }
 
 // SetRole changes a user's role. Its tokens keep their own role but act
@@ -128,7 +132,11 @@ func (u *Users) SetRole(ctx context.Context, c Caller, name string, role Role) (
 	if role.String() == "" {
 		return postgres.User{}, fmt.Errorf("%w: give a role: viewer, operator or admin", ErrUnknownRole)
 	}
-	return u.Store.SetUserRole(ctx, name, role.String(), c.entry("user.role", name, map[string]any{"role": role.String()}))
+	target, err := u.Store.User(ctx, name)
+	if err != nil {
+		return postgres.User{}, err
+	}
+	return u.Store.SetUserRole(ctx, target.Name, role.String(), c.entry("user.role", target.Name, map[string]any{"role": role.String(), "was": target.Role}))
 }
 
 // SetPassword sets a user's password (checked against the policy); the
