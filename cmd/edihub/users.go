@@ -71,7 +71,7 @@ func wantArgs(env *environment, verb string, want ...string) error {
 func hint(err error, user string) error {
 	switch {
 	case errors.Is(err, postgres.ErrUserNotFound):
-		return fmt.Errorf("%w: no user %q (edihub users list shows them)", err, user)
+		return fmt.Errorf("no user %q (edihub users list shows them): %w", user, postgres.ErrUserNotFound)
 	case errors.Is(err, postgres.ErrUserExists):
 		return fmt.Errorf("%w: names are unique whatever their case (edihub users list shows them)", err)
 	case errors.Is(err, postgres.ErrTokenExists):

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/netip"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -193,13 +194,17 @@ func (a *Authenticator) enabled(ctx context.Context) (bool, error) {
 }
 
 // throttleKeys are the keys a login attempt counts against: the user name
-// (lower case, as names are unique whatever their case) and the address.
+// (lower case, as names are unique whatever their case) and the address;
+// an IPv6 address by its /64, as one host commonly has a whole /64.
 func throttleKeys(name, remote string) (user, ip string) {
 	user = "user:" + strings.ToLower(name)
 	if len(user) > 200 {
 		user = user[:200]
 	}
 	if remote != "" {
+		if a, err := netip.ParseAddr(remote); err == nil && a.Is6() && !a.Is4In6() {
+			remote = netip.PrefixFrom(a.WithZone(""), 64).Masked().String()
+		}
 		ip = "ip:" + remote
 	}
 	return user, ip
@@ -208,7 +213,8 @@ func throttleKeys(name, remote string) (user, ip string) {
 // Login checks a user's name and password, from remote (the client's IP;
 // "" when unknown). Failed logins are counted per user name and per
 // address in the store, so that the count holds across replicas: after
-// UserFailureLimit failures for a name, or IPFailureLimit from an address,
+// UserFailureLimit failures for a name, or IPFailureLimit from an address
+// (an IPv6 address's /64),
 // with no pause of FailureWindow between them, further attempts are
 // refused without checking the password (a *ThrottledError, ErrThrottled)
 // for FirstLock, doubling with each further failure up to MaxLock. A

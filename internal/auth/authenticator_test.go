@@ -306,32 +306,44 @@ func TestLoginWindow(t *testing.T) {
 
 // TestLoginThrottlesAddress: twenty failures from one address lock it,
 // across users (none of them locked) and across replicas; other addresses
-// are not locked.
+// are not locked. An IPv6 address counts by its /64.
 func TestLoginThrottlesAddress(t *testing.T) {
-	e := newEnv(t)
-	replica2 := e.authenticator(t, "")
-	for _, n := range []string{"u1", "u2", "u3", "u4", "u5", "eve"} {
-		e.addUser(t, n, auth.RoleViewer)
+	tests := []struct {
+		name      string
+		attackers []string // failures come from these in turn
+		locked    string   // an address the lock covers
+		free      []string // addresses it does not
+	}{
+		{"IPv4", []string{"203.0.113.7"}, "203.0.113.7", []string{"203.0.113.8", "2001:db8::1"}},
+		{"IPv6 /64", []string{"2001:db8:1:2::a", "2001:db8:1:2:ffff::b"}, "2001:db8:1:2::c", []string{"2001:db8:1:3::a", "203.0.113.7"}},
 	}
-	const attacker = "203.0.113.7"
-	names := []string{"u1", "u2", "u3", "u4", "u5"}
-	for i := range auth.IPFailureLimit {
-		a := e.auth
-		if i%2 == 1 {
-			a = replica2
-		}
-		name := names[i%len(names)] // 4 failures each: no user is locked
-		if _, err := a.Login(context.Background(), name, "wrong password!", attacker); !errors.Is(err, auth.ErrUnauthenticated) {
-			t.Fatalf("failure %d = %v, want ErrUnauthenticated", i+1, err)
-		}
-	}
-	if err := e.login("eve", true, attacker); !errors.Is(err, auth.ErrThrottled) || retryAfter(err) != time.Minute {
-		t.Errorf("right password of another user from the address = %v, want ErrThrottled for 1m", err)
-	}
-	for _, n := range names {
-		if err := e.login(n, true, "198.51.100.2"); err != nil {
-			t.Errorf("%s from another address = %v, want a login (no user is locked)", n, err)
-		}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newEnv(t)
+			replica2 := e.authenticator(t, "")
+			for _, n := range []string{"u1", "u2", "u3", "u4", "u5", "eve"} {
+				e.addUser(t, n, auth.RoleViewer)
+			}
+			names := []string{"u1", "u2", "u3", "u4", "u5"}
+			for i := range auth.IPFailureLimit {
+				a := e.auth
+				if i%2 == 1 {
+					a = replica2
+				}
+				name := names[i%len(names)] // 4 failures each: no user is locked
+				if _, err := a.Login(context.Background(), name, "wrong password!", tt.attackers[i%len(tt.attackers)]); !errors.Is(err, auth.ErrUnauthenticated) {
+					t.Fatalf("failure %d = %v, want ErrUnauthenticated", i+1, err)
+				}
+			}
+			if err := e.login("eve", true, tt.locked); !errors.Is(err, auth.ErrThrottled) || retryAfter(err) != time.Minute {
+				t.Errorf("right password of another user from %s = %v, want ErrThrottled for 1m", tt.locked, err)
+			}
+			for i, n := range names {
+				if err := e.login(n, true, tt.free[i%len(tt.free)]); err != nil {
+					t.Errorf("%s from %s = %v, want a login (no user is locked)", n, tt.free[i%len(tt.free)], err)
+				}
+			}
+		})
 	}
 }
 
