@@ -109,6 +109,9 @@ const (
 	MaxEventLimit     = 1000
 )
 
+// auditTimeout bounds the write of an audit entry.
+const auditTimeout = 10 * time.Second
+
 // IdempotencyKeyHeader makes POST /messages idempotent per partner.
 const IdempotencyKeyHeader = "Idempotency-Key"
 
@@ -393,7 +396,11 @@ func (h *handler) audit(r *http.Request, action, target string, detail map[strin
 	}
 	e := auth.AuditFromRequest(r)
 	e.Action, e.Target, e.Detail = action, target, detail
-	if err := h.o.Auditor.Record(r.Context(), e); err != nil {
+	// The change is made: a client that goes away now must not cancel
+	// its record.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), auditTimeout)
+	defer cancel()
+	if err := h.o.Auditor.Record(ctx, e); err != nil {
 		h.log.Error("audit entry not written", zap.String("action", action), zap.String("target", target), zap.String("actor", e.Actor), zap.Error(err))
 	}
 }

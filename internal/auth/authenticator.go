@@ -367,6 +367,9 @@ func (a *Authenticator) audit(ctx context.Context, e Entry) {
 	if a.o.Auditor == nil {
 		return
 	}
+	// A client that goes away must not cancel the record.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
 	if err := a.o.Auditor.Record(ctx, e); err != nil {
 		a.log.Error("audit entry not written", zap.String("action", e.Action), zap.Error(err))
 	}
