@@ -21,6 +21,8 @@ type flagSet struct {
 	envs   map[string][]string // flag name -> variables, first set wins
 	order  []string
 	stderr io.Writer
+	// args are the positional arguments, set by parse.
+	args []string
 }
 
 func newFlagSet(name string, getenv func(string) string, stderr io.Writer) *flagSet {
@@ -83,15 +85,29 @@ func (fs *flagSet) parse(args []string) error {
 			break
 		}
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fs.printDefaults(fs.stderr)
-			return errHelp
+	// Flags may follow positional arguments (edihub users add NAME -role
+	// admin): parsing goes on after each one, up to "--".
+	fs.args = nil
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				fs.printDefaults(fs.stderr)
+				return errHelp
+			}
+			fmt.Fprintf(fs.stderr, "edihub %s: %v\nRun 'edihub help %s' for the flags.\n", fs.command(), err, fs.command())
+			return errUsage
 		}
-		fmt.Fprintf(fs.stderr, "edihub %s: %v\nRun 'edihub help %s' for the flags.\n", fs.command(), err, fs.command())
-		return errUsage
+		rest := fs.Args()
+		if n := len(args) - len(rest); n > 0 && args[n-1] == "--" {
+			fs.args = append(fs.args, rest...)
+			return nil
+		}
+		if len(rest) == 0 {
+			return nil
+		}
+		fs.args = append(fs.args, rest[0])
+		args = rest[1:]
 	}
-	return nil
 }
 
 func (fs *flagSet) command() string { return strings.TrimPrefix(fs.Name(), "edihub ") }

@@ -19,7 +19,7 @@ import (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
+	err := runIn(ctx, os.Args[1:], os.Getenv, os.Stdin, os.Stdout, os.Stderr)
 	stop()
 	if err != nil {
 		if !errors.Is(err, errUsage) {
@@ -54,6 +54,9 @@ type command struct {
 // environment is what a command runs with: injected, never global.
 type environment struct {
 	getenv func(string) string
+	// stdin is the standard input; nil when there is none to read (a
+	// command that would read a secret from it makes one up instead).
+	stdin  io.Reader
 	stdout io.Writer
 	stderr io.Writer
 	args   []string // positional arguments after the flags
@@ -68,13 +71,19 @@ func commands() []command {
 		{name: "report", summary: "render a day's end-of-day report (html, text, csv, json, png), or mail it with -send", flags: reportFlags},
 		{name: "status", summary: "show who leads, with which fencing token, as each replica sees it", flags: statusFlags},
 		{name: "partners", summary: "manage the trading partners stored in the database: apply, diff, get, export, delete, history, restore", verbs: partnerVerbs()},
+		{name: "users", summary: "manage the users of the API and console and their API tokens: add, list, disable, enable, role, passwd, token, tokens, revoke", verbs: userVerbs()},
 		{name: "version", summary: "print the version and exit", flags: versionFlags},
 	}
 }
 
-// run is main without the process: tests call it with their own arguments,
-// environment and writers.
+// run is main without the process and without standard input: tests call
+// it with their own arguments, environment and writers.
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	return runIn(ctx, args, getenv, nil, stdout, stderr)
+}
+
+// runIn is run reading stdin (nil: none).
+func runIn(ctx context.Context, args []string, getenv func(string) string, stdin io.Reader, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
 		usage(stderr)
 		return errUsage
@@ -102,7 +111,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			}
 			return err
 		}
-		return runCmd(ctx, &environment{getenv: getenv, stdout: stdout, stderr: stderr, args: fs.Args()})
+		return runCmd(ctx, &environment{getenv: getenv, stdin: stdin, stdout: stdout, stderr: stderr, args: fs.args})
 	}
 	fmt.Fprintf(stderr, "edihub: unknown command %q\n\n", name)
 	usage(stderr)

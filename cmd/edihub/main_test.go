@@ -5,6 +5,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -285,5 +286,33 @@ func TestServeBusyAddressClosesListeners(t *testing.T) {
 			continue
 		}
 		ln.Close()
+	}
+}
+
+// TestFlagsAfterArguments: flags may follow positional arguments (edihub
+// users add NAME -role admin), up to "--", after which everything is an
+// argument.
+func TestFlagsAfterArguments(t *testing.T) {
+	tests := []struct {
+		give     []string
+		wantRole string
+		wantArgs []string
+	}{
+		{[]string{"alice", "-role", "admin"}, "admin", []string{"alice"}},
+		{[]string{"-role", "admin", "alice"}, "admin", []string{"alice"}},
+		{[]string{"alice", "-role", "admin", "ci"}, "admin", []string{"alice", "ci"}},
+		{[]string{"alice", "--", "-role", "admin"}, "", []string{"alice", "-role", "admin"}},
+		{[]string{"-", "x"}, "", []string{"-", "x"}},
+	}
+	for _, tt := range tests {
+		fs := newFlagSet("test", env(), io.Discard)
+		var role string
+		fs.FlagSet.StringVar(&role, "role", "", "")
+		if err := fs.parse(tt.give); err != nil {
+			t.Fatalf("parse(%q) = %v", tt.give, err)
+		}
+		if role != tt.wantRole || strings.Join(fs.args, "|") != strings.Join(tt.wantArgs, "|") {
+			t.Errorf("parse(%q): -role %q, arguments %q; want %q, %q", tt.give, role, fs.args, tt.wantRole, tt.wantArgs)
+		}
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/edihub/edihub/internal/api"
+	"github.com/edihub/edihub/internal/auth"
 	"github.com/edihub/edihub/internal/config"
 	"github.com/edihub/edihub/internal/outbox"
 	"github.com/edihub/edihub/internal/partners"
@@ -143,7 +144,8 @@ func newOutbound(r *replica, reports api.Reports) (*outbound, error) {
 				return nil, false
 			}
 			return probe.Run(ctx, probe.Options{Station: *c.StationOf(p), Partner: p, MaxMDNBytes: o.maxMDNBytes}), true
-		}})
+		},
+		Auditor: store, Audit: store, Users: &auth.Users{Store: store, Now: time.Now}})
 	if err != nil {
 		return nil, err
 	}

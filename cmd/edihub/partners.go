@@ -63,15 +63,19 @@ func (c *partnerCLI) open(ctx context.Context) (*partners.Service, *postgres.Sto
 	return &partners.Service{Store: store, Base: func() *config.File { return base }, SecretsOptional: true, Now: time.Now}, store, nil
 }
 
-// actor names who changes partners from the command line, for the
-// history: the operating system user and host.
-func actor() string {
+// actor names who changes partners or users from the command line, for
+// the history and the audit log: "cli:" and the operating system user and
+// host (osUser).
+func actor() string { return "cli:" + osUser() }
+
+// osUser is the operating system user and host: "root@host".
+func osUser() string {
 	name := "unknown"
 	if u, err := user.Current(); err == nil {
 		name = u.Username
 	}
 	host, _ := os.Hostname()
-	return "cli:" + name + "@" + host
+	return name + "@" + host
 }
 
 // fileFlag defines -f, the partners file (not bound to a variable).

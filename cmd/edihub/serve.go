@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/edihub/edihub/internal/auth"
 	"github.com/edihub/edihub/internal/config"
 	"github.com/edihub/edihub/internal/httpserver"
 	"github.com/edihub/edihub/internal/leader"
@@ -74,7 +75,7 @@ func serveFlags(fs *flagSet) func(context.Context, *environment) error {
 	fs.Duration(&o.as2ReadTimeout, "as2-read-timeout", 5*time.Minute, "how long a partner may take to send the body of one AS2 request (after its header); slower requests get HTTP 408 and nothing is stored")
 	fs.Duration(&o.drainTimeout, "shutdown-timeout", 20*time.Second, "how long shutdown waits for in-flight HTTP requests")
 	fs.Duration(&o.drainDelay, "shutdown-delay", 0, "on SIGTERM, how long to keep serving HTTP (with /readyz failing) after the lease is released, so load balancers stop sending traffic before the listeners close; 5s suits Kubernetes")
-	fs.String(&o.apiToken, "api-token", "", "bearer token the REST API requires; empty disables the API")
+	fs.String(&o.apiToken, "api-token", "", "shared bootstrap token of the REST API: whoever holds it is an admin; create users and their own tokens instead (edihub users add, edihub users token) and unset it; empty: users' tokens only (docs/users.md)")
 	fs.Int(&o.dbMaxConns, "db-max-conns", 20, "largest number of database connections this replica opens")
 	o.leader.flags(fs)
 	o.outbound.flags(fs)
@@ -232,6 +233,7 @@ func newRegistry(store *postgres.Store) *prometheus.Registry {
 // parts are a replica's running components.
 type parts struct {
 	as2      http.Handler
+	auth     *auth.Authenticator
 	elector  *leader.Elector
 	out      *outbound
 	metrics  *httpserver.Metrics
@@ -241,6 +243,13 @@ type parts struct {
 func newParts(r *replica) (*parts, error) {
 	p := &parts{metrics: httpserver.NewMetrics(r.reg)}
 	var err error
+	if p.auth, err = auth.New(auth.Options{Store: r.store, BootstrapToken: r.o.apiToken, Auditor: r.store, Logger: r.log}); err != nil {
+		return nil, err
+	}
+	if r.o.apiToken != "" {
+		r.log.Warn("EDIHUB_API_TOKEN is set: it is a shared bootstrap token, and whoever holds it is an admin of the API; " +
+			"create users and per-user tokens (edihub users add NAME -role admin, edihub users token NAME -name NAME) and unset it (docs/users.md)")
+	}
 	if p.as2, err = newReceiver(r.log, r.reg, r.store, r.cfg, r.o); err != nil {
 		return nil, err
 	}
@@ -280,7 +289,7 @@ func (p *parts) listen(r *replica) (srvs servers, err error) {
 		}
 	}()
 	router := func(opts httpserver.RouterOptions) http.Handler {
-		opts.Logger, opts.Metrics, opts.Version, opts.MaxBodyBytes, opts.APIToken = r.log, p.metrics, version(), o.maxBodyBytes, o.apiToken
+		opts.Logger, opts.Metrics, opts.Version, opts.MaxBodyBytes, opts.Authenticate = r.log, p.metrics, version(), o.maxBodyBytes, p.auth.API
 		return httpserver.NewRouter(opts)
 	}
 	bind := func(name, addr string, h http.Handler, fix string) (*httpserver.Server, error) {

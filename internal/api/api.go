@@ -1,28 +1,40 @@
 // Package api is edihub's REST API for internal systems, mounted under
-// /api/v1 behind the bearer token (httpserver.RouterOptions.API):
+// /api/v1 behind the authentication of httpserver.RouterOptions (a user's
+// API token, or the bootstrap token). Each route needs a role (viewer <
+// operator < admin, see internal/auth and docs/users.md):
 //
-//	POST /messages?partner=ID&filename=F   queue the body for a partner (202;
-//	                                       200 for a repeated Idempotency-Key)
-//	GET  /messages?partner=&direction=&status=&since=&until=&limit=&cursor=
-//	GET  /messages/{id}                    one message, inbound or outbound
-//	GET  /messages/{id}/payload            the document, raw
-//	GET  /messages/{id}/mdn                the MDN as stored, raw
-//	POST /messages/{id}/resend             send a failed or overdue message again
-//	GET  /mdns?state=&limit=&cursor=       async MDNs received: pending, processed, orphan
-//	GET  /events?after=CURSOR&limit=N      the event feed, oldest first
-//	GET  /reports/{day}?format=            a day's report (YYYY-MM-DD, today,
-//	                                       yesterday): html, text, csv, json
-//	                                       or png (the hourly chart); by
-//	                                       default chosen from Accept, else json
-//	GET  /certificates                     station and partner certificates, with expiry
-//	GET  /partners                         stored partners, the set's revision, each replica's
-//	POST /partners                         create a partner (its entry as JSON or YAML)
-//	GET  /partners/{as2id}                 one partner (?format=yaml: its entry); ETag: version
-//	PUT  /partners/{as2id}                 update it; If-Match: the version read (428 without, 412 stale)
-//	DELETE /partners/{as2id}               delete it (If-Match optional)
-//	GET  /partners/{as2id}/history         its changes: who, when, the diff
-//	POST /partners/{as2id}/restore?version=N  make version N current again
-//	POST /partners/{as2id}/test            send a test document, report each step
+//	POST /messages?partner=ID&filename=F   operator  queue the body for a partner (202;
+//	                                                 200 for a repeated Idempotency-Key)
+//	GET  /messages?partner=&direction=&status=&since=&until=&limit=&cursor=   viewer
+//	GET  /messages/{id}                    viewer    one message, inbound or outbound
+//	GET  /messages/{id}/payload            operator  the document, raw
+//	GET  /messages/{id}/mdn                operator  the MDN as stored, raw
+//	POST /messages/{id}/resend             operator  send a failed or overdue message again
+//	GET  /mdns?state=&limit=&cursor=       viewer    async MDNs received: pending, processed, orphan
+//	GET  /events?after=CURSOR&limit=N      viewer    the event feed, oldest first
+//	GET  /reports/{day}?format=            viewer    a day's report (YYYY-MM-DD, today,
+//	                                                 yesterday): html, text, csv, json
+//	                                                 or png (the hourly chart); by
+//	                                                 default chosen from Accept, else json
+//	GET  /certificates                     viewer    station and partner certificates, with expiry
+//	GET  /partners                         viewer    stored partners, the set's revision, each replica's
+//	POST /partners                         admin     create a partner (its entry as JSON or YAML)
+//	GET  /partners/{as2id}                 viewer    one partner (?format=yaml: its entry); ETag: version
+//	PUT  /partners/{as2id}                 admin     update it; If-Match: the version read (428 without, 412 stale)
+//	DELETE /partners/{as2id}               admin     delete it (If-Match optional)
+//	GET  /partners/{as2id}/history         viewer    its changes: who, when, the diff
+//	POST /partners/{as2id}/restore?version=N  admin  make version N current again
+//	POST /partners/{as2id}/test            operator  send a test document, report each step
+//	GET  /audit?actor=&action=&target=&since=&until=&limit=&cursor=   admin   the audit log, newest first
+//	GET  /users                            admin     the users
+//	POST /users                            admin     add a user ({"name", "role", "password"})
+//	POST /users/{name}/disable             admin     disable a user: its tokens stop working
+//	POST /users/{name}/enable              admin     enable it again
+//	GET  /users/{name}/tokens              viewer    a user's API tokens (the user itself or an admin)
+//	POST /users/{name}/tokens              viewer    make one ({"name", "role", "expires_in"}); shown once
+//	DELETE /users/{name}/tokens/{token}    viewer    revoke one
+//
+// Every change is recorded in the audit log (Options.Auditor).
 //
 // Errors are JSON {"error": "...", "parameter": "..."}; a bad query
 // parameter is a 400 that names it.
@@ -44,6 +56,7 @@ import (
 	"github.com/go-chi/chi/v5"
 	"go.uber.org/zap"
 
+	"github.com/edihub/edihub/internal/auth"
 	"github.com/edihub/edihub/internal/config"
 	"github.com/edihub/edihub/internal/httpserver"
 	"github.com/edihub/edihub/internal/outbox"
@@ -96,6 +109,9 @@ const (
 	MaxEventLimit     = 1000
 )
 
+// auditTimeout bounds the write of an audit entry.
+const auditTimeout = 10 * time.Second
+
 // IdempotencyKeyHeader makes POST /messages idempotent per partner.
 const IdempotencyKeyHeader = "Idempotency-Key"
 
@@ -129,6 +145,13 @@ type Options struct {
 	// a connectivity test and returns its report (JSON), or false for a
 	// partner not served.
 	TestPartner func(ctx context.Context, as2ID string) (any, bool)
+	// Auditor, when set, records every change made through the API in the
+	// audit log: who, what, from where.
+	Auditor auth.Auditor
+	// Audit, when set, serves GET /audit.
+	Audit AuditReader
+	// Users, when set, serves /users: users and their API tokens.
+	Users UserService
 }
 
 type handler struct {
@@ -148,28 +171,58 @@ func New(o Options) (http.Handler, error) {
 		o.Certificates = func(time.Time) []config.CertificateInfo { return nil }
 	}
 	h := &handler{o: o, log: o.Logger.Named("api")}
+	if h.o.ServedRevision == nil {
+		h.o.ServedRevision = func() int64 { return 0 }
+	}
 	r := chi.NewRouter()
-	r.Post("/messages", h.enqueue)
-	r.Get("/messages", h.list)
-	r.Get("/messages/{id}", h.get)
-	r.Get("/messages/{id}/payload", h.payload)
-	r.Get("/messages/{id}/mdn", h.mdn)
+	// Every route names the least role it needs; the caller was resolved
+	// by the authentication in front (auth.Authenticator.API). The table
+	// of docs/users.md lists them, and TestRouteRoles checks each.
+	viewer := r.With(auth.Require(auth.RoleViewer))
+	operator := r.With(auth.Require(auth.RoleOperator))
+	admin := r.With(auth.Require(auth.RoleAdmin))
+
+	operator.Post("/messages", h.enqueue)
+	viewer.Get("/messages", h.list)
+	viewer.Get("/messages/{id}", h.get)
+	operator.Get("/messages/{id}/payload", h.payload) // payload bytes: never for viewers
+	operator.Get("/messages/{id}/mdn", h.mdn)
 	if o.Resender != nil {
-		r.Post("/messages/{id}/resend", h.resend)
+		operator.Post("/messages/{id}/resend", h.resend)
 	}
 	if o.Inbox != nil {
-		r.Get("/mdns", h.mdns)
+		viewer.Get("/mdns", h.mdns)
 	}
-	r.Get("/events", h.events)
+	viewer.Get("/events", h.events)
 	if o.Reports != nil {
-		r.Get("/reports/{day}", h.report)
+		viewer.Get("/reports/{day}", h.report)
 	}
-	r.Get("/certificates", h.certificates)
+	viewer.Get("/certificates", h.certificates)
 	if o.Partners != nil && o.PartnerReader != nil {
-		if h.o.ServedRevision == nil {
-			h.o.ServedRevision = func() int64 { return 0 }
+		viewer.Get("/partners", h.listPartners)
+		admin.Post("/partners", h.createPartner)
+		viewer.Get("/partners/{as2id}", h.getPartner)
+		admin.Put("/partners/{as2id}", h.updatePartner)
+		admin.Delete("/partners/{as2id}", h.deletePartner)
+		viewer.Get("/partners/{as2id}/history", h.partnerHistory)
+		admin.Post("/partners/{as2id}/restore", h.restorePartner)
+		if o.TestPartner != nil {
+			operator.Post("/partners/{as2id}/test", h.testPartner)
 		}
-		h.partnerRoutes(r)
+	}
+	if o.Audit != nil {
+		admin.Get("/audit", h.auditLog)
+	}
+	if o.Users != nil {
+		admin.Get("/users", h.listUsers)
+		admin.Post("/users", h.addUser)
+		admin.Post("/users/{name}/disable", h.disableUser)
+		admin.Post("/users/{name}/enable", h.enableUser)
+		// A user's own tokens: any role for itself (auth.Users checks
+		// that the caller is the user or an admin).
+		viewer.Get("/users/{name}/tokens", h.listTokens)
+		viewer.Post("/users/{name}/tokens", h.createToken)
+		viewer.Delete("/users/{name}/tokens/{token}", h.revokeToken)
 	}
 	r.NotFound(func(w http.ResponseWriter, _ *http.Request) {
 		writeError(w, http.StatusNotFound, "", "no such API endpoint")
@@ -329,7 +382,27 @@ func (h *handler) enqueue(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.log.Info("queued", zap.String("partner", partner), zap.Int64("id", res.ID), zap.String("message_id", res.MessageID), zap.Int("size", len(body)))
+	h.audit(r, "message.send", strconv.FormatInt(res.ID, 10), map[string]any{
+		"partner": partner, "message_id": res.MessageID, "filename": q.Get("filename"), "size": len(body)})
 	httpserver.WriteJSON(w, http.StatusAccepted, out)
+}
+
+// audit records a change made through the API: its action, target and
+// detail, with the caller and its address. The change is made: a failure
+// to record it is logged, not answered.
+func (h *handler) audit(r *http.Request, action, target string, detail map[string]any) {
+	if h.o.Auditor == nil {
+		return
+	}
+	e := auth.AuditFromRequest(r)
+	e.Action, e.Target, e.Detail = action, target, detail
+	// The change is made: a client that goes away now must not cancel
+	// its record.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), auditTimeout)
+	defer cancel()
+	if err := h.o.Auditor.Record(ctx, e); err != nil {
+		h.log.Error("audit entry not written", zap.String("action", action), zap.String("target", target), zap.String("actor", e.Actor), zap.Error(err))
+	}
 }
 
 func notVisibleASCII(r rune) bool { return r < 0x21 || r > 0x7e }
@@ -503,6 +576,7 @@ func (h *handler) resend(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.log.Info("queued again", zap.Int64("id", id), zap.String("partner", m.Partner), zap.String("message_id", m.MessageID))
+	h.audit(r, "message.resend", strconv.FormatInt(id, 10), map[string]any{"partner": m.Partner, "message_id": m.MessageID})
 	w.Header().Set("Location", h.location(id))
 	httpserver.WriteJSON(w, http.StatusOK, h.view(m))
 }

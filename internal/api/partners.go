@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -16,10 +15,12 @@ import (
 	"go.uber.org/zap"
 	"gopkg.in/yaml.v3"
 
+	"github.com/edihub/edihub/internal/auth"
 	"github.com/edihub/edihub/internal/config"
 	"github.com/edihub/edihub/internal/httpserver"
 	"github.com/edihub/edihub/internal/partners"
 	"github.com/edihub/edihub/internal/postgres"
+	"github.com/edihub/edihub/internal/probe"
 )
 
 // PartnerService changes and reads the stored partners; *partners.Service
@@ -93,19 +94,6 @@ type configError struct {
 	Fix   string `json:"fix,omitempty"`
 }
 
-func (h *handler) partnerRoutes(r chi.Router) {
-	r.Get("/partners", h.listPartners)
-	r.Post("/partners", h.createPartner)
-	r.Get("/partners/{as2id}", h.getPartner)
-	r.Put("/partners/{as2id}", h.updatePartner)
-	r.Delete("/partners/{as2id}", h.deletePartner)
-	r.Get("/partners/{as2id}/history", h.partnerHistory)
-	r.Post("/partners/{as2id}/restore", h.restorePartner)
-	if h.o.TestPartner != nil {
-		r.Post("/partners/{as2id}/test", h.testPartner)
-	}
-}
-
 // testPartner answers POST /partners/{as2id}/test: a connectivity test
 // (internal/probe) against the partner as this replica serves it, 200
 // with the report whether the test passed (its ok says) or not.
@@ -115,16 +103,19 @@ func (h *handler) testPartner(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "", fmt.Sprintf("no partner %q is served (AS2 IDs are case-sensitive)", partnerID(r)))
 		return
 	}
+	detail := map[string]any{}
+	if pr, isReport := rep.(probe.Report); isReport {
+		detail["ok"] = pr.OK
+	}
+	h.audit(r, "partner.test", partnerID(r), detail)
 	httpserver.WriteJSON(w, http.StatusOK, rep)
 }
 
-// actorOf names who makes a change through the API, for the history.
+// actorOf names who makes a change through the API, for the history:
+// "user:alice from 192.0.2.7", "token:ci (alice) from ...".
 func actorOf(r *http.Request) string {
-	host, _, err := net.SplitHostPort(r.RemoteAddr)
-	if err != nil {
-		host = r.RemoteAddr
-	}
-	return "api-token from " + host
+	e := auth.AuditFromRequest(r)
+	return e.Actor + " from " + e.Remote
 }
 
 func (h *handler) partnerLocation(id string) string {
@@ -234,6 +225,7 @@ func (h *handler) createPartner(w http.ResponseWriter, r *http.Request) {
 		h.partnerError(w, "create partner", err, false)
 		return
 	}
+	h.audit(r, "partner.create", sp.AS2ID, map[string]any{"version": sp.Version, "revision": sp.Revision})
 	h.writePartner(w, http.StatusCreated, sp)
 }
 
@@ -271,6 +263,7 @@ func (h *handler) updatePartner(w http.ResponseWriter, r *http.Request) {
 		h.partnerError(w, "update partner", err, true)
 		return
 	}
+	h.audit(r, "partner.update", sp.AS2ID, map[string]any{"version": sp.Version, "revision": sp.Revision})
 	h.writePartner(w, http.StatusOK, sp)
 }
 
@@ -284,6 +277,7 @@ func (h *handler) deletePartner(w http.ResponseWriter, r *http.Request) {
 		h.partnerError(w, "delete partner", err, expect != postgres.AnyVersion)
 		return
 	}
+	h.audit(r, "partner.delete", partnerID(r), map[string]any{"revision": rev})
 	httpserver.WriteJSON(w, http.StatusOK, map[string]any{"deleted": partnerID(r), "revision": rev})
 }
 
@@ -337,6 +331,7 @@ func (h *handler) restorePartner(w http.ResponseWriter, r *http.Request) {
 		h.partnerError(w, "restore partner", err, expect != postgres.AnyVersion)
 		return
 	}
+	h.audit(r, "partner.restore", sp.AS2ID, map[string]any{"from_version": v, "version": sp.Version, "revision": sp.Revision})
 	h.writePartner(w, http.StatusOK, sp)
 }
 

@@ -247,8 +247,8 @@ func TestPartnersAPICreate(t *testing.T) {
 			if et := r.header.Get("ETag"); et != `"1"` {
 				t.Errorf("ETag = %s, want \"1\"", et)
 			}
-			if p.AS2ID != id || p.Version != 1 || p.Revision < 1 || p.UpdatedBy != "api-token from 127.0.0.1" || time.Since(p.UpdatedAt) > time.Minute {
-				t.Errorf("created %+v, want %s version 1 by api-token from 127.0.0.1, just now", p, id)
+			if p.AS2ID != id || p.Version != 1 || p.Revision < 1 || p.UpdatedBy != "bootstrap-token from 127.0.0.1" || time.Since(p.UpdatedAt) > time.Minute {
+				t.Errorf("created %+v, want %s version 1 by bootstrap-token from 127.0.0.1, just now", p, id)
 			}
 			if diff := cmp.Diff(tt.give, p.Spec); diff != "" {
 				t.Errorf("spec echoed (-sent +answered):\n%s", diff)
@@ -484,7 +484,7 @@ func TestPartnersAPIHistoryRestoreDelete(t *testing.T) {
 		t.Fatalf("PUT = %d %s", r.status, r.body)
 	}
 
-	const actor = "api-token from 127.0.0.1"
+	const actor = "bootstrap-token from 127.0.0.1"
 	history := func(t *testing.T) []api.HistoryEntry {
 		t.Helper()
 		r := e.call(t, http.MethodGet, path+"/history", nil)

@@ -2,18 +2,17 @@ package httpserver
 
 import (
 	"context"
-	"crypto/sha256"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/go-chi/chi/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.uber.org/zap"
+
+	"github.com/edihub/edihub/internal/auth"
 )
 
 // OpsOptions configure the ops router.
@@ -98,11 +97,15 @@ type RouterOptions struct {
 	MaxBodyBytes int64
 	// AS2 serves POST /as2 (messages and async MDNs); nil leaves it out.
 	AS2 http.Handler
-	// API is mounted under /api/v1 behind bearer-token authentication;
-	// nil leaves it out.
+	// API is mounted under /api/v1 behind Authenticate; nil leaves it out.
 	API http.Handler
-	// APIToken is the bearer token the API requires. Empty disables the
-	// API: its routes then answer 503 saying how to enable it.
+	// Authenticate wraps the API: it resolves the caller of each request
+	// (auth.Authenticator.API) and answers 401 or 503 itself. The API's
+	// routes check the caller's role. Nil authenticates APIToken alone.
+	Authenticate func(http.Handler) http.Handler
+	// APIToken, when Authenticate is nil, is the one bearer token the API
+	// accepts: an admin (the bootstrap token). With neither, the API
+	// answers 503 saying how to enable it.
 	APIToken string
 	// Listener names the listener in the request metrics and access log
 	// ("as2", or "api" for a separate API listener); default "as2".
@@ -127,8 +130,12 @@ func NewRouter(opts RouterOptions) http.Handler {
 		r.Method(http.MethodPost, "/as2", opts.AS2)
 	}
 	if opts.API != nil {
+		authenticate := opts.Authenticate
+		if authenticate == nil {
+			authenticate = bootstrapOnly(opts.APIToken, opts.Logger)
+		}
 		r.Route("/api/v1", func(r chi.Router) {
-			r.Use(bearer(opts.APIToken))
+			r.Use(authenticate)
 			r.Mount("/", opts.API)
 		})
 	}
@@ -141,28 +148,17 @@ func NewRouter(opts RouterOptions) http.Handler {
 	return r
 }
 
-// bearer requires "Authorization: Bearer <token>". The SHA-256 digests
-// of the two are compared in constant time: comparing the strings
-// themselves returns at once on a length mismatch, which tells a caller
-// the token's length.
-func bearer(token string) func(http.Handler) http.Handler {
-	want := sha256.Sum256([]byte(token))
-	return func(next http.Handler) http.Handler {
-		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if token == "" {
-				writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": "the API is disabled: set EDIHUB_API_TOKEN (flag -api-token) to enable it"})
-				return
-			}
-			got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-			gotSum := sha256.Sum256([]byte(got))
-			if !ok || subtle.ConstantTimeCompare(gotSum[:], want[:]) != 1 {
-				w.Header().Set("WWW-Authenticate", `Bearer realm="edihub"`)
-				writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "missing or invalid bearer token"})
-				return
-			}
-			next.ServeHTTP(w, r)
-		})
+// bootstrapOnly authenticates token alone, as an admin.
+func bootstrapOnly(token string, log *zap.Logger) func(http.Handler) http.Handler {
+	a, err := auth.New(auth.Options{BootstrapToken: token, Logger: log})
+	if err != nil { // fail closed; New refuses only bad password parameters
+		return func(http.Handler) http.Handler {
+			return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+				writeJSON(w, http.StatusInternalServerError, map[string]string{"error": "authentication is misconfigured: " + err.Error()})
+			})
+		}
 	}
+	return a.API
 }
 
 // WriteJSON writes v as a JSON response with the given status.

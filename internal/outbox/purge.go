@@ -39,8 +39,8 @@ type PurgerOptions struct {
 	// Retention is how long finished outbox rows, payloads, MDNs, inbox
 	// MDNs, heartbeats and events are kept (DefaultRetention).
 	Retention time.Duration
-	// AuditRetention is how long final message rows are kept
-	// (DefaultAuditRetention); at least Retention.
+	// AuditRetention is how long final message rows and audit log
+	// entries are kept (DefaultAuditRetention); at least Retention.
 	AuditRetention time.Duration
 	// Batch bounds the rows one transaction deletes (DefaultPurgeBatch).
 	Batch int
@@ -58,8 +58,9 @@ type PurgerOptions struct {
 // Purger is the leader-gated worker that deletes what edihub no longer
 // needs: every Interval it deletes, kind by kind and in short fenced
 // batches, the finished rows older than Retention, and the final message
-// rows older than AuditRetention. It never touches a message that is not
-// final. Build it with NewPurger; register it as a leader.Worker.
+// rows and audit log entries older than AuditRetention. It never touches a
+// message that is not final. Build it with NewPurger; register it as a
+// leader.Worker.
 type Purger struct {
 	o       PurgerOptions
 	log     *zap.Logger
@@ -97,7 +98,7 @@ func NewPurger(o PurgerOptions) (*Purger, error) {
 	}
 	p := &Purger{o: o, log: o.Logger.Named("purger"), deleted: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "edihub_purge_deleted_total",
-		Help: "Rows the leader's purger deleted, by kind (outbox, payloads, mdns, mdn_inbox, heartbeats, events, messages).",
+		Help: "Rows the leader's purger deleted, by kind (outbox, payloads, mdns, mdn_inbox, heartbeats, events, replays, logins, messages, audit).",
 	}, []string{"kind"})}
 	for _, k := range postgres.PurgeKinds {
 		p.deleted.WithLabelValues(k)
@@ -144,7 +145,7 @@ func (p *Purger) run(ctx context.Context, f postgres.Fence) (map[string]int64, e
 	counts := map[string]int64{}
 	for _, kind := range postgres.PurgeKinds {
 		age := p.o.Retention
-		if kind == postgres.PurgeMessages {
+		if postgres.AuditKind(kind) {
 			age = p.o.AuditRetention
 		}
 		for {

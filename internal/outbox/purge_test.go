@@ -37,7 +37,7 @@ func (c *countingStore) PurgeBatch(ctx context.Context, f postgres.Fence, kind s
 		c.calls[kind] = append(c.calls[kind], n)
 	}
 	c.mu.Unlock()
-	if err == nil && kind == postgres.PurgeMessages && n < int64(limit) {
+	if err == nil && kind == postgres.PurgeKinds[len(postgres.PurgeKinds)-1] && n < int64(limit) {
 		c.once.Do(func() { close(c.done) })
 	}
 	return n, err
@@ -191,6 +191,17 @@ func TestPurgerDeletesExactlyTheEligibleRows(t *testing.T) {
 	db.exec(t, `INSERT INTO events (type, message, partner, direction, created_at, detail) VALUES
         ('received', 1, 'P', 'inbound', now() - interval '40 days', '{"n": "ev-old"}'),
         ('failed', 2, 'P', 'outbound', now() - interval '10 days', '{"n": "ev-recent"}')`)
+	// The audit log is kept for the audit retention, failed logins for the
+	// retention.
+	db.exec(t, `INSERT INTO audit_log (actor, action, target, at) VALUES
+        ('user:a', 'message.send', 'au-ancient-1', now() - interval '402 days'),
+        ('user:a', 'message.send', 'au-ancient-2', now() - interval '401 days'),
+        ('user:a', 'message.send', 'au-ancient-3', now() - interval '400 days 1 hour'),
+        ('user:a', 'message.send', 'au-old', now() - interval '40 days'),
+        ('user:a', 'message.send', 'au-recent', now())`)
+	db.exec(t, `INSERT INTO login_failures (key, failures, first_at, last_at) VALUES
+        ('lf-old', 2, now() - interval '41 days', now() - interval '40 days'),
+        ('lf-recent', 2, now() - interval '1 day', now() - interval '1 day')`)
 
 	ctx, _ := purgeFence(t, db.st, 1)
 	reg := prometheus.NewRegistry()
@@ -223,6 +234,8 @@ func TestPurgerDeletesExactlyTheEligibleRows(t *testing.T) {
 	check("mdn_inbox", `SELECT original_message_id FROM mdn_inbox`, "in-recent", "in-old-unprocessed")
 	check("heartbeats", `SELECT holder FROM leader_heartbeats`, "hb-recent")
 	check("events", `SELECT detail->>'n' FROM events`, "ev-recent")
+	check("audit_log", `SELECT target FROM audit_log`, "au-old", "au-recent")
+	check("login_failures", `SELECT key FROM login_failures`, "lf-recent")
 
 	// Deleted per kind, and batches of at most 2: k rows take k/2+1 calls
 	// (the last one finds fewer than 2). Payloads, MDNs and outbox rows of
@@ -231,6 +244,7 @@ func TestPurgerDeletesExactlyTheEligibleRows(t *testing.T) {
 	want := map[string]int64{
 		postgres.PurgeOutbox: 6 + 2, postgres.PurgePayloads: 7, postgres.PurgeMDNs: 7, postgres.PurgeMDNInbox: 2,
 		postgres.PurgeHeartbeats: 3, postgres.PurgeEvents: 1, postgres.PurgeMessages: 2,
+		postgres.PurgeAudit: 3, postgres.PurgeLogins: 1,
 	}
 	for kind, n := range want {
 		calls := cs.calls[kind]
@@ -449,7 +463,8 @@ func TestPurgerTransientErrors(t *testing.T) {
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
 	want := map[string]int{postgres.PurgeOutbox: 1, postgres.PurgePayloads: 3, postgres.PurgeMDNs: 5, postgres.PurgeMDNInbox: 1,
-		postgres.PurgeHeartbeats: 1, postgres.PurgeEvents: 1, postgres.PurgeMessages: 1}
+		postgres.PurgeHeartbeats: 1, postgres.PurgeEvents: 1, postgres.PurgeReplays: 1, postgres.PurgeLogins: 1, postgres.PurgeMessages: 1,
+		postgres.PurgeAudit: 1}
 	for kind, n := range want {
 		if fs.calls[kind] != n {
 			t.Errorf("%s: %d calls, want %d", kind, fs.calls[kind], n)

@@ -17,11 +17,17 @@ const (
 	PurgeHeartbeats = "heartbeats" // leader heartbeats
 	PurgeEvents     = "events"     // event feed entries
 	PurgeReplays    = "replays"    // the replay check's claims of signed content
+	PurgeLogins     = "logins"     // failed-login records (login throttling) no longer locked
 	PurgeMessages   = "messages"   // final message rows (the audit trail), with what is left of them
+	PurgeAudit      = "audit"      // audit log entries (who did what)
 )
 
 // PurgeKinds lists the kinds in purge order.
-var PurgeKinds = []string{PurgeOutbox, PurgePayloads, PurgeMDNs, PurgeMDNInbox, PurgeHeartbeats, PurgeEvents, PurgeReplays, PurgeMessages}
+var PurgeKinds = []string{PurgeOutbox, PurgePayloads, PurgeMDNs, PurgeMDNInbox, PurgeHeartbeats, PurgeEvents, PurgeReplays, PurgeLogins, PurgeMessages, PurgeAudit}
+
+// AuditKind reports whether a purge kind is kept for the audit retention
+// rather than the retention: message rows and the audit log.
+func AuditKind(kind string) bool { return kind == PurgeMessages || kind == PurgeAudit }
 
 // finalMessage is the condition a message row m must meet before anything
 // of it is purged: a final status, finished before the cutoff ($1), and no
@@ -76,6 +82,16 @@ DELETE FROM events WHERE id = ANY(ARRAY(
 DELETE FROM replay_guard WHERE (partner, digest) IN (
     SELECT partner, digest FROM replay_guard WHERE seen_at < $1
      ORDER BY seen_at LIMIT $2 FOR UPDATE SKIP LOCKED)`,
+	// A record still locked is kept whatever its age (a lock lasts an
+	// hour at most; the retention is days).
+	PurgeLogins: `
+DELETE FROM login_failures WHERE key = ANY(ARRAY(
+    SELECT key FROM login_failures WHERE last_at < $1 AND (locked_until IS NULL OR locked_until < $1)
+     ORDER BY last_at LIMIT $2 FOR UPDATE SKIP LOCKED))`,
+	PurgeAudit: `
+DELETE FROM audit_log WHERE id = ANY(ARRAY(
+    SELECT id FROM audit_log WHERE at < $1
+     ORDER BY at LIMIT $2 FOR UPDATE SKIP LOCKED))`,
 	PurgeMessages: `
 DELETE FROM messages WHERE id = ANY(ARRAY(
     SELECT m.id FROM messages m

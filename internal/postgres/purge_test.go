@@ -90,6 +90,16 @@ SELECT 'message', id, 'P', 'http://p.example', $6, now() - make_interval(days =>
 		`INSERT INTO replay_guard (partner, digest, message_id, seen_at) VALUES
             ('P', 'd1', '<rg-old-1@p>', now() - interval '40 days'), ('P', 'd2', '<rg-old-2@p>', now() - interval '31 days'),
             ('P', 'd3', '<rg-old-3@p>', now() - interval '35 days'), ('P', 'd4', '<rg-recent@p>', now() - interval '1 day')`,
+		`INSERT INTO audit_log (actor, action, target, at) VALUES
+            ('cli:t@h', 'partner.update', 'au-old-1', now() - interval '40 days'),
+            ('cli:t@h', 'partner.update', 'au-old-2', now() - interval '31 days'),
+            ('cli:t@h', 'partner.update', 'au-recent', now() - interval '1 day')`,
+		// A record locked until later stays, however old its last failure.
+		`INSERT INTO login_failures (key, failures, first_at, last_at, locked_until) VALUES
+            ('lf-old-1', 3, now() - interval '41 days', now() - interval '40 days', NULL),
+            ('lf-old-2', 9, now() - interval '41 days', now() - interval '40 days', now() - interval '39 days'),
+            ('lf-locked', 9, now() - interval '41 days', now() - interval '40 days', now() + interval '1 hour'),
+            ('lf-recent', 1, now() - interval '1 day', now() - interval '1 day', NULL)`,
 		`DELETE FROM events`, // the trigger's, made now
 		`INSERT INTO events (type, message, partner, direction, created_at, detail) VALUES
             ('received', 1, 'P', 'inbound', now() - interval '40 days', '{"n": "ev-old"}'),
@@ -117,6 +127,8 @@ func purgeSnapshot(t *testing.T, url string) map[string][]string {
 		"heartbeats": `SELECT holder FROM leader_heartbeats`,
 		"events":     `SELECT detail->>'n' FROM events`,
 		"replays":    `SELECT message_id FROM replay_guard`,
+		"audit":      `SELECT target FROM audit_log`,
+		"logins":     `SELECT key FROM login_failures`,
 	} {
 		rows, err := c.Query(context.Background(), q)
 		if err != nil {
@@ -188,6 +200,8 @@ func TestPurgeBatch(t *testing.T) {
 		{postgres.PurgeHeartbeats, without(all, "heartbeats", oldNamed)},
 		{postgres.PurgeEvents, without(all, "events", oldNamed)},
 		{postgres.PurgeReplays, without(all, "replays", oldNamed)},
+		{postgres.PurgeLogins, without(all, "logins", oldNamed)},
+		{postgres.PurgeAudit, without(all, "audit", oldNamed)},
 		{postgres.PurgeMessages, func() map[string][]string {
 			w := all
 			for _, table := range []string{"messages", "payloads", "mdns", "duplicates", "outbox"} {

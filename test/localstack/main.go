@@ -200,6 +200,10 @@ func run(ctx context.Context) error {
 			return fmt.Errorf("edihub migrate: %w", err)
 		}
 	}
+	adminPassword, err := ensureAdmin(ctx, o.binary, state, dbURL)
+	if err != nil {
+		return err
+	}
 	if demoURL != "" {
 		// The demo partner: a second station with its own database, the
 		// hub's configured partner, so documents sent to DEMO PARTNER are
@@ -290,7 +294,9 @@ func run(ctx context.Context) error {
 	}
 	sayMail(mailEnv, o.binary, dbURL, cfgPath, o.portOffset)
 	say("  config     %s", cfgPath)
-	say("  API token  in %s", filepath.Join(state, "api-token"))
+	say("  API token  in %s (the shared bootstrap token, an admin)", filepath.Join(state, "api-token"))
+	say("  admin      user %s, password %s (kept in %s); a token of its own:", adminName, adminPassword, filepath.Join(state, "admin-password"))
+	say("               EDIHUB_DATABASE_URL='%s' %s users token %s -name mine", dbURL, o.binary, adminName)
 	fmt.Println()
 
 	<-ctx.Done()

@@ -167,6 +167,16 @@ func runStack(t *testing.T, root, localstack, edihub, state string, offset int, 
 		t.Logf("%s leads with fencing token %d, %v after the replicas started", lead.Identity, lead.FencingToken, took.Round(time.Millisecond))
 	}
 
+	// The listing names the first admin and its password, kept in the
+	// state directory.
+	adminPassword, err := os.ReadFile(filepath.Join(state, "admin-password"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "user admin, password " + strings.TrimSpace(string(adminPassword)); !strings.Contains(out.String(), want) {
+		t.Errorf("the start-up listing lacks %q", want)
+	}
+
 	// A document to the demo partner is delivered.
 	token, err := os.ReadFile(filepath.Join(state, "api-token"))
 	if err != nil {

@@ -1,0 +1,376 @@
+package auth
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/netip"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/edihub/edihub/internal/postgres"
+)
+
+// Store is what an Authenticator reads and writes; *postgres.Store
+// implements it.
+type Store interface {
+	User(ctx context.Context, name string) (postgres.User, error)
+	UserByID(ctx context.Context, id int64) (postgres.User, error)
+	HasUsers(ctx context.Context) (bool, error)
+	RecordLogin(ctx context.Context, id int64, at time.Time) error
+	RehashPassword(ctx context.Context, id int64, old, hash string) error
+	APITokenByHash(ctx context.Context, hash []byte) (postgres.APIToken, postgres.User, error)
+	TouchAPIToken(ctx context.Context, id int64, at time.Time, every time.Duration) error
+	LoginFailuresOf(ctx context.Context, keys []string) ([]postgres.LoginFailures, error)
+	LoginFailed(ctx context.Context, key string, next func(postgres.LoginFailures) postgres.LoginFailures) (postgres.LoginFailures, error)
+	ClearLoginFailures(ctx context.Context, key string) error
+}
+
+// Login throttling (see Login) and token bookkeeping.
+const (
+	// UserFailureLimit failed logins for one user name lock it.
+	UserFailureLimit = 5
+	// IPFailureLimit failed logins from one address, whatever the names,
+	// lock the address.
+	IPFailureLimit = 20
+	// FailureWindow: a key's failures are forgotten once it had none for
+	// this long (counted from its last failure or the end of its lock).
+	FailureWindow = 15 * time.Minute
+	// FirstLock is the first lock; each further failure right after a
+	// lock doubles it, up to MaxLock.
+	FirstLock = time.Minute
+	// MaxLock is the longest lock.
+	MaxLock = time.Hour
+	// TouchEvery bounds the writes of a token's last use: at most one per
+	// token in this time, however often it is used.
+	TouchEvery = time.Minute
+)
+
+// Options configure New.
+type Options struct {
+	// Store holds users and tokens; nil accepts the bootstrap token only.
+	Store Store
+	// BootstrapToken is the shared EDIHUB_API_TOKEN: it authenticates
+	// as an admin of no user (KindBootstrap). Empty: none.
+	BootstrapToken string
+	// Auditor, when set, records logins and failed logins.
+	Auditor Auditor
+	// Params hash passwords (rehash at login, the dummy hash checked for
+	// unknown users); zero means DefaultParams.
+	Params Params
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+	// Logger logs refused tokens and logins (never a secret); nil logs
+	// nothing.
+	Logger *zap.Logger
+}
+
+// Authenticator resolves who makes a request: the bearer token of an API
+// request (Bearer), a name and password (Login), a console session
+// (SessionPrincipal). It is safe for concurrent use.
+type Authenticator struct {
+	o         Options
+	log       *zap.Logger
+	bootstrap [sha256.Size]byte
+	// dummy is checked for a name without a password, so that a login
+	// takes as long whether the name exists or not.
+	dummy string
+	// users is set once a user was seen: users are never deleted, so the
+	// API stays enabled from then on without asking the database.
+	users atomic.Bool
+}
+
+// New validates o and returns an Authenticator. It refuses Params that
+// are set but incomplete.
+func New(o Options) (*Authenticator, error) {
+	if o.Logger == nil {
+		o.Logger = zap.NewNop()
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Params == (Params{}) {
+		o.Params = DefaultParams
+	}
+	if err := o.Params.validate(); err != nil {
+		return nil, err
+	}
+	a := &Authenticator{o: o, log: o.Logger.Named("auth"), bootstrap: sha256.Sum256([]byte(o.BootstrapToken))}
+	if o.Store != nil {
+		a.dummy = o.Params.Hash(GeneratePassword())
+	}
+	return a, nil
+}
+
+// bearerToken returns the token of "Authorization: Bearer <token>".
+func bearerToken(r *http.Request) (string, bool) {
+	tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	return tok, ok && tok != ""
+}
+
+// Bearer resolves the principal of a request's bearer token: the
+// bootstrap token (compared in constant time over SHA-256 digests, so that
+// neither its content nor its length shows in the time taken) is an admin
+// of no user; a user's token is looked up by its hash and refused when
+// revoked, expired or its user disabled, and its role is the lesser of the
+// token's and the user's. A token's last use is written at most once per
+// TouchEvery.
+//
+// Errors wrap ErrUnauthenticated (no token, unknown, revoked, expired;
+// also ErrDisabled for a disabled user) with a reason fit for the caller,
+// or are the store's (the database did not answer).
+func (a *Authenticator) Bearer(r *http.Request) (Principal, error) {
+	tok, ok := bearerToken(r)
+	if !ok {
+		return Principal{}, fmt.Errorf("%w: missing bearer token", ErrUnauthenticated)
+	}
+	if a.o.BootstrapToken != "" {
+		sum := sha256.Sum256([]byte(tok))
+		if subtle.ConstantTimeCompare(sum[:], a.bootstrap[:]) == 1 {
+			return BootstrapPrincipal, nil
+		}
+	}
+	if a.o.Store == nil || !looksLikeToken(tok) {
+		return Principal{}, fmt.Errorf("%w: invalid bearer token", ErrUnauthenticated)
+	}
+	ctx := r.Context()
+	t, u, err := a.o.Store.APITokenByHash(ctx, HashToken(tok))
+	if errors.Is(err, postgres.ErrTokenNotFound) {
+		return Principal{}, fmt.Errorf("%w: invalid bearer token", ErrUnauthenticated)
+	}
+	if err != nil {
+		return Principal{}, err
+	}
+	a.users.Store(true)
+	now := a.o.Now()
+	switch {
+	case t.RevokedAt != nil:
+		a.log.Info("revoked API token used", zap.String("user", u.Name), zap.String("token", t.Name), zap.String("remote", RemoteIP(r)))
+		return Principal{}, fmt.Errorf("%w: the API token %q of %s was revoked: ask for a new one", ErrUnauthenticated, t.Name, u.Name)
+	case t.ExpiresAt != nil && !now.Before(*t.ExpiresAt):
+		a.log.Info("expired API token used", zap.String("user", u.Name), zap.String("token", t.Name), zap.String("remote", RemoteIP(r)))
+		return Principal{}, fmt.Errorf("%w: the API token %q of %s expired at %s: make a new one (edihub users token)", ErrUnauthenticated,
+			t.Name, u.Name, t.ExpiresAt.UTC().Format(time.RFC3339))
+	case u.DisabledAt != nil:
+		a.log.Info("API token of a disabled user used", zap.String("user", u.Name), zap.String("token", t.Name), zap.String("remote", RemoteIP(r)))
+		return Principal{}, fmt.Errorf("%w: %w: %s", ErrUnauthenticated, ErrDisabled, u.Name)
+	}
+	tokenRole, err := ParseRole(t.Role)
+	if err != nil {
+		return Principal{}, fmt.Errorf("API token %d: %w", t.ID, err)
+	}
+	userRole, err := ParseRole(u.Role)
+	if err != nil {
+		return Principal{}, fmt.Errorf("user %d: %w", u.ID, err)
+	}
+	if t.LastUsedAt == nil || now.Sub(*t.LastUsedAt) >= TouchEvery {
+		if err := a.o.Store.TouchAPIToken(ctx, t.ID, now, TouchEvery); err != nil {
+			a.log.Warn("last use of an API token not written", zap.String("user", u.Name), zap.String("token", t.Name), zap.Error(err))
+		}
+	}
+	return Principal{Kind: KindToken, User: u.Name, UserID: u.ID, TokenName: t.Name, Role: min(tokenRole, userRole)}, nil
+}
+
+// enabled reports whether anyone can authenticate: a bootstrap token is
+// set, or users exist. Errors are the store's.
+func (a *Authenticator) enabled(ctx context.Context) (bool, error) {
+	if a.o.BootstrapToken != "" || a.users.Load() {
+		return true, nil
+	}
+	if a.o.Store == nil {
+		return false, nil
+	}
+	ok, err := a.o.Store.HasUsers(ctx)
+	if ok {
+		a.users.Store(true)
+	}
+	return ok, err
+}
+
+// throttleKeys are the keys a login attempt counts against: the user name
+// (lower case, as names are unique whatever their case) and the address;
+// an IPv6 address by its /64, as one host commonly has a whole /64.
+func throttleKeys(name, remote string) (user, ip string) {
+	user = "user:" + strings.ToLower(name)
+	if len(user) > 200 {
+		user = user[:200]
+	}
+	if remote != "" {
+		if a, err := netip.ParseAddr(remote); err == nil && a.Is6() && !a.Is4In6() {
+			remote = netip.PrefixFrom(a.WithZone(""), 64).Masked().String()
+		}
+		ip = "ip:" + remote
+	}
+	return user, ip
+}
+
+// Login checks a user's name and password, from remote (the client's IP;
+// "" when unknown). Failed logins are counted per user name and per
+// address in the store, so that the count holds across replicas: after
+// UserFailureLimit failures for a name, or IPFailureLimit from an address
+// (an IPv6 address's /64),
+// with no pause of FailureWindow between them, further attempts are
+// refused without checking the password (a *ThrottledError, ErrThrottled)
+// for FirstLock, doubling with each further failure up to MaxLock. A
+// success clears the name's count (not the address's). Names that do not
+// exist are counted alike, and a dummy hash is checked for them, so that
+// neither the answer nor its time tells whether a name exists.
+//
+// It returns the user's Principal, or an error wrapping ErrUnauthenticated
+// (also ErrDisabled for a disabled user whose password was right),
+// ErrThrottled, or the store's.
+func (a *Authenticator) Login(ctx context.Context, name, password, remote string) (Principal, error) {
+	if a.o.Store == nil {
+		return Principal{}, fmt.Errorf("%w: no users", ErrUnauthenticated)
+	}
+	now := a.o.Now()
+	userKey, ipKey := throttleKeys(name, remote)
+	keys := []string{userKey}
+	if ipKey != "" {
+		keys = append(keys, ipKey)
+	}
+	recs, err := a.o.Store.LoginFailuresOf(ctx, keys)
+	if err != nil {
+		return Principal{}, err
+	}
+	var until time.Time
+	for _, f := range recs {
+		if f.LockedUntil != nil && f.LockedUntil.After(until) {
+			until = *f.LockedUntil
+		}
+	}
+	if until.After(now) {
+		a.log.Info("login throttled", zap.String("user", name), zap.String("remote", remote), zap.Time("until", until))
+		return Principal{}, &ThrottledError{RetryAfter: until.Sub(now)}
+	}
+
+	u, err := a.o.Store.User(ctx, name)
+	if err != nil && !errors.Is(err, postgres.ErrUserNotFound) {
+		return Principal{}, err
+	}
+	hash := u.PasswordHash
+	if err != nil || hash == "" {
+		hash = a.dummy
+	}
+	ok, herr := CheckPassword(hash, password)
+	if herr != nil {
+		a.log.Error("stored password hash unreadable", zap.String("user", u.Name), zap.Error(herr))
+	}
+	ok = ok && err == nil && u.PasswordHash != ""
+	if !ok || u.DisabledAt != nil {
+		reason := "wrong name or password"
+		if ok {
+			reason = "user disabled"
+		}
+		for _, k := range keys {
+			limit := UserFailureLimit
+			if k == ipKey {
+				limit = IPFailureLimit
+			}
+			if _, ferr := a.o.Store.LoginFailed(ctx, k, failure(now, limit)); ferr != nil {
+				a.log.Error("failed login not counted", zap.Error(ferr))
+			}
+		}
+		a.log.Info("login failed", zap.String("user", name), zap.String("remote", remote), zap.String("reason", reason))
+		a.audit(ctx, Entry{Actor: "anonymous", Action: "login.failed", Target: name, Remote: remote, Detail: map[string]any{"reason": reason}})
+		if ok {
+			return Principal{}, fmt.Errorf("%w: %w: %s", ErrUnauthenticated, ErrDisabled, u.Name)
+		}
+		return Principal{}, fmt.Errorf("%w: wrong name or password", ErrUnauthenticated)
+	}
+	role, err := ParseRole(u.Role)
+	if err != nil {
+		return Principal{}, fmt.Errorf("user %d: %w", u.ID, err)
+	}
+	if err := a.o.Store.ClearLoginFailures(ctx, userKey); err != nil {
+		a.log.Warn("failed logins not cleared", zap.Error(err))
+	}
+	if err := a.o.Store.RecordLogin(ctx, u.ID, now); err != nil {
+		a.log.Warn("login time not written", zap.Error(err))
+	}
+	if NeedsRehash(u.PasswordHash, a.o.Params) {
+		if err := a.o.Store.RehashPassword(ctx, u.ID, u.PasswordHash, a.o.Params.Hash(password)); err != nil {
+			a.log.Warn("password not rehashed with the current parameters", zap.String("user", u.Name), zap.Error(err))
+		}
+	}
+	p := Principal{Kind: KindUser, User: u.Name, UserID: u.ID, Role: role, Epoch: u.SessionEpoch}
+	a.log.Info("login", zap.String("user", u.Name), zap.String("remote", remote))
+	a.audit(ctx, Entry{Actor: p.Actor(), Action: "login", Target: u.Name, Remote: remote})
+	return p, nil
+}
+
+// failure is the next record of a key after a failed login at now: the
+// count starts again after FailureWindow without failures (from the last
+// failure or the lock's end); from limit failures on, the key is locked
+// for FirstLock, doubled for each failure past limit, at most MaxLock.
+func failure(now time.Time, limit int) func(postgres.LoginFailures) postgres.LoginFailures {
+	return func(f postgres.LoginFailures) postgres.LoginFailures {
+		quiet := f.LastAt
+		if f.LockedUntil != nil && f.LockedUntil.After(quiet) {
+			quiet = *f.LockedUntil
+		}
+		if f.Failures == 0 || now.Sub(quiet) > FailureWindow {
+			f = postgres.LoginFailures{Key: f.Key, FirstAt: now}
+		}
+		f.Failures++
+		f.LastAt = now
+		if f.Failures >= limit {
+			lock := MaxLock
+			if over := f.Failures - limit; over < 16 {
+				lock = min(FirstLock<<over, MaxLock)
+			}
+			until := now.Add(lock)
+			f.LockedUntil = &until
+		}
+		return f
+	}
+}
+
+// SessionPrincipal resolves the user of a console session that recorded
+// the user's id and session epoch at login: the session holds while the
+// user exists, is enabled and its epoch is the same (a password change or
+// a disable bumps it). Errors wrap ErrUnauthenticated (ErrDisabled) or are
+// the store's.
+func (a *Authenticator) SessionPrincipal(ctx context.Context, userID, epoch int64) (Principal, error) {
+	if a.o.Store == nil {
+		return Principal{}, fmt.Errorf("%w: no users", ErrUnauthenticated)
+	}
+	u, err := a.o.Store.UserByID(ctx, userID)
+	if errors.Is(err, postgres.ErrUserNotFound) {
+		return Principal{}, fmt.Errorf("%w: the session's user is gone", ErrUnauthenticated)
+	}
+	if err != nil {
+		return Principal{}, err
+	}
+	if u.DisabledAt != nil {
+		return Principal{}, fmt.Errorf("%w: %w: %s", ErrUnauthenticated, ErrDisabled, u.Name)
+	}
+	if u.SessionEpoch != epoch {
+		return Principal{}, fmt.Errorf("%w: the session ended (password changed or user disabled): sign in again", ErrUnauthenticated)
+	}
+	role, err := ParseRole(u.Role)
+	if err != nil {
+		return Principal{}, fmt.Errorf("user %d: %w", u.ID, err)
+	}
+	return Principal{Kind: KindUser, User: u.Name, UserID: u.ID, Role: role, Epoch: u.SessionEpoch}, nil
+}
+
+// audit records e when an Auditor is set; a failure is logged, not
+// returned: the login it records happened.
+func (a *Authenticator) audit(ctx context.Context, e Entry) {
+	if a.o.Auditor == nil {
+		return
+	}
+	// A client that goes away must not cancel the record.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if err := a.o.Auditor.Record(ctx, e); err != nil {
+		a.log.Error("audit entry not written", zap.String("action", e.Action), zap.Error(err))
+	}
+}
