@@ -6,9 +6,9 @@ import (
 	"testing"
 )
 
-// TestBinaryAPIListener: with EDIHUB_API_ADDR the REST API is served on its
-// own listener and the AS2 listener no longer answers under /api; without
-// it, the API stays on the AS2 listener.
+// TestBinaryAPIListener: with EDIHUB_API_ADDR the REST API and the console
+// are served on their own listener and the AS2 listener no longer answers
+// under /api or /console; without it, both stay on the AS2 listener.
 func TestBinaryAPIListener(t *testing.T) {
 	const token = "s3cret-token"
 	request := func(method, url string) int {
@@ -37,6 +37,10 @@ func TestBinaryAPIListener(t *testing.T) {
 		}{
 			{http.MethodGet, p.api + "/api/v1/messages", http.StatusOK},
 			{http.MethodGet, p.as2 + "/api/v1/messages", http.StatusNotFound},
+			{http.MethodGet, p.api + "/console/login", http.StatusOK},
+			{http.MethodGet, p.as2 + "/console/login", http.StatusNotFound},
+			{http.MethodGet, p.as2 + "/console/", http.StatusNotFound},
+			{http.MethodPost, p.as2 + "/console/login", http.StatusNotFound},
 			{http.MethodPost, p.api + "/as2", http.StatusNotFound},
 			// The AS2 endpoint is still there: a body that is no AS2
 			// message is refused by the receiver, not unrouted.
@@ -55,6 +59,9 @@ func TestBinaryAPIListener(t *testing.T) {
 		}
 		if got := request(http.MethodGet, p.as2+"/api/v1/messages"); got != http.StatusOK {
 			t.Errorf("GET /api/v1/messages on the AS2 listener = %d, want 200", got)
+		}
+		if got := request(http.MethodGet, p.as2+"/console/login"); got != http.StatusOK {
+			t.Errorf("GET /console/login on the AS2 listener = %d, want 200", got)
 		}
 	})
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"math"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/edihub/edihub/internal/auth"
 	"github.com/edihub/edihub/internal/config"
+	"github.com/edihub/edihub/internal/console"
 	"github.com/edihub/edihub/internal/httpserver"
 	"github.com/edihub/edihub/internal/leader"
 	"github.com/edihub/edihub/internal/mdn"
@@ -212,6 +214,7 @@ func serve(ctx context.Context, env *environment, o serveOptions) error {
 	if err != nil {
 		return err
 	}
+	defer p.sessionDB.Close()
 	srvs, err := p.listen(r)
 	if err != nil {
 		return err
@@ -232,12 +235,16 @@ func newRegistry(store *postgres.Store) *prometheus.Registry {
 
 // parts are a replica's running components.
 type parts struct {
-	as2      http.Handler
-	auth     *auth.Authenticator
-	elector  *leader.Elector
-	out      *outbound
-	metrics  *httpserver.Metrics
-	draining atomic.Bool
+	as2     http.Handler
+	console *console.Console
+	// sessionDB is the console's handle on the database, closed after
+	// the listeners stopped.
+	sessionDB *sql.DB
+	auth      *auth.Authenticator
+	elector   *leader.Elector
+	out       *outbound
+	metrics   *httpserver.Metrics
+	draining  atomic.Bool
 }
 
 func newParts(r *replica) (*parts, error) {
@@ -262,6 +269,9 @@ func newParts(r *replica) (*parts, error) {
 	}
 	reports := &report.Service{Store: r.store, Location: r.report.loc, Now: time.Now, Builder: r.reportBuilder()}
 	if p.out, err = newOutbound(r, reports); err != nil {
+		return nil, err
+	}
+	if p.console, p.sessionDB, err = newConsole(r, p.auth); err != nil {
 		return nil, err
 	}
 	return p, nil
@@ -299,16 +309,17 @@ func (p *parts) listen(r *replica) (srvs servers, err error) {
 		}
 		return srv, nil
 	}
-	// The API shares the AS2 listener unless it has its own.
-	as2API := p.out.api
+	// The API and the console share the AS2 listener unless the API has
+	// its own: then partners, who reach the AS2 listener, see neither.
+	as2API, as2Console := p.out.api, http.Handler(p.console)
 	if o.apiAddr != "" {
-		as2API = nil
-		if srvs.api, err = bind("api", o.apiAddr, router(httpserver.RouterOptions{API: p.out.api, Listener: "api"}),
+		as2API, as2Console = nil, nil
+		if srvs.api, err = bind("api", o.apiAddr, router(httpserver.RouterOptions{API: p.out.api, Console: p.console, Listener: "api"}),
 			"set EDIHUB_API_ADDR or -api-addr to a free address, or leave it empty to serve the API on the AS2 listener"); err != nil {
 			return srvs, err
 		}
 	}
-	if srvs.as2, err = bind("as2", o.httpAddr, router(httpserver.RouterOptions{AS2: p.as2, API: as2API}),
+	if srvs.as2, err = bind("as2", o.httpAddr, router(httpserver.RouterOptions{AS2: p.as2, API: as2API, Console: as2Console}),
 		"set EDIHUB_HTTP_ADDR or -http-addr to a free address"); err != nil {
 		return srvs, err
 	}
@@ -360,6 +371,7 @@ func (p *parts) run(ctx context.Context, r *replica, srvs servers) error {
 		return err
 	})
 	g.Go(func() error { return p.out.dispatcher.Run(gctx) })
+	g.Go(func() error { return p.console.Run(gctx) })
 	g.Go(func() error { return r.live.Run(gctx) })
 	if p.out.forwarder != nil {
 		g.Go(func() error { return p.out.forwarder.Run(gctx) })

@@ -30,6 +30,7 @@ type Store interface {
 	LoginFailuresOf(ctx context.Context, keys []string) ([]postgres.LoginFailures, error)
 	LoginFailed(ctx context.Context, key string, next func(postgres.LoginFailures) postgres.LoginFailures) (postgres.LoginFailures, error)
 	ClearLoginFailures(ctx context.Context, key string) error
+	SignInOIDCUser(ctx context.Context, in postgres.OIDCSignIn) (postgres.User, bool, error)
 }
 
 // Login throttling (see Login) and token bookkeeping.
@@ -359,6 +360,95 @@ func (a *Authenticator) SessionPrincipal(ctx context.Context, userID, epoch int6
 		return Principal{}, fmt.Errorf("user %d: %w", u.ID, err)
 	}
 	return Principal{Kind: KindUser, User: u.Name, UserID: u.ID, Role: role, Epoch: u.SessionEpoch}, nil
+}
+
+// ExternalIdentity is a person an identity provider (OpenID Connect)
+// signed in: who they are there (Issuer and Subject, together), a name
+// for a new user (their e-mail address or user name at the provider), and
+// the role their groups map to.
+type ExternalIdentity struct {
+	Issuer, Subject string
+	Name            string
+	Role            Role
+}
+
+// ExternalLogin signs in the user of an identity its provider vouched for:
+// the user of (Issuer, Subject), whose role becomes id.Role (the provider's
+// groups decide it at every sign-in), or a new user without a password
+// named after id.Name. A disabled user is refused (ErrDisabled, recorded as
+// a failed login). Logins are recorded in the audit log with "via": "oidc";
+// a new user and a changed role with it. Errors wrap ErrUnauthenticated or
+// are the store's.
+func (a *Authenticator) ExternalLogin(ctx context.Context, id ExternalIdentity, remote string) (Principal, error) {
+	if a.o.Store == nil {
+		return Principal{}, fmt.Errorf("%w: no users", ErrUnauthenticated)
+	}
+	if id.Issuer == "" || id.Subject == "" || id.Role.String() == "" {
+		return Principal{}, fmt.Errorf("%w: an external identity needs an issuer, a subject and a role", ErrUnauthenticated)
+	}
+	u, created, err := a.o.Store.SignInOIDCUser(ctx, postgres.OIDCSignIn{
+		Issuer: id.Issuer, Subject: id.Subject, Name: externalName(id), Role: id.Role.String(),
+		Actor: "oidc:" + id.Issuer, Remote: remote,
+	})
+	if err != nil {
+		return Principal{}, err
+	}
+	a.users.Store(true)
+	if u.DisabledAt != nil {
+		a.log.Info("login failed", zap.String("user", u.Name), zap.String("remote", remote), zap.String("reason", "user disabled"), zap.String("via", "oidc"))
+		a.audit(ctx, Entry{Actor: "anonymous", Action: "login.failed", Target: u.Name, Remote: remote,
+			Detail: map[string]any{"reason": "user disabled", "via": "oidc"}})
+		return Principal{}, fmt.Errorf("%w: %w: %s", ErrUnauthenticated, ErrDisabled, u.Name)
+	}
+	role, err := ParseRole(u.Role)
+	if err != nil {
+		return Principal{}, fmt.Errorf("user %d: %w", u.ID, err)
+	}
+	if err := a.o.Store.RecordLogin(ctx, u.ID, a.o.Now()); err != nil {
+		a.log.Warn("login time not written", zap.Error(err))
+	}
+	p := Principal{Kind: KindUser, User: u.Name, UserID: u.ID, Role: role, Epoch: u.SessionEpoch}
+	a.log.Info("login", zap.String("user", u.Name), zap.String("remote", remote), zap.String("via", "oidc"), zap.Bool("new_user", created))
+	a.audit(ctx, Entry{Actor: p.Actor(), Action: "login", Target: u.Name, Remote: remote,
+		Detail: map[string]any{"via": "oidc", "issuer": id.Issuer, "role": u.Role}})
+	return p, nil
+}
+
+// ExternalLoginRefused records a sign-in its provider vouched for but the
+// hub refuses (no group maps to a role): a failed login for name, with why.
+func (a *Authenticator) ExternalLoginRefused(ctx context.Context, name, reason, remote string) {
+	a.log.Info("login failed", zap.String("user", name), zap.String("remote", remote), zap.String("reason", reason), zap.String("via", "oidc"))
+	a.audit(ctx, Entry{Actor: "anonymous", Action: "login.failed", Target: name, Remote: remote,
+		Detail: map[string]any{"reason": reason, "via": "oidc"}})
+}
+
+// externalName is the name a new user of id gets: id.Name made into a name
+// CheckName takes (other characters become "-"), or "oidc-" and the
+// start of the subject.
+func externalName(id ExternalIdentity) string {
+	clean := func(s string) string {
+		b := []rune{}
+		for _, c := range s {
+			alnum := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
+			switch {
+			case alnum:
+				b = append(b, c)
+			case len(b) > 0 && (c == '.' || c == '_' || c == '-' || c == '@'):
+				b = append(b, c)
+			case len(b) > 0:
+				b = append(b, '-')
+			}
+		}
+		// Room for a "-NN" the store adds to a name taken.
+		if len(b) > maxNameLen-4 {
+			b = b[:maxNameLen-4]
+		}
+		return string(b)
+	}
+	if n := clean(id.Name); n != "" {
+		return n
+	}
+	return clean("oidc-" + id.Subject)
 }
 
 // audit records e when an Auditor is set; a failure is logged, not

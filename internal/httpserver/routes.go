@@ -107,14 +107,17 @@ type RouterOptions struct {
 	// accepts: an admin (the bootstrap token). With neither, the API
 	// answers 503 saying how to enable it.
 	APIToken string
+	// Console, when set, is the ops console, mounted under /console/
+	// (internal/console): it authenticates its own requests (sessions).
+	Console http.Handler
 	// Listener names the listener in the request metrics and access log
 	// ("as2", or "api" for a separate API listener); default "as2".
 	Listener string
 }
 
 // NewRouter returns the routes of an AS2 and/or API listener: GET /, and
-// POST /as2 and /api/v1 for whichever of AS2 and API is set; every other
-// path is 404.
+// POST /as2, /api/v1 and /console/ for whichever of AS2, API and Console
+// is set; every other path is 404.
 func NewRouter(opts RouterOptions) http.Handler {
 	r := chi.NewRouter()
 	log := opts.Logger.Named("access")
@@ -138,6 +141,10 @@ func NewRouter(opts RouterOptions) http.Handler {
 			r.Use(authenticate)
 			r.Mount("/", opts.API)
 		})
+	}
+	if opts.Console != nil {
+		r.Handle("/console", http.RedirectHandler("/console/", http.StatusMovedPermanently))
+		r.Handle("/console/*", opts.Console)
 	}
 	r.NotFound(func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusNotFound, map[string]string{"error": "not found"})

@@ -1,0 +1,263 @@
+// Package console is edihub's ops console: the pages people use in a
+// browser to see, search, trace and act on messages, watch the partners and
+// the hub, and manage users, their API tokens and the audit log.
+//
+// The pages are rendered on the server with html/template and embedded in
+// the binary with their one stylesheet and one small, optional script (a
+// confirmation before some forms, the hub page's auto-refresh): every page
+// works without JavaScript where a form suffices. Every response carries a
+// Content-Security-Policy without inline scripts or styles (Policy), and
+// every state-changing request passes Go's http.CrossOriginProtection.
+//
+// People sign in with a name and password (auth.Authenticator.Login, with
+// its throttling) or, when configured, with an OpenID Connect provider
+// (internal/oidc). Sessions are kept in PostgreSQL by
+// github.com/alexedwards/scs, so any replica serves any request; every
+// request checks the session's user again (auth.Authenticator.
+// SessionPrincipal), so a disabled user or a changed password ends its
+// sessions at once. Each handler checks the role it needs on the server,
+// with the roles of the REST API (docs/users.md): the page hiding a button
+// is never the check.
+//
+// The routes live under Prefix; docs/console.md describes the pages.
+package console
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/alexedwards/scs/postgresstore"
+	"github.com/alexedwards/scs/v2"
+	"go.uber.org/zap"
+
+	"github.com/edihub/edihub/internal/auth"
+	"github.com/edihub/edihub/internal/postgres"
+)
+
+// Prefix is where the console is mounted; every route is under it.
+const Prefix = "/console"
+
+// Session settings.
+const (
+	// CookieName names the session cookie.
+	CookieName = "edihub_session"
+	// IdleTimeout ends a session nobody used for this long.
+	IdleTimeout = 30 * time.Minute
+	// Lifetime ends a session this long after sign-in, used or not.
+	Lifetime = 12 * time.Hour
+	// DefaultCleanupInterval is how often Run deletes expired sessions.
+	DefaultCleanupInterval = 5 * time.Minute
+)
+
+// Policy is the Content-Security-Policy of every console response but the
+// day reports' own (see reportPolicy): scripts and styles from the console
+// only, never inline; images from the console or data: URIs; forms posting
+// to the console only; never framed.
+const Policy = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+
+// Authenticator signs people in and checks their sessions;
+// *auth.Authenticator implements it.
+type Authenticator interface {
+	Login(ctx context.Context, name, password, remote string) (auth.Principal, error)
+	SessionPrincipal(ctx context.Context, userID, epoch int64) (auth.Principal, error)
+	ExternalLogin(ctx context.Context, id auth.ExternalIdentity, remote string) (auth.Principal, error)
+	ExternalLoginRefused(ctx context.Context, name, reason, remote string)
+}
+
+// MessageStore reads messages and what happened to them;
+// *postgres.Store implements it.
+type MessageStore interface {
+	Message(ctx context.Context, id int64) (postgres.MessageInfo, error)
+	Messages(ctx context.Context, q postgres.MessageQuery) ([]postgres.MessageInfo, error)
+	MessagePayload(ctx context.Context, id int64) (postgres.MessageInfo, []byte, error)
+	MessageMDN(ctx context.Context, id int64) (postgres.MDNInfo, error)
+	MessageEvents(ctx context.Context, id int64, limit int) ([]postgres.Event, error)
+	MessageOutbox(ctx context.Context, id int64) ([]postgres.OutboxEntry, error)
+}
+
+// SessionStore deletes expired sessions; *postgres.Store implements it.
+type SessionStore interface {
+	DeleteExpiredSessions(ctx context.Context) (int64, error)
+}
+
+// Options configure New.
+type Options struct {
+	// Auth signs people in and checks their sessions. Required.
+	Auth Authenticator
+	// Messages reads messages. Required.
+	Messages MessageStore
+	// SessionDB is the database the sessions are kept in (the sessions
+	// table of migration 00010); postgres.Store.SessionDB gives it.
+	// Required.
+	SessionDB *sql.DB
+	// Sessions deletes expired sessions (Run). Required.
+	Sessions SessionStore
+	// Partners lists the partners served, for the search form; nil
+	// shows a text field.
+	Partners func() []string
+	// Logger logs what goes wrong (never a secret or payload). Required.
+	Logger *zap.Logger
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+	// Location is the time zone times are shown in; nil means UTC.
+	Location *time.Location
+	// CleanupInterval is how often Run deletes expired sessions; 0 means
+	// DefaultCleanupInterval.
+	CleanupInterval time.Duration
+}
+
+// Console serves the console's pages. Build it with New, serve it under
+// Prefix and run Run beside it.
+type Console struct {
+	o        Options
+	log      *zap.Logger
+	sessions *scs.SessionManager
+	mux      *http.ServeMux
+	pages    pages
+	csrf     *http.CrossOriginProtection
+	handler  http.Handler
+}
+
+// New validates o and returns the console.
+func New(o Options) (*Console, error) {
+	if o.Auth == nil || o.Messages == nil || o.SessionDB == nil || o.Sessions == nil || o.Logger == nil {
+		return nil, errors.New("console: Auth, Messages, SessionDB, Sessions and Logger are required")
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Location == nil {
+		o.Location = time.UTC
+	}
+	if o.CleanupInterval <= 0 {
+		o.CleanupInterval = DefaultCleanupInterval
+	}
+	ps, err := parsePages()
+	if err != nil {
+		return nil, err
+	}
+	c := &Console{o: o, log: o.Logger.Named("console"), pages: ps, mux: http.NewServeMux()}
+
+	// Not scs.New: it starts a memory store's cleanup goroutine that
+	// nothing can stop. Expired rows of the PostgreSQL store are deleted
+	// by Run, which stops with the replica, for the same reason.
+	sm := &scs.SessionManager{
+		Store:       postgresstore.NewWithConfig(o.SessionDB, postgresstore.Config{CleanUpInterval: 0}),
+		Codec:       scs.GobCodec{},
+		IdleTimeout: IdleTimeout,
+		Lifetime:    Lifetime,
+		Cookie: scs.SessionCookie{
+			Name: CookieName, Path: Prefix + "/", HttpOnly: true, Secure: true, SameSite: http.SameSiteLaxMode, Persist: false,
+		},
+	}
+	sm.ErrorFunc = func(w http.ResponseWriter, r *http.Request, err error) {
+		c.log.Error("session", zap.Error(err))
+		c.fail(w, r, http.StatusServiceUnavailable, "Your session could not be read (the database did not answer). Try again in a moment.")
+	}
+	c.sessions = sm
+
+	c.csrf = http.NewCrossOriginProtection()
+	c.csrf.SetDenyHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c.log.Info("cross-origin request refused", zap.String("method", r.Method), zap.String("path", r.URL.Path),
+			zap.String("origin", r.Header.Get("Origin")), zap.String("remote", auth.RemoteIP(r)))
+		c.fail(w, r, http.StatusForbidden, "This request came from another site and was refused. Use the console's own pages.")
+	}))
+
+	c.routes()
+	c.handler = c.sessions.LoadAndSave(withSession(c.csrf.Handler(c.mux)))
+	return c, nil
+}
+
+// ServeHTTP serves the console's routes under Prefix, each response with
+// the console's security headers.
+func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h := w.Header()
+	h.Set("Content-Security-Policy", Policy)
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Referrer-Policy", "same-origin")
+	h.Set("X-Frame-Options", "DENY")
+	if strings.HasPrefix(r.URL.Path, staticPrefix) {
+		// Assets need no session: no database read for them.
+		c.static(w, r)
+		return
+	}
+	h.Set("Cache-Control", "no-store")
+	c.handler.ServeHTTP(w, r)
+}
+
+// Run deletes expired sessions every CleanupInterval until ctx ends; it
+// returns nil then. A failed deletion is logged and tried again at the
+// next tick.
+func (c *Console) Run(ctx context.Context) error {
+	t := time.NewTicker(c.o.CleanupInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+			n, err := c.o.Sessions.DeleteExpiredSessions(ctx)
+			switch {
+			case err != nil && ctx.Err() == nil:
+				c.log.Warn("expired sessions not deleted; retrying later", zap.Error(err))
+			case n > 0:
+				c.log.Debug("expired sessions deleted", zap.Int64("sessions", n))
+			}
+		}
+	}
+}
+
+// handle registers a page that needs a signed-in user with role need or
+// above; need 0 is a page for everyone (the sign-in page).
+func (c *Console) handle(pattern string, need auth.Role, h http.HandlerFunc) {
+	if need == 0 {
+		c.mux.Handle(pattern, h)
+		return
+	}
+	c.mux.Handle(pattern, c.signedIn(c.require(need, h)))
+}
+
+func (c *Console) routes() {
+	c.handle("GET "+Prefix+"/{$}", auth.RoleViewer, func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, Prefix+"/messages", http.StatusSeeOther)
+	})
+	c.handle("GET "+Prefix+"/login", 0, c.loginPage)
+	c.handle("POST "+Prefix+"/login", 0, c.login)
+	c.handle("POST "+Prefix+"/logout", 0, c.logout)
+
+	c.handle("GET "+Prefix+"/messages", auth.RoleViewer, c.messages)
+	c.handle("GET "+Prefix+"/messages/{id}", auth.RoleViewer, c.trace)
+	// Payload bytes and raw MDNs: never for viewers.
+	c.handle("GET "+Prefix+"/messages/{id}/payload", auth.RoleOperator, c.payload)
+	c.handle("GET "+Prefix+"/messages/{id}/mdn", auth.RoleOperator, c.rawMDN)
+
+	c.mux.HandleFunc(Prefix+"/", func(w http.ResponseWriter, r *http.Request) {
+		c.fail(w, r, http.StatusNotFound, "There is no such page.")
+	})
+}
+
+type sessionKey struct{}
+
+// withSession marks requests whose session LoadAndSave loaded: the
+// session manager panics on a request without one (its error page).
+func withSession(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), sessionKey{}, true)))
+	})
+}
+
+func hasSession(r *http.Request) bool { v, _ := r.Context().Value(sessionKey{}).(bool); return v }
+
+// now is the console's clock.
+func (c *Console) now() time.Time { return c.o.Now() }
+
+// internal answers 500 for an error that is not the person's, logged.
+func (c *Console) internal(w http.ResponseWriter, r *http.Request, what string, err error) {
+	c.log.Error(what, zap.String("path", r.URL.Path), zap.Error(err))
+	c.fail(w, r, http.StatusInternalServerError, fmt.Sprintf("%s failed (the database did not answer or something went wrong). Try again in a moment.", what))
+}

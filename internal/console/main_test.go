@@ -1,0 +1,282 @@
+package console_test
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/jackc/pgx/v5"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/edihub/edihub/internal/auth"
+	"github.com/edihub/edihub/internal/console"
+	"github.com/edihub/edihub/internal/postgres"
+	"github.com/edihub/edihub/internal/testenv"
+	"github.com/edihub/edihub/internal/testenv/browser"
+	"github.com/edihub/edihub/internal/testenv/pgtest"
+)
+
+var update = flag.Bool("update", false, "write the screenshots of docs/console")
+
+// TestMain shares one PostgreSQL and one Chromium among the tests of the
+// package, and checks that the console leaves no goroutine behind.
+func TestMain(m *testing.M) { os.Exit(testenv.Main(m, testenv.CheckLeaks())) }
+
+// cheap are argon2id parameters that keep the tests fast.
+var cheap = auth.Params{Memory: 64, Time: 1, Threads: 1}
+
+// password is every test user's password.
+const password = "correct horse battery"
+
+// env is a console on a database of its own, served over HTTP on
+// loopback, as edihub serve mounts it.
+type env struct {
+	t     *testing.T
+	ctx   context.Context
+	st    *postgres.Store
+	db    *pgx.Conn
+	auth  *auth.Authenticator
+	users *auth.Users
+	c     *console.Console
+	url   string // the server's, without /console
+	now   time.Time
+}
+
+// option changes the console's Options of a test.
+type option func(*console.Options)
+
+func newEnv(t *testing.T, opts ...option) *env {
+	t.Helper()
+	ctx := t.Context()
+	dbURL := pgtest.URL(t)
+	st, err := postgres.Open(ctx, dbURL, postgres.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.Close)
+	log := zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))
+	a, err := auth.New(auth.Options{Store: st, Auditor: st, Params: cheap, Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sdb := st.SessionDB()
+	t.Cleanup(func() { _ = sdb.Close() })
+	o := console.Options{
+		Auth: a, Messages: st, SessionDB: sdb, Sessions: st, Logger: log,
+		Partners: func() []string { return []string{"ACME CORP", "GLOBEX"} },
+	}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	c, err := console.New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle(console.Prefix+"/", c)
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	rctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(rctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	e := &env{t: t, ctx: ctx, st: st, db: pgtest.Conn(t, dbURL), auth: a, users: &auth.Users{Store: st, Params: cheap}, c: c, url: srv.URL}
+	return e
+}
+
+// addUser adds a user with role and the test password.
+func (e *env) addUser(name string, role auth.Role) postgres.User {
+	e.t.Helper()
+	u, err := e.users.Add(e.ctx, auth.Caller{Principal: auth.CLIPrincipal("test@host")}, name, role, password)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return u
+}
+
+// exec runs SQL on the test database.
+func (e *env) exec(sql string, args ...any) {
+	e.t.Helper()
+	if _, err := e.db.Exec(e.ctx, sql, args...); err != nil {
+		e.t.Fatalf("%s: %v", strings.Fields(sql)[0], err)
+	}
+}
+
+// msg is a message to seed.
+type msg struct {
+	Direction, Partner, MessageID, Status, Filename, Error, Disposition string
+	Payload                                                             string
+	Created                                                             time.Time
+	// Outbox adds the outbox row of an outbound message: its attempts,
+	// last HTTP status and error.
+	Attempts   int
+	LastStatus int
+	// MDN adds a stored MDN with this disposition.
+	MDN         string
+	MICVerified *bool
+}
+
+// seed stores m as the receiver or the dispatcher would have, and returns
+// its id. A final status is set by an update, so that the trigger writes
+// its event.
+func (e *env) seed(m msg) int64 {
+	e.t.Helper()
+	if m.Created.IsZero() {
+		m.Created = time.Now()
+	}
+	initial := m.Status
+	if m.Direction == "outbound" {
+		initial = "sending"
+	}
+	from, to := "EDIHUB", m.Partner
+	if m.Direction == "inbound" {
+		from, to = m.Partner, "EDIHUB"
+	}
+	var id int64
+	err := e.db.QueryRow(e.ctx, `
+INSERT INTO messages (direction, partner, as2_from, as2_to, message_id, status, content_type, filename, payload_size,
+                      signed, encrypted, mic, mic_alg, mdn_mode, mdn_signed, attempts, created_at, updated_at, completed_at)
+VALUES ($1, $2, $3, $4, $5, $6, 'application/edi-x12', $7, $8, true, true, 'pMf1Sb0Mr6cpjDmvRsyhlnIyhmzjmJafZL1JY2uFBgo=, sha-256', 'sha-256',
+        'sync', true, 1, $9, $9, CASE WHEN $6 = 'processed' THEN $9::timestamptz END)
+RETURNING id`, m.Direction, m.Partner, from, to, m.MessageID, initial, m.Filename, len(m.Payload), m.Created).Scan(&id)
+	if err != nil {
+		e.t.Fatalf("seed message: %v", err)
+	}
+	e.exec(`INSERT INTO payloads (message_id, data) VALUES ($1, $2)`, id, []byte(m.Payload))
+	if m.Direction == "outbound" {
+		var last *int
+		if m.LastStatus != 0 {
+			last = &m.LastStatus
+		}
+		state := "done"
+		if m.Status == "failed" {
+			state = "failed"
+		}
+		if m.Status == "retrying" || m.Status == "queued" || m.Status == "sending" {
+			state = "pending"
+		}
+		e.exec(`
+INSERT INTO outbox (kind, message_id, partner, url, headers, body, status, attempts, max_attempts, last_status, last_error,
+                    last_attempt_at, finished_at, built_at, created_at)
+VALUES ('message', $1, $2, 'https://as2.example/as2', '{}', 'built bytes', $3, $4, 8, $5, $6, $7::timestamptz,
+        CASE WHEN $3 <> 'pending' THEN $7::timestamptz END, $8, $8)`,
+			id, m.Partner, state, max(m.Attempts, 1), last, m.Error, m.Created.Add(time.Minute), m.Created)
+		if m.Status != initial {
+			e.exec(`UPDATE messages SET status = $2, error = $3, disposition = $4, attempts = $5, mic_verified = $6, updated_at = $7,
+       completed_at = CASE WHEN $2 IN ('delivered', 'failed', 'sent') THEN $7::timestamptz END WHERE id = $1`,
+				id, m.Status, m.Error, m.Disposition, max(m.Attempts, 1), m.MICVerified, m.Created.Add(time.Minute))
+		}
+	}
+	if m.MDN != "" {
+		e.exec(`INSERT INTO mdns (message_id, content_type, headers, body, disposition, mic, signed, created_at)
+VALUES ($1, 'multipart/signed; protocol="application/pkcs7-signature"', '{}', 'raw MDN bytes', $2,
+        'pMf1Sb0Mr6cpjDmvRsyhlnIyhmzjmJafZL1JY2uFBgo=, sha-256', true, $3)`, id, m.MDN, m.Created.Add(time.Minute))
+	}
+	return id
+}
+
+// page is the console URL of path.
+func (e *env) page(path string) string { return e.url + console.Prefix + path }
+
+// tab opens a tab of the shared browser.
+func tab(t *testing.T) context.Context {
+	t.Helper()
+	return browser.Start(t).NewTab(t)
+}
+
+// run runs chromedp actions in the tab, failing the test on an error.
+func run(t *testing.T, tab context.Context, what string, actions ...chromedp.Action[chromedp.Void]) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(tab, 30*time.Second)
+	defer cancel()
+	if err := chromedp.Do(ctx, actions...); err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+}
+
+// login signs name in through the sign-in page and waits for the page it
+// lands on.
+func (e *env) login(t *testing.T, tab context.Context, name string) {
+	t.Helper()
+	run(t, tab, "open the sign-in page", chromedp.Navigate(e.page("/login")))
+	e.loginHere(t, tab, name)
+}
+
+// loginHere fills in and sends the sign-in form the tab shows.
+func (e *env) loginHere(t *testing.T, tab context.Context, name string) {
+	t.Helper()
+	run(t, tab, "sign in as "+name,
+		chromedp.WaitVisible(chromedp.CSS("#name")),
+		chromedp.SendKeys(chromedp.CSS("#name"), name),
+		chromedp.SendKeys(chromedp.CSS("#password"), password),
+		chromedp.Click(chromedp.CSS("#signin")),
+		chromedp.WaitVisible(chromedp.CSS("#logout")),
+	)
+}
+
+// text is the text of the first element sel matches.
+func text(t *testing.T, tab context.Context, sel string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(tab, 20*time.Second)
+	defer cancel()
+	s, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(sel)))
+	if err != nil {
+		t.Fatalf("text of %s: %v", sel, err)
+	}
+	return strings.TrimSpace(s)
+}
+
+// eval evaluates a JavaScript expression in the page.
+func eval[T any](t *testing.T, tab context.Context, js string) T {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(tab, 20*time.Second)
+	defer cancel()
+	v, err := chromedp.Run(ctx, chromedp.Evaluate[T](js, chromedp.EvalAwaitPromise))
+	if err != nil {
+		t.Fatalf("evaluate %s: %v", js, err)
+	}
+	return v
+}
+
+// location is the tab's URL path and query.
+func location(t *testing.T, tab context.Context) string {
+	t.Helper()
+	u, err := chromedp.Run(tab, chromedp.Location())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u
+}
+
+// fetchStatus is the status the console answers to a request the page
+// makes with fetch (same origin: the session cookie goes along).
+func fetchStatus(t *testing.T, tab context.Context, method, url string) int {
+	t.Helper()
+	return eval[int](t, tab, fmt.Sprintf(`fetch(%q, {method: %q, redirect: "manual"}).then(r => r.status)`, url, method))
+}
+
+// noErrors fails t for every error the tab logged: console errors,
+// exceptions, Content-Security-Policy violations, failed loads.
+func noErrors(t *testing.T, tab context.Context) {
+	t.Helper()
+	errs, err := browser.Errors(tab)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range errs {
+		t.Errorf("browser: %s", e)
+	}
+}

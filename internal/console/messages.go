@@ -1,0 +1,287 @@
+package console
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"mime"
+	"net/http"
+	"net/url"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/edihub/edihub/internal/postgres"
+)
+
+// PageSize is the number of messages on one page of the search.
+const PageSize = 50
+
+// Statuses are the message statuses the search offers, inbound and
+// outbound.
+var Statuses = []string{"queued", "sending", "retrying", "awaiting-mdn", "delivered", "sent", "failed", "processed", "error"}
+
+// messageFilter is the search form as typed.
+type messageFilter struct {
+	Partner, Direction, Status, Since, Until string
+}
+
+// values is the filter as query parameters, empty ones left out.
+func (f messageFilter) values() url.Values {
+	q := url.Values{}
+	for k, v := range map[string]string{"partner": f.Partner, "direction": f.Direction, "status": f.Status, "since": f.Since, "until": f.Until} {
+		if v != "" {
+			q.Set(k, v)
+		}
+	}
+	return q
+}
+
+// messagesData is the messages page's.
+type messagesData struct {
+	Q        messageFilter
+	Partners []string
+	Statuses []string
+	Messages []postgres.MessageInfo
+	// Next is the URL of the page of older messages; "" on the last.
+	Next string
+	// First is the URL of the first page, when this is not it.
+	First  string
+	Errors []string
+}
+
+// messages serves the search: a GET form, so that a search is a link
+// and works without JavaScript. Pages go by id, newest first (keyset
+// paging: ?cursor= is the last id of the page before).
+func (c *Console) messages(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	f := messageFilter{
+		Partner: strings.TrimSpace(q.Get("partner")), Direction: q.Get("direction"), Status: q.Get("status"),
+		Since: q.Get("since"), Until: q.Get("until"),
+	}
+	d := messagesData{Q: f, Statuses: Statuses}
+	if c.o.Partners != nil {
+		d.Partners = c.o.Partners()
+	}
+	mq := postgres.MessageQuery{Partner: f.Partner, Status: f.Status, Limit: PageSize + 1}
+	if f.Direction != "" && f.Direction != "inbound" && f.Direction != "outbound" {
+		d.Errors = append(d.Errors, "Direction: choose inbound or outbound.")
+	} else {
+		mq.Direction = f.Direction
+	}
+	if f.Status != "" && !slices.Contains(Statuses, f.Status) {
+		d.Errors = append(d.Errors, fmt.Sprintf("Status: %q is not a status.", f.Status))
+		mq.Status = ""
+	}
+	day := func(field, v string) time.Time {
+		if v == "" {
+			return time.Time{}
+		}
+		t, err := time.ParseInLocation("2006-01-02", v, c.o.Location)
+		if err != nil {
+			d.Errors = append(d.Errors, fmt.Sprintf("%s: %q is not a date like 2026-01-31.", field, v))
+			return time.Time{}
+		}
+		return t
+	}
+	mq.Since = day("From", f.Since)
+	if until := day("To", f.Until); !until.IsZero() {
+		mq.Until = until.AddDate(0, 0, 1) // the whole day
+	}
+	if v := q.Get("cursor"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 1 {
+			d.Errors = append(d.Errors, "The page asked for does not exist: start again from the first page.")
+		} else {
+			mq.Before = n
+			d.First = Prefix + "/messages?" + f.values().Encode()
+		}
+	}
+	if len(d.Errors) == 0 {
+		ms, err := c.o.Messages.Messages(r.Context(), mq)
+		if err != nil {
+			c.internal(w, r, "Searching messages", err)
+			return
+		}
+		if len(ms) > PageSize {
+			ms = ms[:PageSize]
+			nq := f.values()
+			nq.Set("cursor", strconv.FormatInt(ms[len(ms)-1].ID, 10))
+			d.Next = Prefix + "/messages?" + nq.Encode()
+		}
+		d.Messages = ms
+	}
+	status := http.StatusOK
+	if len(d.Errors) > 0 {
+		status = http.StatusBadRequest
+	}
+	c.render(w, r, status, "messages", c.view(r, "Messages", "messages", d))
+}
+
+// messageID parses {id}; false when it is not a message id (404 shown).
+func (c *Console) messageID(w http.ResponseWriter, r *http.Request) (int64, bool) {
+	n, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
+	if err != nil || n < 1 {
+		c.fail(w, r, http.StatusNotFound, fmt.Sprintf("There is no message %q: message numbers are positive whole numbers.", r.PathValue("id")))
+		return 0, false
+	}
+	return n, true
+}
+
+// readFailed answers a failed read of message id: 404 for a missing
+// message or MDN.
+func (c *Console) readFailed(w http.ResponseWriter, r *http.Request, id int64, err error) {
+	switch {
+	case errors.Is(err, postgres.ErrMessageNotFound):
+		c.fail(w, r, http.StatusNotFound, fmt.Sprintf("There is no message %d (it may have been purged after the retention).", id))
+	case errors.Is(err, postgres.ErrNoMDN):
+		c.fail(w, r, http.StatusNotFound, fmt.Sprintf("Message %d has no MDN (yet).", id))
+	default:
+		c.internal(w, r, fmt.Sprintf("Reading message %d", id), err)
+	}
+}
+
+// eventView is an event of the trace.
+type eventView struct {
+	Type   string
+	At     time.Time
+	Detail []string // "key: value", sorted
+}
+
+// traceData is the trace page's.
+type traceData struct {
+	M      postgres.MessageInfo
+	Outbox []postgres.OutboxEntry
+	MDN    *postgres.MDNInfo
+	// MICCheck says how the MDN's MIC compares with the message's.
+	MICCheck string
+	// MICOK is true when the MIC check passed, false when it failed or
+	// was not made.
+	MICOK  bool
+	Events []eventView
+	// Resendable: the message may be sent again (failed, or its MDN is
+	// overdue).
+	Resendable bool
+	// HasPayload: the payload is still stored.
+	HasPayload bool
+}
+
+// trace shows one message: as received or sent, every attempt, its MDN
+// and MIC check, its events.
+func (c *Console) trace(w http.ResponseWriter, r *http.Request) {
+	id, ok := c.messageID(w, r)
+	if !ok {
+		return
+	}
+	ctx := r.Context()
+	m, err := c.o.Messages.Message(ctx, id)
+	if err != nil {
+		c.readFailed(w, r, id, err)
+		return
+	}
+	d := traceData{M: m, Resendable: m.Direction == "outbound" && (m.Status == "failed" || m.MDNOverdue), HasPayload: m.Size > 0 || m.Filename != ""}
+	if d.Outbox, err = c.o.Messages.MessageOutbox(ctx, id); err != nil {
+		c.internal(w, r, fmt.Sprintf("Reading message %d", id), err)
+		return
+	}
+	mdn, err := c.o.Messages.MessageMDN(ctx, id)
+	switch {
+	case err == nil:
+		d.MDN = &mdn
+	case !errors.Is(err, postgres.ErrNoMDN):
+		c.readFailed(w, r, id, err)
+		return
+	}
+	d.MICCheck, d.MICOK = micCheck(m, d.MDN)
+	evs, err := c.o.Messages.MessageEvents(ctx, id, 100)
+	if err != nil {
+		c.internal(w, r, fmt.Sprintf("Reading message %d", id), err)
+		return
+	}
+	for _, e := range evs {
+		d.Events = append(d.Events, eventView{Type: e.Type, At: e.CreatedAt, Detail: detailLines(e.Detail)})
+	}
+	c.render(w, r, http.StatusOK, "trace", c.view(r, fmt.Sprintf("Message %d", id), "messages", d))
+}
+
+// micCheck says what the MDN's MIC proves about the message.
+func micCheck(m postgres.MessageInfo, mdn *postgres.MDNInfo) (string, bool) {
+	if mdn == nil {
+		return "no MDN", false
+	}
+	if m.Direction == "inbound" {
+		if mdn.MIC == "" {
+			return "our MDN carries no MIC (the partner did not sign or asked for none)", false
+		}
+		return "our MDN returned the MIC of the content as received: " + mdn.MIC, true
+	}
+	switch {
+	case m.MICVerified == nil:
+		return "not checked", false
+	case *m.MICVerified:
+		return "matched: the partner's MIC is the one computed when the message was sent", true
+	}
+	return "no MIC to check: the partner's MDN is unsigned and carries none (allowed for unsigned receipts)", false
+}
+
+// detailLines shows an event's JSON detail as sorted "key: value" lines.
+func detailLines(raw json.RawMessage) []string {
+	var m map[string]any
+	if json.Unmarshal(raw, &m) != nil {
+		return nil
+	}
+	out := make([]string, 0, len(m))
+	for k, v := range m {
+		out = append(out, fmt.Sprintf("%s: %v", k, v))
+	}
+	sort.Strings(out)
+	return out
+}
+
+// payload sends the message's document as stored (operators and admins).
+func (c *Console) payload(w http.ResponseWriter, r *http.Request) {
+	id, ok := c.messageID(w, r)
+	if !ok {
+		return
+	}
+	m, data, err := c.o.Messages.MessagePayload(r.Context(), id)
+	if err != nil {
+		c.readFailed(w, r, id, err)
+		return
+	}
+	name := m.Filename
+	if name == "" {
+		name = fmt.Sprintf("message-%d", id)
+	}
+	download(w, mime.FormatMediaType("attachment", map[string]string{"filename": name}), data)
+}
+
+// rawMDN sends the MDN as stored (operators and admins).
+func (c *Console) rawMDN(w http.ResponseWriter, r *http.Request) {
+	id, ok := c.messageID(w, r)
+	if !ok {
+		return
+	}
+	m, err := c.o.Messages.MessageMDN(r.Context(), id)
+	if err != nil {
+		c.readFailed(w, r, id, err)
+		return
+	}
+	download(w, mime.FormatMediaType("attachment", map[string]string{"filename": fmt.Sprintf("mdn-%d.eml", id)}), m.Body)
+}
+
+// download sends b as a file to save, never to show: whatever the bytes
+// are (HTML, SVG), the browser does not render them on the console's
+// origin.
+func download(w http.ResponseWriter, disposition string, b []byte) {
+	h := w.Header()
+	h.Set("Content-Type", "application/octet-stream")
+	h.Set("Content-Disposition", disposition)
+	h.Set("Content-Length", strconv.Itoa(len(b)))
+	// A sandbox for the case a browser renders it after all.
+	h.Set("Content-Security-Policy", "default-src 'none'; sandbox")
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(b)
+}
