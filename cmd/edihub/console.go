@@ -11,7 +11,7 @@ import (
 // newConsole builds the ops console of a replica: its sessions are kept in
 // the replica's database (the returned *sql.DB, to close after the
 // listeners stopped and before the store).
-func newConsole(r *replica, a *auth.Authenticator) (*console.Console, *sql.DB, error) {
+func newConsole(r *replica, a *auth.Authenticator, out *outbound) (*console.Console, *sql.DB, error) {
 	sdb := r.store.SessionDB()
 	c, err := console.New(console.Options{
 		Auth:      a,
@@ -19,9 +19,15 @@ func newConsole(r *replica, a *auth.Authenticator) (*console.Console, *sql.DB, e
 		SessionDB: sdb,
 		Sessions:  r.store,
 		Partners:  func() []string { return partnerNames(r.cfg.Current()) },
-		Logger:    r.log,
-		Now:       time.Now,
-		Location:  r.report.loc,
+		Auditor:   r.store,
+		Queue:     out.queue,
+		Resender:  r.store,
+		// A document sent from the console is bounded like one sent to
+		// the API.
+		MaxUploadBytes: r.o.maxBodyBytes,
+		Logger:         r.log,
+		Now:            time.Now,
+		Location:       r.report.loc,
 	})
 	if err != nil {
 		_ = sdb.Close()

@@ -99,6 +99,7 @@ func (o outboundOptions) webhookSecret() ([]byte, error) {
 // outbox dispatcher, which serve runs under its errgroup.
 type outbound struct {
 	api        http.Handler
+	queue      *outbox.Queue
 	dispatcher *outbox.Dispatcher
 	// forwarder moves feed events into the outbox; nil without a webhook.
 	forwarder *outbox.Forwarder
@@ -152,7 +153,7 @@ func newOutbound(r *replica, reports api.Reports) (*outbound, error) {
 	if err := reg.Register(api.NewCertificateCollector(certs)); err != nil {
 		return nil, fmt.Errorf("register certificate metrics: %w", err)
 	}
-	out := &outbound{api: h, dispatcher: d}
+	out := &outbound{api: h, queue: q, dispatcher: d}
 	if o.outbound.webhookURL != "" {
 		out.forwarder, err = outbox.NewForwarder(outbox.ForwarderOptions{
 			Store: store, Logger: log, URL: o.outbound.webhookURL, Notify: d.Wake,

@@ -52,6 +52,8 @@ const (
 	Lifetime = 12 * time.Hour
 	// DefaultCleanupInterval is how often Run deletes expired sessions.
 	DefaultCleanupInterval = 5 * time.Minute
+	// DefaultMaxUploadBytes bounds a document sent from the console.
+	DefaultMaxUploadBytes = 20 << 20
 )
 
 // Policy is the Content-Security-Policy of every console response but the
@@ -100,6 +102,16 @@ type Options struct {
 	// Partners lists the partners served, for the search form; nil
 	// shows a text field.
 	Partners func() []string
+	// Auditor records every action and change in the audit log. Required.
+	Auditor auth.Auditor
+	// Queue queues the documents sent from the console; nil leaves the
+	// send page out.
+	Queue Enqueuer
+	// Resender resends messages; nil leaves resend out.
+	Resender Resender
+	// MaxUploadBytes bounds a document sent from the console; 0 means
+	// DefaultMaxUploadBytes.
+	MaxUploadBytes int64
 	// Logger logs what goes wrong (never a secret or payload). Required.
 	Logger *zap.Logger
 	// Now is the clock; nil means time.Now.
@@ -125,8 +137,11 @@ type Console struct {
 
 // New validates o and returns the console.
 func New(o Options) (*Console, error) {
-	if o.Auth == nil || o.Messages == nil || o.SessionDB == nil || o.Sessions == nil || o.Logger == nil {
-		return nil, errors.New("console: Auth, Messages, SessionDB, Sessions and Logger are required")
+	if o.Auth == nil || o.Messages == nil || o.SessionDB == nil || o.Sessions == nil || o.Auditor == nil || o.Logger == nil {
+		return nil, errors.New("console: Auth, Messages, SessionDB, Sessions, Auditor and Logger are required")
+	}
+	if o.MaxUploadBytes <= 0 {
+		o.MaxUploadBytes = DefaultMaxUploadBytes
 	}
 	if o.Now == nil {
 		o.Now = time.Now
@@ -235,6 +250,14 @@ func (c *Console) routes() {
 	// Payload bytes and raw MDNs: never for viewers.
 	c.handle("GET "+Prefix+"/messages/{id}/payload", auth.RoleOperator, c.payload)
 	c.handle("GET "+Prefix+"/messages/{id}/mdn", auth.RoleOperator, c.rawMDN)
+	if c.o.Resender != nil {
+		c.handle("GET "+Prefix+"/messages/{id}/resend", auth.RoleOperator, c.resendConfirm)
+		c.handle("POST "+Prefix+"/messages/{id}/resend", auth.RoleOperator, c.resend)
+	}
+	if c.o.Queue != nil {
+		c.handle("GET "+Prefix+"/send", auth.RoleOperator, c.sendForm)
+		c.handle("POST "+Prefix+"/send", auth.RoleOperator, c.send)
+	}
 
 	c.mux.HandleFunc(Prefix+"/", func(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, http.StatusNotFound, "There is no such page.")

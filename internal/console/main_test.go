@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -17,10 +18,13 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/edihub/edihub/internal/auth"
+	"github.com/edihub/edihub/internal/config"
 	"github.com/edihub/edihub/internal/console"
+	"github.com/edihub/edihub/internal/outbox"
 	"github.com/edihub/edihub/internal/postgres"
 	"github.com/edihub/edihub/internal/testenv"
 	"github.com/edihub/edihub/internal/testenv/browser"
+	"github.com/edihub/edihub/internal/testenv/devpki"
 	"github.com/edihub/edihub/internal/testenv/pgtest"
 )
 
@@ -47,7 +51,7 @@ type env struct {
 	users *auth.Users
 	c     *console.Console
 	url   string // the server's, without /console
-	now   time.Time
+	cfg   *config.File
 }
 
 // option changes the console's Options of a test.
@@ -69,9 +73,15 @@ func newEnv(t *testing.T, opts ...option) *env {
 	}
 	sdb := st.SessionDB()
 	t.Cleanup(func() { _ = sdb.Close() })
+	cfg := writeConfig(t)
+	q, err := outbox.NewQueue(outbox.QueueOptions{Store: st, Config: cfg})
+	if err != nil {
+		t.Fatal(err)
+	}
 	o := console.Options{
-		Auth: a, Messages: st, SessionDB: sdb, Sessions: st, Logger: log,
+		Auth: a, Messages: st, SessionDB: sdb, Sessions: st, Auditor: st, Logger: log,
 		Partners: func() []string { return []string{"ACME CORP", "GLOBEX"} },
+		Queue:    q, Resender: st,
 	}
 	for _, opt := range opts {
 		opt(&o)
@@ -93,8 +103,42 @@ func newEnv(t *testing.T, opts ...option) *env {
 			t.Errorf("Run: %v", err)
 		}
 	})
-	e := &env{t: t, ctx: ctx, st: st, db: pgtest.Conn(t, dbURL), auth: a, users: &auth.Users{Store: st, Params: cheap}, c: c, url: srv.URL}
+	e := &env{t: t, ctx: ctx, st: st, db: pgtest.Conn(t, dbURL), auth: a, users: &auth.Users{Store: st, Params: cheap}, c: c, url: srv.URL, cfg: cfg}
 	return e
+}
+
+// writeConfig writes a station file with the partners ACME CORP and GLOBEX
+// (keys and certificates of devpki) and loads it.
+func writeConfig(t *testing.T) *config.File {
+	t.Helper()
+	dir := t.TempDir()
+	write := func(name string) (keyPath, certPath string) {
+		id, err := devpki.New(name, devpki.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		keyPath, certPath = filepath.Join(dir, name+".key"), filepath.Join(dir, name+".crt")
+		if err := id.WriteFiles(keyPath, certPath); err != nil {
+			t.Fatal(err)
+		}
+		return keyPath, certPath
+	}
+	sk, sc := write("station")
+	_, pc := write("partner")
+	y := fmt.Sprintf(`station: {as2_id: EDIHUB, private_key: %q, certificate: %q}
+partners:
+  - {as2_id: "ACME CORP", url: "http://127.0.0.1:1/as2", certificate: %q, mdn: sync, mdn_signed: true, sign: sha-256}
+  - {as2_id: "GLOBEX", url: "http://127.0.0.1:1/as2", certificate: %q, mdn: none}
+`, sk, sc, pc, pc)
+	path := filepath.Join(dir, "edihub.yaml")
+	if err := os.WriteFile(path, []byte(y), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Load(path, config.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
 }
 
 // addUser adds a user with role and the test password.
@@ -220,11 +264,39 @@ func (e *env) loginHere(t *testing.T, tab context.Context, name string) {
 	t.Helper()
 	run(t, tab, "sign in as "+name,
 		chromedp.WaitVisible(chromedp.CSS("#name")),
-		chromedp.SendKeys(chromedp.CSS("#name"), name),
+		chromedp.SetValue(chromedp.CSS("#name"), name),
 		chromedp.SendKeys(chromedp.CSS("#password"), password),
-		chromedp.Click(chromedp.CSS("#signin")),
+		submit("#signin"),
 		chromedp.WaitVisible(chromedp.CSS("#logout")),
 	)
+}
+
+// loginFails sends the sign-in form with the test password and waits for
+// the error it shows.
+func (e *env) loginFails(t *testing.T, tab context.Context, name string) {
+	t.Helper()
+	run(t, tab, "sign in as "+name+", refused",
+		chromedp.WaitVisible(chromedp.CSS("#name")),
+		chromedp.SetValue(chromedp.CSS("#name"), name),
+		chromedp.SendKeys(chromedp.CSS("#password"), password),
+		submit("#signin"),
+		chromedp.WaitVisible(chromedp.CSS("#login-error")),
+	)
+}
+
+// submit clicks sel (a submit button or a link) and waits until the
+// page it leads to is loaded: the old page is marked first, so that what
+// is read next is never the page before.
+func submit(sel string) chromedp.Action[chromedp.Void] {
+	return func(ctx context.Context, tg *chromedp.Target) (chromedp.Void, error) {
+		if _, err := chromedp.Evaluate[chromedp.Void](`document.documentElement.dataset.old = "1"`)(ctx, tg); err != nil {
+			return chromedp.Void{}, err
+		}
+		if _, err := chromedp.Click(chromedp.CSS(sel))(ctx, tg); err != nil {
+			return chromedp.Void{}, err
+		}
+		return chromedp.WaitReady(chromedp.CSS("html:not([data-old]) body"))(ctx, tg)
+	}
 }
 
 // text is the text of the first element sel matches.

@@ -40,7 +40,7 @@ func TestSearchAndTrace(t *testing.T) {
 		chromedp.SetValue(chromedp.CSS("#q-status"), "failed"),
 		chromedp.SetValue(chromedp.CSS("#q-since"), "2026-03-02"),
 		chromedp.SetValue(chromedp.CSS("#q-until"), "2026-03-02"),
-		chromedp.Click(chromedp.CSS("#search")),
+		submit("#search"),
 		chromedp.WaitVisible(chromedp.CSS("#messages")),
 	)
 	rows := text(t, tb, "#messages tbody")
@@ -49,7 +49,7 @@ func TestSearchAndTrace(t *testing.T) {
 	}
 	noErrors(t, tb)
 
-	run(t, tb, "open the trace", chromedp.Click(chromedp.CSS("#messages tbody a")), chromedp.WaitVisible(chromedp.CSS("#attempts")))
+	run(t, tb, "open the trace", submit("#messages tbody a"), chromedp.WaitVisible(chromedp.CSS("#attempts")))
 	if got, want := text(t, tb, "h1"), "Message "; !strings.HasPrefix(got, want) || !strings.Contains(got, "failed") {
 		t.Errorf("trace h1 = %q, want Message %d failed", got, failed)
 	}

@@ -1,0 +1,229 @@
+package console
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/edihub/edihub/internal/auth"
+	"github.com/edihub/edihub/internal/outbox"
+	"github.com/edihub/edihub/internal/postgres"
+)
+
+// Enqueuer queues outbound documents; *outbox.Queue implements it.
+type Enqueuer interface {
+	Enqueue(ctx context.Context, d outbox.Document) (outbox.Queued, error)
+}
+
+// Resender queues a failed or overdue outbound message again, same
+// Message-ID and bytes; *postgres.Store implements it. Errors wrap
+// postgres.ErrMessageNotFound or postgres.ErrNotResendable.
+type Resender interface {
+	ResendMessage(ctx context.Context, id int64) (postgres.MessageInfo, error)
+}
+
+// auditTimeout bounds the write of an audit entry.
+const auditTimeout = 10 * time.Second
+
+// audit records an action made in the console: its action (the API's
+// names: message.send, message.resend, ...), target and detail, with the
+// signed-in user as the actor and the client's address. The action is
+// made: a failure to record it is logged, not shown.
+func (c *Console) audit(r *http.Request, action, target string, detail map[string]any) {
+	if c.o.Auditor == nil {
+		return
+	}
+	e := auth.AuditFromRequest(r)
+	e.Action, e.Target, e.Detail = action, target, detail
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), auditTimeout)
+	defer cancel()
+	if err := c.o.Auditor.Record(ctx, e); err != nil {
+		c.log.Error("audit entry not written", zap.String("action", action), zap.String("target", target), zap.String("actor", e.Actor), zap.Error(err))
+	}
+}
+
+// confirmData is a confirmation page's: what is about to happen, and the
+// form that makes it happen.
+type confirmData struct {
+	Question string
+	Detail   []string
+	Action   string // the form's URL
+	Button   string
+	Back     string
+	Danger   bool
+}
+
+// resendConfirm asks before a resend: the same Message-ID and bytes go to
+// the partner again.
+func (c *Console) resendConfirm(w http.ResponseWriter, r *http.Request) {
+	id, ok := c.messageID(w, r)
+	if !ok {
+		return
+	}
+	m, err := c.o.Messages.Message(r.Context(), id)
+	if err != nil {
+		c.readFailed(w, r, id, err)
+		return
+	}
+	trace := fmt.Sprintf("%s/messages/%d", Prefix, id)
+	what := "Message-ID " + m.MessageID
+	if m.Filename != "" {
+		what += ", file " + m.Filename
+	}
+	now := "Its status now: " + m.Status
+	if m.MDNOverdue {
+		now += " (its MDN is overdue)"
+	}
+	d := confirmData{
+		Question: fmt.Sprintf("Send message %d to %s again?", id, m.Partner),
+		Detail:   []string{what, now, "The same Message-ID and the same bytes are sent, and retried as a new message would be."},
+		Action:   trace + "/resend", Button: "Resend", Back: trace,
+	}
+	c.render(w, r, http.StatusOK, "confirm", c.view(r, "Resend message "+strconv.FormatInt(id, 10), "messages", d))
+}
+
+// resend queues a failed or overdue message again.
+func (c *Console) resend(w http.ResponseWriter, r *http.Request) {
+	id, ok := c.messageID(w, r)
+	if !ok {
+		return
+	}
+	m, err := c.o.Resender.ResendMessage(r.Context(), id)
+	switch {
+	case errors.Is(err, postgres.ErrMessageNotFound):
+		c.readFailed(w, r, id, err)
+		return
+	case errors.Is(err, postgres.ErrNotResendable):
+		_, reason, _ := strings.Cut(err.Error(), postgres.ErrNotResendable.Error()+": ")
+		if reason == "" {
+			reason = "only failed outbound messages and messages whose MDN is overdue are resent"
+		}
+		c.fail(w, r, http.StatusConflict, fmt.Sprintf("Message %d cannot be resent: %s.", id, reason))
+		return
+	case err != nil:
+		c.internal(w, r, fmt.Sprintf("Resending message %d", id), err)
+		return
+	}
+	c.log.Info("queued again", zap.Int64("id", id), zap.String("partner", m.Partner), zap.String("message_id", m.MessageID),
+		zap.String("by", auth.AuditFromRequest(r).Actor))
+	c.audit(r, "message.resend", strconv.FormatInt(id, 10), map[string]any{"partner": m.Partner, "message_id": m.MessageID})
+	c.flash(r, fmt.Sprintf("Message %d is queued again: its status is now %s.", id, m.Status))
+	http.Redirect(w, r, fmt.Sprintf("%s/messages/%d", Prefix, id), http.StatusSeeOther)
+}
+
+// ContentTypes are the content types the send form offers; "" takes the
+// file's own.
+var ContentTypes = []string{"application/edi-x12", "application/edifact", "application/edi-consent", "application/xml", "text/plain", "application/octet-stream"}
+
+// sendData is the send page's.
+type sendData struct {
+	Partners     []string
+	ContentTypes []string
+	Partner      string
+	ContentType  string
+	// Key makes the form's submission idempotent: sent twice (a double
+	// click, a reload), it queues one message.
+	Key      string
+	MaxBytes int64
+	Error    string
+}
+
+func newKey() string {
+	b := make([]byte, 18)
+	_, _ = rand.Read(b)
+	return "console-" + base64.RawURLEncoding.EncodeToString(b)
+}
+
+// sendForm shows the upload form.
+func (c *Console) sendForm(w http.ResponseWriter, r *http.Request) {
+	d := sendData{Partners: c.partners(), ContentTypes: ContentTypes, Partner: r.URL.Query().Get("partner"), Key: newKey(), MaxBytes: c.o.MaxUploadBytes}
+	c.render(w, r, http.StatusOK, "send", c.view(r, "Send a document", "send", d))
+}
+
+// send queues an uploaded document for a partner, as POST /api/v1/messages
+// does. The body is bounded by MaxUploadBytes.
+func (c *Console) send(w http.ResponseWriter, r *http.Request) {
+	d := sendData{Partners: c.partners(), ContentTypes: ContentTypes, Key: newKey(), MaxBytes: c.o.MaxUploadBytes}
+	again := func(status int, msg string) {
+		d.Error = msg
+		c.render(w, r, status, "send", c.view(r, "Send a document", "send", d))
+	}
+	// The multipart envelope adds a little to the file.
+	r.Body = http.MaxBytesReader(w, r.Body, c.o.MaxUploadBytes+64<<10)
+	file, hdr, err := r.FormFile("document")
+	var mbe *http.MaxBytesError
+	switch {
+	case errors.As(err, &mbe):
+		again(http.StatusRequestEntityTooLarge, fmt.Sprintf("The document is larger than %s, the most the console takes.", size(c.o.MaxUploadBytes)))
+		return
+	case errors.Is(err, http.ErrMissingFile):
+		d.Partner, d.ContentType = r.FormValue("partner"), r.FormValue("content_type")
+		again(http.StatusBadRequest, "Choose the file to send.")
+		return
+	case err != nil:
+		again(http.StatusBadRequest, "The upload could not be read: "+err.Error())
+		return
+	}
+	defer file.Close()
+	if r.MultipartForm != nil {
+		defer func() { _ = r.MultipartForm.RemoveAll() }()
+	}
+	d.Partner, d.ContentType = r.FormValue("partner"), r.FormValue("content_type")
+	payload, err := io.ReadAll(io.LimitReader(file, c.o.MaxUploadBytes+1))
+	if err != nil {
+		again(http.StatusBadRequest, "The upload could not be read: "+err.Error())
+		return
+	}
+	if int64(len(payload)) > c.o.MaxUploadBytes {
+		again(http.StatusRequestEntityTooLarge, fmt.Sprintf("The document is larger than %s, the most the console takes.", size(c.o.MaxUploadBytes)))
+		return
+	}
+	if d.Partner == "" {
+		again(http.StatusBadRequest, "Choose the partner to send to.")
+		return
+	}
+	ct := d.ContentType
+	if ct == "" {
+		ct = hdr.Header.Get("Content-Type")
+	}
+	key := r.FormValue("key")
+	if len(key) > 255 || strings.IndexFunc(key, func(r rune) bool { return r < 0x21 || r > 0x7e }) >= 0 {
+		key = ""
+	}
+	res, err := c.o.Queue.Enqueue(r.Context(), outbox.Document{Partner: d.Partner, ContentType: ct, Filename: hdr.Filename, Payload: payload, IdempotencyKey: key})
+	switch {
+	case errors.Is(err, outbox.ErrUnknownPartner):
+		again(http.StatusNotFound, fmt.Sprintf("No partner %q is served.", d.Partner))
+		return
+	case errors.Is(err, outbox.ErrInvalidDocument), errors.Is(err, postgres.ErrIdempotencyKeyReused):
+		again(http.StatusBadRequest, err.Error())
+		return
+	case err != nil:
+		c.internal(w, r, "Queueing the document", err)
+		return
+	}
+	if !res.Replayed {
+		c.log.Info("queued", zap.String("partner", d.Partner), zap.Int64("id", res.ID), zap.String("message_id", res.MessageID), zap.Int("size", len(payload)))
+		c.audit(r, "message.send", strconv.FormatInt(res.ID, 10), map[string]any{
+			"partner": d.Partner, "message_id": res.MessageID, "filename": hdr.Filename, "size": len(payload)})
+	}
+	c.flash(r, fmt.Sprintf("%s is queued for %s as message %d.", hdr.Filename, d.Partner, res.ID))
+	http.Redirect(w, r, fmt.Sprintf("%s/messages/%d", Prefix, res.ID), http.StatusSeeOther)
+}
+
+// partners lists the partners served; none without Options.Partners.
+func (c *Console) partners() []string {
+	if c.o.Partners == nil {
+		return nil
+	}
+	return c.o.Partners()
+}

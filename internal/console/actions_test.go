@@ -1,0 +1,195 @@
+package console_test
+
+import (
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/edihub/edihub/internal/auth"
+	"github.com/edihub/edihub/internal/postgres"
+)
+
+// statusOf is a message's status in the database.
+func (e *env) statusOf(id int64) string {
+	e.t.Helper()
+	m, err := e.st.Message(e.ctx, id)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return m.Status
+}
+
+// auditOf lists the audit entries of an action, newest first.
+func (e *env) auditOf(action string) []postgres.AuditRecord {
+	e.t.Helper()
+	recs, err := e.st.AuditLog(e.ctx, postgres.AuditQuery{Action: action})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return recs
+}
+
+// TestResendFailedMessage: an operator opens a failed message, resends it
+// through the confirmation page and sees its status change; the resend is
+// in the audit log with the operator as its actor.
+func TestResendFailedMessage(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.addUser("olga", auth.RoleOperator)
+	id := e.seed(msg{Direction: "outbound", Partner: "ACME CORP", MessageID: "<out-9@edihub>", Status: "failed", Filename: "invoice-9.edi",
+		Payload: "ISA*...", Attempts: 8, LastStatus: 403, Error: "HTTP 403 Forbidden"})
+
+	tb := tab(t)
+	e.login(t, tb, "olga")
+	run(t, tb, "open the trace", chromedp.Navigate(e.page(fmt.Sprintf("/messages/%d", id))), chromedp.WaitVisible(chromedp.CSS("#resend")))
+	if got := text(t, tb, "#status"); got != "failed" {
+		t.Errorf("status before = %q, want failed", got)
+	}
+	run(t, tb, "ask to resend", submit("#resend"), chromedp.WaitVisible(chromedp.CSS("#confirm")))
+	if q := text(t, tb, "main"); !strings.Contains(q, "Send message "+strconv.FormatInt(id, 10)+" to ACME CORP again?") {
+		t.Errorf("confirmation page says %q", q)
+	}
+	noErrors(t, tb)
+	// Nothing happened yet: asking is not doing.
+	if got := e.statusOf(id); got != "failed" {
+		t.Fatalf("status after the confirmation page = %q, want failed", got)
+	}
+	run(t, tb, "confirm", submit("#confirm"), chromedp.WaitVisible(chromedp.CSS("#status")))
+	if got := text(t, tb, "#status"); got != "queued" {
+		t.Errorf("status shown after the resend = %q, want queued", got)
+	}
+	if got := text(t, tb, ".flash"); !strings.Contains(got, "queued again") {
+		t.Errorf("flash = %q", got)
+	}
+	if got := e.statusOf(id); got != "queued" {
+		t.Errorf("status stored = %q, want queued", got)
+	}
+	recs := e.auditOf("message.resend")
+	if len(recs) != 1 || recs[0].Actor != "user:olga" || recs[0].Target != strconv.FormatInt(id, 10) || recs[0].Detail["message_id"] != "<out-9@edihub>" {
+		t.Errorf("audit of the resend = %+v, want one by user:olga on %d", recs, id)
+	}
+	noErrors(t, tb)
+}
+
+// TestViewerCannotActOrReadPayloads: a viewer's trace has no payload,
+// raw MDN or resend, and the server refuses them when asked anyway.
+func TestViewerCannotActOrReadPayloads(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.addUser("vera", auth.RoleViewer)
+	ok := true
+	id := e.seed(msg{Direction: "outbound", Partner: "ACME CORP", MessageID: "<out-1@edihub>", Status: "failed", Filename: "secret.edi",
+		Payload: "TOP SECRET PAYLOAD", Attempts: 3, LastStatus: 500, Error: "HTTP 500", MDN: "automatic-action/MDN-sent-automatically; processed", MICVerified: &ok})
+
+	tb := tab(t)
+	e.login(t, tb, "vera")
+	run(t, tb, "open the trace", chromedp.Navigate(e.page(fmt.Sprintf("/messages/%d", id))), chromedp.WaitVisible(chromedp.CSS("#attempts")))
+	for _, sel := range []string{"#payload", "#raw-mdn", "#resend", `a[href="/console/send"]`} {
+		if n := eval[int](t, tb, fmt.Sprintf("document.querySelectorAll(%q).length", sel)); n != 0 {
+			t.Errorf("a viewer's trace shows %s", sel)
+		}
+	}
+	noErrors(t, tb)
+	// From here on, the refusals are logged as failed loads.
+	base := fmt.Sprintf("/console/messages/%d", id)
+	tests := []struct{ method, path string }{
+		{http.MethodGet, base + "/payload"},
+		{http.MethodGet, base + "/mdn"},
+		{http.MethodGet, base + "/resend"},
+		{http.MethodPost, base + "/resend"}, // a forged form: same origin, the viewer's own session
+		{http.MethodGet, "/console/send"},
+		{http.MethodPost, "/console/send"},
+	}
+	for _, tt := range tests {
+		if got := fetchStatus(t, tb, tt.method, tt.path); got != http.StatusForbidden {
+			t.Errorf("%s %s as a viewer = %d, want 403", tt.method, tt.path, got)
+		}
+	}
+	if body := eval[string](t, tb, fmt.Sprintf(`fetch(%q).then(r => r.text())`, base+"/payload")); strings.Contains(body, "TOP SECRET") {
+		t.Errorf("the payload reached a viewer")
+	}
+	if got := e.statusOf(id); got != "failed" {
+		t.Errorf("status after a viewer's forged resend = %q, want failed", got)
+	}
+	if recs := e.auditOf("message.resend"); len(recs) != 0 {
+		t.Errorf("audit has a resend: %+v", recs)
+	}
+}
+
+// TestCrossOriginPostRefused: a page of another origin (a port of the same
+// host: the same site, so the Lax session cookie goes along) posts a
+// resend form to the console in an operator's browser; the console
+// refuses it and the message is not resent.
+func TestCrossOriginPostRefused(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.addUser("olga", auth.RoleOperator)
+	id := e.seed(msg{Direction: "outbound", Partner: "ACME CORP", MessageID: "<out-1@edihub>", Status: "failed", Payload: "x", Attempts: 8, LastStatus: 500})
+	evil := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		fmt.Fprintf(w, `<!doctype html><html lang="en"><title>Win a prize</title><h1>Win a prize</h1>
+<form method="post" action="%s"><button id="go" type="submit">Claim</button></form></html>`, e.page(fmt.Sprintf("/messages/%d/resend", id)))
+	}))
+	t.Cleanup(evil.Close)
+
+	tb := tab(t)
+	e.login(t, tb, "olga")
+	run(t, tb, "visit the other site", chromedp.Navigate(evil.URL), submit("#go"), chromedp.WaitVisible(chromedp.CSS(".error")))
+	if got := text(t, tb, ".error"); !strings.Contains(got, "came from another site") {
+		t.Errorf("the console answered %q", got)
+	}
+	if got := e.statusOf(id); got != "failed" {
+		t.Errorf("status after the cross-origin post = %q, want failed", got)
+	}
+	if recs := e.auditOf("message.resend"); len(recs) != 0 {
+		t.Errorf("audit has a resend: %+v", recs)
+	}
+}
+
+// TestSendDocument: an operator uploads a document for a partner; it is
+// queued (a real outbox.Queue on the store), audited, and its trace shown.
+func TestSendDocument(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.addUser("olga", auth.RoleOperator)
+	dir := t.TempDir()
+	file := filepath.Join(dir, "order-42.edi")
+	if err := os.WriteFile(file, []byte("ISA*00*order 42~"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	tb := tab(t)
+	e.login(t, tb, "olga")
+	run(t, tb, "fill in the send form",
+		chromedp.Navigate(e.page("/send")),
+		chromedp.WaitVisible(chromedp.CSS("#partner")),
+		chromedp.SetValue(chromedp.CSS("#partner"), "ACME CORP"),
+		chromedp.SetValue(chromedp.CSS("#content-type"), "application/edi-x12"),
+		chromedp.SetUploadFiles(chromedp.CSS("#document"), []string{file}),
+		submit("#send"),
+		chromedp.WaitVisible(chromedp.CSS("#status")),
+	)
+	if got := text(t, tb, ".flash"); !strings.Contains(got, "order-42.edi is queued for ACME CORP") {
+		t.Errorf("flash = %q", got)
+	}
+	recs := e.auditOf("message.send")
+	if len(recs) != 1 || recs[0].Actor != "user:olga" || recs[0].Detail["filename"] != "order-42.edi" {
+		t.Fatalf("audit of the send = %+v", recs)
+	}
+	id, _ := strconv.ParseInt(recs[0].Target, 10, 64)
+	m, data, err := e.st.MessagePayload(e.ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(data) != "ISA*00*order 42~" || m.ContentType != "application/edi-x12" || m.Partner != "ACME CORP" || m.Status != "queued" {
+		t.Errorf("queued %+v with %q", m, data)
+	}
+	noErrors(t, tb)
+}
