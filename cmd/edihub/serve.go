@@ -271,7 +271,7 @@ func newParts(r *replica) (*parts, error) {
 	if p.out, err = newOutbound(r, reports); err != nil {
 		return nil, err
 	}
-	if p.console, p.sessionDB, err = newConsole(r, p.auth, p.out); err != nil {
+	if p.console, p.sessionDB, err = newConsole(r, p, reports); err != nil {
 		return nil, err
 	}
 	return p, nil

@@ -36,6 +36,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/edihub/edihub/internal/auth"
+	"github.com/edihub/edihub/internal/leader"
 	"github.com/edihub/edihub/internal/postgres"
 )
 
@@ -112,6 +113,17 @@ type Options struct {
 	// MaxUploadBytes bounds a document sent from the console; 0 means
 	// DefaultMaxUploadBytes.
 	MaxUploadBytes int64
+	// Hub reads the hub's state for the hub page; nil leaves the page
+	// out.
+	Hub HubStore
+	// LeaseName names the leader lease whose term and heartbeats the hub
+	// page shows.
+	LeaseName string
+	// Leader is this replica's elector's status; nil shows what the
+	// database knows only.
+	Leader func() leader.Status
+	// Reports renders the day reports; nil leaves them out.
+	Reports Reports
 	// Logger logs what goes wrong (never a secret or payload). Required.
 	Logger *zap.Logger
 	// Now is the clock; nil means time.Now.
@@ -257,6 +269,15 @@ func (c *Console) routes() {
 	if c.o.Queue != nil {
 		c.handle("GET "+Prefix+"/send", auth.RoleOperator, c.sendForm)
 		c.handle("POST "+Prefix+"/send", auth.RoleOperator, c.send)
+	}
+
+	if c.o.Hub != nil {
+		c.handle("GET "+Prefix+"/hub", auth.RoleViewer, c.hub)
+	}
+	if c.o.Reports != nil {
+		c.handle("GET "+Prefix+"/reports/{day}", auth.RoleViewer, c.reportPage)
+		c.handle("GET "+Prefix+"/reports/{day}/report.html", auth.RoleViewer, c.reportFile("html"))
+		c.handle("GET "+Prefix+"/reports/{day}/report.csv", auth.RoleViewer, c.reportFile("csv"))
 	}
 
 	c.mux.HandleFunc(Prefix+"/", func(w http.ResponseWriter, r *http.Request) {

@@ -20,8 +20,10 @@ import (
 	"github.com/edihub/edihub/internal/auth"
 	"github.com/edihub/edihub/internal/config"
 	"github.com/edihub/edihub/internal/console"
+	"github.com/edihub/edihub/internal/leader"
 	"github.com/edihub/edihub/internal/outbox"
 	"github.com/edihub/edihub/internal/postgres"
+	"github.com/edihub/edihub/internal/report"
 	"github.com/edihub/edihub/internal/testenv"
 	"github.com/edihub/edihub/internal/testenv/browser"
 	"github.com/edihub/edihub/internal/testenv/devpki"
@@ -33,6 +35,21 @@ var update = flag.Bool("update", false, "write the screenshots of docs/console")
 // TestMain shares one PostgreSQL and one Chromium among the tests of the
 // package, and checks that the console leaves no goroutine behind.
 func TestMain(m *testing.M) { os.Exit(testenv.Main(m, testenv.CheckLeaks())) }
+
+// lease is the leader lease of the tests.
+const lease = "edihub-leader"
+
+// leaderStatus is the elector status of the console's replica.
+var leaderStatus = leader.Status{
+	Identity: "edihub-0-7f3a", IsLeader: true, Holder: "edihub-0-7f3a", FencingToken: 7, Backend: "postgres", LeaseName: lease,
+	Since: time.Date(2026, 3, 2, 6, 0, 0, 0, time.UTC),
+	Workers: map[string]leader.WorkerStatus{
+		"heartbeat":  {Running: true, LastSuccess: time.Date(2026, 3, 2, 9, 59, 58, 0, time.UTC)},
+		"mdn-poller": {Running: true, LastSuccess: time.Date(2026, 3, 2, 9, 59, 50, 0, time.UTC)},
+		"purger":     {Running: true, LastSuccess: time.Date(2026, 3, 2, 9, 0, 0, 0, time.UTC)},
+		"report":     {Running: true, Restarts: 1},
+	},
+}
 
 // cheap are argon2id parameters that keep the tests fast.
 var cheap = auth.Params{Memory: 64, Time: 1, Threads: 1}
@@ -82,6 +99,9 @@ func newEnv(t *testing.T, opts ...option) *env {
 		Auth: a, Messages: st, SessionDB: sdb, Sessions: st, Auditor: st, Logger: log,
 		Partners: func() []string { return []string{"ACME CORP", "GLOBEX"} },
 		Queue:    q, Resender: st,
+		Hub: st, LeaseName: lease, Leader: func() leader.Status { return leaderStatus },
+		Reports: &report.Service{Store: st, Location: time.UTC, Now: time.Now,
+			Builder: &report.Builder{Source: st, Station: "EDIHUB", Lease: lease, Partners: []string{"ACME CORP", "GLOBEX"}, Now: time.Now}},
 	}
 	for _, opt := range opts {
 		opt(&o)
@@ -338,6 +358,28 @@ func location(t *testing.T, tab context.Context) string {
 func fetchStatus(t *testing.T, tab context.Context, method, url string) int {
 	t.Helper()
 	return eval[int](t, tab, fmt.Sprintf(`fetch(%q, {method: %q, redirect: "manual"}).then(r => r.status)`, url, method))
+}
+
+// checkPage runs the accessibility, keyboard and error checks of the
+// browser wing on the page the tab shows: keyboard lists selectors that
+// Tab must reach, in this order.
+func checkPage(t *testing.T, tab context.Context, keyboard ...string) {
+	t.Helper()
+	problems, err := browser.CheckAccessibility(tab)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Errorf("accessibility: %v", p)
+	}
+	problems, err = browser.CheckKeyboard(tab, keyboard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Errorf("keyboard: %v", p)
+	}
+	noErrors(t, tab)
 }
 
 // noErrors fails t for every error the tab logged: console errors,

@@ -1,0 +1,83 @@
+package console_test
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/edihub/edihub/internal/auth"
+)
+
+// seedHub writes what the database knows of a hub of three replicas:
+// the term and heartbeats of the leader, the replicas' partner revisions,
+// work in the outbox and async MDNs in the inbox.
+func (e *env) seedHub(at time.Time) {
+	e.t.Helper()
+	e.exec(`INSERT INTO leader_fence (lease, token, holder, opened_at) VALUES ($1, 7, 'edihub-0-7f3a', $2)`, lease, at.Add(-4*time.Hour))
+	e.exec(`INSERT INTO leader_terms (lease, token, holder, opened_at) VALUES ($1, 7, 'edihub-0-7f3a', $2)`, lease, at.Add(-4*time.Hour))
+	e.exec(`INSERT INTO leader_heartbeats (lease, token, holder, beat_at) VALUES ($1, 7, 'edihub-0-7f3a', $2)`, lease, at.Add(-2*time.Second))
+	for _, r := range []struct {
+		id  string
+		rev int
+	}{{"edihub-0-7f3a", 3}, {"edihub-1-c2d9", 3}, {"edihub-2-91be", 2}} {
+		e.exec(`INSERT INTO partner_replicas (identity, revision, applied_at, seen_at) VALUES ($1, $2, $3, now())`, r.id, r.rev, at.Add(-time.Hour))
+	}
+	e.exec(`SELECT setval('partner_revisions', 3)`)
+	e.exec(`INSERT INTO partner_history (revision, as2_id, version, op, spec, actor) VALUES (3, 'ACME CORP', 1, 'create', 'as2_id: ACME CORP', 'test')`)
+	e.exec(`INSERT INTO mdn_inbox (content_type, body, original_message_id, state, reason, received_at, processed_at)
+VALUES ('multipart/report', 'x', '<gone@edihub>', 'orphan', 'no such message', $1, $1),
+       ('multipart/report', 'x', '<lost@edihub>', 'orphan', 'no such message', $1, $1),
+       ('multipart/report', 'x', '<out-5@edihub>', 'pending', '', $1, NULL)`, at.Add(-time.Minute))
+}
+
+// TestHubPage: the hub page shows the leader with its term and token,
+// this replica's workers, the replicas with the one behind, the queues
+// and today's figures; the day report opens in a sandboxed frame under
+// its own policy.
+func TestHubPage(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.addUser("vera", auth.RoleViewer)
+	now := time.Now()
+	e.seedHub(now)
+	e.seed(msg{Direction: "outbound", Partner: "GLOBEX", MessageID: "<out-5@edihub>", Status: "retrying", Payload: "x", Attempts: 2, LastStatus: 502, Created: now})
+	e.seed(msg{Direction: "inbound", Partner: "ACME CORP", MessageID: "<in-5@acme>", Status: "processed", Payload: "x", Created: now})
+
+	tb := tab(t)
+	e.login(t, tb, "vera")
+	run(t, tb, "open the hub", chromedp.Navigate(e.page("/hub")), chromedp.WaitVisible(chromedp.CSS("#replicas")))
+	for sel, want := range map[string][]string{
+		"#leader":         {"edihub-0-7f3a", "fencing token 7"},
+		"#this-replica":   {"edihub-0-7f3a", "yes", "token 7"},
+		"#workers":        {"heartbeat", "mdn-poller", "purger", "report", "running"},
+		"#replicas":       {"edihub-1-c2d9", "edihub-2-91be", "behind revision 3", "leader", "this one"},
+		"#outbox":         {"message"},
+		"#inbox":          {"Pending", "1", "Orphans", "2"},
+		"#today":          {"1\nreceived", "1\nqueued or retrying"},
+		"#today-partners": {"ACME CORP", "GLOBEX"},
+	} {
+		got := text(t, tb, sel)
+		for _, w := range want {
+			if !strings.Contains(got, w) {
+				t.Errorf("%s shows %q, want %q in it", sel, got, w)
+			}
+		}
+	}
+	checkPage(t, tb, "#autorefresh", `a[href="/console/reports/today"]`)
+
+	run(t, tb, "open today's report", submit(`a[href="/console/reports/today"]`), chromedp.WaitVisible(chromedp.CSS("iframe.report")))
+	// The frame is the mail's HTML, under its own policy.
+	status := fetchStatus(t, tb, http.MethodGet, "/console/reports/today/report.html")
+	csp := eval[string](t, tb, `fetch("/console/reports/today/report.html").then(r => r.headers.get("Content-Security-Policy"))`)
+	if status != http.StatusOK || !strings.Contains(csp, "sandbox") || !strings.Contains(csp, "style-src 'unsafe-inline'") || strings.Contains(csp, "script-src") {
+		t.Errorf("report.html: %d with policy %q, want 200 in a sandbox with inline styles and no script", status, csp)
+	}
+	inFrame := eval[string](t, tb, `new Promise(res => { const f = document.querySelector("iframe.report"); const ok = () => res(f.getAttribute("sandbox") === "" ? "sandboxed" : "not sandboxed"); if (f.contentWindow && document.readyState === "complete") ok(); else f.addEventListener("load", ok); })`)
+	if inFrame != "sandboxed" {
+		t.Errorf("the report frame is %s", inFrame)
+	}
+	checkPage(t, tb, `a[href="/console/hub"]`, "#csv")
+}
