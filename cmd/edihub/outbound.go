@@ -98,9 +98,14 @@ func (o outboundOptions) webhookSecret() ([]byte, error) {
 // outbound is the sending side of a replica: the REST API handler and the
 // outbox dispatcher, which serve runs under its errgroup.
 type outbound struct {
-	api        http.Handler
-	queue      *outbox.Queue
-	dispatcher *outbox.Dispatcher
+	api   http.Handler
+	queue *outbox.Queue
+	// partners, certificates and testPartner serve the console as the
+	// API: the same checks, the same certificates, the same test.
+	partners     *partners.Service
+	certificates func(time.Time) []config.CertificateInfo
+	testPartner  func(ctx context.Context, as2ID string) (probe.Report, bool)
+	dispatcher   *outbox.Dispatcher
 	// forwarder moves feed events into the outbox; nil without a webhook.
 	forwarder *outbox.Forwarder
 }
@@ -136,15 +141,22 @@ func newOutbound(r *replica, reports api.Reports) (*outbound, error) {
 	}
 	certs := func(now time.Time) []config.CertificateInfo { return cfg.Current().Certificates(now) }
 	svc := &partners.Service{Store: store, Base: func() *config.File { return cfg.Current() }, Now: time.Now}
+	test := func(ctx context.Context, id string) (probe.Report, bool) {
+		c := cfg.Current()
+		p, ok := c.Partner(id)
+		if !ok {
+			return probe.Report{}, false
+		}
+		return probe.Run(ctx, probe.Options{Station: *c.StationOf(p), Partner: p, MaxMDNBytes: o.maxMDNBytes}), true
+	}
 	h, err := api.New(api.Options{Queue: q, Store: store, Logger: log, Resender: store, Inbox: store, Reports: reports, Certificates: certs,
 		Partners: svc, PartnerReader: store, ServedRevision: func() int64 { return cfg.Current().Revision },
 		TestPartner: func(ctx context.Context, id string) (any, bool) {
-			c := cfg.Current()
-			p, ok := c.Partner(id)
+			rep, ok := test(ctx, id)
 			if !ok {
 				return nil, false
 			}
-			return probe.Run(ctx, probe.Options{Station: *c.StationOf(p), Partner: p, MaxMDNBytes: o.maxMDNBytes}), true
+			return rep, true
 		},
 		Auditor: store, Audit: store, Users: &auth.Users{Store: store, Now: time.Now}})
 	if err != nil {
@@ -153,7 +165,7 @@ func newOutbound(r *replica, reports api.Reports) (*outbound, error) {
 	if err := reg.Register(api.NewCertificateCollector(certs)); err != nil {
 		return nil, fmt.Errorf("register certificate metrics: %w", err)
 	}
-	out := &outbound{api: h, queue: q, dispatcher: d}
+	out := &outbound{api: h, queue: q, partners: svc, certificates: certs, testPartner: test, dispatcher: d}
 	if o.outbound.webhookURL != "" {
 		out.forwarder, err = outbox.NewForwarder(outbox.ForwarderOptions{
 			Store: store, Logger: log, URL: o.outbound.webhookURL, Notify: d.Wake,

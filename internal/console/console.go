@@ -36,8 +36,10 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/edihub/edihub/internal/auth"
+	"github.com/edihub/edihub/internal/config"
 	"github.com/edihub/edihub/internal/leader"
 	"github.com/edihub/edihub/internal/postgres"
+	"github.com/edihub/edihub/internal/probe"
 )
 
 // Prefix is where the console is mounted; every route is under it.
@@ -124,6 +126,18 @@ type Options struct {
 	Leader func() leader.Status
 	// Reports renders the day reports; nil leaves them out.
 	Reports Reports
+	// PartnerStore reads the stored partners; nil leaves the partner
+	// pages out.
+	PartnerStore PartnerStore
+	// PartnerService changes a stored partner (admins); nil makes the
+	// partner pages read-only.
+	PartnerService PartnerService
+	// Certificates lists the certificates served at a time, for the
+	// partners' expiry; nil shows none.
+	Certificates func(now time.Time) []config.CertificateInfo
+	// TestPartner runs the connectivity test against a partner served
+	// (operators), false for one not served; nil leaves the test out.
+	TestPartner func(ctx context.Context, as2ID string) (probe.Report, bool)
 	// Logger logs what goes wrong (never a secret or payload). Required.
 	Logger *zap.Logger
 	// Now is the clock; nil means time.Now.
@@ -271,6 +285,16 @@ func (c *Console) routes() {
 		c.handle("POST "+Prefix+"/send", auth.RoleOperator, c.send)
 	}
 
+	if c.o.PartnerStore != nil {
+		c.handle("GET "+Prefix+"/partners", auth.RoleViewer, c.partnerList)
+		c.handle("GET "+Prefix+"/partners/{as2id}", auth.RoleViewer, c.partnerPage)
+		if c.o.PartnerService != nil {
+			c.handle("POST "+Prefix+"/partners/{as2id}", auth.RoleAdmin, c.partnerUpdate)
+		}
+		if c.o.TestPartner != nil {
+			c.handle("POST "+Prefix+"/partners/{as2id}/test", auth.RoleOperator, c.partnerTest)
+		}
+	}
 	if c.o.Hub != nil {
 		c.handle("GET "+Prefix+"/hub", auth.RoleViewer, c.hub)
 	}

@@ -22,7 +22,9 @@ import (
 	"github.com/edihub/edihub/internal/console"
 	"github.com/edihub/edihub/internal/leader"
 	"github.com/edihub/edihub/internal/outbox"
+	"github.com/edihub/edihub/internal/partners"
 	"github.com/edihub/edihub/internal/postgres"
+	"github.com/edihub/edihub/internal/probe"
 	"github.com/edihub/edihub/internal/report"
 	"github.com/edihub/edihub/internal/testenv"
 	"github.com/edihub/edihub/internal/testenv/browser"
@@ -69,6 +71,7 @@ type env struct {
 	c     *console.Console
 	url   string // the server's, without /console
 	cfg   *config.File
+	svc   *partners.Service
 }
 
 // option changes the console's Options of a test.
@@ -90,7 +93,15 @@ func newEnv(t *testing.T, opts ...option) *env {
 	}
 	sdb := st.SessionDB()
 	t.Cleanup(func() { _ = sdb.Close() })
-	cfg := writeConfig(t)
+	cfg, partnersDoc := writeConfig(t)
+	svc := &partners.Service{Store: st, Base: func() *config.File { return cfg }, Now: time.Now}
+	plan, err := svc.Plan(ctx, partnersDoc, cfg.Dir(), "partners.yaml", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svc.Apply(ctx, "test", plan); err != nil {
+		t.Fatal(err)
+	}
 	q, err := outbox.NewQueue(outbox.QueueOptions{Store: st, Config: cfg})
 	if err != nil {
 		t.Fatal(err)
@@ -100,6 +111,14 @@ func newEnv(t *testing.T, opts ...option) *env {
 		Partners: func() []string { return []string{"ACME CORP", "GLOBEX"} },
 		Queue:    q, Resender: st,
 		Hub: st, LeaseName: lease, Leader: func() leader.Status { return leaderStatus },
+		PartnerStore: st, PartnerService: svc, Certificates: cfg.Certificates,
+		TestPartner: func(ctx context.Context, id string) (probe.Report, bool) {
+			p, ok := cfg.Partner(id)
+			if !ok {
+				return probe.Report{}, false
+			}
+			return probe.Run(ctx, probe.Options{Station: *cfg.StationOf(p), Partner: p}), true
+		},
 		Reports: &report.Service{Store: st, Location: time.UTC, Now: time.Now,
 			Builder: &report.Builder{Source: st, Station: "EDIHUB", Lease: lease, Partners: []string{"ACME CORP", "GLOBEX"}, Now: time.Now}},
 	}
@@ -123,13 +142,14 @@ func newEnv(t *testing.T, opts ...option) *env {
 			t.Errorf("Run: %v", err)
 		}
 	})
-	e := &env{t: t, ctx: ctx, st: st, db: pgtest.Conn(t, dbURL), auth: a, users: &auth.Users{Store: st, Params: cheap}, c: c, url: srv.URL, cfg: cfg}
+	e := &env{t: t, ctx: ctx, st: st, db: pgtest.Conn(t, dbURL), auth: a, users: &auth.Users{Store: st, Params: cheap}, c: c, url: srv.URL, cfg: cfg, svc: svc}
 	return e
 }
 
 // writeConfig writes a station file with the partners ACME CORP and GLOBEX
-// (keys and certificates of devpki) and loads it.
-func writeConfig(t *testing.T) *config.File {
+// (keys and certificates of devpki) and loads it; partners is the file's
+// partners, to store them.
+func writeConfig(t *testing.T) (cfg *config.File, partners []byte) {
 	t.Helper()
 	dir := t.TempDir()
 	write := func(name string) (keyPath, certPath string) {
@@ -145,11 +165,11 @@ func writeConfig(t *testing.T) *config.File {
 	}
 	sk, sc := write("station")
 	_, pc := write("partner")
-	y := fmt.Sprintf(`station: {as2_id: EDIHUB, private_key: %q, certificate: %q}
-partners:
+	ps := fmt.Sprintf(`partners:
   - {as2_id: "ACME CORP", url: "http://127.0.0.1:1/as2", certificate: %q, mdn: sync, mdn_signed: true, sign: sha-256}
   - {as2_id: "GLOBEX", url: "http://127.0.0.1:1/as2", certificate: %q, mdn: none}
-`, sk, sc, pc, pc)
+`, pc, pc)
+	y := fmt.Sprintf("station: {as2_id: EDIHUB, private_key: %q, certificate: %q}\n", sk, sc) + ps
 	path := filepath.Join(dir, "edihub.yaml")
 	if err := os.WriteFile(path, []byte(y), 0o644); err != nil {
 		t.Fatal(err)
@@ -158,7 +178,7 @@ partners:
 	if err != nil {
 		t.Fatal(err)
 	}
-	return cfg
+	return cfg, []byte(ps)
 }
 
 // addUser adds a user with role and the test password.
