@@ -135,6 +135,11 @@ type Options struct {
 	// Certificates lists the certificates served at a time, for the
 	// partners' expiry; nil shows none.
 	Certificates func(now time.Time) []config.CertificateInfo
+	// Users manages users (admins) and API tokens (everyone's own); nil
+	// leaves those pages out.
+	Users UserService
+	// Audit reads the audit log (admins); nil leaves the page out.
+	Audit AuditStore
 	// TestPartner runs the connectivity test against a partner served
 	// (operators), false for one not served; nil leaves the test out.
 	TestPartner func(ctx context.Context, as2ID string) (probe.Report, bool)
@@ -294,6 +299,20 @@ func (c *Console) routes() {
 		if c.o.TestPartner != nil {
 			c.handle("POST "+Prefix+"/partners/{as2id}/test", auth.RoleOperator, c.partnerTest)
 		}
+	}
+	if c.o.Users != nil {
+		c.handle("GET "+Prefix+"/users", auth.RoleAdmin, c.users)
+		c.handle("POST "+Prefix+"/users", auth.RoleAdmin, c.addUser)
+		c.handle("POST "+Prefix+"/users/{name}/disable", auth.RoleAdmin, c.userAction("disable"))
+		c.handle("POST "+Prefix+"/users/{name}/enable", auth.RoleAdmin, c.userAction("enable"))
+		c.handle("POST "+Prefix+"/users/{name}/role", auth.RoleAdmin, c.userAction("role"))
+		// A user's own tokens: any role (auth.Users checks it is its own).
+		c.handle("GET "+Prefix+"/tokens", auth.RoleViewer, c.tokens)
+		c.handle("POST "+Prefix+"/tokens", auth.RoleViewer, c.createToken)
+		c.handle("POST "+Prefix+"/tokens/{token}/revoke", auth.RoleViewer, c.revokeToken)
+	}
+	if c.o.Audit != nil {
+		c.handle("GET "+Prefix+"/audit", auth.RoleAdmin, c.auditLog)
 	}
 	if c.o.Hub != nil {
 		c.handle("GET "+Prefix+"/hub", auth.RoleViewer, c.hub)

@@ -112,6 +112,7 @@ func newEnv(t *testing.T, opts ...option) *env {
 		Queue:    q, Resender: st,
 		Hub: st, LeaseName: lease, Leader: func() leader.Status { return leaderStatus },
 		PartnerStore: st, PartnerService: svc, Certificates: cfg.Certificates,
+		Users: &auth.Users{Store: st, Params: cheap}, Audit: st,
 		TestPartner: func(ctx context.Context, id string) (probe.Report, bool) {
 			p, ok := cfg.Partner(id)
 			if !ok {
@@ -391,6 +392,9 @@ func checkPage(t *testing.T, tab context.Context, keyboard ...string) {
 	}
 	for _, p := range problems {
 		t.Errorf("accessibility: %v", p)
+	}
+	if keyboard == nil {
+		keyboard = []string{}
 	}
 	problems, err = browser.CheckKeyboard(tab, keyboard)
 	if err != nil {
