@@ -58,6 +58,7 @@ type serveOptions struct {
 	outbound                outboundOptions
 	purge                   purgeOptions
 	report                  reportOptions
+	oidc                    oidcOptions
 }
 
 func serveFlags(fs *flagSet) func(context.Context, *environment) error {
@@ -83,6 +84,7 @@ func serveFlags(fs *flagSet) func(context.Context, *environment) error {
 	o.outbound.flags(fs)
 	o.purge.flags(fs)
 	o.report.flags(fs)
+	o.oidc.flags(fs)
 	return func(ctx context.Context, env *environment) error { return serve(ctx, env, o) }
 }
 
@@ -174,6 +176,16 @@ func serve(ctx context.Context, env *environment, o serveOptions) error {
 	defer func() { _ = log.Sync() }()
 	applyMemoryLimit(log, env.getenv, cgroupMemoryMax)
 
+	// A broken sign-in setup stops the start, before the database is
+	// opened: the first person to try it would find it otherwise.
+	op, opName, err := o.oidc.provider(ctx, os.ReadFile)
+	if err != nil {
+		return err
+	}
+	if op != nil {
+		log.Info("console sign-in with OpenID Connect", zap.String("issuer", o.oidc.issuer))
+	}
+
 	// The file is checked before the database is opened: a mistake in it
 	// is reported first.
 	base, err := config.Load(o.configPath, config.Options{Now: time.Now})
@@ -209,7 +221,7 @@ func serve(ctx context.Context, env *environment, o serveOptions) error {
 	cfg := live.Current()
 	log.Info("configuration loaded", zap.String("path", cfg.Path), zap.String("station", cfg.Station.AS2ID),
 		zap.Int("partners", len(cfg.Partners)), zap.Int64("partners_revision", cfg.Revision))
-	r := &replica{log: log, reg: reg, store: store, cfg: live, live: live, o: o, report: rs, identity: identity}
+	r := &replica{log: log, reg: reg, store: store, cfg: live, live: live, o: o, report: rs, identity: identity, oidc: op, oidcName: opName}
 	p, err := newParts(r)
 	if err != nil {
 		return err

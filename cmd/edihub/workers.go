@@ -10,6 +10,7 @@ import (
 	"github.com/edihub/edihub/internal/config"
 	"github.com/edihub/edihub/internal/leader"
 	"github.com/edihub/edihub/internal/mdn"
+	"github.com/edihub/edihub/internal/oidc"
 	"github.com/edihub/edihub/internal/outbox"
 	"github.com/edihub/edihub/internal/partners"
 	"github.com/edihub/edihub/internal/postgres"
@@ -30,6 +31,10 @@ type replica struct {
 	o        serveOptions
 	report   reportSettings
 	identity string
+	// oidc signs people in to the console with an OpenID Connect
+	// provider, named oidcName; nil: passwords only.
+	oidc     *oidc.Provider
+	oidcName string
 }
 
 // leaderWorkers lists the leader-gated workers: they run only while this

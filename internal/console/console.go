@@ -140,6 +140,10 @@ type Options struct {
 	Users UserService
 	// Audit reads the audit log (admins); nil leaves the page out.
 	Audit AuditStore
+	// OIDC, when set, offers sign-in with an OpenID Connect provider,
+	// named OIDCName on the sign-in page.
+	OIDC     OIDCProvider
+	OIDCName string
 	// TestPartner runs the connectivity test against a partner served
 	// (operators), false for one not served; nil leaves the test out.
 	TestPartner func(ctx context.Context, as2ID string) (probe.Report, bool)
@@ -275,6 +279,10 @@ func (c *Console) routes() {
 	c.handle("GET "+Prefix+"/login", 0, c.loginPage)
 	c.handle("POST "+Prefix+"/login", 0, c.login)
 	c.handle("POST "+Prefix+"/logout", 0, c.logout)
+	if c.o.OIDC != nil {
+		c.handle("GET "+Prefix+"/oidc/start", 0, c.oidcStart)
+		c.handle("GET "+Prefix+"/oidc/callback", 0, c.oidcCallback)
+	}
 
 	c.handle("GET "+Prefix+"/messages", auth.RoleViewer, c.messages)
 	c.handle("GET "+Prefix+"/messages/{id}", auth.RoleViewer, c.trace)

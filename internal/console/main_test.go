@@ -74,8 +74,9 @@ type env struct {
 	svc   *partners.Service
 }
 
-// option changes the console's Options of a test.
-type option func(*console.Options)
+// option changes the console's Options of a test; url is where the
+// console's server listens (http://127.0.0.1:port).
+type option func(o *console.Options, url string)
 
 func newEnv(t *testing.T, opts ...option) *env {
 	t.Helper()
@@ -123,17 +124,18 @@ func newEnv(t *testing.T, opts ...option) *env {
 		Reports: &report.Service{Store: st, Location: time.UTC, Now: time.Now,
 			Builder: &report.Builder{Source: st, Station: "EDIHUB", Lease: lease, Partners: []string{"ACME CORP", "GLOBEX"}, Now: time.Now}},
 	}
+	mux := http.NewServeMux()
+	srv := httptest.NewUnstartedServer(mux)
+	srv.Start()
+	t.Cleanup(srv.Close)
 	for _, opt := range opts {
-		opt(&o)
+		opt(&o, srv.URL)
 	}
 	c, err := console.New(o)
 	if err != nil {
 		t.Fatal(err)
 	}
-	mux := http.NewServeMux()
 	mux.Handle(console.Prefix+"/", c)
-	srv := httptest.NewServer(mux)
-	t.Cleanup(srv.Close)
 	rctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- c.Run(rctx) }()

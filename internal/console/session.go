@@ -186,6 +186,3 @@ func (c *Console) logout(w http.ResponseWriter, r *http.Request) {
 
 // flash keeps a message for the next page the session sees.
 func (c *Console) flash(r *http.Request, msg string) { c.sessions.Put(r.Context(), keyFlash, msg) }
-
-// oidcName is the provider's name on the sign-in button; "" without one.
-func (c *Console) oidcName() string { return "" }
