@@ -136,4 +136,3 @@ func TestOIDCCallbackWithoutFlow(t *testing.T) {
 		t.Errorf("users after a forged callback: %v %v", users, err)
 	}
 }
-
