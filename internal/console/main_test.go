@@ -267,6 +267,8 @@ VALUES ('message', $1, $2, 'https://as2.example/as2', '{}', 'built bytes', $3, $
 				id, m.Status, m.Error, m.Disposition, max(m.Attempts, 1), m.MICVerified, m.Created.Add(time.Minute))
 		}
 	}
+	// The trigger dated the events now: date them as the message.
+	e.exec(`UPDATE events SET created_at = $2 WHERE message = $1`, id, m.Created.Add(time.Minute))
 	if m.MDN != "" {
 		e.exec(`INSERT INTO mdns (message_id, content_type, headers, body, disposition, mic, signed, created_at)
 VALUES ($1, 'multipart/signed; protocol="application/pkcs7-signature"', '{}', 'raw MDN bytes', $2,

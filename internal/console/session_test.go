@@ -49,6 +49,7 @@ func TestSecurityHeaders(t *testing.T) {
 			"Content-Security-Policy": console.Policy,
 			"X-Content-Type-Options":  "nosniff",
 			"Referrer-Policy":         "same-origin",
+			"X-Frame-Options":         "DENY",
 		} {
 			if got := resp.Header.Get(h); got != want {
 				t.Errorf("%s %s: %s = %q, want %q", tt.method, tt.path, h, got, want)

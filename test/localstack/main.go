@@ -287,6 +287,7 @@ func run(ctx context.Context) error {
 		say("  %-10s AS2/API http://%s   ops http://%s   pid %d", r.Spec.Name, r.Spec.HTTPAddr, r.Spec.OpsAddr, r.PID())
 	}
 	say("  balancer   http://%s (round robin over the replicas: the hub's AS2 URL for partners)", lb.Addr())
+	say("  console    http://%s/console/ (sign in as %s with the password below; any replica serves any page)", lb.Addr(), adminName)
 	say("  leader     %s status -ops-urls %s   (kill -9 the leader's pid to see a takeover)", o.binary, opsURLs(c))
 	if demoURL != "" {
 		say("  demo       DEMO PARTNER station on http://%s (the hub's partner; warnings only in the log), mode %s:", pt.demoHTTP(), o.demoMode)
