@@ -21,6 +21,7 @@ import (
 
 	"github.com/edihub/edihub/internal/api"
 	"github.com/edihub/edihub/internal/as2"
+	"github.com/edihub/edihub/internal/auth"
 	"github.com/edihub/edihub/internal/mdn"
 	"github.com/edihub/edihub/internal/outbox"
 	"github.com/edihub/edihub/internal/postgres"
@@ -89,7 +90,11 @@ func newAPI(t testing.TB, e *env) *apiClient {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(h)
+	// The caller is the bootstrap admin, as the router's authentication
+	// would make it.
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h.ServeHTTP(w, r.WithContext(auth.WithPrincipal(r.Context(), auth.BootstrapPrincipal)))
+	}))
 	t.Cleanup(srv.Close)
 	return &apiClient{t: t, url: srv.URL}
 }
