@@ -155,7 +155,7 @@ func (s *Store) ReportDays(ctx context.Context, limit int) ([]ReportDay, error) 
 	if limit <= 0 {
 		limit = 31
 	}
-	rows, err := s.pool.Query(ctx, `SELECT day::text, generated_at, mailed_at, mail_error FROM reports ORDER BY day DESC LIMIT $1`, limit)
+	rows, err := s.pool.Query(ctx, `SELECT day::text, generated_at, mailed_at, mail_error FROM reports ORDER BY reports.day DESC LIMIT $1`, limit)
 	if err != nil {
 		return nil, fmt.Errorf("list reports: %w", err)
 	}
