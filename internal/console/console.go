@@ -168,6 +168,8 @@ type Console struct {
 	pages    pages
 	csrf     *http.CrossOriginProtection
 	handler  http.Handler
+	// todayFigures keeps today's figures for the hub page.
+	todayFigures todayCache
 }
 
 // New validates o and returns the console.

@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"sort"
 	"strconv"
+	"sync"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -106,23 +108,51 @@ func (c *Console) hub(w http.ResponseWriter, r *http.Request) {
 		d.Replicas = append(d.Replicas, v)
 	}
 	if c.o.Reports != nil {
-		b, err := c.o.Reports.Render(ctx, "today", "json")
-		if err == nil {
-			var rep report.Report
-			if err = json.Unmarshal(b, &rep); err == nil {
-				d.Today = &rep
-			}
-		}
+		rep, err := c.today(ctx)
 		if err != nil {
 			c.log.Warn("today's figures not built", zap.Error(err))
 			d.TodayError = "Today's figures could not be built; try again in a moment."
 		}
+		d.Today = rep
 		if d.Days, err = c.o.Hub.ReportDays(ctx, 14); err != nil {
 			c.internal(w, r, "Reading the hub's state", err)
 			return
 		}
 	}
 	c.render(w, r, http.StatusOK, "hub", c.view(r, "Hub", "hub", d))
+}
+
+// todayEvery is how often a replica builds today's figures for the hub
+// page at most: the report builder reads the whole day (and the day
+// before, and the week before), too much for every refresh of every page.
+const todayEvery = time.Minute
+
+// todayCache keeps today's figures between hub pages.
+type todayCache struct {
+	mu  sync.Mutex
+	at  time.Time
+	rep *report.Report
+}
+
+// today returns today's figures so far, built at most once per todayEvery
+// (one build at a time; the pages asking meanwhile wait for it).
+func (c *Console) today(ctx context.Context) (*report.Report, error) {
+	c.todayFigures.mu.Lock()
+	defer c.todayFigures.mu.Unlock()
+	now := c.now()
+	if t := &c.todayFigures; t.rep != nil && now.Sub(t.at) < todayEvery && now.Sub(t.at) >= 0 {
+		return t.rep, nil
+	}
+	b, err := c.o.Reports.Render(ctx, "today", "json")
+	if err != nil {
+		return nil, err
+	}
+	var rep report.Report
+	if err := json.Unmarshal(b, &rep); err != nil {
+		return nil, err
+	}
+	c.todayFigures.at, c.todayFigures.rep = now, &rep
+	return &rep, nil
 }
 
 // reportData is the report page's.

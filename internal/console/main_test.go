@@ -62,7 +62,7 @@ const password = "correct horse battery"
 // env is a console on a database of its own, served over HTTP on
 // loopback, as edihub serve mounts it.
 type env struct {
-	t     *testing.T
+	t     testing.TB
 	ctx   context.Context
 	st    *postgres.Store
 	db    *pgx.Conn
@@ -78,7 +78,7 @@ type env struct {
 // console's server listens (http://127.0.0.1:port).
 type option func(o *console.Options, url string)
 
-func newEnv(t *testing.T, opts ...option) *env {
+func newEnv(t testing.TB, opts ...option) *env {
 	t.Helper()
 	ctx := t.Context()
 	dbURL := pgtest.URL(t)
@@ -152,7 +152,7 @@ func newEnv(t *testing.T, opts ...option) *env {
 // writeConfig writes a station file with the partners ACME CORP and GLOBEX
 // (keys and certificates of devpki) and loads it; partners is the file's
 // partners, to store them.
-func writeConfig(t *testing.T) (cfg *config.File, partners []byte) {
+func writeConfig(t testing.TB) (cfg *config.File, partners []byte) {
 	t.Helper()
 	dir := t.TempDir()
 	write := func(name string) (keyPath, certPath string) {

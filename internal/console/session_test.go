@@ -6,7 +6,9 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/alexedwards/scs/v2"
 	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
@@ -84,13 +86,30 @@ func TestSessionCookie(t *testing.T) {
 		}
 		return nil
 	}
-	// A session before sign-in: a failed attempt keeps none; the OIDC
-	// start would. Plant one as an attacker would.
-	run(t, tb, "plant a session cookie", chromedp.Navigate(e.page("/login")))
+	// An attacker who can set a cookie in the victim's browser plants a
+	// session token they know, made by the console (scs's encoding).
+	data, err := scs.GobCodec{}.Encode(time.Now().Add(time.Hour), map[string]any{"planted": true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.exec(`INSERT INTO sessions (token, data, expiry) VALUES ('planted-token-0123456789', $1, now() + interval '1 hour')`, data)
+	run(t, tb, "plant a session cookie", chromedp.Navigate(e.page("/login")),
+		chromedp.Action[chromedp.Void](func(ctx context.Context, tg *chromedp.Target) (chromedp.Void, error) {
+			_, err := cdp.Call(ctx, tg, network.SetCookie, network.SetCookieParams{Name: console.CookieName, Value: "planted-token-0123456789",
+				URL: e.page("/"), Path: "/console/", Secure: new(true), HTTPOnly: new(true)})
+			return chromedp.Void{}, err
+		}))
 	e.loginHere(t, tb, "vera")
 	c := cookie()
 	if c == nil {
 		t.Fatal("no session cookie after sign-in")
+	}
+	if c.Value == "planted-token-0123456789" {
+		t.Error("the planted session token was kept at sign-in")
+	}
+	var planted int
+	if err := e.db.QueryRow(e.ctx, `SELECT count(*) FROM sessions WHERE token = 'planted-token-0123456789'`).Scan(&planted); err != nil || planted != 0 {
+		t.Errorf("the planted session is still stored (%d, %v)", planted, err)
 	}
 	if !c.Secure || !c.HTTPOnly || c.SameSite != network.CookieSameSiteLax || c.Path != "/console/" {
 		t.Errorf("session cookie %+v: want Secure, HttpOnly, SameSite=Lax, Path=/console/", c)

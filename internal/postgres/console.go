@@ -110,7 +110,8 @@ type PartnerHealth struct {
 
 // PartnerHealth returns the health of each of partners, in their order.
 // Every figure is read from an index of the partner's rows (migrations
-// 00004 and 00012), so the cost does not grow with the message table.
+// 00004 and 00012), so the cost does not grow with the message table, but
+// only with the partner's unfinished messages.
 func (s *Store) PartnerHealth(ctx context.Context, partners []string) ([]PartnerHealth, error) {
 	if len(partners) == 0 {
 		return nil, nil

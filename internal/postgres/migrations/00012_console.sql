@@ -15,11 +15,13 @@ CREATE INDEX events_message_idx ON events (message, id);
 CREATE INDEX messages_partner_success_idx ON messages (partner, completed_at)
     WHERE status IN ('delivered', 'sent', 'processed') AND completed_at IS NOT NULL;
 
--- A partner's messages still being worked on (queued, retrying, ...).
-CREATE INDEX messages_partner_active_idx ON messages (partner, status)
-    WHERE status IN ('queued', 'sending', 'retrying', 'awaiting-mdn');
+-- A partner's messages of a status, newest first: the search for the
+-- failed messages of one partner reads these only, however rare they are
+-- among its messages; and the count of its messages still being worked on
+-- (queued, retrying, ...).
+CREATE INDEX messages_partner_status_idx ON messages (partner, status, id);
 
 -- +goose Down
-DROP INDEX messages_partner_active_idx;
+DROP INDEX messages_partner_status_idx;
 DROP INDEX messages_partner_success_idx;
 DROP INDEX events_message_idx;
