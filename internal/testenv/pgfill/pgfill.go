@@ -74,9 +74,6 @@ type Data struct {
 	// a negative MDN, with its events, its MDN and an orphan async MDN
 	// that names it: every part of a trace.
 	Traced int64
-	// Retrying is an outbound message still retrying, its outbox row
-	// pending and unclaimed.
-	Retrying int64
 	// Inbound is an inbound message, InboundMessageID its Message-ID,
 	// brackets included.
 	Inbound          int64
@@ -323,7 +320,6 @@ func (d *Data) samples(ctx context.Context, conn *pgx.Conn) error {
 	}{
 		{&d.Traced, `SELECT max(m.id) FROM messages m JOIN mdn_inbox i ON i.original_message_id = m.message_id AND i.state = 'orphan'
 		  WHERE m.direction = 'outbound' AND m.status = 'failed' AND m.disposition <> ''`},
-		{&d.Retrying, `SELECT max(id) FROM messages WHERE status = 'retrying'`},
 		{&d.Inbound, `SELECT min(id) FROM messages WHERE direction = 'inbound' AND id > (SELECT max(id) / 2 FROM messages)`},
 		{&d.InboundMessageID, `SELECT message_id FROM messages WHERE id = (SELECT min(id) FROM messages WHERE direction = 'inbound' AND id > (SELECT max(id) / 2 FROM messages))`},
 		{&d.DayFilenamePrefix, `SELECT substr(filename, 1, 15) FROM messages
