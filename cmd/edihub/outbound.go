@@ -136,6 +136,7 @@ func newOutbound(r *replica, reports api.Reports) (*outbound, error) {
 	certs := func(now time.Time) []config.CertificateInfo { return cfg.Current().Certificates(now) }
 	svc := &partners.Service{Store: store, Base: func() *config.File { return cfg.Current() }, Now: time.Now}
 	h, err := api.New(api.Options{Queue: q, Store: store, Logger: log, Resender: store, Inbox: store, Reports: reports, Certificates: certs,
+		Tracer: store, Canceller: store, Reapplier: store,
 		Partners: svc, PartnerReader: store, ServedRevision: func() int64 { return cfg.Current().Revision },
 		TestPartner: func(ctx context.Context, id string) (any, bool) {
 			c := cfg.Current()

@@ -78,7 +78,7 @@ partners:
 	users := &auth.Users{Store: st, Params: cheap}
 	reports := &report.Service{Store: st, Location: time.UTC, Now: time.Now,
 		Builder: &report.Builder{Source: st, Station: "EDIHUB", Lease: "edihub-leader", Partners: []string{"GLOBEX"}, Now: time.Now}}
-	h, err := api.New(api.Options{Queue: q, Store: st, Inbox: st, Resender: st, Logger: log, Reports: reports, Certificates: cfg.Certificates,
+	h, err := api.New(api.Options{Queue: q, Store: st, Inbox: st, Resender: st, Tracer: st, Canceller: st, Reapplier: st, Logger: log, Reports: reports, Certificates: cfg.Certificates,
 		Partners: &partners.Service{Store: st, Base: func() *config.File { return cfg }}, PartnerReader: st,
 		TestPartner: func(_ context.Context, id string) (any, bool) {
 			return probe.Report{Partner: id, OK: id == "GLOBEX"}, id == "GLOBEX" || id == "NEWCO"
@@ -157,6 +157,7 @@ type routeRole struct {
 var routeRoles = []routeRole{
 	{"GET", "/messages", auth.RoleViewer, "/messages", ""},
 	{"GET", "/messages/{id}", auth.RoleViewer, "/messages/1", ""},
+	{"GET", "/messages/{id}/trace", auth.RoleViewer, "/messages/1/trace", ""},
 	{"GET", "/mdns", auth.RoleViewer, "/mdns", ""},
 	{"GET", "/events", auth.RoleViewer, "/events", ""},
 	{"GET", "/reports/{day}", auth.RoleViewer, "/reports/today", ""},
@@ -172,6 +173,8 @@ var routeRoles = []routeRole{
 	{"GET", "/messages/{id}/mdn", auth.RoleOperator, "/messages/1/mdn", ""},
 	{"POST", "/messages", auth.RoleOperator, "/messages?partner=GLOBEX", "doc"},
 	{"POST", "/messages/{id}/resend", auth.RoleOperator, "/messages/1/resend", ""},
+	{"POST", "/messages/{id}/cancel", auth.RoleOperator, "/messages/1/cancel", ""},
+	{"POST", "/mdns/{id}/reapply", auth.RoleOperator, "/mdns/1/reapply", ""},
 	{"POST", "/partners/{as2id}/test", auth.RoleOperator, "/partners/GLOBEX/test", ""},
 
 	{"POST", "/partners", auth.RoleAdmin, "/partners", "{}"},
