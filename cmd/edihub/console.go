@@ -29,6 +29,8 @@ func newConsole(r *replica, p *parts, reports console.Reports) (*console.Console
 		Auditor:   r.store,
 		Queue:     p.out.queue,
 		Resender:  r.store,
+		Canceller: r.store,
+		Reapplier: r.store,
 		// A document sent from the console is bounded like one sent to
 		// the API.
 		MaxUploadBytes: r.o.maxBodyBytes,

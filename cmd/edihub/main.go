@@ -68,6 +68,7 @@ func commands() []command {
 		{name: "migrate", summary: "apply pending database migrations and exit", flags: migrateFlags},
 		{name: "send", summary: "queue a file for a partner (in the database; any replica sends it)", flags: sendFlags},
 		{name: "resend", summary: "send a failed or overdue outbound message again (same Message-ID and bytes)", flags: resendFlags},
+		{name: "cancel", summary: "fail an outbound message still queued or retrying, so that it is not sent", flags: cancelFlags},
 		{name: "report", summary: "render a day's end-of-day report (html, text, csv, json, png), or mail it with -send", flags: reportFlags},
 		{name: "status", summary: "show who leads, with which fencing token, as each replica sees it", flags: statusFlags},
 		{name: "partners", summary: "manage the trading partners stored in the database: apply, diff, get, export, delete, history, restore", verbs: partnerVerbs()},

@@ -5,12 +5,19 @@
 //
 //	POST /messages?partner=ID&filename=F   operator  queue the body for a partner (202;
 //	                                                 200 for a repeated Idempotency-Key)
-//	GET  /messages?partner=&direction=&status=&since=&until=&limit=&cursor=   viewer
+//	GET  /messages?partner=&direction=&status=&since=&until=&message_id=&filename=&overdue=&limit=&cursor=   viewer
+//	                                                 newest first; message_id: exact, with or
+//	                                                 without <>; filename: names that start with it
 //	GET  /messages/{id}                    viewer    one message, inbound or outbound
 //	GET  /messages/{id}/payload            operator  the document, raw
 //	GET  /messages/{id}/mdn                operator  the MDN as stored, raw
+//	GET  /messages/{id}/trace              viewer    the message, its attempts, events, MDN and async
+//	                                                 MDNs (no payload or MDN bytes)
 //	POST /messages/{id}/resend             operator  send a failed or overdue message again
+//	POST /messages/{id}/cancel             operator  fail a message still queued or retrying; body
+//	                                                 optional: {"reason": "..."} (409 when it cannot be)
 //	GET  /mdns?state=&limit=&cursor=       viewer    async MDNs received: pending, processed, orphan
+//	POST /mdns/{id}/reapply                operator  judge an orphan async MDN again (409 when not one)
 //	GET  /events?after=CURSOR&limit=N      viewer    the event feed, oldest first
 //	GET  /reports/{day}?format=            viewer    a day's report (YYYY-MM-DD, today,
 //	                                                 yesterday): html, text, csv, json
@@ -52,6 +59,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/go-chi/chi/v5"
 	"go.uber.org/zap"
@@ -90,6 +99,26 @@ type InboxReader interface {
 	InboxMDNs(ctx context.Context, q postgres.InboxQuery) ([]postgres.InboxMDNInfo, error)
 }
 
+// Tracer reads a message's trace; *postgres.Store implements it. Errors
+// wrap postgres.ErrMessageNotFound for an unknown message.
+type Tracer interface {
+	MessageTrace(ctx context.Context, id int64) (postgres.Trace, error)
+}
+
+// Canceller fails an outbound message before it is sent again;
+// *postgres.Store implements it. Errors wrap postgres.ErrMessageNotFound
+// or postgres.ErrNotCancellable (with the reason).
+type Canceller interface {
+	CancelMessage(ctx context.Context, id int64, reason string) (postgres.MessageInfo, error)
+}
+
+// Reapplier puts an orphan async MDN back before the MDN poller;
+// *postgres.Store implements it. Errors wrap postgres.ErrInboxMDNNotFound
+// or postgres.ErrNotOrphan.
+type Reapplier interface {
+	ReapplyInboxMDN(ctx context.Context, id int64) (postgres.InboxMDNInfo, error)
+}
+
 // Reports renders day reports; *report.Service implements it. Errors
 // wrapping report.ErrInvalidDay or report.ErrUnknownFormat are the
 // caller's.
@@ -118,6 +147,14 @@ const IdempotencyKeyHeader = "Idempotency-Key"
 // MaxIdempotencyKey is the longest Idempotency-Key accepted, in bytes.
 const MaxIdempotencyKey = 255
 
+// Limits of the search filters of GET /messages and of a cancel's
+// reason, in bytes.
+const (
+	MaxMessageIDFilter = 998 // the longest header line RFC 5322 allows
+	MaxFilenameFilter  = 255
+	MaxCancelReason    = 500
+)
+
 // Options configure New.
 type Options struct {
 	Queue  Enqueuer
@@ -127,6 +164,12 @@ type Options struct {
 	Resender Resender
 	// Inbox, when set, serves GET /mdns.
 	Inbox InboxReader
+	// Tracer, when set, serves GET /messages/{id}/trace.
+	Tracer Tracer
+	// Canceller, when set, serves POST /messages/{id}/cancel.
+	Canceller Canceller
+	// Reapplier, when set, serves POST /mdns/{id}/reapply.
+	Reapplier Reapplier
 	// Certificates lists the configured certificates for GET
 	// /certificates; nil answers an empty list.
 	Certificates CertificateLister
@@ -187,11 +230,20 @@ func New(o Options) (http.Handler, error) {
 	viewer.Get("/messages/{id}", h.get)
 	operator.Get("/messages/{id}/payload", h.payload) // payload bytes: never for viewers
 	operator.Get("/messages/{id}/mdn", h.mdn)
+	if o.Tracer != nil {
+		viewer.Get("/messages/{id}/trace", h.trace)
+	}
 	if o.Resender != nil {
 		operator.Post("/messages/{id}/resend", h.resend)
 	}
+	if o.Canceller != nil {
+		operator.Post("/messages/{id}/cancel", h.cancel)
+	}
 	if o.Inbox != nil {
 		viewer.Get("/mdns", h.mdns)
+	}
+	if o.Reapplier != nil {
+		operator.Post("/mdns/{id}/reapply", h.reapply)
 	}
 	viewer.Get("/events", h.events)
 	if o.Reports != nil {
@@ -445,13 +497,37 @@ func (h *handler) events(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *handler) list(w http.ResponseWriter, r *http.Request) {
-	q, ok := query(w, r, "partner", "direction", "status", "since", "until", "limit", "cursor")
+	q, ok := query(w, r, "partner", "direction", "status", "since", "until", "message_id", "filename", "overdue", "limit", "cursor")
 	if !ok {
 		return
 	}
 	mq := postgres.MessageQuery{Partner: q.Get("partner"), Status: q.Get("status")}
 	if mq.Direction, ok = oneOf(w, q, "direction", "inbound", "outbound"); !ok {
 		return
+	}
+	for _, p := range []struct {
+		name string
+		max  int
+		dst  *string
+		what string
+	}{
+		{"message_id", MaxMessageIDFilter, &mq.MessageID, "an AS2 Message-ID, with or without its <>"},
+		{"filename", MaxFilenameFilter, &mq.Filename, "the start of a file name"},
+	} {
+		v := q.Get(p.name)
+		if len(v) > p.max || !utf8.ValidString(v) || strings.IndexFunc(v, unicode.IsControl) >= 0 {
+			writeError(w, http.StatusBadRequest, p.name, fmt.Sprintf("%s: want %s, at most %d bytes of UTF-8 without control characters", p.name, p.what, p.max))
+			return
+		}
+		*p.dst = v
+	}
+	if v := q.Get("overdue"); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, "overdue", fmt.Sprintf("overdue %q: want true (only messages whose async MDN is overdue) or false", v))
+			return
+		}
+		mq.Overdue = b
 	}
 	for _, p := range []struct {
 		name string
@@ -623,20 +699,23 @@ func (h *handler) mdns(w http.ResponseWriter, r *http.Request) {
 	out.MDNs, out.NextCursor, ok = listPage(h, w, r, "MDNs", func(limit int, before int64) ([]postgres.InboxMDNInfo, error) {
 		iq.Limit, iq.Before = limit, before
 		return h.o.Inbox.InboxMDNs(r.Context(), iq)
-	}, func(m postgres.InboxMDNInfo) int64 { return m.ID }, func(m postgres.InboxMDNInfo) InboxMDN {
-		v := InboxMDN{
-			ID: m.ID, ReceivedAt: m.ReceivedAt, AS2From: m.AS2From, AS2To: m.AS2To, OriginalMessageID: m.OriginalMessageID,
-			ContentType: m.ContentType, Size: m.Size, State: m.State, Result: m.Result, Reason: m.Reason,
-			Partner: m.Partner, Message: m.MessageRef, ProcessedAt: m.ProcessedAt, Fence: m.Fence,
-		}
-		if m.MessageRef != nil {
-			v.MessageURL = h.location(*m.MessageRef)
-		}
-		return v
-	})
+	}, func(m postgres.InboxMDNInfo) int64 { return m.ID }, h.inboxView)
 	if ok {
 		httpserver.WriteJSON(w, http.StatusOK, out)
 	}
+}
+
+// inboxView is m as the API shows it.
+func (h *handler) inboxView(m postgres.InboxMDNInfo) InboxMDN {
+	v := InboxMDN{
+		ID: m.ID, ReceivedAt: m.ReceivedAt, AS2From: m.AS2From, AS2To: m.AS2To, OriginalMessageID: m.OriginalMessageID,
+		ContentType: m.ContentType, Size: m.Size, State: m.State, Result: m.Result, Reason: m.Reason,
+		Partner: m.Partner, Message: m.MessageRef, ProcessedAt: m.ProcessedAt, Fence: m.Fence,
+	}
+	if m.MessageRef != nil {
+		v.MessageURL = h.location(*m.MessageRef)
+	}
+	return v
 }
 
 // query returns r's query parameters; it answers 400 naming the first

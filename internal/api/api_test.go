@@ -50,6 +50,7 @@ type env struct {
 	url   string
 	store *postgres.Store
 	cfg   *config.File
+	dbURL string // the store's database, for rows no API call writes
 }
 
 func setup(t *testing.T) *env {
@@ -70,7 +71,12 @@ partners:
 	if err != nil {
 		t.Fatal(err)
 	}
-	st := pgtest.Store(t)
+	dbURL := pgtest.URL(t)
+	st, err := postgres.Open(context.Background(), dbURL, postgres.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.Close)
 	q, err := outbox.NewQueue(outbox.QueueOptions{Store: st, Config: cfg})
 	if err != nil {
 		t.Fatal(err)
@@ -78,7 +84,8 @@ partners:
 	log := zaptest.NewLogger(t)
 	reports := &report.Service{Store: st, Location: time.UTC, Now: time.Now,
 		Builder: &report.Builder{Source: st, Station: "EDIHUB", Lease: "edihub-leader", Partners: []string{"ACME CORP", "GLOBEX"}, Now: time.Now}}
-	h, err := api.New(api.Options{Queue: q, Store: st, Inbox: st, Logger: log, Reports: reports, Certificates: cfg.Certificates})
+	h, err := api.New(api.Options{Queue: q, Store: st, Inbox: st, Logger: log, Reports: reports, Certificates: cfg.Certificates,
+		Tracer: st, Canceller: st, Reapplier: st})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,7 +93,7 @@ partners:
 		Logger: log, Metrics: httpserver.NewMetrics(prometheus.NewRegistry()), MaxBodyBytes: 1 << 20, API: h, APIToken: token,
 	}))
 	t.Cleanup(srv.Close)
-	return &env{url: srv.URL, store: st, cfg: cfg}
+	return &env{url: srv.URL, store: st, cfg: cfg, dbURL: dbURL}
 }
 
 type response struct {

@@ -78,7 +78,7 @@ partners:
 	users := &auth.Users{Store: st, Params: cheap}
 	reports := &report.Service{Store: st, Location: time.UTC, Now: time.Now,
 		Builder: &report.Builder{Source: st, Station: "EDIHUB", Lease: "edihub-leader", Partners: []string{"GLOBEX"}, Now: time.Now}}
-	h, err := api.New(api.Options{Queue: q, Store: st, Inbox: st, Resender: st, Logger: log, Reports: reports, Certificates: cfg.Certificates,
+	h, err := api.New(api.Options{Queue: q, Store: st, Inbox: st, Resender: st, Tracer: st, Canceller: st, Reapplier: st, Logger: log, Reports: reports, Certificates: cfg.Certificates,
 		Partners: &partners.Service{Store: st, Base: func() *config.File { return cfg }}, PartnerReader: st,
 		TestPartner: func(_ context.Context, id string) (any, bool) {
 			return probe.Report{Partner: id, OK: id == "GLOBEX"}, id == "GLOBEX" || id == "NEWCO"
@@ -157,6 +157,7 @@ type routeRole struct {
 var routeRoles = []routeRole{
 	{"GET", "/messages", auth.RoleViewer, "/messages", ""},
 	{"GET", "/messages/{id}", auth.RoleViewer, "/messages/1", ""},
+	{"GET", "/messages/{id}/trace", auth.RoleViewer, "/messages/1/trace", ""},
 	{"GET", "/mdns", auth.RoleViewer, "/mdns", ""},
 	{"GET", "/events", auth.RoleViewer, "/events", ""},
 	{"GET", "/reports/{day}", auth.RoleViewer, "/reports/today", ""},
@@ -172,6 +173,8 @@ var routeRoles = []routeRole{
 	{"GET", "/messages/{id}/mdn", auth.RoleOperator, "/messages/1/mdn", ""},
 	{"POST", "/messages", auth.RoleOperator, "/messages?partner=GLOBEX", "doc"},
 	{"POST", "/messages/{id}/resend", auth.RoleOperator, "/messages/1/resend", ""},
+	{"POST", "/messages/{id}/cancel", auth.RoleOperator, "/messages/1/cancel", ""},
+	{"POST", "/mdns/{id}/reapply", auth.RoleOperator, "/mdns/1/reapply", ""},
 	{"POST", "/partners/{as2id}/test", auth.RoleOperator, "/partners/GLOBEX/test", ""},
 
 	{"POST", "/partners", auth.RoleAdmin, "/partners", "{}"},
@@ -295,6 +298,14 @@ func TestAuditOfEveryChange(t *testing.T) {
 	e.sql(t, `UPDATE messages SET status = 'failed', completed_at = now() WHERE id = $1`, q.ID)
 	e.sql(t, `UPDATE outbox SET status = 'failed', finished_at = now() WHERE message_id = $1`, q.ID)
 	must(e.do(t, olga, "POST", fmt.Sprintf("/api/v1/messages/%d/resend", q.ID), nil), http.StatusOK)
+	must(e.do(t, olga, "POST", fmt.Sprintf("/api/v1/messages/%d/cancel", q.ID), []byte(`{"reason": "wrong partner"}`)), http.StatusOK)
+	e.sql(t, `INSERT INTO mdn_inbox (content_type, body, original_message_id, state, reason, processed_at) VALUES ('multipart/report', 'x', '<gone@x>', 'orphan', 'no such message', now())`)
+	orphans := decode[api.MDNList](t, must(e.do(t, olga, "GET", "/api/v1/mdns?state=orphan", nil), http.StatusOK))
+	if len(orphans.MDNs) != 1 {
+		t.Fatalf("orphans: %+v", orphans)
+	}
+	orphan := fmt.Sprint(orphans.MDNs[0].ID)
+	must(e.do(t, olga, "POST", "/api/v1/mdns/"+orphan+"/reapply", nil), http.StatusOK)
 	must(e.do(t, olga, "POST", "/api/v1/partners/GLOBEX/test", nil), http.StatusOK)
 
 	pe := entry(t, "NEWCO", "sha-256")
@@ -333,6 +344,8 @@ func TestAuditOfEveryChange(t *testing.T) {
 		{"cli:root@test", "user.add", "alice", ""}, {"cli:root@test", "token.create", "alice", ""},
 		{"token:main (olga)", "message.send", id, "127.0.0.1"},
 		{"token:main (olga)", "message.resend", id, "127.0.0.1"},
+		{"token:main (olga)", "message.cancel", id, "127.0.0.1"},
+		{"token:main (olga)", "mdn.reapply", orphan, "127.0.0.1"},
 		{"token:main (olga)", "partner.test", "GLOBEX", "127.0.0.1"},
 		{"token:main (alice)", "partner.create", "NEWCO", "127.0.0.1"},
 		{"token:main (alice)", "partner.update", "NEWCO", "127.0.0.1"},
@@ -365,6 +378,9 @@ func TestAuditOfEveryChange(t *testing.T) {
 		t.Errorf("audit log, paged (-want +got):\n%s", diff)
 	}
 	send := entries[len(entries)-7]
+	if c := entries[len(entries)-9]; c.Action != "message.cancel" || c.Detail["reason"] != "wrong partner" {
+		t.Errorf("message.cancel entry = %+v, want the reason", c)
+	}
 	if send.Detail["partner"] != "GLOBEX" || send.Detail["filename"] != "a.edi" || send.Detail["message_id"] != q.MessageID {
 		t.Errorf("message.send detail = %v, want partner, filename and Message-ID", send.Detail)
 	}

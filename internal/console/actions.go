@@ -60,6 +60,10 @@ type confirmData struct {
 	Button   string
 	Back     string
 	Danger   bool
+	// Reason asks for a reason to record; BackField is sent with the
+	// form, where to go afterwards.
+	Reason    bool
+	BackField string
 }
 
 // resendConfirm asks before a resend: the same Message-ID and bytes go to
@@ -226,4 +230,136 @@ func (c *Console) partners() []string {
 		return nil
 	}
 	return c.o.Partners()
+}
+
+// Canceller fails a message still queued or retrying before it is sent
+// again; *postgres.Store implements it. Errors wrap
+// postgres.ErrMessageNotFound or postgres.ErrNotCancellable.
+type Canceller interface {
+	CancelMessage(ctx context.Context, id int64, reason string) (postgres.MessageInfo, error)
+}
+
+// Reapplier puts an orphan async MDN back for the leader's MDN poller to
+// judge again; *postgres.Store implements it. Errors wrap
+// postgres.ErrInboxMDNNotFound or postgres.ErrNotOrphan.
+type Reapplier interface {
+	ReapplyInboxMDN(ctx context.Context, id int64) (postgres.InboxMDNInfo, error)
+}
+
+// maxCancelReason bounds the reason of a cancel, as the API does.
+const maxCancelReason = 500
+
+// cancelConfirm asks before a cancel, with a reason to record.
+func (c *Console) cancelConfirm(w http.ResponseWriter, r *http.Request) {
+	id, ok := c.messageID(w, r)
+	if !ok {
+		return
+	}
+	m, err := c.o.Messages.Message(r.Context(), id)
+	if err != nil {
+		c.readFailed(w, r, id, err)
+		return
+	}
+	trace := fmt.Sprintf("%s/messages/%d", Prefix, id)
+	d := confirmData{
+		Question: fmt.Sprintf("Cancel message %d to %s?", id, m.Partner),
+		Detail: []string{"Message-ID " + m.MessageID + ", status " + m.Status,
+			"It fails now, and is not sent again; a resend can queue it later."},
+		Action: trace + "/cancel", Button: "Cancel the message", Back: trace, Danger: true, Reason: true,
+	}
+	c.render(w, r, http.StatusOK, "confirm", c.view(r, "Cancel message "+strconv.FormatInt(id, 10), "messages", d))
+}
+
+// cancel fails a message still queued or retrying.
+func (c *Console) cancel(w http.ResponseWriter, r *http.Request) {
+	id, ok := c.messageID(w, r)
+	if !ok {
+		return
+	}
+	reason := strings.TrimSpace(r.PostFormValue("reason"))
+	if len(reason) > maxCancelReason {
+		c.fail(w, r, http.StatusBadRequest, fmt.Sprintf("The reason is longer than %d characters.", maxCancelReason))
+		return
+	}
+	m, err := c.o.Canceller.CancelMessage(r.Context(), id, reason)
+	switch {
+	case errors.Is(err, postgres.ErrMessageNotFound):
+		c.readFailed(w, r, id, err)
+		return
+	case errors.Is(err, postgres.ErrNotCancellable):
+		_, why, _ := strings.Cut(err.Error(), postgres.ErrNotCancellable.Error()+": ")
+		if why == "" {
+			why = "only outbound messages queued or retrying are cancelled"
+		}
+		c.fail(w, r, http.StatusConflict, fmt.Sprintf("Message %d cannot be cancelled: %s.", id, why))
+		return
+	case err != nil:
+		c.internal(w, r, fmt.Sprintf("Cancelling message %d", id), err)
+		return
+	}
+	c.log.Info("cancelled", zap.Int64("id", id), zap.String("partner", m.Partner), zap.String("message_id", m.MessageID),
+		zap.String("by", auth.AuditFromRequest(r).Actor))
+	c.audit(r, "message.cancel", strconv.FormatInt(id, 10), map[string]any{"partner": m.Partner, "message_id": m.MessageID, "reason": reason})
+	c.flash(r, fmt.Sprintf("Message %d is cancelled: its status is now %s.", id, m.Status))
+	http.Redirect(w, r, fmt.Sprintf("%s/messages/%d", Prefix, id), http.StatusSeeOther)
+}
+
+// inboxID parses the {id} of an async MDN; false when it answered 404.
+func (c *Console) inboxID(w http.ResponseWriter, r *http.Request) (int64, bool) {
+	n, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
+	if err != nil || n < 1 {
+		c.fail(w, r, http.StatusNotFound, fmt.Sprintf("There is no async MDN %q.", r.PathValue("id")))
+		return 0, false
+	}
+	return n, true
+}
+
+// back is the console page a form came from (?back= or the form's back
+// field), else the messages.
+func back(r *http.Request) string {
+	b := r.URL.Query().Get("back")
+	if b == "" {
+		b = r.PostFormValue("back")
+	}
+	return safeNext(b)
+}
+
+// reapplyConfirm asks before an orphan async MDN is judged again.
+func (c *Console) reapplyConfirm(w http.ResponseWriter, r *http.Request) {
+	id, ok := c.inboxID(w, r)
+	if !ok {
+		return
+	}
+	d := confirmData{
+		Question: fmt.Sprintf("Judge the orphan async MDN %d again?", id),
+		Detail: []string{"The leader's MDN poller verifies it again and applies it to the message it names, if it now can (after a partner's certificate was fixed, say).",
+			"An MDN that decided a message already is never applied twice."},
+		Action: fmt.Sprintf("%s/mdns/%d/reapply", Prefix, id), Button: "Re-apply", Back: back(r), BackField: back(r),
+	}
+	c.render(w, r, http.StatusOK, "confirm", c.view(r, fmt.Sprintf("Re-apply async MDN %d", id), "messages", d))
+}
+
+// reapply puts an orphan async MDN back for the poller.
+func (c *Console) reapply(w http.ResponseWriter, r *http.Request) {
+	id, ok := c.inboxID(w, r)
+	if !ok {
+		return
+	}
+	m, err := c.o.Reapplier.ReapplyInboxMDN(r.Context(), id)
+	switch {
+	case errors.Is(err, postgres.ErrInboxMDNNotFound):
+		c.fail(w, r, http.StatusNotFound, fmt.Sprintf("There is no async MDN %d.", id))
+		return
+	case errors.Is(err, postgres.ErrNotOrphan):
+		_, state, _ := strings.Cut(err.Error(), postgres.ErrNotOrphan.Error()+": ")
+		c.fail(w, r, http.StatusConflict, fmt.Sprintf("The async MDN %d is not an orphan (%s): only orphans are applied again.", id, state))
+		return
+	case err != nil:
+		c.internal(w, r, fmt.Sprintf("Re-applying the async MDN %d", id), err)
+		return
+	}
+	c.log.Info("async MDN queued for the poller again", zap.Int64("inbox_id", id), zap.String("by", auth.AuditFromRequest(r).Actor))
+	c.audit(r, "mdn.reapply", strconv.FormatInt(id, 10), map[string]any{"original_message_id": m.OriginalMessageID, "as2_from": m.AS2From})
+	c.flash(r, fmt.Sprintf("The async MDN %d is pending again: the leader's MDN poller judges it within seconds.", id))
+	http.Redirect(w, r, back(r), http.StatusSeeOther)
 }

@@ -193,3 +193,66 @@ func TestSendDocument(t *testing.T) {
 	}
 	noErrors(t, tb)
 }
+
+// TestCancelAndReapply: an operator cancels a message still retrying (with
+// a reason, recorded), and re-applies an orphan async MDN that names
+// another message from its trace; both are in the audit log, and a viewer
+// is refused both.
+func TestCancelAndReapply(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.addUser("olga", auth.RoleOperator)
+	e.addUser("vera", auth.RoleViewer)
+	retrying := e.seed(msg{Direction: "outbound", Partner: "ACME CORP", MessageID: "<out-7@edihub>", Status: "retrying", Payload: "x", Attempts: 3, LastStatus: 502, Error: "HTTP 502"})
+	awaiting := e.seed(msg{Direction: "outbound", Partner: "GLOBEX", MessageID: "<out-8@edihub>", Status: "failed", Payload: "x", Attempts: 1, LastStatus: 200})
+	var orphan int64
+	if err := e.db.QueryRow(e.ctx, `INSERT INTO mdn_inbox (as2_from, as2_to, content_type, body, original_message_id, state, reason, partner, processed_at)
+VALUES ('GLOBEX', 'EDIHUB', 'multipart/signed', 'x', '<out-8@edihub>', 'orphan', 'signature does not verify', 'GLOBEX', now()) RETURNING id`).Scan(&orphan); err != nil {
+		t.Fatal(err)
+	}
+
+	tb := tab(t)
+	e.login(t, tb, "vera")
+	for _, path := range []string{fmt.Sprintf("/console/messages/%d/cancel", retrying), fmt.Sprintf("/console/mdns/%d/reapply", orphan)} {
+		for _, method := range []string{http.MethodGet, http.MethodPost} {
+			if got := fetchStatus(t, tb, method, path); got != http.StatusForbidden {
+				t.Errorf("%s %s as a viewer = %d, want 403", method, path, got)
+			}
+		}
+	}
+
+	tb = tab(t)
+	e.login(t, tb, "olga")
+	run(t, tb, "cancel the retrying message",
+		chromedp.Navigate(e.page(fmt.Sprintf("/messages/%d", retrying))),
+		submit("#cancel"),
+		chromedp.WaitVisible(chromedp.CSS("#reason")),
+	)
+	checkPage(t, tb, "#reason", "#confirm", "#back")
+	run(t, tb, "confirm the cancel", chromedp.SendKeys(chromedp.CSS("#reason"), "sent by mistake"), submit("#confirm"), chromedp.WaitVisible(chromedp.CSS("#status")))
+	if got := text(t, tb, "#status"); got != "failed" {
+		t.Errorf("status after the cancel = %q, want failed", got)
+	}
+	if m, _ := e.st.Message(e.ctx, retrying); m.Status != "failed" || m.Error != "cancelled: sent by mistake" {
+		t.Errorf("message after the cancel: %s %q", m.Status, m.Error)
+	}
+	if recs := e.auditOf("message.cancel"); len(recs) != 1 || recs[0].Actor != "user:olga" || recs[0].Detail["reason"] != "sent by mistake" {
+		t.Errorf("audit of the cancel: %+v", recs)
+	}
+
+	run(t, tb, "open the message the orphan names", chromedp.Navigate(e.page(fmt.Sprintf("/messages/%d", awaiting))), chromedp.WaitVisible(chromedp.CSS("#inbox")))
+	if got := text(t, tb, "#inbox"); !strings.Contains(got, "orphan") || !strings.Contains(got, "signature does not verify") {
+		t.Errorf("async MDNs of the trace: %q", got)
+	}
+	run(t, tb, "re-apply the orphan", submit(fmt.Sprintf("#reapply-%d", orphan)), chromedp.WaitVisible(chromedp.CSS("#confirm")), submit("#confirm"), chromedp.WaitVisible(chromedp.CSS("#inbox")))
+	if got := location(t, tb); !strings.HasSuffix(got, fmt.Sprintf("/console/messages/%d", awaiting)) {
+		t.Errorf("after the re-apply at %s, want the trace", got)
+	}
+	if got := text(t, tb, "#inbox"); !strings.Contains(got, "pending") {
+		t.Errorf("the orphan after the re-apply: %q", got)
+	}
+	if recs := e.auditOf("mdn.reapply"); len(recs) != 1 || recs[0].Actor != "user:olga" || recs[0].Target != strconv.FormatInt(orphan, 10) {
+		t.Errorf("audit of the re-apply: %+v", recs)
+	}
+	noErrors(t, tb)
+}

@@ -81,7 +81,7 @@ type MessageStore interface {
 	Messages(ctx context.Context, q postgres.MessageQuery) ([]postgres.MessageInfo, error)
 	MessagePayload(ctx context.Context, id int64) (postgres.MessageInfo, []byte, error)
 	MessageMDN(ctx context.Context, id int64) (postgres.MDNInfo, error)
-	MessageEvents(ctx context.Context, id int64, limit int) ([]postgres.Event, error)
+	MessageTrace(ctx context.Context, id int64) (postgres.Trace, error)
 	MessageOutbox(ctx context.Context, id int64) ([]postgres.OutboxEntry, error)
 }
 
@@ -112,6 +112,11 @@ type Options struct {
 	Queue Enqueuer
 	// Resender resends messages; nil leaves resend out.
 	Resender Resender
+	// Canceller cancels messages still queued or retrying; nil leaves
+	// cancel out.
+	Canceller Canceller
+	// Reapplier judges orphan async MDNs again; nil leaves it out.
+	Reapplier Reapplier
 	// MaxUploadBytes bounds a document sent from the console; 0 means
 	// DefaultMaxUploadBytes.
 	MaxUploadBytes int64
@@ -294,6 +299,14 @@ func (c *Console) routes() {
 	if c.o.Resender != nil {
 		c.handle("GET "+Prefix+"/messages/{id}/resend", auth.RoleOperator, c.resendConfirm)
 		c.handle("POST "+Prefix+"/messages/{id}/resend", auth.RoleOperator, c.resend)
+	}
+	if c.o.Canceller != nil {
+		c.handle("GET "+Prefix+"/messages/{id}/cancel", auth.RoleOperator, c.cancelConfirm)
+		c.handle("POST "+Prefix+"/messages/{id}/cancel", auth.RoleOperator, c.cancel)
+	}
+	if c.o.Reapplier != nil {
+		c.handle("GET "+Prefix+"/mdns/{id}/reapply", auth.RoleOperator, c.reapplyConfirm)
+		c.handle("POST "+Prefix+"/mdns/{id}/reapply", auth.RoleOperator, c.reapply)
 	}
 	if c.o.Queue != nil {
 		c.handle("GET "+Prefix+"/send", auth.RoleOperator, c.sendForm)

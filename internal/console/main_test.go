@@ -110,7 +110,7 @@ func newEnv(t testing.TB, opts ...option) *env {
 	o := console.Options{
 		Auth: a, Messages: st, SessionDB: sdb, Sessions: st, Auditor: st, Logger: log,
 		Partners: func() []string { return []string{"ACME CORP", "GLOBEX"} },
-		Queue:    q, Resender: st,
+		Queue:    q, Resender: st, Canceller: st, Reapplier: st,
 		Hub: st, LeaseName: lease, Leader: func() leader.Status { return leaderStatus },
 		PartnerStore: st, PartnerService: svc, Certificates: cfg.Certificates,
 		Users: &auth.Users{Store: st, Params: cheap}, Audit: st,
@@ -261,6 +261,24 @@ INSERT INTO outbox (kind, message_id, partner, url, headers, body, status, attem
 VALUES ('message', $1, $2, 'https://as2.example/as2', '{}', 'built bytes', $3, $4, 8, $5, $6, $7::timestamptz,
         CASE WHEN $3 <> 'pending' THEN $7::timestamptz END, $8, $8)`,
 			id, m.Partner, state, max(m.Attempts, 1), last, m.Error, m.Created.Add(time.Minute), m.Created)
+		// One row per attempt, as the dispatcher writes them: the last
+		// with the message's outcome.
+		for k := 1; k <= max(m.Attempts, 1); k++ {
+			outcome, status, errText := "retrying", m.LastStatus, m.Error
+			if k == max(m.Attempts, 1) {
+				switch m.Status {
+				case "failed":
+					outcome = "failed"
+				case "delivered", "sent", "awaiting-mdn":
+					outcome = "done"
+				}
+			}
+			if m.Status == "queued" {
+				break
+			}
+			e.exec(`INSERT INTO message_attempts (message_id, attempt, replica, at, http_status, outcome, error)
+VALUES ($1, $2, 'edihub-0-7f3a', $3, nullif($4, 0), $5, $6)`, id, k, m.Created.Add(time.Duration(k)*time.Minute), status, outcome, errText)
+		}
 		if m.Status != initial {
 			e.exec(`UPDATE messages SET status = $2, error = $3, disposition = $4, attempts = $5, mic_verified = $6, updated_at = $7,
        completed_at = CASE WHEN $2 IN ('delivered', 'failed', 'sent') THEN $7::timestamptz END WHERE id = $1`,

@@ -25,19 +25,30 @@ var Statuses = []string{"queued", "sending", "retrying", "awaiting-mdn", "delive
 
 // messageFilter is the search form as typed.
 type messageFilter struct {
-	Partner, Direction, Status, Since, Until string
+	Partner, Direction, Status, Since, Until, MessageID, Filename string
+	Overdue                                                       bool
 }
 
 // values is the filter as query parameters, empty ones left out.
 func (f messageFilter) values() url.Values {
 	q := url.Values{}
-	for k, v := range map[string]string{"partner": f.Partner, "direction": f.Direction, "status": f.Status, "since": f.Since, "until": f.Until} {
+	for k, v := range map[string]string{"partner": f.Partner, "direction": f.Direction, "status": f.Status, "since": f.Since, "until": f.Until,
+		"message_id": f.MessageID, "filename": f.Filename} {
 		if v != "" {
 			q.Set(k, v)
 		}
 	}
+	if f.Overdue {
+		q.Set("overdue", "1")
+	}
 	return q
 }
+
+// Bounds of the search's text fields.
+const (
+	maxMessageID = 998 // RFC 5322's line length
+	maxFilename  = 255
+)
 
 // messagesData is the messages page's.
 type messagesData struct {
@@ -60,12 +71,19 @@ func (c *Console) messages(w http.ResponseWriter, r *http.Request) {
 	f := messageFilter{
 		Partner: strings.TrimSpace(q.Get("partner")), Direction: q.Get("direction"), Status: q.Get("status"),
 		Since: q.Get("since"), Until: q.Get("until"),
+		MessageID: strings.TrimSpace(q.Get("message_id")), Filename: strings.TrimSpace(q.Get("filename")), Overdue: q.Get("overdue") != "",
 	}
 	d := messagesData{Q: f, Statuses: Statuses}
 	if c.o.Partners != nil {
 		d.Partners = c.o.Partners()
 	}
-	mq := postgres.MessageQuery{Partner: f.Partner, Status: f.Status, Limit: PageSize + 1}
+	mq := postgres.MessageQuery{Partner: f.Partner, Status: f.Status, MessageID: f.MessageID, Filename: f.Filename, Overdue: f.Overdue, Limit: PageSize + 1}
+	if len(f.MessageID) > maxMessageID {
+		d.Errors = append(d.Errors, fmt.Sprintf("Message-ID: at most %d characters.", maxMessageID))
+	}
+	if len(f.Filename) > maxFilename {
+		d.Errors = append(d.Errors, fmt.Sprintf("File name: at most %d characters.", maxFilename))
+	}
 	if f.Direction != "" && f.Direction != "inbound" && f.Direction != "outbound" {
 		d.Errors = append(d.Errors, "Direction: choose inbound or outbound.")
 	} else {
@@ -152,55 +170,63 @@ type eventView struct {
 
 // traceData is the trace page's.
 type traceData struct {
-	M      postgres.MessageInfo
-	Outbox []postgres.OutboxEntry
-	MDN    *postgres.MDNInfo
+	M        postgres.MessageInfo
+	Attempts []postgres.Attempt
+	// Pending is the outbox row waiting to send the message (or the
+	// async MDN owed for it), nil when none.
+	Pending *postgres.OutboxEntry
+	MDN     *postgres.MDNInfo
 	// MICCheck says how the MDN's MIC compares with the message's.
 	MICCheck string
 	// MICOK is true when the MIC check passed, false when it failed or
 	// was not made.
-	MICOK  bool
+	MICOK bool
+	// Inbox are the async MDNs received for the message, the orphans
+	// that name it too.
+	Inbox  []postgres.InboxMDNInfo
 	Events []eventView
 	// Resendable: the message may be sent again (failed, or its MDN is
-	// overdue).
-	Resendable bool
+	// overdue); Cancellable: it waits to be sent (queued, retrying).
+	Resendable, Cancellable bool
 	// HasPayload: the payload is still stored.
 	HasPayload bool
+	// CanResend, CanCancel and CanReapply: the console offers the action.
+	CanResend, CanCancel, CanReapply bool
 }
 
-// trace shows one message: as received or sent, every attempt, its MDN
-// and MIC check, its events.
+// trace shows one message: as received or sent, every attempt with its
+// HTTP status and error, what waits to be sent, its MDN and MIC check, the
+// async MDNs received for it, its events.
 func (c *Console) trace(w http.ResponseWriter, r *http.Request) {
 	id, ok := c.messageID(w, r)
 	if !ok {
 		return
 	}
 	ctx := r.Context()
-	m, err := c.o.Messages.Message(ctx, id)
+	t, err := c.o.Messages.MessageTrace(ctx, id)
 	if err != nil {
 		c.readFailed(w, r, id, err)
 		return
 	}
-	d := traceData{M: m, Resendable: m.Direction == "outbound" && (m.Status == "failed" || m.MDNOverdue), HasPayload: m.Size > 0 || m.Filename != ""}
-	if d.Outbox, err = c.o.Messages.MessageOutbox(ctx, id); err != nil {
+	m := t.Message
+	d := traceData{M: m, Attempts: t.Attempts, MDN: t.MDN, Inbox: t.InboxMDNs,
+		Resendable:  m.Direction == "outbound" && (m.Status == "failed" || m.MDNOverdue),
+		Cancellable: m.Direction == "outbound" && (m.Status == "queued" || m.Status == "retrying" || m.Status == "sending"),
+		HasPayload:  m.Size > 0 || m.Filename != "",
+		CanResend:   c.o.Resender != nil, CanCancel: c.o.Canceller != nil, CanReapply: c.o.Reapplier != nil,
+	}
+	outbox, err := c.o.Messages.MessageOutbox(ctx, id)
+	if err != nil {
 		c.internal(w, r, fmt.Sprintf("Reading message %d", id), err)
 		return
 	}
-	mdn, err := c.o.Messages.MessageMDN(ctx, id)
-	switch {
-	case err == nil:
-		d.MDN = &mdn
-	case !errors.Is(err, postgres.ErrNoMDN):
-		c.readFailed(w, r, id, err)
-		return
+	for i := range outbox {
+		if outbox[i].Status == "pending" {
+			d.Pending = &outbox[i]
+		}
 	}
 	d.MICCheck, d.MICOK = micCheck(m, d.MDN)
-	evs, err := c.o.Messages.MessageEvents(ctx, id, 100)
-	if err != nil {
-		c.internal(w, r, fmt.Sprintf("Reading message %d", id), err)
-		return
-	}
-	for _, e := range evs {
+	for _, e := range t.Events {
 		d.Events = append(d.Events, eventView{Type: e.Type, At: e.CreatedAt, Detail: detailLines(e.Detail)})
 	}
 	c.render(w, r, http.StatusOK, "trace", c.view(r, fmt.Sprintf("Message %d", id), "messages", d))

@@ -1,6 +1,7 @@
 package console_test
 
 import (
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -43,9 +44,9 @@ func TestSearchAndTrace(t *testing.T) {
 		submit("#search"),
 		chromedp.WaitVisible(chromedp.CSS("#messages")),
 	)
-	rows := text(t, tb, "#messages tbody")
-	if !strings.Contains(rows, "<out-1@edihub>") || strings.Contains(rows, "<out-2@edihub>") || strings.Contains(rows, "<out-3@edihub>") || strings.Contains(rows, "<in-1@acme>") {
-		t.Errorf("search for ACME CORP's failed messages shows:\n%s\nwant <out-1@edihub> alone", rows)
+	found := text(t, tb, "#messages tbody")
+	if !strings.Contains(found, "<out-1@edihub>") || strings.Contains(found, "<out-2@edihub>") || strings.Contains(found, "<out-3@edihub>") || strings.Contains(found, "<in-1@acme>") {
+		t.Errorf("search for ACME CORP's failed messages shows:\n%s\nwant <out-1@edihub> alone", found)
 	}
 	noErrors(t, tb)
 
@@ -53,14 +54,64 @@ func TestSearchAndTrace(t *testing.T) {
 	if got, want := text(t, tb, "h1"), "Message "; !strings.HasPrefix(got, want) || !strings.Contains(got, "failed") {
 		t.Errorf("trace h1 = %q, want Message %d failed", got, failed)
 	}
-	attempts := text(t, tb, "#attempts tbody")
-	for _, want := range []string{"8 of 8", "503", "HTTP 503 Service Unavailable", "failed"} {
-		if !strings.Contains(attempts, want) {
-			t.Errorf("attempts %q lack %q", attempts, want)
+	// Every attempt, with its HTTP status and error; the last failed it.
+	rows := eval[[]string](t, tb, `Array.from(document.querySelectorAll("#attempts tbody tr")).map(tr => tr.innerText)`)
+	if len(rows) != 8 {
+		t.Fatalf("attempts shown: %q, want 8", rows)
+	}
+	for i, r := range rows {
+		want := []string{strconv.Itoa(i + 1), "edihub-0-7f3a", "503", "HTTP 503 Service Unavailable", "retrying"}
+		if i == 7 {
+			want[4] = "failed"
+		}
+		for _, w := range want {
+			if !strings.Contains(r, w) {
+				t.Errorf("attempt %d %q lacks %q", i+1, r, w)
+			}
 		}
 	}
 	if ev := text(t, tb, "#events"); !strings.Contains(ev, "failed") {
 		t.Errorf("events %q lack the failure", ev)
+	}
+	noErrors(t, tb)
+}
+
+// TestSearchByMessageIDAndFilename: the search finds a message by its
+// AS2 Message-ID (with or without its brackets) and by the start of its
+// file name, and the overdue box keeps the messages whose MDN is late.
+func TestSearchByMessageIDAndFilename(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.addUser("vera", auth.RoleViewer)
+	e.seed(msg{Direction: "inbound", Partner: "ACME CORP", MessageID: "<po-1@acme.example>", Status: "processed", Filename: "ORDERS_20260302_1.edi", Payload: "x"})
+	e.seed(msg{Direction: "inbound", Partner: "ACME CORP", MessageID: "<po-2@acme.example>", Status: "processed", Filename: "ORDERS_20260303_1.edi", Payload: "x"})
+	late := e.seed(msg{Direction: "outbound", Partner: "GLOBEX", MessageID: "<inv-3@edihub>", Status: "delivered", Filename: "INVOIC_1.edi", Payload: "x", LastStatus: 200})
+	e.exec(`UPDATE messages SET status = 'awaiting-mdn', mdn_overdue = true WHERE id = $1`, late)
+
+	tb := tab(t)
+	e.login(t, tb, "vera")
+	search := func(what string, q string) []string {
+		t.Helper()
+		run(t, tb, "search "+what, chromedp.Navigate(e.page("/messages?"+q)), chromedp.WaitVisible(chromedp.CSS("h1")))
+		return eval[[]string](t, tb, `Array.from(document.querySelectorAll("#messages tbody tr td.mono")).map(td => td.innerText)`)
+	}
+	for _, tt := range []struct {
+		what, q string
+		want    []string
+	}{
+		{"Message-ID", "message_id=po-2%40acme.example", []string{"<po-2@acme.example>"}},
+		{"Message-ID with brackets", "message_id=%3Cpo-1%40acme.example%3E", []string{"<po-1@acme.example>"}},
+		{"file name prefix", "filename=ORDERS_20260302", []string{"<po-1@acme.example>"}},
+		{"file name prefix of both", "filename=ORDERS_", []string{"<po-2@acme.example>", "<po-1@acme.example>"}},
+		{"overdue", "overdue=1", []string{"<inv-3@edihub>"}},
+	} {
+		if got := search(tt.what, tt.q); strings.Join(got, " ") != strings.Join(tt.want, " ") {
+			t.Errorf("search by %s: %q, want %q", tt.what, got, tt.want)
+		}
+	}
+	// The form keeps what was searched.
+	if got := eval[string](t, tb, `document.getElementById("q-overdue").checked ? "checked" : ""`); got != "checked" {
+		t.Error("the overdue box is not ticked on the overdue search")
 	}
 	noErrors(t, tb)
 }

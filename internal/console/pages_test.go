@@ -63,7 +63,7 @@ func TestEveryPage(t *testing.T) {
 		name, path, wait string
 		keyboard         []string
 	}{
-		{"messages", "/messages", "#messages", []string{"#q-partner", "#q-direction", "#q-status", "#q-since", "#q-until", "#search", `#messages a`}},
+		{"messages", "/messages", "#messages", []string{"#q-partner", "#q-direction", "#q-status", "#q-since", "#q-until", "#q-message-id", "#q-filename", "#q-overdue", "#search", `#messages a`}},
 		{"trace", fmt.Sprintf("/messages/%d", failed), "#attempts", []string{"#payload", "#resend"}},
 		{"resend", fmt.Sprintf("/messages/%d/resend", failed), "#confirm", []string{"#confirm"}},
 		{"send", "/send", "#partner", []string{"#partner", "#document", "#content-type", "#send"}},

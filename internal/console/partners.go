@@ -22,7 +22,7 @@ type PartnerStore interface {
 	Partners(ctx context.Context) (postgres.PartnerSet, error)
 	Partner(ctx context.Context, as2ID string) (postgres.StoredPartner, error)
 	PartnerHistory(ctx context.Context, as2ID string, limit int) ([]postgres.PartnerHistoryEntry, error)
-	PartnerHealth(ctx context.Context, partners []string) ([]postgres.PartnerHealth, error)
+	PartnersHealth(ctx context.Context, partners []string) ([]postgres.PartnerHealth, error)
 }
 
 // PartnerService changes a stored partner with the checks of the
@@ -95,7 +95,7 @@ func (c *Console) partnerList(w http.ResponseWriter, r *http.Request) {
 	for i, sp := range set.Partners {
 		names[i] = sp.AS2ID
 	}
-	health, err := c.o.PartnerStore.PartnerHealth(ctx, names)
+	health, err := c.o.PartnerStore.PartnersHealth(ctx, names)
 	if err != nil {
 		c.internal(w, r, "Reading the partners", err)
 		return
@@ -162,7 +162,7 @@ func (c *Console) loadPartner(w http.ResponseWriter, r *http.Request, id string)
 	}
 	d := partnerData{P: sp, YAML: sp.Spec, Version: sp.Version, CanTest: c.o.TestPartner != nil,
 		MessagesAt: Prefix + "/messages?" + url.Values{"partner": {id}}.Encode()}
-	h, err := c.o.PartnerStore.PartnerHealth(ctx, []string{id})
+	h, err := c.o.PartnerStore.PartnersHealth(ctx, []string{id})
 	if err != nil {
 		c.internal(w, r, "Reading the partner", err)
 		return partnerData{}, false

@@ -27,25 +27,6 @@ func (s *Store) DeleteExpiredSessions(ctx context.Context) (int64, error) {
 	return tag.RowsAffected(), nil
 }
 
-// MessageEvents returns the events of one message, oldest first, at most
-// limit (0 means 100).
-func (s *Store) MessageEvents(ctx context.Context, id int64, limit int) ([]Event, error) {
-	if limit <= 0 {
-		limit = 100
-	}
-	rows, err := s.pool.Query(ctx, `
-SELECT e.id, e.txid::text AS txid_text, e.type, e.message, e.partner, e.direction, e.created_at, e.detail
-  FROM events e WHERE e.message = $1 ORDER BY e.message, e.id LIMIT $2`, id, limit)
-	if err != nil {
-		return nil, fmt.Errorf("read events of message %d: %w", id, err)
-	}
-	evs, err := scanEvents(rows)
-	if err != nil {
-		return nil, fmt.Errorf("read events of message %d: %w", id, err)
-	}
-	return evs, nil
-}
-
 // OutboxEntry is one outbox row of a message: the sending of an outbound
 // message (kind message) or of the async MDN owed for an inbound one (kind
 // mdn), with its latest attempt.
@@ -87,57 +68,6 @@ SELECT id, kind, url, status, attempts, max_attempts, next_attempt_at, last_atte
 	})
 	if err != nil {
 		return nil, fmt.Errorf("read outbox of message %d: %w", id, err)
-	}
-	return out, nil
-}
-
-// PartnerHealth is how trade with one partner goes, as the database knows
-// it.
-type PartnerHealth struct {
-	Partner string
-	// LastSuccess is the latest completion of a message that went
-	// through: delivered, sent, or received and processed; nil if none.
-	LastSuccess *time.Time
-	// Retrying counts outbound messages retrying after a failed attempt.
-	Retrying int64
-	// Active counts messages not final yet (queued, sending, retrying,
-	// awaiting an MDN).
-	Active int64
-	// Overdue counts unsettled outbound messages whose async MDN is
-	// overdue.
-	Overdue int64
-}
-
-// PartnerHealth returns the health of each of partners, in their order.
-// Every figure is read from an index of the partner's rows (migrations
-// 00004 and 00012), so the cost does not grow with the message table, but
-// only with the partner's unfinished messages.
-func (s *Store) PartnerHealth(ctx context.Context, partners []string) ([]PartnerHealth, error) {
-	if len(partners) == 0 {
-		return nil, nil
-	}
-	rows, err := s.pool.Query(ctx, `
-SELECT p.partner,
-       (SELECT max(m.completed_at) FROM messages m
-         WHERE m.partner = p.partner AND m.status IN ('delivered', 'sent', 'processed') AND m.completed_at IS NOT NULL),
-       (SELECT count(*) FROM messages m WHERE m.partner = p.partner AND m.status = 'retrying'),
-       (SELECT count(*) FROM messages m
-         WHERE m.partner = p.partner AND m.status IN ('queued', 'sending', 'retrying', 'awaiting-mdn')),
-       (SELECT count(*) FROM messages m
-         WHERE m.partner = p.partner AND m.mdn_overdue AND m.direction = 'outbound'
-           AND m.status NOT IN ('delivered', 'failed', 'sent'))
-  FROM unnest($1::text[]) WITH ORDINALITY AS p(partner, n)
- ORDER BY p.n`, partners)
-	if err != nil {
-		return nil, fmt.Errorf("read partner health: %w", err)
-	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (PartnerHealth, error) {
-		var h PartnerHealth
-		err := r.Scan(&h.Partner, &h.LastSuccess, &h.Retrying, &h.Active, &h.Overdue)
-		return h, err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("read partner health: %w", err)
 	}
 	return out, nil
 }

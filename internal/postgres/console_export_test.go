@@ -5,51 +5,57 @@ import (
 	"sync"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// Statement is one SQL statement a Store ran, with its arguments.
+// Statement is a statement a Store ran, with its arguments.
 type Statement struct {
 	SQL  string
 	Args []any
 }
 
-// Recorder keeps the statements a Store runs.
-type Recorder struct {
+// recorder keeps the statements of every connection, batches included.
+type recorder struct {
 	mu    sync.Mutex
 	stmts []Statement
 }
 
-// TraceQueryStart records a statement (pgx.QueryTracer).
-func (r *Recorder) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+func (r *recorder) add(sql string, args []any) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.stmts = append(r.stmts, Statement{SQL: d.SQL, Args: d.Args})
+	r.stmts = append(r.stmts, Statement{SQL: sql, Args: args})
+}
+
+func (r *recorder) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+	r.add(d.SQL, d.Args)
 	return ctx
 }
 
-// TraceQueryEnd does nothing (pgx.QueryTracer).
-func (r *Recorder) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+func (r *recorder) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
 
-// Take returns the statements recorded since the last Take.
-func (r *Recorder) Take() []Statement {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	out := r.stmts
-	r.stmts = nil
-	return out
+func (r *recorder) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	return ctx
 }
 
-// OpenRecorded opens a Store on url whose statements r records.
-func OpenRecorded(ctx context.Context, url string, r *Recorder) (*Store, error) {
-	cfg, err := pgxpool.ParseConfig(url)
-	if err != nil {
-		return nil, err
-	}
-	cfg.ConnConfig.Tracer = r
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		return nil, err
-	}
-	return &Store{pool: pool, fenceRejections: newFenceRejections()}, nil
+func (r *recorder) TraceBatchQuery(_ context.Context, _ *pgx.Conn, d pgx.TraceBatchQueryData) {
+	r.add(d.SQL, d.Args)
 }
+
+func (r *recorder) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
+
+// OpenRecording opens a Store that records every statement it runs;
+// take returns those recorded since the last call.
+func OpenRecording(ctx context.Context, url string) (st *Store, take func() []Statement, err error) {
+	r := &recorder{}
+	st, err = open(ctx, url, Options{}, r)
+	take = func() []Statement {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		s := r.stmts
+		r.stmts = nil
+		return s
+	}
+	return st, take, err
+}
+
+// PrefixEnd is prefixEnd, for its table test.
+var PrefixEnd = prefixEnd

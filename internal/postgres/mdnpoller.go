@@ -584,6 +584,22 @@ type InboxQuery struct {
 
 // InboxMDNs returns the inbox MDNs matching q, newest first.
 func (s *Store) InboxMDNs(ctx context.Context, q InboxQuery) ([]InboxMDNInfo, error) {
+	sql, args := inboxMDNsSQL(q)
+	rows, err := s.pool.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, fmt.Errorf("list inbox MDNs: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, scanInboxMDN)
+	if err != nil {
+		return nil, fmt.Errorf("list inbox MDNs: %w", err)
+	}
+	return out, nil
+}
+
+// inboxMDNsSQL is the statement of InboxMDNs and its arguments. The state
+// is a condition only when it filters, so that every plan, generic ones
+// too, reads mdn_inbox_state_id_idx for it.
+func inboxMDNsSQL(q InboxQuery) (string, []any) {
 	limit := q.Limit
 	if limit <= 0 {
 		limit = 50
@@ -592,25 +608,21 @@ func (s *Store) InboxMDNs(ctx context.Context, q InboxQuery) ([]InboxMDNInfo, er
 	if before <= 0 {
 		before = 1<<63 - 1
 	}
-	rows, err := s.pool.Query(ctx, `
-SELECT id, received_at, as2_from, as2_to, content_type, original_message_id, state, result, reason, partner,
-       message_ref, processed_at, fence, length(body)
-  FROM mdn_inbox
- WHERE ($1 = '' OR state = $1) AND id < $2
- ORDER BY id DESC LIMIT $3`, q.State, before, limit)
-	if err != nil {
-		return nil, fmt.Errorf("list inbox MDNs: %w", err)
+	if q.State == "" {
+		return `SELECT ` + inboxColumns + ` FROM mdn_inbox WHERE id < $1 ORDER BY id DESC LIMIT $2`, []any{before, limit}
 	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (InboxMDNInfo, error) {
-		var m InboxMDNInfo
-		err := r.Scan(&m.ID, &m.ReceivedAt, &m.AS2From, &m.AS2To, &m.ContentType, &m.OriginalMessageID, &m.State,
-			&m.Result, &m.Reason, &m.Partner, &m.MessageRef, &m.ProcessedAt, &m.Fence, &m.Size)
-		return m, err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("list inbox MDNs: %w", err)
-	}
-	return out, nil
+	return `SELECT ` + inboxColumns + ` FROM mdn_inbox WHERE state = $1 AND id < $2 ORDER BY id DESC LIMIT $3`, []any{q.State, before, limit}
+}
+
+// inboxColumns are the columns scanInboxMDN reads, never the body.
+const inboxColumns = `id, received_at, as2_from, as2_to, content_type, original_message_id, state, result, reason, partner,
+       message_ref, processed_at, fence, octet_length(body)`
+
+func scanInboxMDN(r pgx.CollectableRow) (InboxMDNInfo, error) {
+	var m InboxMDNInfo
+	err := r.Scan(&m.ID, &m.ReceivedAt, &m.AS2From, &m.AS2To, &m.ContentType, &m.OriginalMessageID, &m.State,
+		&m.Result, &m.Reason, &m.Partner, &m.MessageRef, &m.ProcessedAt, &m.Fence, &m.Size)
+	return m, err
 }
 
 // MDNGauges are the poller's gauges as the database sees them.

@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -92,36 +94,117 @@ type MessageQuery struct {
 	Status    string
 	Since     time.Time // created_at >= Since
 	Until     time.Time // created_at < Until
+	// MessageID matches the AS2 Message-ID exactly, with or without its
+	// angle brackets ("<a@b>" and "a@b" find either as stored).
+	MessageID string
+	// Filename matches the file names that start with it, byte for byte
+	// (case-sensitive): "INVOIC_20260131" finds that day's invoices, a
+	// whole name finds that file (and any longer name it begins).
+	Filename string
+	// Overdue keeps the outbound messages still awaiting an async MDN
+	// past its due time (mdn_overdue, not final).
+	Overdue bool
 	// Before pages: only ids below it (keyset pagination, id descending).
 	Before int64
 	Limit  int
 }
 
 // Messages returns the messages matching q, newest (highest id) first.
+// Each filter is a condition an index serves (migration 00011), so that a
+// page costs about the same on a database of millions of messages
+// (TestConsoleQueriesUseIndexes).
 func (s *Store) Messages(ctx context.Context, q MessageQuery) ([]MessageInfo, error) {
+	sortRange := false
+	if !q.Until.IsZero() {
+		var err error
+		if sortRange, err = s.rangeIsDeep(ctx, q); err != nil {
+			return nil, fmt.Errorf("list messages: %w", err)
+		}
+	}
+	sql, args := messagesSQL(q, sortRange)
+	rows, err := s.pool.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, fmt.Errorf("list messages: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (MessageInfo, error) { return scanMessage(r) })
+	if err != nil {
+		return nil, fmt.Errorf("list messages: %w", err)
+	}
+	return out, nil
+}
+
+// rangeIsDeep reports whether the messages created in q's range lie
+// under more messages (those above the page's cursor) than the range
+// holds, estimated from the ids of its ends (ids grow with time, about:
+// created_at is the start of the storing transaction). Reading the list
+// down the id index would then go through all those messages first (the
+// planner, which assumes the range spread evenly, would still choose it);
+// sorting the range's rows, read from the created_at index, costs less.
+// Either way the rows are exact; the estimate only picks the plan.
+func (s *Store) rangeIsDeep(ctx context.Context, q MessageQuery) (bool, error) {
+	before := q.Before
+	if before <= 0 {
+		before = 1<<63 - 1
+	}
+	var top, hi, lo int64
+	err := s.pool.QueryRow(ctx, rangeEndsSQL, before, q.Until, q.Since).Scan(&top, &hi, &lo)
+	if err != nil {
+		return false, fmt.Errorf("locate the date range: %w", err)
+	}
+	return top-hi > hi-lo, nil
+}
+
+// rangeEndsSQL: the newest id below the cursor ($1), and about the
+// newest id created before $2 and the oldest created from $3 on, each an
+// end of an index.
+const rangeEndsSQL = `
+SELECT coalesce((SELECT max(id) FROM messages WHERE id < $1), 0),
+       coalesce((SELECT id FROM messages WHERE created_at < $2 ORDER BY created_at DESC LIMIT 1), 0),
+       coalesce((SELECT id FROM messages WHERE created_at >= $3 ORDER BY created_at LIMIT 1), 0)`
+
+// messagesSQL is the statement of Messages and its arguments. sortRange
+// sorts the rows of the date range instead of reading them in id order
+// (see rangeIsDeep).
+func messagesSQL(q MessageQuery, sortRange bool) (string, []any) {
 	var where []string
 	var args []any
 	add := func(cond string, v any) {
 		args = append(args, v)
-		where = append(where, fmt.Sprintf(cond, len(args)))
+		where = append(where, strings.ReplaceAll(cond, "$?", fmt.Sprintf("$%d", len(args))))
 	}
 	if q.Partner != "" {
-		add("partner = $%d", q.Partner)
+		add("partner = $?", q.Partner)
 	}
 	if q.Direction != "" {
-		add("direction = $%d", q.Direction)
+		add("direction = $?", q.Direction)
 	}
 	if q.Status != "" {
-		add("status = $%d", q.Status)
+		add("status = $?", q.Status)
 	}
 	if !q.Since.IsZero() {
-		add("created_at >= $%d", q.Since)
+		add("created_at >= $?", q.Since)
 	}
 	if !q.Until.IsZero() {
-		add("created_at < $%d", q.Until)
+		add("created_at < $?", q.Until)
+	}
+	if q.MessageID != "" {
+		add("message_id = ANY ($?::text[])", messageIDForms(q.MessageID))
+	}
+	if q.Filename != "" {
+		// A range of the text_pattern_ops index, whatever the plan: a
+		// LIKE pattern given as a parameter is not (a generic plan does
+		// not know its prefix).
+		add("filename ~>=~ $?", q.Filename)
+		if end, ok := prefixEnd(q.Filename); ok {
+			add("filename ~<~ $?", end)
+		}
+	}
+	if q.Overdue {
+		// The partial index messages_mdn_overdue_idx holds these rows.
+		where = append(where, "mdn_overdue AND direction = 'outbound' AND status NOT IN ('delivered', 'failed', 'sent')")
 	}
 	if q.Before > 0 {
-		add("id < $%d", q.Before)
+		add("id < $?", q.Before)
 	}
 	sql := `SELECT ` + messageColumns + ` FROM messages`
 	if len(where) > 0 {
@@ -132,16 +215,52 @@ func (s *Store) Messages(ctx context.Context, q MessageQuery) ([]MessageInfo, er
 		limit = 50
 	}
 	args = append(args, limit)
-	sql += fmt.Sprintf(` ORDER BY id DESC LIMIT $%d`, len(args))
-	rows, err := s.pool.Query(ctx, sql, args...)
-	if err != nil {
-		return nil, fmt.Errorf("list messages: %w", err)
+	order := "id"
+	if sortRange {
+		// An expression no index is ordered by: the planner reads the
+		// rows by their conditions and keeps the top ones.
+		order = "id + 0"
 	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (MessageInfo, error) { return scanMessage(r) })
-	if err != nil {
-		return nil, fmt.Errorf("list messages: %w", err)
+	sql += fmt.Sprintf(` ORDER BY %s DESC LIMIT $%d`, order, len(args))
+	return sql, args
+}
+
+// messageIDForms are the stored forms a searched Message-ID may have: as
+// given, and with and without its angle brackets (partners drop or add
+// them; the poller matches MDNs the same way).
+func messageIDForms(id string) []string {
+	t := strings.TrimSuffix(strings.TrimPrefix(strings.TrimSpace(id), "<"), ">")
+	forms := []string{id}
+	for _, v := range []string{t, "<" + t + ">"} {
+		if v != "" && !slices.Contains(forms, v) {
+			forms = append(forms, v)
+		}
 	}
-	return out, nil
+	return forms
+}
+
+// prefixEnd returns the least string above every string that starts with
+// p, in byte order (the order of text_pattern_ops, and of code points in
+// UTF-8): p with its last character replaced by the next one, after
+// dropping trailing U+10FFFF. ok is false when there is none: p is empty,
+// all U+10FFFF, or not UTF-8 (which the database refuses anyway).
+func prefixEnd(p string) (string, bool) {
+	if !utf8.ValidString(p) {
+		return "", false
+	}
+	r := []rune(p)
+	for len(r) > 0 {
+		last := r[len(r)-1]
+		r = r[:len(r)-1]
+		switch last {
+		case utf8.MaxRune:
+			continue
+		case 0xD7FF: // the surrogates that follow are no characters
+			return string(append(r, 0xE000)), true
+		}
+		return string(append(r, last+1)), true
+	}
+	return "", false
 }
 
 // MessagePayload returns the message with id and its payload bytes, or
@@ -165,9 +284,16 @@ type MDNInfo struct {
 	ContentType string
 	Headers     http.Header
 	Body        []byte
+	// Size is the length of the body, also when Body is not read (a
+	// message's trace).
+	Size        int64
 	Disposition string
 	MIC         string
 	Signed      bool
+	// MICVerified is the message's mic_verified: true when the MIC the
+	// MDN returned matched, false for a delivery on an unsigned MDN
+	// without MIC, nil otherwise.
+	MICVerified *bool
 	CreatedAt   time.Time
 }
 
@@ -177,9 +303,9 @@ func (s *Store) MessageMDN(ctx context.Context, id int64) (MDNInfo, error) {
 	var m MDNInfo
 	var hdr []byte
 	err := s.pool.QueryRow(ctx, `
-SELECT message_id, content_type, headers, body, disposition, mic, signed, created_at
-  FROM mdns WHERE message_id = $1`, id).Scan(&m.MessageID, &m.ContentType, &hdr, &m.Body,
-		&m.Disposition, &m.MIC, &m.Signed, &m.CreatedAt)
+SELECT d.message_id, d.content_type, d.headers, d.body, octet_length(d.body), d.disposition, d.mic, d.signed, m.mic_verified, d.created_at
+  FROM mdns d JOIN messages m ON m.id = d.message_id WHERE d.message_id = $1`, id).Scan(&m.MessageID, &m.ContentType, &hdr, &m.Body,
+		&m.Size, &m.Disposition, &m.MIC, &m.Signed, &m.MICVerified, &m.CreatedAt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		if _, merr := s.Message(ctx, id); merr != nil {
 			return m, fmt.Errorf("MDN of message %d: %w", id, merr)

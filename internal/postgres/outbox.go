@@ -402,7 +402,8 @@ type NewMDN struct {
 }
 
 // FinishOutbox records the end of the claimed attempt it: the outbox row's
-// state, the message's status and the MDN, in one short transaction. A
+// state, the message's status, the attempt (message_attempts, for the
+// trace) and the MDN, in one short transaction. A
 // message already in a final status keeps it (the status moves to final
 // exactly once). It returns ErrClaimLost when the claim is no longer held.
 func (s *Store) FinishOutbox(ctx context.Context, it OutboxItem, r OutboxResult) error {
@@ -436,6 +437,12 @@ UPDATE outbox SET status = $4, finished_at = now(), claimed_until = NULL, last_e
 		}
 		if it.MessageID == 0 || it.Kind != OutboxKindMessage {
 			return nil
+		}
+		// The attempt, for the message's trace.
+		if _, err := tx.Exec(ctx, `
+INSERT INTO message_attempts (message_id, attempt, replica, http_status, outcome, error) VALUES ($1, $2, $3, $4, $5, $6)`,
+			it.MessageID, it.Attempts, it.ClaimedBy, status, attemptOutcome(r.State), r.Error); err != nil {
+			return err
 		}
 		// decided: this attempt moved the message (not final before). Its
 		// MDN then replaces one kept from an earlier send (a resend after

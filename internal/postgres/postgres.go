@@ -65,6 +65,12 @@ var ErrSchemaNewer = errors.New("database schema is newer than this edihub binar
 // Open connects to the database at url. It does not require the database to
 // be reachable yet: the pool connects lazily, and Ping tells.
 func Open(ctx context.Context, url string, opts Options) (*Store, error) {
+	return open(ctx, url, opts, nil)
+}
+
+// open is Open with a tracer on every connection (tests record the
+// statements the store runs), or none.
+func open(ctx context.Context, url string, opts Options, tracer pgx.QueryTracer) (*Store, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, fmt.Errorf("parse database URL: %w", redact(err))
@@ -77,6 +83,7 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 	}
 	cfg.ConnConfig.ConnectTimeout = opts.ConnectTimeout
 	cfg.ConnConfig.RuntimeParams["application_name"] = "edihub"
+	cfg.ConnConfig.Tracer = tracer
 	if opts.FencedIdleTimeout <= 0 {
 		opts.FencedIdleTimeout = 5 * time.Second
 	}

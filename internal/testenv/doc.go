@@ -6,6 +6,8 @@
 //
 //   - pgserver: a private PostgreSQL from the machine's server binaries
 //   - pgtest: a fresh migrated database per test, on one server per package
+//   - pgfill: a database filled like a hub's (a million messages) and the
+//     ops console's queries over it
 //   - devpki: development and test keys and self-signed certificates
 //   - freeport: loopback ports never handed out twice in one process
 //   - openssltest: openssl as the independent AS2 peer

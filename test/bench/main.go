@@ -15,6 +15,9 @@
 //   - purge (purge.go): the leader's purger deleting -purge-rows eligible
 //     rows, and the p99 of concurrent receives during it against the p99
 //     without it, in the same run;
+//   - console queries (console.go): the ops console's reads on a database of
+//     -console-messages (1,000,000) messages written by pgfill: the fill
+//     time, and each query's p50 and p95;
 //   - peak memory: the receiver in a separate process receives one large
 //     payload (plain, and signed + encrypted); its VmHWM is read from
 //     /proc/<pid>/status.
@@ -93,6 +96,12 @@ type options struct {
 	pollerBatch int
 	pollerOnly  bool
 	purgeRows   int // eligible rows of the purge run (purge.go); 0 skips it
+	// consoleMessages is the size of the console queries' database
+	// (console.go); 0 skips them. consoleRuns is how many times each
+	// query is timed.
+	consoleMessages int
+	consoleRuns     int
+	consoleOnly     bool
 }
 
 func run(ctx context.Context, args []string, out io.Writer) error {
@@ -109,6 +118,9 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	fs.IntVar(&o.pollerBatch, "poller-batch", 100, "MDNs the poller applies per fenced transaction")
 	fs.BoolVar(&o.pollerOnly, "poller-only", false, "run only the MDN poller measurement")
 	fs.IntVar(&o.purgeRows, "purge-rows", 1_000_000, "eligible rows of the purge run (rate, and receive p99 during the purge vs without); 0 skips it")
+	fs.IntVar(&o.consoleMessages, "console-messages", 1_000_000, "messages in the database of the console queries run (p50 and p95 of each); 0 skips it")
+	fs.IntVar(&o.consoleRuns, "console-runs", 200, "timed runs of each console query")
+	fs.BoolVar(&o.consoleOnly, "console-only", false, "run only the console queries measurement")
 	fs.StringVar(&o.child, "rss-child", "", "internal: run the receiver for the peak-memory run with the keys in this directory")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -155,6 +167,9 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	if o.pollerOnly {
 		return pollerBench(ctx, out, o, store, partner, st)
 	}
+	if o.consoleOnly {
+		return consoleBench(ctx, out, o)
+	}
 	if err := throughput(ctx, out, o, store, partner, st); err != nil {
 		return err
 	}
@@ -165,6 +180,11 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	}
 	if o.purgeRows > 0 {
 		if err := purgeBench(ctx, out, o, store, partner, st); err != nil {
+			return err
+		}
+	}
+	if o.consoleMessages > 0 {
+		if err := consoleBench(ctx, out, o); err != nil {
 			return err
 		}
 	}

@@ -40,11 +40,21 @@ var (
 	setupErr error
 	seq      atomic.Int64
 	tmpDirs  []string
+
+	sharedMu  sync.Mutex
+	sharedDBs = map[string]*sharedDB{}
 )
 
 // Main runs m and then stops the shared server, if one was started.
 func Main(m *testing.M) int {
 	code := m.Run()
+	sharedMu.Lock()
+	for _, db := range sharedDBs {
+		if db.name != "" {
+			_ = exec(context.Background(), adminURL, "DROP DATABASE IF EXISTS "+db.name+" WITH (FORCE)")
+		}
+	}
+	sharedMu.Unlock()
 	if shared != nil {
 		_ = shared.Stop()
 	}
@@ -149,6 +159,47 @@ func URL(t testing.TB) string {
 		_ = exec(context.Background(), adminURL, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
 	})
 	return withDB(adminURL, name)
+}
+
+// sharedDB is a database of Shared.
+type sharedDB struct {
+	once sync.Once
+	name string
+	url  string
+	err  error
+}
+
+// Shared returns the URL of a migrated database made once per test binary
+// for key and prepared by prepare (a large fill, say), for the tests that
+// only read it: a test must not change it. It is dropped when Main ends.
+// A prepare that failed fails every test that asks for key.
+func Shared(t testing.TB, key string, prepare func(ctx context.Context, url string) error) string {
+	t.Helper()
+	once.Do(setup)
+	if setupErr != nil {
+		t.Fatalf("pgtest: no PostgreSQL for the tests: %v", setupErr)
+	}
+	sharedMu.Lock()
+	db := sharedDBs[key]
+	if db == nil {
+		db = &sharedDB{}
+		sharedDBs[key] = db
+	}
+	sharedMu.Unlock()
+	db.once.Do(func() {
+		name := fmt.Sprintf("%s_shared_%d", template, seq.Add(1))
+		if db.err = exec(context.Background(), adminURL, fmt.Sprintf("CREATE DATABASE %s TEMPLATE %s", name, template)); db.err != nil {
+			return
+		}
+		db.name, db.url = name, withDB(adminURL, name)
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+		defer cancel()
+		db.err = prepare(ctx, db.url)
+	})
+	if db.err != nil {
+		t.Fatalf("pgtest: shared database %q: %v", key, db.err)
+	}
+	return db.url
 }
 
 // EmptyURL creates an empty database with no schema, dropped at cleanup.
