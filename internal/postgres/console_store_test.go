@@ -71,4 +71,3 @@ func TestDeleteExpiredSessions(t *testing.T) {
 		t.Errorf("sessions left: %q, %v", left, err)
 	}
 }
-
