@@ -108,14 +108,8 @@ func (c *Console) messages(w http.ResponseWriter, r *http.Request) {
 	if until := day("To", f.Until); !until.IsZero() {
 		mq.Until = until.AddDate(0, 0, 1) // the whole day
 	}
-	if v := q.Get("cursor"); v != "" {
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || n < 1 {
-			d.Errors = append(d.Errors, "The page asked for does not exist: start again from the first page.")
-		} else {
-			mq.Before = n
-			d.First = Prefix + "/messages?" + f.values().Encode()
-		}
+	if mq.Before = cursor(q, &d.Errors); mq.Before > 0 {
+		d.First = Prefix + "/messages?" + f.values().Encode()
 	}
 	if len(d.Errors) == 0 {
 		ms, err := c.o.Messages.Messages(r.Context(), mq)
@@ -125,9 +119,7 @@ func (c *Console) messages(w http.ResponseWriter, r *http.Request) {
 		}
 		if len(ms) > PageSize {
 			ms = ms[:PageSize]
-			nq := f.values()
-			nq.Set("cursor", strconv.FormatInt(ms[len(ms)-1].ID, 10))
-			d.Next = Prefix + "/messages?" + nq.Encode()
+			d.Next = nextPage("/messages", f.values(), ms[len(ms)-1].ID)
 		}
 		d.Messages = ms
 	}
@@ -310,4 +302,25 @@ func download(w http.ResponseWriter, disposition string, b []byte) {
 	h.Set("Content-Security-Policy", "default-src 'none'; sandbox")
 	w.WriteHeader(http.StatusOK)
 	_, _ = w.Write(b)
+}
+
+// cursor reads a page's cursor (an id to page below): 0 for the first
+// page; one that is no id adds an error for the page to show.
+func cursor(q url.Values, errs *[]string) int64 {
+	v := q.Get("cursor")
+	if v == "" {
+		return 0
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n < 1 {
+		*errs = append(*errs, "The page asked for does not exist: start again from the first page.")
+		return 0
+	}
+	return n
+}
+
+// nextPage links the page after the one whose last row has id last.
+func nextPage(path string, q url.Values, last int64) string {
+	q.Set("cursor", strconv.FormatInt(last, 10))
+	return Prefix + path + "?" + q.Encode()
 }

@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -326,14 +325,8 @@ func (c *Console) auditLog(w http.ResponseWriter, r *http.Request) {
 	if until := day("To", f.Until); !until.IsZero() {
 		aq.Until = until.AddDate(0, 0, 1)
 	}
-	if v := q.Get("cursor"); v != "" {
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || n < 1 {
-			d.Errors = append(d.Errors, "The page asked for does not exist: start again from the first page.")
-		} else {
-			aq.Before = n
-			d.First = Prefix + "/audit?" + f.values().Encode()
-		}
+	if aq.Before = cursor(q, &d.Errors); aq.Before > 0 {
+		d.First = Prefix + "/audit?" + f.values().Encode()
 	}
 	if len(d.Errors) == 0 {
 		recs, err := c.o.Audit.AuditLog(r.Context(), aq)
@@ -343,9 +336,7 @@ func (c *Console) auditLog(w http.ResponseWriter, r *http.Request) {
 		}
 		if len(recs) > PageSize {
 			recs = recs[:PageSize]
-			nq := f.values()
-			nq.Set("cursor", strconv.FormatInt(recs[len(recs)-1].ID, 10))
-			d.Next = Prefix + "/audit?" + nq.Encode()
+			d.Next = nextPage("/audit", f.values(), recs[len(recs)-1].ID)
 		}
 		for _, a := range recs {
 			row := auditRow{AuditRecord: a}
