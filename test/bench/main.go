@@ -22,6 +22,9 @@
 //     payload (plain, and signed + encrypted); its VmHWM is read from
 //     /proc/<pid>/status.
 //
+// The run ends with one table: each figure, its reference measured in the
+// same run, their ratio, the target and whether it was met.
+//
 // Without -database-url a throwaway PostgreSQL (fsync off) is started from
 // the machine's binaries. Figures are printed, never asserted. On a shared
 // machine check the "others used" lines and run it again when it is quiet.
@@ -102,6 +105,8 @@ type options struct {
 	consoleMessages int
 	consoleRuns     int
 	consoleOnly     bool
+	// sum gathers the figures into the closing table.
+	sum *summary
 }
 
 func run(ctx context.Context, args []string, out io.Writer) error {
@@ -128,6 +133,17 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	if o.child != "" {
 		return child(ctx, o)
 	}
+	o.sum = &summary{}
+	if err := sections(ctx, out, o); err != nil {
+		return err
+	}
+	fmt.Fprintln(out)
+	o.sum.print(out)
+	return nil
+}
+
+// sections runs the measurements o selects, adding their figures to o.sum.
+func sections(ctx context.Context, out io.Writer, o options) error {
 	if o.databaseURL == "" {
 		dir, err := os.MkdirTemp("", "edihub-bench-pg-")
 		if err != nil {
@@ -425,6 +441,8 @@ func throughput(ctx context.Context, out io.Writer, o options, store *postgres.S
 	fmt.Fprintf(out, "  %-40s %10s  (before %.2f, after %.2f)\n", "CPU cores others used while measuring RSA", "", busyBefore, busyAfter)
 	fmt.Fprintf(out, "  %-40s %10.1f\n", "crypto bound (ops/s / 2) messages/s", bound)
 	fmt.Fprintf(out, "  %-40s %9.0f%%  (target >= 70%%)\n", "throughput / crypto bound", 100*rate/bound)
+	o.sum.add(ratioAtLeast("receive msg/s, 4 KiB signed+encrypted, in-process senders", fmt.Sprintf("%.0f", rate),
+		fmt.Sprintf("RSA bound %.0f msg/s", bound), rate/bound, 0.70, true))
 	cpu1.report(out, cpu0, elapsed, len(lat))
 	fmt.Fprintln(out, "  (senders run in this process: their HTTP client counts as this process's CPU; every MDN is parsed and")
 	fmt.Fprintln(out, "   its signature verified after the timed window;")
@@ -628,11 +646,18 @@ func peakRSS(ctx context.Context, out io.Writer, o options, partner, st *identit
 		mib := func(n int64) float64 { return float64(n) / (1 << 20) }
 		fmt.Fprintf(out, "  %-38s %9.1f %11.1f %11.1f (%4.2f) %21.1f (%4.2f)\n", v.name, mib(int64(len(body))), mib(before),
 			mib(hwm), float64(hwm)/float64(o.rssBytes), mib(hwmLimited), float64(hwmLimited)/float64(o.rssBytes))
+		above := hwm - before
+		o.sum.add(below(fmt.Sprintf("peak RSS above idle, %d MiB %s", o.rssBytes>>20, v.name), fmt.Sprintf("%.1f MiB", mib(above)),
+			fmt.Sprintf("payload %d MiB", o.rssBytes>>20), float64(above)/float64(o.rssBytes), above < maxRSSAboveIdle, "< 64 MiB"))
 		body = nil
 		runtime.GC()
 	}
 	return nil
 }
+
+// maxRSSAboveIdle is issue 22's target: a message of any size received
+// with a peak RSS this far above the idle process at most.
+const maxRSSAboveIdle = 64 << 20
 
 func oneRSSRun(ctx context.Context, o options, keyDir string, h http.Header, body []byte, contentLen bool, mic as2.MIC, env []string) (before, hwm int64, err error) {
 	self, err := os.Executable()
