@@ -13,10 +13,11 @@ import (
 	"github.com/edihub/edihub/internal/config"
 	"github.com/edihub/edihub/internal/postgres"
 	"github.com/edihub/edihub/internal/receiver"
+	"github.com/edihub/edihub/internal/spool"
 )
 
 // newReceiver builds the POST /as2 handler: AS2 messages and async MDNs.
-func newReceiver(log *zap.Logger, reg prometheus.Registerer, store *postgres.Store, cfg config.Source, o serveOptions) (http.Handler, error) {
+func newReceiver(log *zap.Logger, reg prometheus.Registerer, store *postgres.Store, cfg config.Source, o serveOptions, sp *spool.Spool) (http.Handler, error) {
 	return receiver.New(receiver.Options{
 		Store:  store,
 		Config: cfg,
@@ -35,5 +36,7 @@ func newReceiver(log *zap.Logger, reg prometheus.Registerer, store *postgres.Sto
 
 		MaxInFlightBytes:        o.inFlightLimit(debug.SetMemoryLimit(-1)),
 		MaxConcurrentPerPartner: o.maxConcurrentPerPartner,
+		Spool:                   sp,
+		SpoolFromBytes:          o.spoolFromBytes,
 	})
 }

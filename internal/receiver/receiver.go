@@ -26,7 +26,6 @@ import (
 	"context"
 	"crypto"
 	"crypto/rand"
-	"crypto/sha256"
 	"crypto/x509"
 	"encoding/hex"
 	"errors"
@@ -50,6 +49,7 @@ import (
 	"github.com/edihub/edihub/internal/config"
 	"github.com/edihub/edihub/internal/mdn"
 	"github.com/edihub/edihub/internal/postgres"
+	"github.com/edihub/edihub/internal/spool"
 )
 
 // Store is the storage the receiver needs; *postgres.Store implements it.
@@ -161,7 +161,24 @@ type Options struct {
 	MaxConcurrentPerPartner int
 	// RetryAfter is the Retry-After of a 503; 0 means DefaultRetryAfter.
 	RetryAfter time.Duration
+	// Spool, when set, takes the bodies of messages larger than
+	// SpoolFromBytes (by their Content-Length) and every chunked body: a
+	// body is written to a spool file as it arrives, counted against the
+	// spool's limit on disk instead of MaxInFlightBytes (a Content-Length
+	// that does not fit what is free is refused from the header, 503 with
+	// Retry-After), and unwrapped as a stream (as2.UnwrapStream) into a
+	// second spool file that the store reads. Both are removed when the
+	// request ends, on every path. nil holds every body in memory.
+	Spool *spool.Spool
+	// SpoolFromBytes is the Content-Length above which a body is spooled;
+	// 0 means DefaultSpoolFromBytes. An async MDN told from the header is
+	// never spooled; a signed one spooled is read back for the intake.
+	SpoolFromBytes int64
 }
+
+// DefaultSpoolFromBytes is the SpoolFromBytes of Options that set none:
+// smaller messages are faster in memory and take little of it.
+const DefaultSpoolFromBytes = 8 << 20
 
 // DefaultRetryAfter is the Retry-After of Options that set none.
 const DefaultRetryAfter = 10 * time.Second
@@ -277,6 +294,9 @@ func New(o Options) (*Handler, error) {
 	if o.MaxMDNBytes == 0 {
 		o.MaxMDNBytes = mdn.DefaultMaxMDNBytes
 	}
+	if o.SpoolFromBytes <= 0 {
+		o.SpoolFromBytes = DefaultSpoolFromBytes
+	}
 	b := newBudget(o.MaxInFlightBytes, o.MaxConcurrentPerPartner)
 	m, err := newMetrics(o.Registerer, b)
 	if err != nil {
@@ -383,6 +403,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.mdnTooLarge(w, partnerLabel, r.ContentLength)
 		return
 	}
+	if h.o.Spool != nil && !reportMDN && (r.ContentLength < 0 || r.ContentLength > h.o.SpoolFromBytes) {
+		h.serveSpooled(w, r, rq, partner, start)
+		return
+	}
 	declared := max(r.ContentLength, 0)
 	held, err := h.budget.admit(partnerLabel, declared)
 	if err != nil {
@@ -401,25 +425,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	body, err := h.readBody(w, r)
 	if err != nil {
-		var mbe *http.MaxBytesError
-		switch {
-		case errors.Is(err, errBusy):
-			h.busy(w, partnerLabel, "body")
-		case errors.As(err, &mbe) && reportMDN && mbe.Limit == h.o.MaxMDNBytes:
-			h.mdnTooLarge(w, partnerLabel, -1)
-		case errors.As(err, &mbe):
-			h.metrics.received.WithLabelValues(partnerLabel, resultTooLarge).Inc()
-			h.log.Warn("request body over the limit", zap.String("partner", partnerLabel), zap.Int64("limit", mbe.Limit))
-			http.Error(w, "request body too large: the limit is "+strconv.FormatInt(mbe.Limit, 10)+" bytes; send large files in smaller parts or ask the operator to raise EDIHUB_MAX_BODY_BYTES", http.StatusRequestEntityTooLarge)
-		case isTimeout(err):
-			h.metrics.received.WithLabelValues(partnerLabel, resultTimeout).Inc()
-			h.log.Warn("request body not received in time", zap.String("partner", partnerLabel), zap.Duration("timeout", h.o.ReadTimeout))
-			http.Error(w, "request body not received within "+h.o.ReadTimeout.String()+"; nothing was accepted, please resend", http.StatusRequestTimeout)
-		default:
-			h.metrics.received.WithLabelValues(partnerLabel, resultBadRequest).Inc()
-			h.log.Warn("request body unreadable", zap.String("partner", partnerLabel), zap.Error(err))
-			http.Error(w, "request body could not be read completely", http.StatusBadRequest)
-		}
+		h.bodyError(w, partnerLabel, err, reportMDN)
 		return
 	}
 	h.metrics.bytes.WithLabelValues(partnerLabel).Add(float64(len(body)))
@@ -427,14 +433,45 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.intake(w, r, body, partnerLabel)
 		return
 	}
-	out := h.receive(r.Context(), r.Header, body, rq, partner, held)
+	out := h.receive(r.Context(), r.Header, body, rq, partner, held, nil)
+	h.answer(w, out, partnerLabel, "decompression", start)
+}
+
+// answer writes what receive returned, or 503 busy (stage names where
+// the budget ran out).
+func (h *Handler) answer(w http.ResponseWriter, out *response, partnerLabel, stage string, start time.Time) {
 	if out.result == resultBusy {
-		h.busy(w, partnerLabel, "decompression")
+		h.busy(w, partnerLabel, stage)
 		return
 	}
 	h.metrics.received.WithLabelValues(out.partner, out.result).Inc()
 	h.metrics.duration.Observe(time.Since(start).Seconds())
 	out.write(w)
+}
+
+// bodyError answers a body that could not be read (or spooled) whole.
+func (h *Handler) bodyError(w http.ResponseWriter, partnerLabel string, err error, reportMDN bool) {
+	var mbe *http.MaxBytesError
+	switch {
+	case errors.Is(err, errBusy):
+		h.busy(w, partnerLabel, "body")
+	case errors.Is(err, spool.ErrFull):
+		h.busy(w, partnerLabel, "spool")
+	case errors.As(err, &mbe) && reportMDN && mbe.Limit == h.o.MaxMDNBytes:
+		h.mdnTooLarge(w, partnerLabel, -1)
+	case errors.As(err, &mbe):
+		h.metrics.received.WithLabelValues(partnerLabel, resultTooLarge).Inc()
+		h.log.Warn("request body over the limit", zap.String("partner", partnerLabel), zap.Int64("limit", mbe.Limit))
+		http.Error(w, "request body too large: the limit is "+strconv.FormatInt(mbe.Limit, 10)+" bytes; send large files in smaller parts or ask the operator to raise EDIHUB_MAX_BODY_BYTES", http.StatusRequestEntityTooLarge)
+	case isTimeout(err):
+		h.metrics.received.WithLabelValues(partnerLabel, resultTimeout).Inc()
+		h.log.Warn("request body not received in time", zap.String("partner", partnerLabel), zap.Duration("timeout", h.o.ReadTimeout))
+		http.Error(w, "request body not received within "+h.o.ReadTimeout.String()+"; nothing was accepted, please resend", http.StatusRequestTimeout)
+	default:
+		h.metrics.received.WithLabelValues(partnerLabel, resultBadRequest).Inc()
+		h.log.Warn("request body unreadable", zap.String("partner", partnerLabel), zap.Error(err))
+		http.Error(w, "request body could not be read completely", http.StatusBadRequest)
+	}
 }
 
 // busy answers a request that does not fit the in-flight budget or its
@@ -699,9 +736,11 @@ type exchange struct {
 	partner *config.Partner
 	budget  *reservation
 	msg     *postgres.InboundMessage
+	// sp holds the spooled body and payload; nil when body holds it.
+	sp *spooled
 }
 
-func (h *Handler) receive(ctx context.Context, hdr http.Header, body []byte, rq request, partner *config.Partner, budget *reservation) *response {
+func (h *Handler) receive(ctx context.Context, hdr http.Header, body []byte, rq request, partner *config.Partner, budget *reservation, sp *spooled) *response {
 	log := h.log.With(zap.String("as2_from", rq.from), zap.String("as2_to", rq.to), zap.String("message_id", rq.messageID), zap.String("partner", partner.AS2ID))
 	plan := planMDN(rq)
 	if rq.messageID == "" {
@@ -728,7 +767,7 @@ func (h *Handler) receive(ctx context.Context, hdr http.Header, body []byte, rq 
 	if rq.mdnWanted {
 		msg.MDNMode = "sync"
 	}
-	x := &exchange{log: log, hdr: hdr, body: body, rq: rq, plan: plan, partner: partner, budget: budget, msg: msg}
+	x := &exchange{log: log, hdr: hdr, body: body, rq: rq, plan: plan, partner: partner, budget: budget, msg: msg, sp: sp}
 	disp, mic, err := h.unwrap(ctx, x)
 	if err != nil {
 		return &response{partner: partner.AS2ID, result: resultBusy}
@@ -816,22 +855,14 @@ func resultFor(d mdn.Disposition) string {
 // unwrap runs the receive pipeline and fills msg; it returns the
 // disposition and the MIC to report.
 func (h *Handler) unwrap(ctx context.Context, x *exchange) (mdn.Disposition, string, error) {
-	log, hdr, body, rq, plan, partner, msg := x.log, x.hdr, x.body, x.rq, x.plan, x.partner, x.msg
+	log, hdr, plan, partner, msg := x.log, x.hdr, x.plan, x.partner, x.msg
 	msg.Status = postgres.InboundError
 	if plan.failure != "" {
 		msg.Error = "MDN request cannot be honoured: " + plan.failure
 		log.Warn("MDN request cannot be honoured", zap.String("options", hdr.Get("Disposition-Notification-Options")))
 		return mdn.Failed(plan.failure), "", nil
 	}
-	m, err := as2.Unwrap(hdr, body, as2.UnwrapOptions{
-		Keys:         rq.station.Keys,
-		PartnerCerts: partner.Certificates,
-		MICAlgs:      plan.micAlgs,
-		UnsignedMIC:  unsignedMIC(partner),
-		Reserve:      x.budget.grow,
-		Limits:       h.o.Limits,
-		InPlace:      true, // body is ours and unused afterwards: a large message is held once
-	})
+	m, err := h.peel(x)
 	if err == nil {
 		msg.Signed, msg.Encrypted, msg.Compressed = m.Signed, m.Encrypted, m.Compressed
 		switch {
@@ -851,7 +882,7 @@ func (h *Handler) unwrap(ctx context.Context, x *exchange) (mdn.Disposition, str
 		return mdn.Disposition{}, "", err
 	}
 	if err == nil && m.Signed {
-		err = h.checkReplay(ctx, log, partner, rq.messageID, m.SignedContent)
+		err = h.checkReplay(ctx, log, partner, x.rq.messageID, m)
 	}
 	if err != nil {
 		d := as2.Disposition(err)
@@ -866,9 +897,12 @@ func (h *Handler) unwrap(ctx context.Context, x *exchange) (mdn.Disposition, str
 	msg.MIC = m.MIC.String()
 	msg.MICAlg = as2.MICAlgName(m.MIC.Alg)
 	msg.ContentType, msg.Filename = m.ContentType, m.Filename
-	msg.PayloadSize = int64(len(m.Payload))
+	msg.PayloadSize = m.PayloadSize
 	msg.Payload = m.Payload
-	if msg.Payload == nil {
+	switch {
+	case x.sp != nil && x.sp.streamed:
+		msg.PayloadOpen = x.sp.payload.Reader
+	case msg.Payload == nil:
 		msg.Payload = []byte{}
 	}
 	return mdn.Processed(), msg.MIC, nil
@@ -897,15 +931,16 @@ var errReplay = errors.New("replay of signed content")
 // their MICs may be in any algorithm, so the content is digested in each
 // algorithm found among them. A failing claim or lookup is logged, never
 // fatal.
-func (h *Handler) checkReplay(ctx context.Context, log *zap.Logger, partner *config.Partner, messageID string, content []byte) error {
+func (h *Handler) checkReplay(ctx context.Context, log *zap.Logger, partner *config.Partner, messageID string, m *as2.Message) error {
 	rf := h.o.Store
-	if partner.ReplayWindow <= 0 || content == nil {
+	content := signedContent{bytes: m.SignedContent, digests: m.SignedDigests}
+	if partner.ReplayWindow <= 0 || (m.SignedContent == nil && m.SignedDigests == nil) {
 		return nil
 	}
 	now := h.o.Now()
 	since := now.Add(-partner.ReplayWindow)
-	digest := sha256.Sum256(content)
-	first, err := rf.ClaimSignedContent(ctx, partner.AS2ID, messageID, hex.EncodeToString(digest[:]), now, since)
+	digest, _ := content.mic(crypto.SHA256)
+	first, err := rf.ClaimSignedContent(ctx, partner.AS2ID, messageID, hex.EncodeToString(digest.Digest), now, since)
 	if err != nil {
 		log.Warn("replay check", zap.Error(err))
 	}
@@ -929,7 +964,7 @@ func (h *Handler) checkReplay(ctx context.Context, log *zap.Logger, partner *con
 
 // storedReplay returns the Message-ID of a stored signed message partner
 // sent since, other than messageID, with content's MIC, or "".
-func (h *Handler) storedReplay(ctx context.Context, log *zap.Logger, rf replayFinder, partner, messageID string, content []byte, since time.Time) string {
+func (h *Handler) storedReplay(ctx context.Context, log *zap.Logger, rf replayFinder, partner, messageID string, content signedContent, since time.Time) string {
 	algs, err := rf.SignedMICAlgs(ctx, partner, messageID, since)
 	if err != nil {
 		log.Warn("replay check", zap.Error(err))
@@ -938,7 +973,9 @@ func (h *Handler) storedReplay(ctx context.Context, log *zap.Logger, rf replayFi
 	var mics []string
 	for _, name := range algs {
 		if alg, err := as2.ParseMICAlg(name); err == nil {
-			mics = append(mics, as2.ComputeMIC(alg, content).String())
+			if mic, ok := content.mic(alg); ok {
+				mics = append(mics, mic.String())
+			}
 		}
 	}
 	if len(mics) == 0 {
