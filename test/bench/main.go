@@ -69,6 +69,7 @@ import (
 	"github.com/edihub/edihub/internal/mdn"
 	"github.com/edihub/edihub/internal/postgres"
 	"github.com/edihub/edihub/internal/receiver"
+	"github.com/edihub/edihub/internal/spool"
 	"github.com/edihub/edihub/internal/testenv/pgserver"
 )
 
@@ -91,6 +92,7 @@ type options struct {
 	senders     int
 	payload     int
 	rssBytes    int64
+	largeBytes  int64  // payload of the large-message run (large.go); 0 skips it
 	child       string // keys directory: run as the RSS child
 	cpuProfile  string
 	memProfile  string
@@ -117,6 +119,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	fs.IntVar(&o.senders, "senders", 16, "concurrent senders")
 	fs.IntVar(&o.payload, "payload", 4096, "payload bytes of the throughput run")
 	fs.Int64Var(&o.rssBytes, "rss-bytes", 200<<20, "payload bytes of the peak-memory run; 0 skips it")
+	fs.Int64Var(&o.largeBytes, "large-bytes", 2<<30, "payload bytes of the large-message run (compressed, signed and encrypted by openssl; peak RSS and throughput against openssl); 0 skips it")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the throughput run to this file")
 	fs.StringVar(&o.memProfile, "memprofile", "", "write an allocation profile of the throughput run to this file")
 	fs.IntVar(&o.pollerMDNs, "poller-mdns", 10000, "inbox MDNs in the MDN poller's backlog; 0 skips the poller run")
@@ -209,6 +212,11 @@ func sections(ctx context.Context, out io.Writer, o options) error {
 			return err
 		}
 	}
+	if o.largeBytes > 0 {
+		if err := largeBench(ctx, out, o, partner, st); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
@@ -241,7 +249,14 @@ type partners map[string]*config.Partner
 func (p partners) Partner(id string) (*config.Partner, bool) { v, ok := p[id]; return v, ok }
 
 func newHandler(store receiver.Store, partner, st *identity) (http.Handler, error) {
+	return newSpooledHandler(store, partner, st, nil)
+}
+
+// newSpooledHandler is newHandler with the spool sp (nil: none) taking
+// bodies over receiver.DefaultSpoolFromBytes, as edihub serve does.
+func newSpooledHandler(store receiver.Store, partner, st *identity, sp *spool.Spool) (http.Handler, error) {
 	h, err := receiver.New(receiver.Options{
+		Spool:    sp,
 		Store:    store,
 		Partners: partners{partnerID: {AS2ID: partnerID, Certificates: []*x509.Certificate{partner.cert}}},
 		Station: receiver.Station{AS2ID: stationID, Keys: []cms.Recipient{{Cert: st.cert, Key: st.key}},
@@ -252,7 +267,7 @@ func newHandler(store receiver.Store, partner, st *identity) (http.Handler, erro
 		return nil, err
 	}
 	return httpserver.NewRouter(httpserver.RouterOptions{
-		Logger: zap.NewNop(), Metrics: httpserver.NewMetrics(prometheus.NewRegistry()), MaxBodyBytes: 1 << 30, AS2: h,
+		Logger: zap.NewNop(), Metrics: httpserver.NewMetrics(prometheus.NewRegistry()), MaxBodyBytes: 16 << 30, AS2: h,
 	}), nil
 }
 
@@ -587,23 +602,34 @@ func rsaOpsPerSecond(key *rsa.PrivateKey, d time.Duration, pgDataDir string) (op
 	return float64(n.Load()) / elapsed.Seconds(), others, nil
 }
 
+// writeKeys writes the partner's and the station's keys and certificates
+// (partner.key, partner.crt, station.key, station.crt) into a new
+// temporary directory, for the child and for openssl.
+func writeKeys(partner, st *identity) (string, error) {
+	dir, err := os.MkdirTemp("", "edihub-bench-keys-")
+	if err != nil {
+		return "", err
+	}
+	for name, id := range map[string]*identity{"partner": partner, "station": st} {
+		kb, _ := x509.MarshalPKCS8PrivateKey(id.key)
+		if err := os.WriteFile(filepath.Join(dir, name+".key"), pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kb}), 0o600); err != nil {
+			return "", err
+		}
+		if err := os.WriteFile(filepath.Join(dir, name+".crt"), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: id.cert.Raw}), 0o600); err != nil {
+			return "", err
+		}
+	}
+	return dir, nil
+}
+
 // peakRSS runs the receiver in a child process and posts one large
 // message per variant to a fresh child, reading the child's VmHWM.
 func peakRSS(ctx context.Context, out io.Writer, o options, partner, st *identity) error {
-	dir, err := os.MkdirTemp("", "edihub-bench-keys-")
+	dir, err := writeKeys(partner, st)
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	for name, id := range map[string]*identity{"partner": partner, "station": st} {
-		kb, _ := x509.MarshalPKCS8PrivateKey(id.key)
-		if err := os.WriteFile(filepath.Join(dir, name+".key"), pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kb}), 0o600); err != nil {
-			return err
-		}
-		if err := os.WriteFile(filepath.Join(dir, name+".crt"), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: id.cert.Raw}), 0o600); err != nil {
-			return err
-		}
-	}
 	payload := make([]byte, o.rssBytes)
 	for i := range payload {
 		payload[i] = byte('A' + i%26)
@@ -765,7 +791,12 @@ func child(ctx context.Context, o options) error {
 		return err
 	}
 	defer store.Close()
-	h, err := newHandler(store, partner, st)
+	sp, err := spool.New("", 64<<30)
+	if err != nil {
+		return err
+	}
+	defer sp.Close()
+	h, err := newSpooledHandler(store, partner, st, sp)
 	if err != nil {
 		return err
 	}

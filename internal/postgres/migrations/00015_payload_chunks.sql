@@ -18,6 +18,10 @@ CREATE TABLE payload_chunks (
     data        bytea   NOT NULL,
     PRIMARY KEY (message_id, seq)
 );
+-- Out of line, uncompressed: EDI payloads compress well, but pglz at 1 MiB
+-- a piece took most of the time of storing a large payload, and AS2
+-- partners compress what is worth it before they send.
+ALTER TABLE payload_chunks ALTER COLUMN data SET STORAGE EXTERNAL;
 
 -- +goose Down
 DROP TABLE payload_chunks;

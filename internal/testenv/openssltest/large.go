@@ -32,9 +32,10 @@ type LargeMessage struct {
 	// BodyPath is the request body; BodySize its size.
 	BodyPath string
 	BodySize int64
-	// SignedPath is the signed entity (the MIC covers it) and
-	// MultipartPath the multipart/signed entity openssl encrypted.
-	SignedPath, MultipartPath string
+	// SignedPath is the signed entity (the MIC covers it), SignaturePath
+	// its detached signature (DER) and MultipartPath the multipart/signed
+	// entity of both that openssl encrypted.
+	SignedPath, SignaturePath, MultipartPath string
 	// MIC is openssl's SHA-256 of SignedPath, as an MDN returns it.
 	MIC string
 	// PayloadSHA256 is the digest of the payload.
@@ -59,6 +60,7 @@ func BuildLarge(dir string, s LargeSpec) (*LargeMessage, error) {
 		}
 	}
 	sig := filepath.Join(dir, "sig.der")
+	m.SignaturePath = sig
 	if _, err := TryRun(nil, "cms", "-sign", "-binary", "-in", m.SignedPath, "-signer", s.Signer.CertPath, "-inkey", s.Signer.KeyPath,
 		"-md", "sha256", "-outform", "DER", "-out", sig); err != nil {
 		return nil, fmt.Errorf("openssl sign: %w", err)
