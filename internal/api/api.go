@@ -82,7 +82,9 @@ type Enqueuer interface {
 type Reader interface {
 	Message(ctx context.Context, id int64) (postgres.MessageInfo, error)
 	Messages(ctx context.Context, q postgres.MessageQuery) ([]postgres.MessageInfo, error)
-	MessagePayload(ctx context.Context, id int64) (postgres.MessageInfo, []byte, error)
+	// WritePayload streams a message's payload (any size) to the writer
+	// to returns, once the message is found.
+	WritePayload(ctx context.Context, id int64, to func(postgres.MessageInfo) io.Writer) (postgres.MessageInfo, error)
 	MessageMDN(ctx context.Context, id int64) (postgres.MDNInfo, error)
 	Events(ctx context.Context, after postgres.EventCursor, limit int) ([]postgres.Event, error)
 }
@@ -591,25 +593,41 @@ func (h *handler) get(w http.ResponseWriter, r *http.Request) {
 	httpserver.WriteJSON(w, http.StatusOK, h.view(m))
 }
 
+// payload streams a message's payload as it reads it from the database:
+// the header (with the Content-Length the message row records) goes out
+// once the message is found, so a payload of any size passes through in
+// pieces. An error after that cuts the response short, which the client
+// sees against the Content-Length.
 func (h *handler) payload(w http.ResponseWriter, r *http.Request) {
 	id, ok := h.id(w, r)
 	if !ok {
 		return
 	}
-	m, data, err := h.o.Store.MessagePayload(r.Context(), id)
-	if err != nil {
+	started := false
+	_, err := h.o.Store.WritePayload(r.Context(), id, func(m postgres.MessageInfo) io.Writer {
+		started = true
+		ct := m.ContentType
+		if ct == "" {
+			ct = "application/octet-stream"
+		}
+		name := m.Filename
+		if name == "" {
+			name = fmt.Sprintf("message-%d", id)
+		}
+		w.Header().Set("Content-Type", ct)
+		w.Header().Set("Content-Disposition", mime.FormatMediaType("attachment", map[string]string{"filename": name}))
+		w.Header().Set("X-Content-Type-Options", "nosniff")
+		w.Header().Set("Content-Length", strconv.FormatInt(m.Size, 10))
+		w.WriteHeader(http.StatusOK)
+		return w
+	})
+	switch {
+	case err != nil && !started:
 		h.readErr(w, id, err)
-		return
+	case err != nil:
+		h.log.Warn("payload cut short", zap.Int64("message", id), zap.Error(err))
+		panic(http.ErrAbortHandler)
 	}
-	ct := m.ContentType
-	if ct == "" {
-		ct = "application/octet-stream"
-	}
-	name := m.Filename
-	if name == "" {
-		name = fmt.Sprintf("message-%d", id)
-	}
-	raw(w, ct, mime.FormatMediaType("attachment", map[string]string{"filename": name}), data)
 }
 
 func (h *handler) mdn(w http.ResponseWriter, r *http.Request) {

@@ -279,8 +279,8 @@ func (s *Store) MessagePayload(ctx context.Context, id int64) (MessageInfo, []by
 }
 
 // WritePayload writes the payload of message id to the writer to(m)
-// returns, m being the message, as it reads it: a chunked payload one
-// piece at a time, in one snapshot. ErrMessageNotFound when the message
+// returns, m being the message with Size the payload's exact size, as it
+// reads it: a chunked payload one piece at a time, in one snapshot. ErrMessageNotFound when the message
 // or its payload is missing (to is not called then). An error of the
 // writer ends the read and is returned.
 func (s *Store) WritePayload(ctx context.Context, id int64, to func(MessageInfo) io.Writer) (MessageInfo, error) {
@@ -294,11 +294,12 @@ func (s *Store) WritePayload(ctx context.Context, id int64, to func(MessageInfo)
 	if err != nil {
 		return m, messageErr(fmt.Sprintf("payload of message %d", id), err)
 	}
-	w := to(m)
 	if !chunked {
-		_, err = w.Write(data)
+		m.Size = int64(len(data))
+		_, err = to(m).Write(data)
 		return m, err
 	}
+	w := to(m) // m.Size is the payload's: checked when it was stored
 	rows, err := s.pool.Query(ctx, `SELECT data FROM payload_chunks WHERE message_id = $1 ORDER BY seq`, id)
 	if err != nil {
 		return m, fmt.Errorf("payload of message %d: %w", id, err)
