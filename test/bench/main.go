@@ -249,25 +249,30 @@ type partners map[string]*config.Partner
 func (p partners) Partner(id string) (*config.Partner, bool) { v, ok := p[id]; return v, ok }
 
 func newHandler(store receiver.Store, partner, st *identity) (http.Handler, error) {
-	return newSpooledHandler(store, partner, st, nil)
+	return newSpooledHandler(store, partner, st, nil, zap.NewNop())
 }
+
+// maxBody is the body limit of the bench's receivers.
+const maxBody = 16 << 30
 
 // newSpooledHandler is newHandler with the spool sp (nil: none) taking
 // bodies over receiver.DefaultSpoolFromBytes, as edihub serve does.
-func newSpooledHandler(store receiver.Store, partner, st *identity, sp *spool.Spool) (http.Handler, error) {
+func newSpooledHandler(store receiver.Store, partner, st *identity, sp *spool.Spool, log *zap.Logger) (http.Handler, error) {
 	h, err := receiver.New(receiver.Options{
-		Spool:    sp,
+		Spool: sp,
+		// As edihub serve: 4 × the body limit the router enforces.
+		Limits:   as2.Limits{MaxDecompressedSize: 4 * maxBody},
 		Store:    store,
 		Partners: partners{partnerID: {AS2ID: partnerID, Certificates: []*x509.Certificate{partner.cert}}},
 		Station: receiver.Station{AS2ID: stationID, Keys: []cms.Recipient{{Cert: st.cert, Key: st.key}},
 			Key: st.key, Cert: st.cert},
-		Logger: zap.NewNop(), Registerer: prometheus.NewRegistry(),
+		Logger: log, Registerer: prometheus.NewRegistry(),
 	})
 	if err != nil {
 		return nil, err
 	}
 	return httpserver.NewRouter(httpserver.RouterOptions{
-		Logger: zap.NewNop(), Metrics: httpserver.NewMetrics(prometheus.NewRegistry()), MaxBodyBytes: 16 << 30, AS2: h,
+		Logger: zap.NewNop(), Metrics: httpserver.NewMetrics(prometheus.NewRegistry()), MaxBodyBytes: maxBody, AS2: h,
 	}), nil
 }
 
@@ -796,7 +801,12 @@ func child(ctx context.Context, o options) error {
 		return err
 	}
 	defer sp.Close()
-	h, err := newSpooledHandler(store, partner, st, sp)
+	// Warnings and errors (a message refused, a store failure) to stderr.
+	log, err := zap.NewDevelopment(zap.IncreaseLevel(zap.WarnLevel))
+	if err != nil {
+		return err
+	}
+	h, err := newSpooledHandler(store, partner, st, sp, log)
 	if err != nil {
 		return err
 	}
