@@ -27,6 +27,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"time"
@@ -79,7 +80,9 @@ type Authenticator interface {
 type MessageStore interface {
 	Message(ctx context.Context, id int64) (postgres.MessageInfo, error)
 	Messages(ctx context.Context, q postgres.MessageQuery) ([]postgres.MessageInfo, error)
-	MessagePayload(ctx context.Context, id int64) (postgres.MessageInfo, []byte, error)
+	// WritePayload streams a message's payload (any size) to the writer
+	// to returns, once the message is found.
+	WritePayload(ctx context.Context, id int64, to func(postgres.MessageInfo) io.Writer) (postgres.MessageInfo, error)
 	MessageMDN(ctx context.Context, id int64) (postgres.MDNInfo, error)
 	MessageTrace(ctx context.Context, id int64) (postgres.Trace, error)
 	MessageOutbox(ctx context.Context, id int64) ([]postgres.OutboxEntry, error)

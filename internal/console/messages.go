@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"mime"
 	"net/http"
 	"net/url"
@@ -258,22 +259,31 @@ func detailLines(raw json.RawMessage) []string {
 	return out
 }
 
-// payload sends the message's document as stored (operators and admins).
+// payload sends the message's document as stored (operators and admins),
+// streamed from the database piece by piece: a payload of any size.
 func (c *Console) payload(w http.ResponseWriter, r *http.Request) {
 	id, ok := c.messageID(w, r)
 	if !ok {
 		return
 	}
-	m, data, err := c.o.Messages.MessagePayload(r.Context(), id)
-	if err != nil {
+	started := false
+	_, err := c.o.Messages.WritePayload(r.Context(), id, func(m postgres.MessageInfo) io.Writer {
+		started = true
+		name := m.Filename
+		if name == "" {
+			name = fmt.Sprintf("message-%d", id)
+		}
+		downloadHeader(w, mime.FormatMediaType("attachment", map[string]string{"filename": name}), m.Size)
+		return w
+	})
+	switch {
+	case err != nil && !started:
 		c.readFailed(w, r, id, err)
-		return
+	case err != nil:
+		// The header went out: cut the response short, which the
+		// browser sees against the Content-Length.
+		panic(http.ErrAbortHandler)
 	}
-	name := m.Filename
-	if name == "" {
-		name = fmt.Sprintf("message-%d", id)
-	}
-	download(w, mime.FormatMediaType("attachment", map[string]string{"filename": name}), data)
 }
 
 // rawMDN sends the MDN as stored (operators and admins).
@@ -294,14 +304,19 @@ func (c *Console) rawMDN(w http.ResponseWriter, r *http.Request) {
 // are (HTML, SVG), the browser does not render them on the console's
 // origin.
 func download(w http.ResponseWriter, disposition string, b []byte) {
+	downloadHeader(w, disposition, int64(len(b)))
+	_, _ = w.Write(b)
+}
+
+// downloadHeader writes the header of a download of size bytes.
+func downloadHeader(w http.ResponseWriter, disposition string, size int64) {
 	h := w.Header()
 	h.Set("Content-Type", "application/octet-stream")
 	h.Set("Content-Disposition", disposition)
-	h.Set("Content-Length", strconv.Itoa(len(b)))
+	h.Set("Content-Length", strconv.FormatInt(size, 10))
 	// A sandbox for the case a browser renders it after all.
 	h.Set("Content-Security-Policy", "default-src 'none'; sandbox")
 	w.WriteHeader(http.StatusOK)
-	_, _ = w.Write(b)
 }
 
 // cursor reads a page's cursor (an id to page below): 0 for the first
