@@ -387,6 +387,9 @@ func metricValue(reg *prometheus.Registry, name string, labels map[string]string
 			if c := m.GetCounter(); c != nil {
 				return c.GetValue()
 			}
+			if g := m.GetGauge(); g != nil {
+				return g.GetValue()
+			}
 		}
 	}
 	return 0

@@ -302,6 +302,11 @@ func New(o Options) (*Handler, error) {
 	if err != nil {
 		return nil, err
 	}
+	if o.Spool != nil {
+		if err := registerSpool(o.Registerer, o.Spool.Used); err != nil {
+			return nil, err
+		}
+	}
 	for _, p := range o.PartnerIDs {
 		m.received.WithLabelValues(p, resultProcessed)
 		m.bytes.WithLabelValues(p)

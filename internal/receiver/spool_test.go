@@ -100,12 +100,34 @@ func TestSpoolCleanedOnEveryPath(t *testing.T) {
 			waitSpoolEmpty(t, e, s.name)
 		})
 	}
+	if got, ok := gathered(t, e, "edihub_as2_spool_bytes"); !ok || got != 0 {
+		t.Errorf("edihub_as2_spool_bytes = %v (exported: %v), want 0", got, ok)
+	}
+	if got := metricValue(e.reg, "edihub_as2_busy_total", map[string]string{"partner": partnerACME, "stage": "spool"}); got != 1 {
+		t.Errorf("edihub_as2_busy_total{stage=spool} = %v, want 1 (the spool that filled up)", got)
+	}
 	if n := e.count(t, `SELECT count(*) FROM payloads WHERE chunked`); n != 2 {
 		t.Errorf("payloads stored in pieces = %d, want 2 (the processed messages)", n)
 	}
 	if entries, _ := os.ReadDir(e.spool.Dir()); len(entries) != 1 { // the lock file
 		t.Errorf("spool directory holds %d entries, want only its lock", len(entries))
 	}
+}
+
+// gathered returns the value of the unlabelled gauge name, and whether
+// it is exported.
+func gathered(t *testing.T, e *env, name string) (float64, bool) {
+	t.Helper()
+	mfs, err := e.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name && len(mf.GetMetric()) == 1 && mf.GetMetric()[0].GetGauge() != nil {
+			return mf.GetMetric()[0].GetGauge().GetValue(), true
+		}
+	}
+	return 0, false
 }
 
 func wantDisp(t *testing.T, got, want string) {
