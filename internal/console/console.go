@@ -29,6 +29,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/alexedwards/scs/postgresstore"
@@ -57,6 +58,9 @@ const (
 	DefaultCleanupInterval = 5 * time.Minute
 	// DefaultMaxUploadBytes bounds a document sent from the console.
 	DefaultMaxUploadBytes = 20 << 20
+	// DefaultStatusInterval is how often Run records this replica's
+	// elector status for the hub pages of every replica.
+	DefaultStatusInterval = 5 * time.Second
 )
 
 // Policy is the Content-Security-Policy of every console response but the
@@ -161,6 +165,14 @@ type Options struct {
 	// CleanupInterval is how often Run deletes expired sessions; 0 means
 	// DefaultCleanupInterval.
 	CleanupInterval time.Duration
+	// StatusInterval is how often Run records this replica's elector
+	// status (Leader) in the database, besides at once when its
+	// leadership changes; 0 means DefaultStatusInterval. Nothing is
+	// recorded without Hub and Leader.
+	StatusInterval time.Duration
+	// Version and Started describe this replica in its recorded status.
+	Version string
+	Started time.Time
 }
 
 // Console serves the console's pages. Build it with New, serve it under
@@ -193,6 +205,12 @@ func New(o Options) (*Console, error) {
 	}
 	if o.CleanupInterval <= 0 {
 		o.CleanupInterval = DefaultCleanupInterval
+	}
+	if o.StatusInterval <= 0 {
+		o.StatusInterval = DefaultStatusInterval
+	}
+	if o.Started.IsZero() {
+		o.Started = o.Now()
 	}
 	ps, err := parsePages()
 	if err != nil {
@@ -247,10 +265,16 @@ func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	c.handler.ServeHTTP(w, r)
 }
 
-// Run deletes expired sessions every CleanupInterval until ctx ends; it
-// returns nil then. A failed deletion is logged and tried again at the
-// next tick.
+// Run deletes expired sessions every CleanupInterval and records this
+// replica's elector status (see statusReporter) until ctx ends; it
+// returns nil then. A failed deletion or recording is logged and tried
+// again at the next tick.
 func (c *Console) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	if c.o.Hub != nil && c.o.Leader != nil {
+		wg.Go(func() { (&statusReporter{c: c}).run(ctx) })
+	}
 	t := time.NewTicker(c.o.CleanupInterval)
 	defer t.Stop()
 	for {
