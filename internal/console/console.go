@@ -357,6 +357,9 @@ func (c *Console) routes() {
 		c.handle("GET "+Prefix+"/tokens", auth.RoleViewer, c.tokens)
 		c.handle("POST "+Prefix+"/tokens", auth.RoleViewer, c.createToken)
 		c.handle("POST "+Prefix+"/tokens/{token}/revoke", auth.RoleViewer, c.revokeToken)
+		c.handle("GET "+Prefix+"/users/{name}/tokens", auth.RoleAdmin, c.tokens)
+		c.handle("POST "+Prefix+"/users/{name}/tokens", auth.RoleAdmin, c.createToken)
+		c.handle("POST "+Prefix+"/users/{name}/tokens/{token}/revoke", auth.RoleAdmin, c.revokeToken)
 	}
 	if c.o.Audit != nil {
 		c.handle("GET "+Prefix+"/audit", auth.RoleAdmin, c.auditLog)
