@@ -321,12 +321,12 @@ func (c *Console) routes() {
 	c.handle("GET "+Prefix+"/messages/{id}/payload", auth.RoleOperator, c.payload)
 	c.handle("GET "+Prefix+"/messages/{id}/mdn", auth.RoleOperator, c.rawMDN)
 	if c.o.Resender != nil {
-		c.handle("GET "+Prefix+"/messages/{id}/resend", auth.RoleOperator, c.resendConfirm)
-		c.handle("POST "+Prefix+"/messages/{id}/resend", auth.RoleOperator, c.resend)
+		c.handle("GET "+Prefix+"/messages/{id}/resend", auth.RoleOperator, c.resendConfirm())
+		c.handle("POST "+Prefix+"/messages/{id}/resend", auth.RoleOperator, c.resend())
 	}
 	if c.o.Canceller != nil {
-		c.handle("GET "+Prefix+"/messages/{id}/cancel", auth.RoleOperator, c.cancelConfirm)
-		c.handle("POST "+Prefix+"/messages/{id}/cancel", auth.RoleOperator, c.cancel)
+		c.handle("GET "+Prefix+"/messages/{id}/cancel", auth.RoleOperator, c.cancelConfirm())
+		c.handle("POST "+Prefix+"/messages/{id}/cancel", auth.RoleOperator, c.cancel())
 	}
 	if c.o.Reapplier != nil {
 		c.handle("GET "+Prefix+"/mdns/{id}/reapply", auth.RoleOperator, c.reapplyConfirm)
