@@ -64,7 +64,12 @@ type confirmData struct {
 	// form, where to go afterwards.
 	Reason    bool
 	BackField string
+	// Fields are sent with the form, hidden.
+	Fields []formField
 }
+
+// formField is a hidden field of a form.
+type formField struct{ Name, Value string }
 
 // messageConfirm answers GET on the confirmation page of an action on
 // message {id}: ask says what is about to happen, from the message and

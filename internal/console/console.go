@@ -342,6 +342,12 @@ func (c *Console) routes() {
 		c.handle("GET "+Prefix+"/partners/{as2id}", auth.RoleViewer, c.partnerPage)
 		if c.o.PartnerService != nil {
 			c.handle("POST "+Prefix+"/partners/{as2id}", auth.RoleAdmin, c.partnerUpdate)
+			c.handle("GET "+Prefix+"/new-partner", auth.RoleAdmin, c.newPartnerForm)
+			c.handle("POST "+Prefix+"/partners", auth.RoleAdmin, c.partnerCreate)
+			c.handle("GET "+Prefix+"/partners/{as2id}/delete", auth.RoleAdmin, c.partnerDeleteConfirm)
+			c.handle("POST "+Prefix+"/partners/{as2id}/delete", auth.RoleAdmin, c.partnerDelete)
+			c.handle("GET "+Prefix+"/partners/{as2id}/restore", auth.RoleAdmin, c.partnerRestoreConfirm)
+			c.handle("POST "+Prefix+"/partners/{as2id}/restore", auth.RoleAdmin, c.partnerRestore)
 		}
 		if c.o.TestPartner != nil {
 			c.handle("POST "+Prefix+"/partners/{as2id}/test", auth.RoleOperator, c.partnerTest)
