@@ -253,7 +253,7 @@ func (c *Console) partnerRestoreConfirm(w http.ResponseWriter, r *http.Request) 
 		Question: fmt.Sprintf("Restore version %d of %s?", v, d.P.AS2ID),
 		Detail:   []string{fmt.Sprintf("Version %d was stored %s by %s.", v, c.timeText(from.ChangedAt), from.Actor), now, "It is checked like any change: a profile that no longer validates is refused."},
 		Action:   page + "/restore", Button: "Restore", Back: page,
-		Fields:   []formField{{"version", strconv.FormatInt(v, 10)}, {"expect", strconv.FormatInt(d.Version, 10)}},
+		Fields: []formField{{"version", strconv.FormatInt(v, 10)}, {"expect", strconv.FormatInt(d.Version, 10)}},
 	}
 	c.render(w, r, http.StatusOK, "confirm", c.view(r, fmt.Sprintf("Restore %s", d.P.AS2ID), "partners", cd))
 }
