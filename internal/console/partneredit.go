@@ -245,7 +245,9 @@ func (c *Console) partnerRestoreConfirm(w http.ResponseWriter, r *http.Request) 
 		c.fail(w, r, http.StatusNotFound, fmt.Sprintf("%s has no version %q to restore among its last %d changes.", d.P.AS2ID, r.URL.Query().Get("version"), historyLimit))
 		return
 	}
-	now := fmt.Sprintf("It is at version %d now; the restored profile becomes version %d.", d.Version, from.Version+1)
+	// A partner's versions go on counting across deletions: the restored
+	// profile is the one after its latest.
+	now := fmt.Sprintf("It is at version %d now; the restored profile becomes version %d.", d.Version, d.History[0].Version+1)
 	if d.Deleted != nil {
 		now = fmt.Sprintf("It was deleted %s by %s; every replica serves it again within seconds.", c.timeText(d.Deleted.ChangedAt), d.Deleted.Actor)
 	}
