@@ -45,16 +45,9 @@ func checkProfile(text string) (string, *refusal) {
 // error that is not the user's (the caller answers 500). conflict is said
 // when the stored version is not the one expected.
 func putRefused(err error, conflict string) *refusal {
-	var ce *config.Error
-	switch {
-	case errors.As(err, &ce):
-		// The entry was checked as the one item of a partners list: its
-		// lines are one further down than in the text area.
-		line := ce.Line
-		if line > 1 {
-			line--
-		}
-		return &refusal{status: http.StatusUnprocessableEntity, msg: ce.Msg, field: strings.TrimPrefix(ce.Field, "partners[0]."), line: line, fix: ce.Fix}
+	switch ce := config.EntryError(err); {
+	case ce != nil:
+		return &refusal{status: http.StatusUnprocessableEntity, msg: ce.Msg, field: ce.Field, line: ce.Line, fix: ce.Fix}
 	case errors.Is(err, postgres.ErrPartnerConflict):
 		return &refusal{status: http.StatusConflict, msg: conflict}
 	case errors.Is(err, postgres.ErrPartnerNotFound):
