@@ -529,20 +529,8 @@ func (h *handler) list(w http.ResponseWriter, r *http.Request) {
 		}
 		mq.Overdue = b
 	}
-	for _, p := range []struct {
-		name string
-		dst  *time.Time
-	}{{"since", &mq.Since}, {"until", &mq.Until}} {
-		v := q.Get(p.name)
-		if v == "" {
-			continue
-		}
-		t, err := time.Parse(time.RFC3339Nano, v)
-		if err != nil {
-			writeError(w, http.StatusBadRequest, p.name, fmt.Sprintf("%s %q: want an RFC 3339 time like 2026-01-31T23:00:00Z", p.name, v))
-			return
-		}
-		*p.dst = t
+	if !timeRange(w, q, &mq.Since, &mq.Until) {
+		return
 	}
 	var out List
 	out.Messages, out.NextCursor, ok = listPage(h, w, r, "messages", func(limit int, before int64) ([]postgres.MessageInfo, error) {
@@ -872,4 +860,26 @@ func page(w http.ResponseWriter, r *http.Request) (limit int, before int64, ok b
 		before = n
 	}
 	return limit, before, true
+}
+
+// timeRange parses the query's since and until, RFC 3339 times, into
+// since and until (left as they are when absent); false when it answered
+// 400.
+func timeRange(w http.ResponseWriter, q url.Values, since, until *time.Time) bool {
+	for _, p := range []struct {
+		name string
+		dst  *time.Time
+	}{{"since", since}, {"until", until}} {
+		v := q.Get(p.name)
+		if v == "" {
+			continue
+		}
+		t, err := time.Parse(time.RFC3339Nano, v)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, p.name, fmt.Sprintf("%s %q: want an RFC 3339 time like 2026-01-31T23:00:00Z", p.name, v))
+			return false
+		}
+		*p.dst = t
+	}
+	return true
 }
