@@ -221,60 +221,10 @@ func New(o Options) (http.Handler, error) {
 	// Every route names the least role it needs; the caller was resolved
 	// by the authentication in front (auth.Authenticator.API). The table
 	// of docs/users.md lists them, and TestRouteRoles checks each.
-	viewer := r.With(auth.Require(auth.RoleViewer))
-	operator := r.With(auth.Require(auth.RoleOperator))
-	admin := r.With(auth.Require(auth.RoleAdmin))
-
-	operator.Post("/messages", h.enqueue)
-	viewer.Get("/messages", h.list)
-	viewer.Get("/messages/{id}", h.get)
-	operator.Get("/messages/{id}/payload", h.payload) // payload bytes: never for viewers
-	operator.Get("/messages/{id}/mdn", h.mdn)
-	if o.Tracer != nil {
-		viewer.Get("/messages/{id}/trace", h.trace)
-	}
-	if o.Resender != nil {
-		operator.Post("/messages/{id}/resend", h.resend)
-	}
-	if o.Canceller != nil {
-		operator.Post("/messages/{id}/cancel", h.cancel)
-	}
-	if o.Inbox != nil {
-		viewer.Get("/mdns", h.mdns)
-	}
-	if o.Reapplier != nil {
-		operator.Post("/mdns/{id}/reapply", h.reapply)
-	}
-	viewer.Get("/events", h.events)
-	if o.Reports != nil {
-		viewer.Get("/reports/{day}", h.report)
-	}
-	viewer.Get("/certificates", h.certificates)
-	if o.Partners != nil && o.PartnerReader != nil {
-		viewer.Get("/partners", h.listPartners)
-		admin.Post("/partners", h.createPartner)
-		viewer.Get("/partners/{as2id}", h.getPartner)
-		admin.Put("/partners/{as2id}", h.updatePartner)
-		admin.Delete("/partners/{as2id}", h.deletePartner)
-		viewer.Get("/partners/{as2id}/history", h.partnerHistory)
-		admin.Post("/partners/{as2id}/restore", h.restorePartner)
-		if o.TestPartner != nil {
-			operator.Post("/partners/{as2id}/test", h.testPartner)
+	for _, rt := range h.routes() {
+		if rt.on {
+			r.With(auth.Require(rt.role)).Method(rt.method, rt.path, rt.h)
 		}
-	}
-	if o.Audit != nil {
-		admin.Get("/audit", h.auditLog)
-	}
-	if o.Users != nil {
-		admin.Get("/users", h.listUsers)
-		admin.Post("/users", h.addUser)
-		admin.Post("/users/{name}/disable", h.disableUser)
-		admin.Post("/users/{name}/enable", h.enableUser)
-		// A user's own tokens: any role for itself (auth.Users checks
-		// that the caller is the user or an admin).
-		viewer.Get("/users/{name}/tokens", h.listTokens)
-		viewer.Post("/users/{name}/tokens", h.createToken)
-		viewer.Delete("/users/{name}/tokens/{token}", h.revokeToken)
 	}
 	r.NotFound(func(w http.ResponseWriter, _ *http.Request) {
 		writeError(w, http.StatusNotFound, "", "no such API endpoint")
@@ -283,6 +233,56 @@ func New(o Options) (http.Handler, error) {
 		writeError(w, http.StatusMethodNotAllowed, "", "method not allowed")
 	})
 	return r, nil
+}
+
+// route is one endpoint: its method and path, the least role it needs,
+// its handler, and whether it is served (the Options it needs are set).
+type route struct {
+	method, path string
+	role         auth.Role
+	h            http.HandlerFunc
+	on           bool
+}
+
+// routes are the API's endpoints.
+func (h *handler) routes() []route {
+	o := h.o
+	const get, post, put, del = http.MethodGet, http.MethodPost, http.MethodPut, http.MethodDelete
+	viewer, operator, admin := auth.RoleViewer, auth.RoleOperator, auth.RoleAdmin
+	partners := o.Partners != nil && o.PartnerReader != nil
+	return []route{
+		{post, "/messages", operator, h.enqueue, true},
+		{get, "/messages", viewer, h.list, true},
+		{get, "/messages/{id}", viewer, h.get, true},
+		{get, "/messages/{id}/payload", operator, h.payload, true}, // payload bytes: never for viewers
+		{get, "/messages/{id}/mdn", operator, h.mdn, true},
+		{get, "/messages/{id}/trace", viewer, h.trace, o.Tracer != nil},
+		{post, "/messages/{id}/resend", operator, h.resend, o.Resender != nil},
+		{post, "/messages/{id}/cancel", operator, h.cancel, o.Canceller != nil},
+		{get, "/mdns", viewer, h.mdns, o.Inbox != nil},
+		{post, "/mdns/{id}/reapply", operator, h.reapply, o.Reapplier != nil},
+		{get, "/events", viewer, h.events, true},
+		{get, "/reports/{day}", viewer, h.report, o.Reports != nil},
+		{get, "/certificates", viewer, h.certificates, true},
+		{get, "/partners", viewer, h.listPartners, partners},
+		{post, "/partners", admin, h.createPartner, partners},
+		{get, "/partners/{as2id}", viewer, h.getPartner, partners},
+		{put, "/partners/{as2id}", admin, h.updatePartner, partners},
+		{del, "/partners/{as2id}", admin, h.deletePartner, partners},
+		{get, "/partners/{as2id}/history", viewer, h.partnerHistory, partners},
+		{post, "/partners/{as2id}/restore", admin, h.restorePartner, partners},
+		{post, "/partners/{as2id}/test", operator, h.testPartner, partners && o.TestPartner != nil},
+		{get, "/audit", admin, h.auditLog, o.Audit != nil},
+		{get, "/users", admin, h.listUsers, o.Users != nil},
+		{post, "/users", admin, h.addUser, o.Users != nil},
+		{post, "/users/{name}/disable", admin, h.disableUser, o.Users != nil},
+		{post, "/users/{name}/enable", admin, h.enableUser, o.Users != nil},
+		// A user's own tokens: any role for itself (auth.Users checks
+		// that the caller is the user or an admin).
+		{get, "/users/{name}/tokens", viewer, h.listTokens, o.Users != nil},
+		{post, "/users/{name}/tokens", viewer, h.createToken, o.Users != nil},
+		{del, "/users/{name}/tokens/{token}", viewer, h.revokeToken, o.Users != nil},
+	}
 }
 
 // Message is the JSON form of a message.
