@@ -222,7 +222,20 @@ func messagesSQL(q MessageQuery, sortRange bool) (string, []any) {
 		order = "id + 0"
 	}
 	sql += fmt.Sprintf(` ORDER BY %s DESC LIMIT $%d`, order, len(args))
+	if sortRange && rangeOnly(q) {
+		// Only the range (and the cursor) filter: the ids are picked from
+		// the index on (created_at) INCLUDE (id) alone, and only the
+		// page's rows are read from the table.
+		sql = `SELECT ` + messageColumns + ` FROM messages WHERE id IN (SELECT id FROM messages WHERE ` +
+			strings.Join(where, " AND ") + fmt.Sprintf(` ORDER BY id + 0 DESC LIMIT $%d) ORDER BY id DESC`, len(args))
+	}
 	return sql, args
+}
+
+// rangeOnly reports whether q filters by its date range (and pages) only.
+func rangeOnly(q MessageQuery) bool {
+	q.Since, q.Until, q.Before, q.Limit = time.Time{}, time.Time{}, 0, 0
+	return q == MessageQuery{}
 }
 
 // messageIDForms are the stored forms a searched Message-ID may have: as
