@@ -57,6 +57,10 @@ type Options struct {
 	Faults []Kind
 	// Logf receives progress lines.
 	Logf func(format string, args ...any)
+	// NoReport leaves out the end-of-day report and the SMTP outage at its
+	// time (and their checker), for a run about something else that
+	// should not wait for the report time.
+	NoReport bool
 	// KeepDir keeps the run's directory (logs, data) instead of deleting
 	// it at the end.
 	KeepDir bool

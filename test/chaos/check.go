@@ -52,6 +52,8 @@ type Verdict struct {
 	ServingPosts, ServingOK int
 	LongestGap              time.Duration // between 2xx answers, inside those faults
 	Details                 []string      // examples of what broke
+
+	noReport bool // the run left the report out (Options.NoReport)
 }
 
 // Availability is the share of POSTs answered 2xx during serving faults.
@@ -87,7 +89,7 @@ func (v Verdict) Failures() []string {
 	add(v.Interleaved, "interleaved fenced writes")
 	add(v.UnknownWrites, "fenced writes of no opened term")
 	add(v.Backwards, "terms out of token order (token backwards)")
-	if v.ReportDays == 0 {
+	if v.ReportDays == 0 && !v.noReport {
 		fs = append(fs, "no report day stored")
 	}
 	return fs
@@ -101,11 +103,15 @@ func (v *Verdict) detail(format string, args ...any) {
 
 // check runs every checker on the settled stack.
 func (s *stack) check(ctx context.Context, outcomes []*Outcome, accepted []string) (Verdict, error) {
-	var v Verdict
+	v := Verdict{noReport: s.o.NoReport}
 	if err := s.checkSubmitted(ctx, &v, accepted); err != nil {
 		return v, err
 	}
-	for _, f := range []func(context.Context, *Verdict) error{s.checkInbound, s.checkOutbound, s.checkMDNs, s.checkReport, s.checkFence} {
+	checks := []func(context.Context, *Verdict) error{s.checkInbound, s.checkOutbound, s.checkMDNs, s.checkFence}
+	if !s.o.NoReport {
+		checks = append(checks, s.checkReport)
+	}
+	for _, f := range checks {
 		if err := f(ctx, &v); err != nil {
 			return v, err
 		}

@@ -55,7 +55,11 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	smtpOut := make(chan *Outcome, 1)
 	faultCtx, stopFaults := context.WithCancel(ctx)
 	defer stopFaults()
-	wg.Go(func() { smtpOut <- s.smtpOutage(faultCtx, s.smtpDown()) })
+	if o.NoReport {
+		smtpOut <- nil
+	} else {
+		wg.Go(func() { smtpOut <- s.smtpOutage(faultCtx, s.smtpDown()) })
+	}
 
 	res.Outcomes, err = s.schedule(ctx)
 	if err != nil {
