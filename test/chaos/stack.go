@@ -55,7 +55,7 @@ type stack struct {
 	closers []func()
 }
 
-func (s *stack) defer_(f func()) {
+func (s *stack) onClose(f func()) {
 	s.mu.Lock()
 	s.closers = append(s.closers, f)
 	s.mu.Unlock()
@@ -89,7 +89,7 @@ func start(ctx context.Context, o Options) (_ *stack, err error) {
 		return nil, err
 	}
 	if !o.KeepDir {
-		s.defer_(func() { _ = os.RemoveAll(s.dir) })
+		s.onClose(func() { _ = os.RemoveAll(s.dir) })
 	}
 	o.Logf("run directory %s", s.dir)
 	if err := s.startDatabases(ctx); err != nil {
@@ -98,11 +98,11 @@ func start(ctx context.Context, o Options) (_ *stack, err error) {
 	if s.cp, err = controlplane.Start(ctx, filepath.Join(s.dir, "controlplane"), controlplane.Options{}); err != nil {
 		return nil, err
 	}
-	s.defer_(func() { _ = s.cp.Close() })
+	s.onClose(func() { _ = s.cp.Close() })
 	if s.mail, err = startMailSink(); err != nil {
 		return nil, err
 	}
-	s.defer_(s.mail.Close)
+	s.onClose(s.mail.Close)
 	if err := s.startFronts(); err != nil {
 		return nil, err
 	}
@@ -125,14 +125,14 @@ func (s *stack) startDatabases(ctx context.Context) (err error) {
 	if s.db, err = startHA(ctx, filepath.Join(s.dir, "hub-db"), s.o.Async, s.o.Logf); err != nil {
 		return err
 	}
-	s.defer_(s.db.Close)
+	s.onClose(s.db.Close)
 	if s.partnerPG, err = pgserver.New(pgserver.Options{Dir: filepath.Join(s.dir, "partner-db")}); err != nil {
 		return err
 	}
 	if err := s.partnerPG.Start(ctx); err != nil {
 		return err
 	}
-	s.defer_(func() { _ = s.partnerPG.Stop() })
+	s.onClose(func() { _ = s.partnerPG.Stop() })
 	for _, u := range []string{s.db.URL(), s.partnerPG.URL("postgres")} {
 		if err := migrate(ctx, u); err != nil {
 			return err
@@ -141,11 +141,11 @@ func (s *stack) startDatabases(ctx context.Context) (err error) {
 	if s.hubDB, err = pgxpool.New(ctx, s.db.URL()); err != nil {
 		return err
 	}
-	s.defer_(s.hubDB.Close)
+	s.onClose(s.hubDB.Close)
 	if s.partnerDB, err = pgxpool.New(ctx, s.partnerPG.URL("postgres")); err != nil {
 		return err
 	}
-	s.defer_(s.partnerDB.Close)
+	s.onClose(s.partnerDB.Close)
 	return seedFirstTerm(ctx, s.hubDB)
 }
 
@@ -176,11 +176,11 @@ func (s *stack) startFronts() (err error) {
 	if s.lb, err = cluster.StartBalancer("127.0.0.1:0"); err != nil {
 		return err
 	}
-	s.defer_(func() { _ = s.lb.Close() })
+	s.onClose(func() { _ = s.lb.Close() })
 	if s.hubFront, err = startFront(s.lb); err != nil {
 		return err
 	}
-	s.defer_(func() { _ = s.hubFront.Close() })
+	s.onClose(func() { _ = s.hubFront.Close() })
 	return nil
 }
 
@@ -206,7 +206,7 @@ func (s *stack) writeStations() (stationFiles, error) {
 	if s.partnerFront, err = startFront(httputil.NewSingleHostReverseProxy(u)); err != nil {
 		return f, err
 	}
-	s.defer_(func() { _ = s.partnerFront.Close() })
+	s.onClose(func() { _ = s.partnerFront.Close() })
 	hub, err := devpki.New(hubID, devpki.Options{})
 	if err != nil {
 		return f, err
@@ -271,7 +271,7 @@ func (s *stack) startPartner(ctx context.Context, f stationFiles) (err error) {
 	if err != nil {
 		return fmt.Errorf("start the partner station: %w", err)
 	}
-	s.defer_(func() { _ = s.partner.Stop(15 * time.Second) })
+	s.onClose(func() { _ = s.partner.Stop(15 * time.Second) })
 	wctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	return s.partner.Replicas()[0].WaitReady(wctx)
@@ -304,7 +304,7 @@ func (s *stack) startHub(ctx context.Context, f stationFiles) (err error) {
 	if err != nil {
 		return err
 	}
-	s.defer_(func() { _ = s.hub.Close() })
+	s.onClose(func() { _ = s.hub.Close() })
 	var backends []string
 	for _, r := range s.hub.Replicas() {
 		backends = append(backends, r.Spec.HTTPAddr)
