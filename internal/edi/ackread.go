@@ -137,3 +137,92 @@ func codes(seg segment, from, to int) []string {
 	}
 	return out
 }
+
+// AckVerdict is one verdict of an inbound acknowledgement: on a functional
+// group (X12 AK1…AK9, CONTRL UCF) or on an interchange (CONTRL UCI).
+type AckVerdict struct {
+	// InterchangeControl is the acknowledged interchange's control number
+	// (CONTRL UCI01); "" for X12, whose 997/999 names groups only.
+	InterchangeControl string
+	// GroupControl is the acknowledged group's control number (AK102,
+	// UCF01); "" for a verdict on a whole interchange.
+	GroupControl string
+	FunctionalID string
+	Status       AckStatus
+	// Codes are the error codes given, each with the segment that gave it
+	// ("AK9:5", "AK5/0001:4", "UCI:28", "UCM/M1:29").
+	Codes []string
+}
+
+// x12Status maps AK901/AK501/IK501.
+func x12Status(s string) AckStatus {
+	switch s {
+	case "A":
+		return AckAccepted
+	case "E", "P":
+		return AckAcceptedWithErrors
+	}
+	return AckRejected
+}
+
+// Verdicts lists what the acknowledgement says, one verdict per group for
+// X12 and one for the interchange of a CONTRL (worse when a UCF or UCM
+// rejects a part of it).
+func (a *AckReport) Verdicts() []AckVerdict {
+	var out []AckVerdict
+	for _, g := range a.Groups {
+		v := AckVerdict{GroupControl: g.ControlNumber, FunctionalID: g.FunctionalID, Status: x12Status(g.Status)}
+		for _, c := range g.Codes {
+			v.Codes = append(v.Codes, "AK9:"+c)
+		}
+		for _, s := range g.Sets {
+			for _, c := range s.Codes {
+				v.Codes = append(v.Codes, "AK5/"+s.ControlNumber+":"+c)
+			}
+		}
+		out = append(out, v)
+	}
+	if ia := a.Interchange; ia != nil {
+		v := AckVerdict{InterchangeControl: ia.ControlNumber, Status: AckAccepted}
+		if ia.Action == "4" {
+			v.Status = AckRejected
+		}
+		if ia.Code != "" {
+			v.Codes = append(v.Codes, "UCI:"+ia.Code)
+		}
+		part := func(tag string, ref, action string, codes []string) {
+			for _, c := range codes {
+				v.Codes = append(v.Codes, tag+"/"+ref+":"+c)
+			}
+			if action == "4" {
+				v.Status = worse(v.Status, AckAcceptedWithErrors)
+			}
+		}
+		for _, g := range ia.Groups {
+			part("UCF", g.ControlNumber, g.Status, g.Codes)
+			for _, s := range g.Sets {
+				part("UCM", s.ControlNumber, s.Status, s.Codes)
+			}
+		}
+		for _, s := range ia.Sets {
+			part("UCM", s.ControlNumber, s.Status, s.Codes)
+		}
+		out = append(out, v)
+	}
+	return out
+}
+
+// Acknowledgements returns the acknowledgement sets of a document, in order.
+func (d *Document) Acknowledgements() []*AckReport {
+	var out []*AckReport
+	for _, ic := range d.Interchanges {
+		for _, g := range ic.Groups {
+			for _, s := range g.Sets {
+				if s.Ack != nil {
+					out = append(out, s.Ack)
+				}
+			}
+		}
+	}
+	return out
+}

@@ -130,6 +130,11 @@ func (p *parser) x12(seg segment) error {
 			return nil
 		}
 		b.closeSet(count(seg.el(1, 0)), seg.el(2, 0), true)
+	case "TA1":
+		// An interchange acknowledgement stands between ISA and GS.
+		if b.set != nil {
+			b.body()
+		}
 	default:
 		b.body()
 		p.ackSegment(seg)

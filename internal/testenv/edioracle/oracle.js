@@ -50,6 +50,15 @@ function x12Parse (req) {
   })
 }
 
+// x12Segments lists the segments node-x12 reads (its object model has no
+// place for a TA1, which stands between ISA and GS).
+function x12Segments (req) {
+  const p = new X12Parser(false)
+  p._detectOptions(req.document, {})
+  return p._parseSegments(req.document, p._options.segmentTerminator, p._options.elementDelimiter)
+    .map(s => [s.tag].concat(s.elements.map(e => e.value)))
+}
+
 function x12Build (req) {
   const o = req.options
   const ic = new X12Interchange(o)
@@ -117,6 +126,6 @@ process.stdin.setEncoding('utf8')
 process.stdin.on('data', d => { input += d })
 process.stdin.on('end', () => {
   const req = JSON.parse(input)
-  const ops = { 'x12-parse': x12Parse, 'x12-build': x12Build, 'edifact-parse': edifactParse }
+  const ops = { 'x12-parse': x12Parse, 'x12-build': x12Build, 'x12-segments': x12Segments, 'edifact-parse': edifactParse }
   process.stdout.write(JSON.stringify(ops[req.op](req)))
 })
