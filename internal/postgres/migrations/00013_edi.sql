@@ -52,6 +52,9 @@ CREATE INDEX message_interchanges_duplicate_idx
 -- The acknowledgement watcher: pending ones by due time.
 CREATE INDEX message_interchanges_ack_due_idx ON message_interchanges (ack_due_at)
     WHERE ack_status = 'pending' AND NOT ack_overdue;
+-- edihub_ack_overdue{partner}: flagged and still unacknowledged.
+CREATE INDEX message_interchanges_overdue_idx ON message_interchanges (partner)
+    WHERE ack_overdue AND ack_status = 'pending';
 
 -- The functional groups of outbound interchanges: X12 997/999 name the
 -- group (AK102), not the interchange.
