@@ -211,3 +211,21 @@ func TestFlagOverdueAcks(t *testing.T) {
 		t.Errorf("OverdueAcks after flagging = %v, want none", due)
 	}
 }
+
+// TestMessagesByICN: the message search finds messages by interchange
+// control number, with or without X12's leading zeros.
+func TestMessagesByICN(t *testing.T) {
+	ctx := context.Background()
+	st := pgtest.Store(t)
+	sent := enqueueEDI(t, st, "ACME", x12PO, 0)
+	enqueueEDI(t, st, "ACME", strings.ReplaceAll(x12PO, "000000777", "000000778"), 0)
+	for _, icn := range []string{"000000777", "777"} {
+		got, err := st.Messages(ctx, postgres.MessageQuery{ICN: icn})
+		if err != nil || len(got) != 1 || got[0].ID != sent.ID {
+			t.Errorf("Messages(icn %s) = %v, %v; want message %d", icn, got, err, sent.ID)
+		}
+	}
+	if got, _ := st.Messages(ctx, postgres.MessageQuery{ICN: "999"}); len(got) != 0 {
+		t.Errorf("Messages(icn 999) = %v, want none", got)
+	}
+}
