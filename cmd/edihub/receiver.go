@@ -20,7 +20,7 @@ import (
 // newReceiver builds the POST /as2 handler: AS2 messages and async MDNs;
 // acks queues the functional acknowledgements partners ask for.
 func newReceiver(log *zap.Logger, reg prometheus.Registerer, store *postgres.Store, cfg config.Source, o serveOptions, acks *outbox.Queue) (http.Handler, error) {
-	tracker, err := interchange.NewTracker(interchange.Options{Store: store, Acker: acks, Logger: log, Registerer: reg, Now: time.Now})
+	tracker, err := interchange.NewTracker(interchange.Options{Store: store, Acker: acks, Logger: log, Registerer: reg, Now: time.Now, PartnerIDs: partnerNames(cfg.Current())})
 	if err != nil {
 		return nil, err
 	}

@@ -41,6 +41,10 @@ type Options struct {
 	Logger     *zap.Logger
 	Registerer prometheus.Registerer
 	Now        func() time.Time
+	// PartnerIDs are the partners whose series are exported at zero from
+	// the start (a counter that first appears with its value shows no
+	// increase in Prometheus).
+	PartnerIDs []string
 }
 
 // Tracker is the receiver's EDI step. It is safe for concurrent use.
@@ -78,6 +82,11 @@ func NewTracker(o Options) (*Tracker, error) {
 		if err := o.Registerer.Register(c); err != nil {
 			return nil, fmt.Errorf("interchange: register metrics: %w", err)
 		}
+	}
+	for _, p := range o.PartnerIDs {
+		t.duplicates.WithLabelValues(p, "flagged")
+		t.acks.WithLabelValues(p, "received", string(edi.AckAccepted))
+		t.acks.WithLabelValues(p, "sent", string(edi.AckAccepted))
 	}
 	return t, nil
 }

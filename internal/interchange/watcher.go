@@ -27,6 +27,9 @@ type WatcherOptions struct {
 	Registerer prometheus.Registerer
 	Interval   time.Duration
 	Batch      int
+	// Partners, when set, lists the partners whose gauge is exported at
+	// zero when none of theirs is overdue.
+	Partners func() []string
 }
 
 // Watcher is the acknowledgement watcher, a leader-gated worker: it flags
@@ -114,6 +117,11 @@ func (w *Watcher) step(ctx context.Context, f postgres.Fence) error {
 		return err
 	}
 	w.overdue.Reset()
+	if w.o.Partners != nil {
+		for _, p := range w.o.Partners() {
+			w.overdue.WithLabelValues(p).Set(0)
+		}
+	}
 	for p, n := range counts {
 		w.overdue.WithLabelValues(p).Set(float64(n))
 	}

@@ -92,6 +92,14 @@ func TestAckReconciliation(t *testing.T) {
 	if _, unmatched, _ := st.ApplyAcks(ctx, "OTHER", 0, inbound.Acknowledgements()); !cmp.Equal(unmatched, []string{"4242"}) {
 		t.Errorf("ApplyAcks(another partner) unmatched = %v, want [4242]", unmatched)
 	}
+	// The day's report counts the interchange sent and its acceptance.
+	day, err := st.DayTraffic(ctx, time.Now().Add(-time.Hour), time.Now().Add(time.Hour), "edihub-leader")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []postgres.EDIGroup{{Partner: "ACME", Sent: 1, Accepted: 1}}; !cmp.Equal(day.EDI, want) {
+		t.Errorf("DayTraffic.EDI = %+v, want %+v", day.EDI, want)
+	}
 }
 
 // TestAckReconciliationCONTRL: a rejecting CONTRL settles the EDIFACT
