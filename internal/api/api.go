@@ -5,10 +5,12 @@
 //
 //	POST /messages?partner=ID&filename=F   operator  queue the body for a partner (202;
 //	                                                 200 for a repeated Idempotency-Key)
-//	GET  /messages?partner=&direction=&status=&since=&until=&message_id=&filename=&overdue=&limit=&cursor=   viewer
+//	GET  /messages?partner=&direction=&status=&since=&until=&message_id=&filename=&icn=&overdue=&limit=&cursor=   viewer
 //	                                                 newest first; message_id: exact, with or
-//	                                                 without <>; filename: names that start with it
-//	GET  /messages/{id}                    viewer    one message, inbound or outbound
+//	                                                 without <>; filename: names that start with it;
+//	                                                 icn: carrying that interchange control number
+//	GET  /messages/{id}                    viewer    one message, inbound or outbound, with its EDI
+//	                                                 interchanges and acknowledgement (ack)
 //	GET  /messages/{id}/payload            operator  the document, raw
 //	GET  /messages/{id}/mdn                operator  the MDN as stored, raw
 //	GET  /messages/{id}/trace              viewer    the message, its attempts, events, MDN and async
@@ -99,6 +101,12 @@ type InboxReader interface {
 	InboxMDNs(ctx context.Context, q postgres.InboxQuery) ([]postgres.InboxMDNInfo, error)
 }
 
+// InterchangeReader reads the EDI interchanges of a message;
+// *postgres.Store implements it.
+type InterchangeReader interface {
+	Interchanges(ctx context.Context, id int64) ([]postgres.InterchangeInfo, error)
+}
+
 // Tracer reads a message's trace; *postgres.Store implements it. Errors
 // wrap postgres.ErrMessageNotFound for an unknown message.
 type Tracer interface {
@@ -152,6 +160,7 @@ const MaxIdempotencyKey = 255
 const (
 	MaxMessageIDFilter = 998 // the longest header line RFC 5322 allows
 	MaxFilenameFilter  = 255
+	MaxICNFilter       = 35 // EDIFACT's interchange control reference is at most 14, X12's 9
 	MaxCancelReason    = 500
 )
 
@@ -166,6 +175,9 @@ type Options struct {
 	Inbox InboxReader
 	// Tracer, when set, serves GET /messages/{id}/trace.
 	Tracer Tracer
+	// Interchanges, when set, adds each message's EDI interchanges and
+	// acknowledgement state to GET /messages/{id}.
+	Interchanges InterchangeReader
 	// Canceller, when set, serves POST /messages/{id}/cancel.
 	Canceller Canceller
 	// Reapplier, when set, serves POST /mdns/{id}/reapply.
@@ -497,7 +509,7 @@ func (h *handler) events(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *handler) list(w http.ResponseWriter, r *http.Request) {
-	q, ok := query(w, r, "partner", "direction", "status", "since", "until", "message_id", "filename", "overdue", "limit", "cursor")
+	q, ok := query(w, r, "partner", "direction", "status", "since", "until", "message_id", "filename", "icn", "overdue", "limit", "cursor")
 	if !ok {
 		return
 	}
@@ -513,6 +525,7 @@ func (h *handler) list(w http.ResponseWriter, r *http.Request) {
 	}{
 		{"message_id", MaxMessageIDFilter, &mq.MessageID, "an AS2 Message-ID, with or without its <>"},
 		{"filename", MaxFilenameFilter, &mq.Filename, "the start of a file name"},
+		{"icn", MaxICNFilter, &mq.ICN, "an interchange control number (ISA13, UNB05)"},
 	} {
 		v := q.Get(p.name)
 		if len(v) > p.max || !utf8.ValidString(v) || strings.IndexFunc(v, unicode.IsControl) >= 0 {
@@ -576,7 +589,16 @@ func (h *handler) get(w http.ResponseWriter, r *http.Request) {
 		h.readErr(w, id, err)
 		return
 	}
-	httpserver.WriteJSON(w, http.StatusOK, h.view(m))
+	if h.o.Interchanges == nil {
+		httpserver.WriteJSON(w, http.StatusOK, h.view(m))
+		return
+	}
+	ics, err := h.o.Interchanges.Interchanges(r.Context(), id)
+	if err != nil {
+		h.readErr(w, id, err)
+		return
+	}
+	httpserver.WriteJSON(w, http.StatusOK, DetailView(h.view(m), ics))
 }
 
 func (h *handler) payload(w http.ResponseWriter, r *http.Request) {

@@ -104,6 +104,10 @@ type MessageQuery struct {
 	// Overdue keeps the outbound messages still awaiting an async MDN
 	// past its due time (mdn_overdue, not final).
 	Overdue bool
+	// ICN keeps the messages carrying an interchange with this control
+	// number (X12 ISA13, EDIFACT UNB05); digits match with or without
+	// X12's leading zeros.
+	ICN string
 	// Before pages: only ids below it (keyset pagination, id descending).
 	Before int64
 	Limit  int
@@ -202,6 +206,10 @@ func messagesSQL(q MessageQuery, sortRange bool) (string, []any) {
 	if q.Overdue {
 		// The partial index messages_mdn_overdue_idx holds these rows.
 		where = append(where, "mdn_overdue AND direction = 'outbound' AND status NOT IN ('delivered', 'failed', 'sent')")
+	}
+	if q.ICN != "" {
+		// message_interchanges_control_idx finds the few messages.
+		add("id IN (SELECT message_id FROM message_interchanges WHERE control_number = ANY ($?::text[]))", controlNumberForms(q.ICN))
 	}
 	if q.Before > 0 {
 		add("id < $?", q.Before)

@@ -62,6 +62,9 @@ type NewOutbound struct {
 	IdempotencyKey  string
 	IdempotencyHash []byte
 	Payload         []byte
+	// EDI, when set, is the payload's envelope, stored with the message
+	// (Direction outbound).
+	EDI *EDIRecord
 }
 
 // Enqueued describes a message EnqueueOutbound stored, or found.
@@ -91,51 +94,7 @@ const StatusQueued = "queued"
 // (Replayed) or, for another document, ErrIdempotencyKeyReused.
 func (s *Store) EnqueueOutbound(ctx context.Context, m NewOutbound) (Enqueued, error) {
 	var e Enqueued
-	if m.MaxAttempts <= 0 {
-		m.MaxAttempts = 1
-	}
-	var key *string
-	if m.IdempotencyKey != "" {
-		key = &m.IdempotencyKey
-	}
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		err := tx.QueryRow(ctx, `
-INSERT INTO messages (direction, partner, as2_from, as2_to, message_id, status, subject, content_type,
-                      filename, payload_size, mdn_mode, mdn_signed, mdn_url, idempotency_key, idempotency_hash)
-VALUES ('outbound', $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)
-ON CONFLICT (partner, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
-RETURNING id, message_id, status, created_at`,
-			m.Partner, m.AS2From, m.AS2To, m.MessageID, StatusQueued, m.Subject, m.ContentType,
-			m.Filename, len(m.Payload), m.MDNMode, m.MDNSigned, m.MDNURL, key, m.IdempotencyHash).
-			Scan(&e.ID, &e.MessageID, &e.Status, &e.CreatedAt)
-		if errors.Is(err, pgx.ErrNoRows) && key != nil {
-			// The key's message committed before this statement ended: a
-			// new statement sees it (READ COMMITTED).
-			var hash []byte
-			err = tx.QueryRow(ctx, `
-SELECT id, message_id, status, created_at, idempotency_hash FROM messages
- WHERE partner = $1 AND idempotency_key = $2`, m.Partner, m.IdempotencyKey).
-				Scan(&e.ID, &e.MessageID, &e.Status, &e.CreatedAt, &hash)
-			if err != nil {
-				return err
-			}
-			if !bytes.Equal(hash, m.IdempotencyHash) {
-				return fmt.Errorf("%w (message %d)", ErrIdempotencyKeyReused, e.ID)
-			}
-			e.Replayed = true
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, `INSERT INTO payloads (message_id, data) VALUES ($1, $2)`, e.ID, m.Payload); err != nil {
-			return err
-		}
-		return tx.QueryRow(ctx, `
-INSERT INTO outbox (kind, message_id, partner, url, max_attempts, retry_until)
-VALUES ('message', $1, $2, $3, $4, CASE WHEN $5::bigint > 0 THEN now() + $5::bigint * interval '1 microsecond' END)
-RETURNING id`, e.ID, m.Partner, m.URL, m.MaxAttempts, m.RetryWindow.Microseconds()).Scan(&e.OutboxID)
-	})
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error { return enqueueTx(ctx, tx, m, &e) })
 	if err != nil {
 		if errors.Is(err, ErrIdempotencyKeyReused) {
 			return Enqueued{}, fmt.Errorf("enqueue for %s with idempotency key %q: %w", m.Partner, m.IdempotencyKey, err)
@@ -548,4 +507,57 @@ func (s *Store) listen(ctx context.Context, channel string, wake func()) error {
 		}
 		wake()
 	}
+}
+
+// enqueueTx is EnqueueOutbound's work in tx; with m.EDI it stores the
+// message's interchanges too.
+func enqueueTx(ctx context.Context, tx pgx.Tx, m NewOutbound, e *Enqueued) error {
+	if m.MaxAttempts <= 0 {
+		m.MaxAttempts = 1
+	}
+	var key *string
+	if m.IdempotencyKey != "" {
+		key = &m.IdempotencyKey
+	}
+	err := tx.QueryRow(ctx, `
+INSERT INTO messages (direction, partner, as2_from, as2_to, message_id, status, subject, content_type,
+                      filename, payload_size, mdn_mode, mdn_signed, mdn_url, idempotency_key, idempotency_hash)
+VALUES ('outbound', $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)
+ON CONFLICT (partner, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+RETURNING id, message_id, status, created_at`,
+		m.Partner, m.AS2From, m.AS2To, m.MessageID, StatusQueued, m.Subject, m.ContentType,
+		m.Filename, len(m.Payload), m.MDNMode, m.MDNSigned, m.MDNURL, key, m.IdempotencyHash).
+		Scan(&e.ID, &e.MessageID, &e.Status, &e.CreatedAt)
+	if errors.Is(err, pgx.ErrNoRows) && key != nil {
+		// The key's message committed before this statement ended: a
+		// new statement sees it (READ COMMITTED).
+		var hash []byte
+		err = tx.QueryRow(ctx, `
+SELECT id, message_id, status, created_at, idempotency_hash FROM messages
+ WHERE partner = $1 AND idempotency_key = $2`, m.Partner, m.IdempotencyKey).
+			Scan(&e.ID, &e.MessageID, &e.Status, &e.CreatedAt, &hash)
+		if err != nil {
+			return err
+		}
+		if !bytes.Equal(hash, m.IdempotencyHash) {
+			return fmt.Errorf("%w (message %d)", ErrIdempotencyKeyReused, e.ID)
+		}
+		e.Replayed = true
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO payloads (message_id, data) VALUES ($1, $2)`, e.ID, m.Payload); err != nil {
+		return err
+	}
+	err = tx.QueryRow(ctx, `
+INSERT INTO outbox (kind, message_id, partner, url, max_attempts, retry_until)
+VALUES ('message', $1, $2, $3, $4, CASE WHEN $5::bigint > 0 THEN now() + $5::bigint * interval '1 microsecond' END)
+RETURNING id`, e.ID, m.Partner, m.URL, m.MaxAttempts, m.RetryWindow.Microseconds()).Scan(&e.OutboxID)
+	if err != nil || m.EDI == nil {
+		return err
+	}
+	_, err = insertInterchanges(ctx, tx, e.ID, *m.EDI)
+	return err
 }

@@ -48,6 +48,7 @@ import (
 	"github.com/edihub/edihub/internal/as2"
 	"github.com/edihub/edihub/internal/as2/cms"
 	"github.com/edihub/edihub/internal/config"
+	"github.com/edihub/edihub/internal/interchange"
 	"github.com/edihub/edihub/internal/mdn"
 	"github.com/edihub/edihub/internal/postgres"
 )
@@ -161,6 +162,18 @@ type Options struct {
 	MaxConcurrentPerPartner int
 	// RetryAfter is the Retry-After of a 503; 0 means DefaultRetryAfter.
 	RetryAfter time.Duration
+	// EDI, when set, reads the envelope of every processed payload:
+	// before the answer, to refuse duplicate interchanges a partner's
+	// profile refuses; after the message is stored, to record its
+	// interchanges, settle acknowledgements and queue ours.
+	// *interchange.Tracker implements it.
+	EDI EDI
+}
+
+// EDI is the receiver's EDI step (see Options.EDI).
+type EDI interface {
+	Inspect(ctx context.Context, p *config.Partner, payload []byte) interchange.Inspection
+	Received(ctx context.Context, p *config.Partner, id int64, in interchange.Inspection)
 }
 
 // DefaultRetryAfter is the Retry-After of Options that set none.
@@ -737,6 +750,16 @@ func (h *Handler) receive(ctx context.Context, hdr http.Header, body []byte, rq 
 	if asyncURL != "" {
 		msg.MDNMode, msg.MDNURL, msg.Outbox = "async", asyncURL, true
 	}
+	var edi interchange.Inspection
+	if h.o.EDI != nil && msg.Status == postgres.InboundProcessed {
+		if edi = h.o.EDI.Inspect(ctx, partner, msg.Payload); edi.Refuse {
+			// RFC 4130 §5.5's answer to a document received before; the
+			// payload is not kept, so nothing is delivered twice.
+			disp = mdn.Warned(mdn.DuplicateDocument)
+			msg.Status, msg.Error, msg.Payload = postgres.InboundError, edi.Reason, nil
+			log.Warn("message refused: duplicate interchange", zap.String("reason", edi.Reason))
+		}
+	}
 	msg.Disposition = disp.String()
 	var res *response
 	if rq.mdnWanted {
@@ -749,7 +772,8 @@ func (h *Handler) receive(ctx context.Context, hdr http.Header, body []byte, rq 
 	} else {
 		res = &response{status: http.StatusOK}
 	}
-	if _, err := h.o.Store.SaveInbound(ctx, msg); err != nil {
+	id, err := h.o.Store.SaveInbound(ctx, msg)
+	if err != nil {
 		if errors.Is(err, postgres.ErrDuplicateInbound) {
 			// A resend, or a concurrent identical post that won the race:
 			// answer what was answered the first time.
@@ -762,6 +786,9 @@ func (h *Handler) receive(ctx context.Context, hdr http.Header, body []byte, rq 
 		}
 		log.Error("store inbound message", zap.Error(err))
 		return unavailable(partner.AS2ID)
+	}
+	if h.o.EDI != nil {
+		h.o.EDI.Received(ctx, partner, id, edi)
 	}
 	res.partner, res.result = partner.AS2ID, resultFor(disp)
 	if msg.Outbox {
