@@ -37,6 +37,7 @@ func newConsole(r *replica, p *parts, reports console.Reports) (*console.Console
 		Hub:            r.store,
 		LeaseName:      r.o.leader.leaseName,
 		Leader:         p.elector.Status,
+		Version:        version(),
 		Reports:        reports,
 		PartnerStore:   r.store,
 		PartnerService: p.out.partners,

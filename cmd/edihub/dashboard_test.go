@@ -89,12 +89,12 @@ func TestDashboardAgainstPrometheus(t *testing.T) {
 	}
 	hubCfg := writeFile("hub.yaml", fmt.Sprintf(`station: {as2_id: HUB, private_key: %q, certificate: %q, async_mdn_url: "http://%s/as2"}
 partners:
-  - {as2_id: PARTNER, url: "http://%s/as2", certificate: %q, sign: sha-256, encrypt: aes256-cbc, mdn: async, mdn_signed: true, allow_private_mdn_targets: true}
+  - {as2_id: PARTNER, url: "http://%s/as2", certificate: %q, sign: sha-256, encrypt: aes256-cbc, mdn: async, mdn_signed: true, allow_private_mdn_targets: true, edi_ack_due: 1h}
   - {as2_id: GONE, url: "http://%s/as2", certificate: %q, max_attempts: 2, retry_window: 1ms}
 `, pki["HUB.key"], pki["HUB.crt"], hubAS2[0], partnerAS2, pki["PARTNER.crt"], hubFreeAddr(t), pki["PARTNER.crt"]))
 	partnerCfg := writeFile("partner.yaml", fmt.Sprintf(`station: {as2_id: PARTNER, private_key: %q, certificate: %q}
 partners:
-  - {as2_id: HUB, url: "http://%s/as2", certificate: %q, sign: sha-256, encrypt: aes256-cbc, mdn: sync, mdn_signed: true, allow_private_mdn_targets: true}
+  - {as2_id: HUB, url: "http://%s/as2", certificate: %q, sign: sha-256, encrypt: aes256-cbc, mdn: sync, mdn_signed: true, allow_private_mdn_targets: true, edi_acks: true}
 `, pki["PARTNER.key"], pki["PARTNER.crt"], hubAS2[1], pki["HUB.crt"]))
 
 	// The hub's events go to a webhook (a real listener answering 200), so
@@ -222,7 +222,9 @@ partners:
 	}
 	var pending []string
 	for i := range 3 {
-		pending = append(pending, send(hub[i], "PARTNER", fmt.Sprintf("ISA*hub-to-partner*%d~", i)))
+		// Real 850s: PARTNER answers each with a 997 (the acknowledgement
+		// panels).
+		pending = append(pending, send(hub[i], "PARTNER", strings.ReplaceAll(po850, "000000101", fmt.Sprintf("00000010%d", i))))
 		pending = append(pending, send(partner, "HUB", fmt.Sprintf("ISA*partner-to-hub*%d~", i)))
 	}
 	pending = append(pending, send(hub[2], "GONE", "ISA*nobody*listens~"))

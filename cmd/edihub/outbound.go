@@ -150,7 +150,7 @@ func newOutbound(r *replica, reports api.Reports) (*outbound, error) {
 		return probe.Run(ctx, probe.Options{Station: *c.StationOf(p), Partner: p, MaxMDNBytes: o.maxMDNBytes}), true
 	}
 	h, err := api.New(api.Options{Queue: q, Store: store, Logger: log, Resender: store, Inbox: store, Reports: reports, Certificates: certs,
-		Tracer: store, Canceller: store, Reapplier: store,
+		Tracer: store, Canceller: store, Reapplier: store, Interchanges: store,
 		Partners: svc, PartnerReader: store, ServedRevision: func() int64 { return cfg.Current().Revision },
 		TestPartner: func(ctx context.Context, id string) (any, bool) {
 			rep, ok := test(ctx, id)

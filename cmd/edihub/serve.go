@@ -307,9 +307,6 @@ func newParts(r *replica) (*parts, error) {
 		r.log.Warn("EDIHUB_API_TOKEN is set: it is a shared bootstrap token, and whoever holds it is an admin of the API; " +
 			"create users and per-user tokens (edihub users add NAME -role admin, edihub users token NAME -name NAME) and unset it (docs/users.md)")
 	}
-	if p.as2, err = newReceiver(r.log, r.reg, r.store, r.cfg, r.o, r.spool); err != nil {
-		return nil, err
-	}
 	workers, err := buildWorkers(r)
 	if err != nil {
 		return nil, err
@@ -319,6 +316,9 @@ func newParts(r *replica) (*parts, error) {
 	}
 	reports := &report.Service{Store: r.store, Location: r.report.loc, Now: time.Now, Builder: r.reportBuilder()}
 	if p.out, err = newOutbound(r, reports); err != nil {
+		return nil, err
+	}
+	if p.as2, err = newReceiver(r.log, r.reg, r.store, r.cfg, r.o, p.out.queue, r.spool); err != nil {
 		return nil, err
 	}
 	if p.console, p.sessionDB, err = newConsole(r, p, reports); err != nil {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/edihub/edihub/internal/as2"
 	"github.com/edihub/edihub/internal/config"
+	"github.com/edihub/edihub/internal/interchange"
 	"github.com/edihub/edihub/internal/leader"
 	"github.com/edihub/edihub/internal/mdn"
 	"github.com/edihub/edihub/internal/oidc"
@@ -51,6 +52,7 @@ var leaderWorkers = []struct {
 	{"mdn-poller", newMDNPoller},
 	{"purger", newPurger},
 	{"report", newReportWorker},
+	{"ack-watcher", newAckWatcher},
 }
 
 // buildWorkers makes every worker of leaderWorkers for r, by name.
@@ -92,4 +94,11 @@ func newPurger(r *replica) (leader.Worker, error) {
 		Store: r.store, Logger: r.log, Registerer: r.reg,
 		Interval: po.interval, Retention: po.retention, AuditRetention: po.auditRetention, Batch: po.batch,
 	})
+}
+
+// newAckWatcher builds the watcher that flags overdue functional
+// acknowledgements (issue 23).
+func newAckWatcher(r *replica) (leader.Worker, error) {
+	return interchange.NewWatcher(interchange.WatcherOptions{Store: r.store, Logger: r.log, Registerer: r.reg,
+		Partners: func() []string { return partnerNames(r.cfg.Current()) }})
 }

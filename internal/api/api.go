@@ -5,10 +5,12 @@
 //
 //	POST /messages?partner=ID&filename=F   operator  queue the body for a partner (202;
 //	                                                 200 for a repeated Idempotency-Key)
-//	GET  /messages?partner=&direction=&status=&since=&until=&message_id=&filename=&overdue=&limit=&cursor=   viewer
+//	GET  /messages?partner=&direction=&status=&since=&until=&message_id=&filename=&icn=&overdue=&limit=&cursor=   viewer
 //	                                                 newest first; message_id: exact, with or
-//	                                                 without <>; filename: names that start with it
-//	GET  /messages/{id}                    viewer    one message, inbound or outbound
+//	                                                 without <>; filename: names that start with it;
+//	                                                 icn: carrying that interchange control number
+//	GET  /messages/{id}                    viewer    one message, inbound or outbound, with its EDI
+//	                                                 interchanges and acknowledgement (ack)
 //	GET  /messages/{id}/payload            operator  the document, raw
 //	GET  /messages/{id}/mdn                operator  the MDN as stored, raw
 //	GET  /messages/{id}/trace              viewer    the message, its attempts, events, MDN and async
@@ -101,6 +103,12 @@ type InboxReader interface {
 	InboxMDNs(ctx context.Context, q postgres.InboxQuery) ([]postgres.InboxMDNInfo, error)
 }
 
+// InterchangeReader reads the EDI interchanges of a message;
+// *postgres.Store implements it.
+type InterchangeReader interface {
+	Interchanges(ctx context.Context, id int64) ([]postgres.InterchangeInfo, error)
+}
+
 // Tracer reads a message's trace; *postgres.Store implements it. Errors
 // wrap postgres.ErrMessageNotFound for an unknown message.
 type Tracer interface {
@@ -154,6 +162,7 @@ const MaxIdempotencyKey = 255
 const (
 	MaxMessageIDFilter = 998 // the longest header line RFC 5322 allows
 	MaxFilenameFilter  = 255
+	MaxICNFilter       = 35 // EDIFACT's interchange control reference is at most 14, X12's 9
 	MaxCancelReason    = 500
 )
 
@@ -168,6 +177,9 @@ type Options struct {
 	Inbox InboxReader
 	// Tracer, when set, serves GET /messages/{id}/trace.
 	Tracer Tracer
+	// Interchanges, when set, adds each message's EDI interchanges and
+	// acknowledgement state to GET /messages/{id}.
+	Interchanges InterchangeReader
 	// Canceller, when set, serves POST /messages/{id}/cancel.
 	Canceller Canceller
 	// Reapplier, when set, serves POST /mdns/{id}/reapply.
@@ -223,60 +235,10 @@ func New(o Options) (http.Handler, error) {
 	// Every route names the least role it needs; the caller was resolved
 	// by the authentication in front (auth.Authenticator.API). The table
 	// of docs/users.md lists them, and TestRouteRoles checks each.
-	viewer := r.With(auth.Require(auth.RoleViewer))
-	operator := r.With(auth.Require(auth.RoleOperator))
-	admin := r.With(auth.Require(auth.RoleAdmin))
-
-	operator.Post("/messages", h.enqueue)
-	viewer.Get("/messages", h.list)
-	viewer.Get("/messages/{id}", h.get)
-	operator.Get("/messages/{id}/payload", h.payload) // payload bytes: never for viewers
-	operator.Get("/messages/{id}/mdn", h.mdn)
-	if o.Tracer != nil {
-		viewer.Get("/messages/{id}/trace", h.trace)
-	}
-	if o.Resender != nil {
-		operator.Post("/messages/{id}/resend", h.resend)
-	}
-	if o.Canceller != nil {
-		operator.Post("/messages/{id}/cancel", h.cancel)
-	}
-	if o.Inbox != nil {
-		viewer.Get("/mdns", h.mdns)
-	}
-	if o.Reapplier != nil {
-		operator.Post("/mdns/{id}/reapply", h.reapply)
-	}
-	viewer.Get("/events", h.events)
-	if o.Reports != nil {
-		viewer.Get("/reports/{day}", h.report)
-	}
-	viewer.Get("/certificates", h.certificates)
-	if o.Partners != nil && o.PartnerReader != nil {
-		viewer.Get("/partners", h.listPartners)
-		admin.Post("/partners", h.createPartner)
-		viewer.Get("/partners/{as2id}", h.getPartner)
-		admin.Put("/partners/{as2id}", h.updatePartner)
-		admin.Delete("/partners/{as2id}", h.deletePartner)
-		viewer.Get("/partners/{as2id}/history", h.partnerHistory)
-		admin.Post("/partners/{as2id}/restore", h.restorePartner)
-		if o.TestPartner != nil {
-			operator.Post("/partners/{as2id}/test", h.testPartner)
+	for _, rt := range h.routes() {
+		if rt.on {
+			r.With(auth.Require(rt.role)).Method(rt.method, rt.path, rt.h)
 		}
-	}
-	if o.Audit != nil {
-		admin.Get("/audit", h.auditLog)
-	}
-	if o.Users != nil {
-		admin.Get("/users", h.listUsers)
-		admin.Post("/users", h.addUser)
-		admin.Post("/users/{name}/disable", h.disableUser)
-		admin.Post("/users/{name}/enable", h.enableUser)
-		// A user's own tokens: any role for itself (auth.Users checks
-		// that the caller is the user or an admin).
-		viewer.Get("/users/{name}/tokens", h.listTokens)
-		viewer.Post("/users/{name}/tokens", h.createToken)
-		viewer.Delete("/users/{name}/tokens/{token}", h.revokeToken)
 	}
 	r.NotFound(func(w http.ResponseWriter, _ *http.Request) {
 		writeError(w, http.StatusNotFound, "", "no such API endpoint")
@@ -285,6 +247,56 @@ func New(o Options) (http.Handler, error) {
 		writeError(w, http.StatusMethodNotAllowed, "", "method not allowed")
 	})
 	return r, nil
+}
+
+// route is one endpoint: its method and path, the least role it needs,
+// its handler, and whether it is served (the Options it needs are set).
+type route struct {
+	method, path string
+	role         auth.Role
+	h            http.HandlerFunc
+	on           bool
+}
+
+// routes are the API's endpoints.
+func (h *handler) routes() []route {
+	o := h.o
+	const get, post, put, del = http.MethodGet, http.MethodPost, http.MethodPut, http.MethodDelete
+	viewer, operator, admin := auth.RoleViewer, auth.RoleOperator, auth.RoleAdmin
+	partners := o.Partners != nil && o.PartnerReader != nil
+	return []route{
+		{post, "/messages", operator, h.enqueue, true},
+		{get, "/messages", viewer, h.list, true},
+		{get, "/messages/{id}", viewer, h.get, true},
+		{get, "/messages/{id}/payload", operator, h.payload, true}, // payload bytes: never for viewers
+		{get, "/messages/{id}/mdn", operator, h.mdn, true},
+		{get, "/messages/{id}/trace", viewer, h.trace, o.Tracer != nil},
+		{post, "/messages/{id}/resend", operator, h.resend, o.Resender != nil},
+		{post, "/messages/{id}/cancel", operator, h.cancel, o.Canceller != nil},
+		{get, "/mdns", viewer, h.mdns, o.Inbox != nil},
+		{post, "/mdns/{id}/reapply", operator, h.reapply, o.Reapplier != nil},
+		{get, "/events", viewer, h.events, true},
+		{get, "/reports/{day}", viewer, h.report, o.Reports != nil},
+		{get, "/certificates", viewer, h.certificates, true},
+		{get, "/partners", viewer, h.listPartners, partners},
+		{post, "/partners", admin, h.createPartner, partners},
+		{get, "/partners/{as2id}", viewer, h.getPartner, partners},
+		{put, "/partners/{as2id}", admin, h.updatePartner, partners},
+		{del, "/partners/{as2id}", admin, h.deletePartner, partners},
+		{get, "/partners/{as2id}/history", viewer, h.partnerHistory, partners},
+		{post, "/partners/{as2id}/restore", admin, h.restorePartner, partners},
+		{post, "/partners/{as2id}/test", operator, h.testPartner, partners && o.TestPartner != nil},
+		{get, "/audit", admin, h.auditLog, o.Audit != nil},
+		{get, "/users", admin, h.listUsers, o.Users != nil},
+		{post, "/users", admin, h.addUser, o.Users != nil},
+		{post, "/users/{name}/disable", admin, h.disableUser, o.Users != nil},
+		{post, "/users/{name}/enable", admin, h.enableUser, o.Users != nil},
+		// A user's own tokens: any role for itself (auth.Users checks
+		// that the caller is the user or an admin).
+		{get, "/users/{name}/tokens", viewer, h.listTokens, o.Users != nil},
+		{post, "/users/{name}/tokens", viewer, h.createToken, o.Users != nil},
+		{del, "/users/{name}/tokens/{token}", viewer, h.revokeToken, o.Users != nil},
+	}
 }
 
 // Message is the JSON form of a message.
@@ -499,7 +511,7 @@ func (h *handler) events(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *handler) list(w http.ResponseWriter, r *http.Request) {
-	q, ok := query(w, r, "partner", "direction", "status", "since", "until", "message_id", "filename", "overdue", "limit", "cursor")
+	q, ok := query(w, r, "partner", "direction", "status", "since", "until", "message_id", "filename", "icn", "overdue", "limit", "cursor")
 	if !ok {
 		return
 	}
@@ -515,6 +527,7 @@ func (h *handler) list(w http.ResponseWriter, r *http.Request) {
 	}{
 		{"message_id", MaxMessageIDFilter, &mq.MessageID, "an AS2 Message-ID, with or without its <>"},
 		{"filename", MaxFilenameFilter, &mq.Filename, "the start of a file name"},
+		{"icn", MaxICNFilter, &mq.ICN, "an interchange control number (ISA13, UNB05)"},
 	} {
 		v := q.Get(p.name)
 		if len(v) > p.max || !utf8.ValidString(v) || strings.IndexFunc(v, unicode.IsControl) >= 0 {
@@ -531,20 +544,8 @@ func (h *handler) list(w http.ResponseWriter, r *http.Request) {
 		}
 		mq.Overdue = b
 	}
-	for _, p := range []struct {
-		name string
-		dst  *time.Time
-	}{{"since", &mq.Since}, {"until", &mq.Until}} {
-		v := q.Get(p.name)
-		if v == "" {
-			continue
-		}
-		t, err := time.Parse(time.RFC3339Nano, v)
-		if err != nil {
-			writeError(w, http.StatusBadRequest, p.name, fmt.Sprintf("%s %q: want an RFC 3339 time like 2026-01-31T23:00:00Z", p.name, v))
-			return
-		}
-		*p.dst = t
+	if !timeRange(w, q, &mq.Since, &mq.Until) {
+		return
 	}
 	var out List
 	out.Messages, out.NextCursor, ok = listPage(h, w, r, "messages", func(limit int, before int64) ([]postgres.MessageInfo, error) {
@@ -590,7 +591,16 @@ func (h *handler) get(w http.ResponseWriter, r *http.Request) {
 		h.readErr(w, id, err)
 		return
 	}
-	httpserver.WriteJSON(w, http.StatusOK, h.view(m))
+	if h.o.Interchanges == nil {
+		httpserver.WriteJSON(w, http.StatusOK, h.view(m))
+		return
+	}
+	ics, err := h.o.Interchanges.Interchanges(r.Context(), id)
+	if err != nil {
+		h.readErr(w, id, err)
+		return
+	}
+	httpserver.WriteJSON(w, http.StatusOK, DetailView(h.view(m), ics))
 }
 
 // payload streams a message's payload as it reads it from the database:
@@ -890,4 +900,26 @@ func page(w http.ResponseWriter, r *http.Request) (limit int, before int64, ok b
 		before = n
 	}
 	return limit, before, true
+}
+
+// timeRange parses the query's since and until, RFC 3339 times, into
+// since and until (left as they are when absent); false when it answered
+// 400.
+func timeRange(w http.ResponseWriter, q url.Values, since, until *time.Time) bool {
+	for _, p := range []struct {
+		name string
+		dst  *time.Time
+	}{{"since", since}, {"until", until}} {
+		v := q.Get(p.name)
+		if v == "" {
+			continue
+		}
+		t, err := time.Parse(time.RFC3339Nano, v)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, p.name, fmt.Sprintf("%s %q: want an RFC 3339 time like 2026-01-31T23:00:00Z", p.name, v))
+			return false
+		}
+		*p.dst = t
+	}
+	return true
 }

@@ -294,6 +294,9 @@ type Partner struct {
 	// RefuseReplays refuses such messages (authentication-failed) instead
 	// of only flagging them.
 	RefuseReplays bool
+	// EDI is what edihub does with the X12 and EDIFACT interchanges the
+	// partner exchanges (edi_* keys; see docs/edi.md).
+	EDI EDISettings
 	// AsyncMDNURL is where the partner should send async MDNs: the
 	// partner's async_mdn_url, else the station's. Set whenever MDN is
 	// MDNAsync; may be empty otherwise.
@@ -702,6 +705,9 @@ func (p *parser) partner(field string, raw *rawPartner, sts []Station) (Partner,
 		return pa, err
 	}
 	if err := p.partnerRetries(field, raw, &pa); err != nil {
+		return pa, err
+	}
+	if err := p.partnerEDI(field, raw, &pa); err != nil {
 		return pa, err
 	}
 	return pa, nil

@@ -29,6 +29,7 @@ var (
 		"mic_include_headers", "mdn_hosts", "allow_private_mdn_targets", "auth",
 		"tls", "headers", "proxy", "replay_window", "refuse_replays",
 		"profile", "micalg_names",
+		"edi_acks", "edi_x12_ack", "edi_ack_due", "edi_duplicates", "edi_duplicate_window",
 	}
 )
 
@@ -97,6 +98,11 @@ type rawPartner struct {
 	RefuseReplays          bool              `yaml:"refuse_replays,omitempty"`
 	Profile                string            `yaml:"profile,omitempty"`
 	MICAlgNames            string            `yaml:"micalg_names,omitempty"`
+	EDIAcks                bool              `yaml:"edi_acks,omitempty"`
+	EDIX12Ack              string            `yaml:"edi_x12_ack,omitempty"`
+	EDIAckDue              string            `yaml:"edi_ack_due,omitempty"`
+	EDIDuplicates          string            `yaml:"edi_duplicates,omitempty"`
+	EDIDuplicateWindow     string            `yaml:"edi_duplicate_window,omitempty"`
 }
 
 type rawTLS struct {

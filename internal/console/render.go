@@ -149,6 +149,9 @@ func (v view) Time(t any) string {
 	return tt.In(v.loc).Format("2006-01-02 15:04:05 MST")
 }
 
+// timeText shows t as the pages do, for a text built in Go.
+func (c *Console) timeText(t time.Time) string { return view{loc: c.o.Location}.Time(t) }
+
 // view is the view of page title for r's user.
 func (c *Console) view(r *http.Request, title, nav string, data any) view {
 	v := view{Title: title, Nav: nav, CSS: assets["console.css"], JS: assets["console.js"], Data: data, loc: c.o.Location}

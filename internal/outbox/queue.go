@@ -11,6 +11,7 @@
 package outbox
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -24,6 +25,7 @@ import (
 	"time"
 
 	"github.com/edihub/edihub/internal/config"
+	"github.com/edihub/edihub/internal/edi"
 	"github.com/edihub/edihub/internal/postgres"
 )
 
@@ -136,42 +138,11 @@ func (q *Queue) Enqueue(ctx context.Context, d Document) (Queued, error) {
 	if len(d.Payload) == 0 {
 		return Queued{}, fmt.Errorf("%w: empty payload", ErrInvalidDocument)
 	}
-	subject := "EDI message"
-	if d.Filename != "" {
-		subject = d.Filename
-	}
-	mdnURL := ""
-	if p.MDN == config.MDNAsync {
-		mdnURL = p.AsyncMDNURL
-	}
-	id := q.newID(cfg.StationOf(p).AS2ID)
-	window := q.window
-	if p.RetryWindow > 0 {
-		window = p.RetryWindow
-	}
-	var hash []byte
+	m := q.outbound(cfg, p, ct, d.Filename, d.Payload)
 	if d.IdempotencyKey != "" {
-		hash = fingerprint(ct, d.Filename, d.Payload)
+		m.IdempotencyKey, m.IdempotencyHash = d.IdempotencyKey, fingerprint(ct, d.Filename, d.Payload)
 	}
-	e, err := q.store.EnqueueOutbound(ctx, postgres.NewOutbound{
-		Partner:     p.AS2ID,
-		AS2From:     cfg.StationOf(p).AS2ID,
-		AS2To:       p.AS2ID,
-		MessageID:   id,
-		Subject:     subject,
-		ContentType: ct,
-		Filename:    d.Filename,
-		MDNMode:     p.MDN,
-		MDNSigned:   p.MDNSigned && p.MDN != config.MDNNone,
-		MDNURL:      mdnURL,
-		URL:         p.URL.String(),
-		MaxAttempts: p.MaxAttempts,
-		RetryWindow: window,
-		Payload:     d.Payload,
-
-		IdempotencyKey:  d.IdempotencyKey,
-		IdempotencyHash: hash,
-	})
+	e, err := q.store.EnqueueOutbound(ctx, m)
 	if err != nil {
 		return Queued{}, err
 	}
@@ -181,7 +152,90 @@ func (q *Queue) Enqueue(ctx context.Context, d Document) (Queued, error) {
 	if q.notify != nil {
 		q.notify()
 	}
-	return Queued{ID: e.ID, MessageID: id, Status: e.Status, CreatedAt: e.CreatedAt}, nil
+	return Queued{ID: e.ID, MessageID: e.MessageID, Status: e.Status, CreatedAt: e.CreatedAt}, nil
+}
+
+// outbound is the message to queue for partner p: its profile's MDN,
+// retries and URL, a fresh Message-ID, and the payload's EDI envelope
+// (an X12 or EDIFACT payload awaits its acknowledgement for p's
+// edi_ack_due).
+func (q *Queue) outbound(cfg *config.File, p *config.Partner, ct, filename string, payload []byte) postgres.NewOutbound {
+	subject := "EDI message"
+	if filename != "" {
+		subject = filename
+	}
+	mdnURL := ""
+	if p.MDN == config.MDNAsync {
+		mdnURL = p.AsyncMDNURL
+	}
+	window := q.window
+	if p.RetryWindow > 0 {
+		window = p.RetryWindow
+	}
+	m := postgres.NewOutbound{
+		Partner:     p.AS2ID,
+		AS2From:     cfg.StationOf(p).AS2ID,
+		AS2To:       p.AS2ID,
+		MessageID:   q.newID(cfg.StationOf(p).AS2ID),
+		Subject:     subject,
+		ContentType: ct,
+		Filename:    filename,
+		MDNMode:     p.MDN,
+		MDNSigned:   p.MDNSigned && p.MDN != config.MDNNone,
+		MDNURL:      mdnURL,
+		URL:         p.URL.String(),
+		MaxAttempts: p.MaxAttempts,
+		RetryWindow: window,
+		Payload:     payload,
+	}
+	// A payload that is not EDI is told apart from its first bytes; an
+	// EDI one whose envelope cannot be read is sent as it is, unrecorded.
+	if doc, err := edi.Parse(bytes.NewReader(payload), edi.Limits{}); err == nil && len(doc.Interchanges) > 0 {
+		m.EDI = &postgres.EDIRecord{Partner: p.AS2ID, Direction: "outbound", Doc: doc, AckDue: p.EDI.AckDue}
+	}
+	return m
+}
+
+// AckBuilder writes an acknowledgement with the control number it is
+// given and returns its bytes.
+type AckBuilder func(control int64) ([]byte, error)
+
+// AckStore queues an acknowledgement with the partner's next control
+// number in one transaction; *postgres.Store implements it.
+type AckStore interface {
+	QueueAck(ctx context.Context, partner string, build postgres.AckBuilder) (postgres.Enqueued, error)
+}
+
+// EnqueueAck queues a functional acknowledgement to partner like any
+// document (its profile, retries and MDN apply), written by build with
+// the partner's next acknowledgement control number. The acknowledgement
+// expects no acknowledgement itself.
+func (q *Queue) EnqueueAck(ctx context.Context, partner, contentType string, build AckBuilder) (Queued, error) {
+	as, ok := q.store.(AckStore)
+	if !ok {
+		return Queued{}, errors.New("outbox: the queue's store cannot queue acknowledgements")
+	}
+	cfg := q.cfg.Current()
+	p, ok := cfg.Partner(partner)
+	if !ok {
+		return Queued{}, fmt.Errorf("%w %q", ErrUnknownPartner, partner)
+	}
+	e, err := as.QueueAck(ctx, p.AS2ID, func(control int64) (postgres.NewOutbound, error) {
+		b, err := build(control)
+		if err != nil {
+			return postgres.NewOutbound{}, err
+		}
+		m := q.outbound(cfg, p, contentType, "", b)
+		m.Subject = "EDI acknowledgement"
+		return m, nil
+	})
+	if err != nil {
+		return Queued{}, err
+	}
+	if q.notify != nil {
+		q.notify()
+	}
+	return Queued{ID: e.ID, MessageID: e.MessageID, Status: e.Status, CreatedAt: e.CreatedAt}, nil
 }
 
 // fingerprint identifies a document for idempotency: what the request

@@ -107,6 +107,10 @@ type MessageQuery struct {
 	// Overdue keeps the outbound messages still awaiting an async MDN
 	// past its due time (mdn_overdue, not final).
 	Overdue bool
+	// ICN keeps the messages carrying an interchange with this control
+	// number (X12 ISA13, EDIFACT UNB05); digits match with or without
+	// X12's leading zeros.
+	ICN string
 	// Before pages: only ids below it (keyset pagination, id descending).
 	Before int64
 	Limit  int
@@ -206,6 +210,10 @@ func messagesSQL(q MessageQuery, sortRange bool) (string, []any) {
 		// The partial index messages_mdn_overdue_idx holds these rows.
 		where = append(where, "mdn_overdue AND direction = 'outbound' AND status NOT IN ('delivered', 'failed', 'sent')")
 	}
+	if q.ICN != "" {
+		// message_interchanges_control_idx finds the few messages.
+		add("id IN (SELECT message_id FROM message_interchanges WHERE control_number = ANY ($?::text[]))", controlNumberForms(q.ICN))
+	}
 	if q.Before > 0 {
 		add("id < $?", q.Before)
 	}
@@ -225,7 +233,20 @@ func messagesSQL(q MessageQuery, sortRange bool) (string, []any) {
 		order = "id + 0"
 	}
 	sql += fmt.Sprintf(` ORDER BY %s DESC LIMIT $%d`, order, len(args))
+	if sortRange && rangeOnly(q) {
+		// Only the range (and the cursor) filter: the ids are picked from
+		// the index on (created_at) INCLUDE (id) alone, and only the
+		// page's rows are read from the table.
+		sql = `SELECT ` + messageColumns + ` FROM messages WHERE id IN (SELECT id FROM messages WHERE ` +
+			strings.Join(where, " AND ") + fmt.Sprintf(` ORDER BY id + 0 DESC LIMIT $%d) ORDER BY id DESC`, len(args))
+	}
 	return sql, args
+}
+
+// rangeOnly reports whether q filters by its date range (and pages) only.
+func rangeOnly(q MessageQuery) bool {
+	q.Since, q.Until, q.Before, q.Limit = time.Time{}, time.Time{}, 0, 0
+	return q == MessageQuery{}
 }
 
 // messageIDForms are the stored forms a searched Message-ID may have: as

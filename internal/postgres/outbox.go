@@ -62,6 +62,9 @@ type NewOutbound struct {
 	IdempotencyKey  string
 	IdempotencyHash []byte
 	Payload         []byte
+	// EDI, when set, is the payload's envelope, stored with the message
+	// (Direction outbound).
+	EDI *EDIRecord
 }
 
 // Enqueued describes a message EnqueueOutbound stored, or found.
@@ -91,51 +94,7 @@ const StatusQueued = "queued"
 // (Replayed) or, for another document, ErrIdempotencyKeyReused.
 func (s *Store) EnqueueOutbound(ctx context.Context, m NewOutbound) (Enqueued, error) {
 	var e Enqueued
-	if m.MaxAttempts <= 0 {
-		m.MaxAttempts = 1
-	}
-	var key *string
-	if m.IdempotencyKey != "" {
-		key = &m.IdempotencyKey
-	}
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		err := tx.QueryRow(ctx, `
-INSERT INTO messages (direction, partner, as2_from, as2_to, message_id, status, subject, content_type,
-                      filename, payload_size, mdn_mode, mdn_signed, mdn_url, idempotency_key, idempotency_hash)
-VALUES ('outbound', $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)
-ON CONFLICT (partner, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
-RETURNING id, message_id, status, created_at`,
-			m.Partner, m.AS2From, m.AS2To, m.MessageID, StatusQueued, m.Subject, m.ContentType,
-			m.Filename, len(m.Payload), m.MDNMode, m.MDNSigned, m.MDNURL, key, m.IdempotencyHash).
-			Scan(&e.ID, &e.MessageID, &e.Status, &e.CreatedAt)
-		if errors.Is(err, pgx.ErrNoRows) && key != nil {
-			// The key's message committed before this statement ended: a
-			// new statement sees it (READ COMMITTED).
-			var hash []byte
-			err = tx.QueryRow(ctx, `
-SELECT id, message_id, status, created_at, idempotency_hash FROM messages
- WHERE partner = $1 AND idempotency_key = $2`, m.Partner, m.IdempotencyKey).
-				Scan(&e.ID, &e.MessageID, &e.Status, &e.CreatedAt, &hash)
-			if err != nil {
-				return err
-			}
-			if !bytes.Equal(hash, m.IdempotencyHash) {
-				return fmt.Errorf("%w (message %d)", ErrIdempotencyKeyReused, e.ID)
-			}
-			e.Replayed = true
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, `INSERT INTO payloads (message_id, data) VALUES ($1, $2)`, e.ID, m.Payload); err != nil {
-			return err
-		}
-		return tx.QueryRow(ctx, `
-INSERT INTO outbox (kind, message_id, partner, url, max_attempts, retry_until)
-VALUES ('message', $1, $2, $3, $4, CASE WHEN $5::bigint > 0 THEN now() + $5::bigint * interval '1 microsecond' END)
-RETURNING id`, e.ID, m.Partner, m.URL, m.MaxAttempts, m.RetryWindow.Microseconds()).Scan(&e.OutboxID)
-	})
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error { return enqueueTx(ctx, tx, m, &e) })
 	if err != nil {
 		if errors.Is(err, ErrIdempotencyKeyReused) {
 			return Enqueued{}, fmt.Errorf("enqueue for %s with idempotency key %q: %w", m.Partner, m.IdempotencyKey, err)
@@ -438,53 +397,60 @@ UPDATE outbox SET status = $4, finished_at = now(), claimed_until = NULL, last_e
 		if it.MessageID == 0 || it.Kind != OutboxKindMessage {
 			return nil
 		}
-		// The attempt, for the message's trace.
-		if _, err := tx.Exec(ctx, `
+		return finishMessage(ctx, tx, it, r, status)
+	})
+	if err != nil {
+		return fmt.Errorf("finish outbox %d: %w", it.ID, err)
+	}
+	return nil
+}
+
+// finishMessage records a finished send attempt of an outbound message in
+// FinishOutbox's transaction: the attempt for its trace, the message's
+// new status, and the MDN the attempt got.
+func finishMessage(ctx context.Context, tx pgx.Tx, it OutboxItem, r OutboxResult, status *int) error {
+	// The attempt, for the message's trace.
+	if _, err := tx.Exec(ctx, `
 INSERT INTO message_attempts (message_id, attempt, replica, http_status, outcome, error) VALUES ($1, $2, $3, $4, $5, $6)`,
-			it.MessageID, it.Attempts, it.ClaimedBy, status, attemptOutcome(r.State), r.Error); err != nil {
-			return err
-		}
-		// decided: this attempt moved the message (not final before). Its
-		// MDN then replaces one kept from an earlier send (a resend after
-		// a negative MDN): the receipt kept is the one that decided the
-		// message, as for async MDNs.
-		decided := false
-		if u := r.Message; u != nil {
-			tag, err := tx.Exec(ctx, `
+		it.MessageID, it.Attempts, it.ClaimedBy, status, attemptOutcome(r.State), r.Error); err != nil {
+		return err
+	}
+	// decided: this attempt moved the message (not final before). Its
+	// MDN then replaces one kept from an earlier send (a resend after
+	// a negative MDN): the receipt kept is the one that decided the
+	// message, as for async MDNs.
+	decided := false
+	if u := r.Message; u != nil {
+		tag, err := tx.Exec(ctx, `
 UPDATE messages
    SET status = $2, disposition = $3, error = $4, attempts = $5, updated_at = now(),
        completed_at = CASE WHEN $6::boolean THEN now() ELSE completed_at END,
        mdn_due_at = CASE WHEN $7::bigint > 0 THEN now() + $7::bigint * interval '1 microsecond' ELSE mdn_due_at END,
        mic_verified = coalesce($8::boolean, mic_verified)
  WHERE id = $1 AND status NOT IN ('delivered', 'failed', 'sent')`,
-				it.MessageID, u.Status, u.Disposition, u.Error, it.Attempts, u.Final, u.MDNDueIn.Microseconds(), u.MICVerified)
-			if err != nil {
-				return err
-			}
-			decided = u.Final && tag.RowsAffected() == 1
-		} else if _, err := tx.Exec(ctx, `UPDATE messages SET attempts = $2, updated_at = now() WHERE id = $1`, it.MessageID, it.Attempts); err != nil {
+			it.MessageID, u.Status, u.Disposition, u.Error, it.Attempts, u.Final, u.MDNDueIn.Microseconds(), u.MICVerified)
+		if err != nil {
 			return err
 		}
-		if r.MDN != nil {
-			hdr, err := json.Marshal(r.MDN.Headers)
-			if err != nil {
-				return err
-			}
-			if _, err := tx.Exec(ctx, `
+		decided = u.Final && tag.RowsAffected() == 1
+	} else if _, err := tx.Exec(ctx, `UPDATE messages SET attempts = $2, updated_at = now() WHERE id = $1`, it.MessageID, it.Attempts); err != nil {
+		return err
+	}
+	if r.MDN != nil {
+		hdr, err := json.Marshal(r.MDN.Headers)
+		if err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `
 INSERT INTO mdns (message_id, content_type, headers, body, disposition, mic, signed)
 VALUES ($1, $2, $3, $4, $5, $6, $7)
 ON CONFLICT (message_id) DO UPDATE
    SET content_type = EXCLUDED.content_type, headers = EXCLUDED.headers, body = EXCLUDED.body,
        disposition = EXCLUDED.disposition, mic = EXCLUDED.mic, signed = EXCLUDED.signed, created_at = now()
  WHERE $8::boolean`,
-				it.MessageID, r.MDN.ContentType, hdr, r.MDN.Body, r.MDN.Disposition, r.MDN.MIC, r.MDN.Signed, decided); err != nil {
-				return err
-			}
+			it.MessageID, r.MDN.ContentType, hdr, r.MDN.Body, r.MDN.Disposition, r.MDN.MIC, r.MDN.Signed, decided); err != nil {
+			return err
 		}
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("finish outbox %d: %w", it.ID, err)
 	}
 	return nil
 }
@@ -541,4 +507,57 @@ func (s *Store) listen(ctx context.Context, channel string, wake func()) error {
 		}
 		wake()
 	}
+}
+
+// enqueueTx is EnqueueOutbound's work in tx; with m.EDI it stores the
+// message's interchanges too.
+func enqueueTx(ctx context.Context, tx pgx.Tx, m NewOutbound, e *Enqueued) error {
+	if m.MaxAttempts <= 0 {
+		m.MaxAttempts = 1
+	}
+	var key *string
+	if m.IdempotencyKey != "" {
+		key = &m.IdempotencyKey
+	}
+	err := tx.QueryRow(ctx, `
+INSERT INTO messages (direction, partner, as2_from, as2_to, message_id, status, subject, content_type,
+                      filename, payload_size, mdn_mode, mdn_signed, mdn_url, idempotency_key, idempotency_hash)
+VALUES ('outbound', $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)
+ON CONFLICT (partner, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+RETURNING id, message_id, status, created_at`,
+		m.Partner, m.AS2From, m.AS2To, m.MessageID, StatusQueued, m.Subject, m.ContentType,
+		m.Filename, len(m.Payload), m.MDNMode, m.MDNSigned, m.MDNURL, key, m.IdempotencyHash).
+		Scan(&e.ID, &e.MessageID, &e.Status, &e.CreatedAt)
+	if errors.Is(err, pgx.ErrNoRows) && key != nil {
+		// The key's message committed before this statement ended: a
+		// new statement sees it (READ COMMITTED).
+		var hash []byte
+		err = tx.QueryRow(ctx, `
+SELECT id, message_id, status, created_at, idempotency_hash FROM messages
+ WHERE partner = $1 AND idempotency_key = $2`, m.Partner, m.IdempotencyKey).
+			Scan(&e.ID, &e.MessageID, &e.Status, &e.CreatedAt, &hash)
+		if err != nil {
+			return err
+		}
+		if !bytes.Equal(hash, m.IdempotencyHash) {
+			return fmt.Errorf("%w (message %d)", ErrIdempotencyKeyReused, e.ID)
+		}
+		e.Replayed = true
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO payloads (message_id, data) VALUES ($1, $2)`, e.ID, m.Payload); err != nil {
+		return err
+	}
+	err = tx.QueryRow(ctx, `
+INSERT INTO outbox (kind, message_id, partner, url, max_attempts, retry_until)
+VALUES ('message', $1, $2, $3, $4, CASE WHEN $5::bigint > 0 THEN now() + $5::bigint * interval '1 microsecond' END)
+RETURNING id`, e.ID, m.Partner, m.URL, m.MaxAttempts, m.RetryWindow.Microseconds()).Scan(&e.OutboxID)
+	if err != nil || m.EDI == nil {
+		return err
+	}
+	_, err = insertInterchanges(ctx, tx, e.ID, *m.EDI)
+	return err
 }

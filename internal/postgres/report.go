@@ -32,6 +32,9 @@ type DayTraffic struct {
 	Terms, Failovers int64
 	// FencingRejections in the window, on the lease.
 	FencingRejections int64
+	// EDI counts the interchanges of the window's messages per partner:
+	// sent and their acknowledgement states, duplicates received.
+	EDI []EDIGroup
 	// BacklogOutbound counts outbound messages created before End and not
 	// finished at End; BacklogMDNInbox async MDNs received before End and
 	// not processed at End.
@@ -50,6 +53,16 @@ type MessageGroup struct {
 	Bytes int64
 	// Retries is the sum of attempts beyond the first.
 	Retries int64
+}
+
+// EDIGroup is one partner's interchange figures of a window.
+type EDIGroup struct {
+	Partner string
+	// Sent: outbound interchanges other than acknowledgements.
+	Sent                           int64
+	Accepted, WithErrors, Rejected int64
+	Overdue                        int64
+	Duplicates, DuplicatesRefused  int64
 }
 
 // LatencyGroup is the distribution of MDN latencies of one partner (or
@@ -122,6 +135,21 @@ SELECT count(*) FILTER (WHERE opened_at >= $1 AND opened_at < $2),
 	fencingRejectionsSQL = `
 SELECT count(*) FROM fencing_rejections WHERE lease = $3 AND rejected_at >= $1 AND rejected_at < $2`
 
+	ediSQL = `
+SELECT partner, sum(sent), sum(accepted), sum(with_errors), sum(rejected), sum(overdue), sum(dups), sum(refused) FROM (
+  SELECT partner,
+         count(*) FILTER (WHERE direction = 'outbound' AND cardinality(ack_kinds) = 0) AS sent,
+         count(*) FILTER (WHERE direction = 'outbound' AND ack_status = 'accepted') AS accepted,
+         count(*) FILTER (WHERE direction = 'outbound' AND ack_status = 'accepted-with-errors') AS with_errors,
+         count(*) FILTER (WHERE direction = 'outbound' AND ack_status = 'rejected') AS rejected,
+         count(*) FILTER (WHERE ack_overdue AND ack_status = 'pending') AS overdue,
+         0 AS dups, 0 AS refused
+    FROM message_interchanges WHERE created_at >= $1 AND created_at < $2 GROUP BY partner
+  UNION ALL
+  SELECT partner, 0, 0, 0, 0, 0, count(*), count(*) FILTER (WHERE refused)
+    FROM interchange_duplicates WHERE at >= $1 AND at < $2 GROUP BY partner) t
+ GROUP BY partner ORDER BY partner`
+
 	// backlogSQL takes only the window's end, as $1.
 	backlogSQL = `
 SELECT (SELECT count(*) FROM messages
@@ -164,6 +192,13 @@ func readDayTraffic(ctx context.Context, tx pgx.Tx, d *DayTraffic, lease string)
 	}
 	if err := tx.QueryRow(ctx, fencingRejectionsSQL, start, end, lease).Scan(&d.FencingRejections); err != nil {
 		return fmt.Errorf("fencing rejections: %w", err)
+	}
+	if d.EDI, err = collectWindow(ctx, tx, ediSQL, start, end, func(r pgx.CollectableRow) (EDIGroup, error) {
+		var g EDIGroup
+		err := r.Scan(&g.Partner, &g.Sent, &g.Accepted, &g.WithErrors, &g.Rejected, &g.Overdue, &g.Duplicates, &g.DuplicatesRefused)
+		return g, err
+	}); err != nil {
+		return fmt.Errorf("interchanges: %w", err)
 	}
 	if err := tx.QueryRow(ctx, backlogSQL, end).Scan(&d.BacklogOutbound, &d.BacklogMDNInbox); err != nil {
 		return fmt.Errorf("backlog: %w", err)

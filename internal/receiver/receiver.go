@@ -47,6 +47,7 @@ import (
 	"github.com/edihub/edihub/internal/as2"
 	"github.com/edihub/edihub/internal/as2/cms"
 	"github.com/edihub/edihub/internal/config"
+	"github.com/edihub/edihub/internal/interchange"
 	"github.com/edihub/edihub/internal/mdn"
 	"github.com/edihub/edihub/internal/postgres"
 	"github.com/edihub/edihub/internal/spool"
@@ -174,6 +175,20 @@ type Options struct {
 	// 0 means DefaultSpoolFromBytes. An async MDN told from the header is
 	// never spooled; a signed one spooled is read back for the intake.
 	SpoolFromBytes int64
+	// EDI, when set, reads the envelope of every processed payload:
+	// before the answer, to refuse duplicate interchanges a partner's
+	// profile refuses; after the message is stored, to record its
+	// interchanges, settle acknowledgements and queue ours.
+	// *interchange.Tracker implements it.
+	EDI EDI
+}
+
+// EDI is the receiver's EDI step (see Options.EDI).
+type EDI interface {
+	// Inspect reads the payload's envelope (as a stream: a payload of any
+	// size).
+	Inspect(ctx context.Context, p *config.Partner, payload io.Reader) interchange.Inspection
+	Received(ctx context.Context, p *config.Partner, id int64, in interchange.Inspection)
 }
 
 // DefaultSpoolFromBytes is the SpoolFromBytes of Options that set none:
@@ -781,6 +796,7 @@ func (h *Handler) receive(ctx context.Context, hdr http.Header, body []byte, rq 
 	if asyncURL != "" {
 		msg.MDNMode, msg.MDNURL, msg.Outbox = "async", asyncURL, true
 	}
+	edi := h.inspectEDI(ctx, log, partner, msg, &disp)
 	msg.Disposition = disp.String()
 	var res *response
 	if rq.mdnWanted {
@@ -793,7 +809,8 @@ func (h *Handler) receive(ctx context.Context, hdr http.Header, body []byte, rq 
 	} else {
 		res = &response{status: http.StatusOK}
 	}
-	if _, err := h.o.Store.SaveInbound(ctx, msg); err != nil {
+	id, err := h.o.Store.SaveInbound(ctx, msg)
+	if err != nil {
 		if errors.Is(err, postgres.ErrDuplicateInbound) {
 			// A resend, or a concurrent identical post that won the race:
 			// answer what was answered the first time.
@@ -807,6 +824,9 @@ func (h *Handler) receive(ctx context.Context, hdr http.Header, body []byte, rq 
 		log.Error("store inbound message", zap.Error(err))
 		return unavailable(partner.AS2ID)
 	}
+	if h.o.EDI != nil {
+		h.o.EDI.Received(ctx, partner, id, edi)
+	}
 	res.partner, res.result = partner.AS2ID, resultFor(disp)
 	if msg.Outbox {
 		// The MDN leaves through the outbox; the partner gets 200 now.
@@ -814,6 +834,24 @@ func (h *Handler) receive(ctx context.Context, hdr http.Header, body []byte, rq 
 	}
 	log.Info("message received", zap.String("disposition", msg.Disposition), zap.Int64("size", msg.PayloadSize), zap.String("mdn", msg.MDNMode))
 	return res
+}
+
+// inspectEDI reads the envelope of a processed message's payload (Options.EDI);
+// a duplicate interchange the partner's profile refuses turns the message
+// into a refused one, *disp and msg changed accordingly.
+func (h *Handler) inspectEDI(ctx context.Context, log *zap.Logger, partner *config.Partner, msg *postgres.InboundMessage, disp *mdn.Disposition) interchange.Inspection {
+	if h.o.EDI == nil || msg.Status != postgres.InboundProcessed {
+		return interchange.Inspection{}
+	}
+	edi := h.o.EDI.Inspect(ctx, partner, payloadReader(msg))
+	if edi.Refuse {
+		// RFC 4130 §5.5's answer to a document received before; the
+		// payload is not kept, so nothing is delivered twice.
+		*disp = mdn.Warned(mdn.DuplicateDocument)
+		msg.Status, msg.Error, msg.Payload, msg.PayloadOpen = postgres.InboundError, edi.Reason, nil, nil
+		log.Warn("message refused: duplicate interchange", zap.String("reason", edi.Reason))
+	}
+	return edi
 }
 
 // asyncURL is the URL an asynchronous MDN goes to, or "" for an answer in

@@ -1,6 +1,7 @@
 package receiver
 
 import (
+	"bytes"
 	"crypto"
 	"errors"
 	"fmt"
@@ -13,6 +14,7 @@ import (
 	"github.com/edihub/edihub/internal/as2"
 	"github.com/edihub/edihub/internal/config"
 	"github.com/edihub/edihub/internal/mdn"
+	"github.com/edihub/edihub/internal/postgres"
 	"github.com/edihub/edihub/internal/spool"
 )
 
@@ -173,4 +175,12 @@ func (c signedContent) mic(alg crypto.Hash) (as2.MIC, bool) {
 	}
 	d, ok := c.digests[alg]
 	return as2.MIC{Alg: alg, Digest: d}, ok
+}
+
+// payloadReader reads the payload of msg, in memory or spooled.
+func payloadReader(msg *postgres.InboundMessage) io.Reader {
+	if msg.PayloadOpen != nil {
+		return msg.PayloadOpen()
+	}
+	return bytes.NewReader(msg.Payload)
 }

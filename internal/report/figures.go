@@ -105,6 +105,17 @@ type Figures struct {
 	LatencyCount int64    `json:"mdn_latency_count"`
 	// Retries: send attempts beyond the first.
 	Retries int64 `json:"send_retries"`
+	// InterchangesSent: EDI interchanges sent (acknowledgements not
+	// counted); AcksAccepted, AcksWithErrors, AcksRejected: those the
+	// partner's 997/999/CONTRL settled so; AcksOverdue: flagged overdue
+	// and still unacknowledged. DuplicateInterchanges: interchanges
+	// received again (flagged or refused), on the day they came.
+	InterchangesSent      int64 `json:"interchanges_sent"`
+	AcksAccepted          int64 `json:"acks_accepted"`
+	AcksWithErrors        int64 `json:"acks_accepted_with_errors"`
+	AcksRejected          int64 `json:"acks_rejected"`
+	AcksOverdue           int64 `json:"acks_overdue"`
+	DuplicateInterchanges int64 `json:"duplicate_interchanges"`
 }
 
 // Hub is the whole hub's figures: the partners' sums and what only the
@@ -341,6 +352,11 @@ func Compute(day Day, raw *postgres.DayTraffic) Period {
 	for name, n := range raw.Duplicates {
 		get(name).Duplicates += n
 	}
+	for _, e := range raw.EDI {
+		f := get(e.Partner)
+		f.InterchangesSent, f.AcksAccepted, f.AcksWithErrors, f.AcksRejected = e.Sent, e.Accepted, e.WithErrors, e.Rejected
+		f.AcksOverdue, f.DuplicateInterchanges = e.Overdue, e.Duplicates
+	}
 	for _, l := range raw.Latency {
 		if l.Partner == "" {
 			continue
@@ -393,6 +409,12 @@ func add(sum, f *Figures) {
 	sum.OverdueMDN += f.OverdueMDN
 	sum.Duplicates += f.Duplicates
 	sum.Retries += f.Retries
+	sum.InterchangesSent += f.InterchangesSent
+	sum.AcksAccepted += f.AcksAccepted
+	sum.AcksWithErrors += f.AcksWithErrors
+	sum.AcksRejected += f.AcksRejected
+	sum.AcksOverdue += f.AcksOverdue
+	sum.DuplicateInterchanges += f.DuplicateInterchanges
 }
 
 func fill(ps []Partner, names map[string]bool) []Partner {

@@ -66,6 +66,12 @@ var partnerFigures = []figure{
 	latency("mdn_latency_p50_seconds", "MDN latency p50", func(f *Figures) *float64 { return f.LatencyP50 }),
 	latency("mdn_latency_p95_seconds", "MDN latency p95", func(f *Figures) *float64 { return f.LatencyP95 }),
 	fig("send_retries", "Send retries", count, -1, func(f *Figures) int64 { return f.Retries }),
+	fig("interchanges_sent", "EDI interchanges sent", count, 0, func(f *Figures) int64 { return f.InterchangesSent }),
+	fig("acks_accepted", "Acknowledged: accepted", count, +1, func(f *Figures) int64 { return f.AcksAccepted }),
+	fig("acks_accepted_with_errors", "Acknowledged: accepted with errors", count, -1, func(f *Figures) int64 { return f.AcksWithErrors }),
+	fig("acks_rejected", "Acknowledged: rejected", count, -1, func(f *Figures) int64 { return f.AcksRejected }),
+	fig("acks_overdue", "Acknowledgement overdue", count, -1, func(f *Figures) int64 { return f.AcksOverdue }),
+	fig("duplicate_interchanges", "Duplicate interchanges received", count, -1, func(f *Figures) int64 { return f.DuplicateInterchanges }),
 }
 
 // hubFigures are the rows only the hub has.

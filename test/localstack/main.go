@@ -419,7 +419,8 @@ func ensureStation(state, demoURL, hubURL string) (string, error) {
 # DEMO PARTNER answers with asynchronous MDNs: it posts each signed MDN to
 # async_mdn_url (the balancer in front of the replicas), the receiving
 # replica stores it in the MDN inbox, and the leader's MDN poller applies it
-# to the message.
+# to the message. It also answers each X12 or EDIFACT interchange with a
+# functional acknowledgement (997, CONTRL), due within edi_ack_due.
 station:
   as2_id: "EDIHUB"
   private_key: station/station.key
@@ -435,6 +436,7 @@ partners:
     mdn: async
     mdn_signed: true
     allow_private_mdn_targets: true # both stations run on 127.0.0.1
+    edi_ack_due: 4h
 `, hubURL, demoURL)); err != nil {
 		return "", err
 	}
@@ -451,6 +453,7 @@ partners:
     mdn: sync
     mdn_signed: true
     allow_private_mdn_targets: true # both stations run on 127.0.0.1
+    edi_acks: true # the demo partner answers interchanges with a 997 or CONTRL
 `, demoURL, hubURL)); err != nil {
 		return "", err
 	}

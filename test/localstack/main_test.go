@@ -75,6 +75,13 @@ func TestMakeRunTwice(t *testing.T) {
 	}
 }
 
+// demo850 is X12's published 004010X357 example 01 (a basic purchase
+// order) in an envelope from EDIHUB to DEMO PARTNER.
+const demo850 = "ISA*00*          *00*          *ZZ*EDIHUB         *ZZ*DEMO PARTNER   *261201*0101*U*00401*000000001*0*T*>~\n" +
+	"GS*PO*EDIHUB*DEMO PARTNER*20261201*0101*1*X*004010X357~\nST*850*0001~\nBEG*00*RL*508517*1001*20000506**NA*IEL~\n" +
+	"N1*BY*ABC Aerospace Corporation*9*123456789-0101~\nN3*1000 BOARDWALK DRIVE~\nN4*SOMEWHERE*CA*98898~\n" +
+	"PO1*1*48*EA*3*PE*MG*R5656-2~\nIT8*******B0~\nCTT*1~\nAMT*TT*144~\nSE*10*0001~\nGE*1*1~\nIEA*1*000000001~\n"
+
 // leaseDuration is the replicas' lease duration (EDIHUB_LEASE_DURATION's
 // default, which the local stack keeps).
 const leaseDuration = 30 * time.Second
@@ -177,14 +184,15 @@ func runStack(t *testing.T, root, localstack, edihub, state string, offset int, 
 		t.Errorf("the start-up listing lacks %q", want)
 	}
 
-	// A document to the demo partner is delivered.
+	// A document to the demo partner is delivered, and its 997 comes back:
+	// an 850 (X12's published 004010X357 example 01 in an envelope).
 	token, err := os.ReadFile(filepath.Join(state, "api-token"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	auth := "Bearer " + strings.TrimSpace(string(token))
 	req, _ := http.NewRequest(http.MethodPost, "http://"+pt.replicaHTTP(1)+"/api/v1/messages?partner=DEMO%20PARTNER",
-		strings.NewReader("ISA*00*          *00*          *ZZ*EDIHUB         *ZZ*DEMO PARTNER   *261201*0101*U*00401*000000001*0*T*>~\n"))
+		strings.NewReader(demo850))
 	req.Header.Set("Authorization", auth)
 	req.Header.Set("Content-Type", "application/EDI-X12")
 	resp, err := client.Do(req)
@@ -204,16 +212,17 @@ func runStack(t *testing.T, root, localstack, edihub, state string, offset int, 
 		Error     string `json:"error"`
 		MDNMode   string `json:"mdn_mode"`
 		MessageID string `json:"message_id"`
+		Ack       string `json:"ack"`
 	}
 	for deadline := time.Now().Add(90 * time.Second); ; {
 		get(t, client, fmt.Sprintf("http://%s/api/v1/messages/%d", pt.replicaHTTP(2), queued.ID), &msg, "Authorization", auth)
-		if msg.Status == "delivered" || msg.Status == "failed" || time.Now().After(deadline) {
+		if (msg.Status == "delivered" && msg.Ack != "pending") || msg.Status == "failed" || time.Now().After(deadline) {
 			break
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
-	if msg.Status != "delivered" {
-		t.Errorf("message %d to DEMO PARTNER: status %q (%s), want delivered", queued.ID, msg.Status, msg.Error)
+	if msg.Status != "delivered" || msg.Ack != "accepted" {
+		t.Errorf("message %d to DEMO PARTNER: status %q (%s), ack %q; want delivered, accepted (the demo partner's 997)", queued.ID, msg.Status, msg.Error, msg.Ack)
 	}
 	// It asked for an async MDN, and the leader's MDN poller applied the
 	// MDN the demo station posted: the inbox lists it processed, for this

@@ -1,0 +1,228 @@
+package edi
+
+// AckReport is what an inbound functional acknowledgement says: for X12
+// 997/999 one GroupAck per AK1…AK9; for EDIFACT CONTRL the interchange
+// response (UCI) with its group (UCF) and message (UCM) responses.
+type AckReport struct {
+	// Kind is "997", "999" or "CONTRL".
+	Kind        string
+	Groups      []GroupAck
+	Interchange *InterchangeAck
+	// Truncated is true when more responses came than Limits.MaxAckEntries.
+	Truncated bool
+}
+
+// InterchangeAck is a CONTRL's UCI segment and what follows it.
+type InterchangeAck struct {
+	ControlNumber string
+	Sender        Party
+	Receiver      Party
+	// Action is UCI04: "4" rejected, "7" accepted, "8" received.
+	Action string
+	// Code is UCI05, the syntax error, "" when none.
+	Code   string
+	Groups []GroupAck
+	Sets   []SetAck
+}
+
+// GroupAck acknowledges one functional group (AK1…AK9, or a UCF).
+type GroupAck struct {
+	FunctionalID  string
+	ControlNumber string
+	// Status is AK901 (A, E, P, R) or the UCF action code.
+	Status string
+	// Codes are AK905… or UCF's error code.
+	Codes                        []string
+	Declared, Received, Accepted int
+	Sets                         []SetAck
+}
+
+// SetAck acknowledges one transaction set or message (AK2/AK5, AK2/IK5, UCM).
+type SetAck struct {
+	Type          string
+	ControlNumber string
+	Status        string
+	Codes         []string
+}
+
+func newAck(setType string) *AckReport {
+	switch setType {
+	case "997", "999", "CONTRL":
+		return &AckReport{Kind: setType}
+	}
+	return nil
+}
+
+// ackSegment records a response segment of an acknowledgement set.
+func (p *parser) ackSegment(seg segment) {
+	s := p.b.set
+	if s == nil || s.Ack == nil || seg.elems == nil {
+		return
+	}
+	a, max := s.Ack, p.b.lim.MaxAckEntries
+	lastGroup := func(gs []GroupAck) *GroupAck {
+		if len(gs) == 0 {
+			return nil
+		}
+		return &gs[len(gs)-1]
+	}
+	switch seg.tag {
+	case "AK1":
+		if len(a.Groups) >= max {
+			a.Truncated = true
+			return
+		}
+		a.Groups = append(a.Groups, GroupAck{FunctionalID: seg.el(1, 0), ControlNumber: seg.el(2, 0)})
+	case "AK2":
+		if g := lastGroup(a.Groups); g != nil && len(g.Sets) < max {
+			g.Sets = append(g.Sets, SetAck{Type: seg.el(1, 0), ControlNumber: seg.el(2, 0)})
+		}
+	case "AK5", "IK5":
+		if g := lastGroup(a.Groups); g != nil && len(g.Sets) > 0 {
+			st := &g.Sets[len(g.Sets)-1]
+			st.Status, st.Codes = seg.el(1, 0), codes(seg, 2, 6)
+		}
+	case "AK9":
+		if g := lastGroup(a.Groups); g != nil {
+			g.Status = seg.el(1, 0)
+			g.Declared, g.Received, g.Accepted = count(seg.el(2, 0)), count(seg.el(3, 0)), count(seg.el(4, 0))
+			g.Codes = codes(seg, 5, 9)
+		}
+	default:
+		p.contrlSegment(a, seg, max)
+	}
+}
+
+func (p *parser) contrlSegment(a *AckReport, seg segment, max int) {
+	switch seg.tag {
+	case "UCI":
+		a.Interchange = &InterchangeAck{
+			ControlNumber: seg.el(1, 0),
+			Sender:        Party{ID: seg.el(2, 0), Qualifier: seg.el(2, 1)},
+			Receiver:      Party{ID: seg.el(3, 0), Qualifier: seg.el(3, 1)},
+			Action:        seg.el(4, 0), Code: seg.el(5, 0),
+		}
+	case "UCF":
+		if a.Interchange == nil || len(a.Interchange.Groups) >= max {
+			a.Truncated = a.Interchange != nil
+			return
+		}
+		a.Interchange.Groups = append(a.Interchange.Groups, GroupAck{
+			ControlNumber: seg.el(1, 0), Status: seg.el(4, 0), Codes: codes(seg, 5, 5),
+		})
+	case "UCM":
+		if a.Interchange == nil {
+			return
+		}
+		ack := SetAck{ControlNumber: seg.el(1, 0), Type: seg.el(2, 0), Status: seg.el(3, 0), Codes: codes(seg, 4, 4)}
+		sets := &a.Interchange.Sets
+		if n := len(a.Interchange.Groups); n > 0 {
+			sets = &a.Interchange.Groups[n-1].Sets
+		}
+		if len(*sets) >= max {
+			a.Truncated = true
+			return
+		}
+		*sets = append(*sets, ack)
+	}
+}
+
+// codes returns the non-empty elements from..to (1-based).
+func codes(seg segment, from, to int) []string {
+	var out []string
+	for i := from; i <= to; i++ {
+		if v := seg.el(i, 0); v != "" {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// AckVerdict is one verdict of an inbound acknowledgement: on a functional
+// group (X12 AK1…AK9, CONTRL UCF) or on an interchange (CONTRL UCI).
+type AckVerdict struct {
+	// InterchangeControl is the acknowledged interchange's control number
+	// (CONTRL UCI01); "" for X12, whose 997/999 names groups only.
+	InterchangeControl string
+	// GroupControl is the acknowledged group's control number (AK102,
+	// UCF01); "" for a verdict on a whole interchange.
+	GroupControl string
+	FunctionalID string
+	Status       AckStatus
+	// Codes are the error codes given, each with the segment that gave it
+	// ("AK9:5", "AK5/0001:4", "UCI:28", "UCM/M1:29").
+	Codes []string
+}
+
+// x12Status maps AK901/AK501/IK501.
+func x12Status(s string) AckStatus {
+	switch s {
+	case "A":
+		return AckAccepted
+	case "E", "P":
+		return AckAcceptedWithErrors
+	}
+	return AckRejected
+}
+
+// Verdicts lists what the acknowledgement says, one verdict per group for
+// X12 and one for the interchange of a CONTRL (worse when a UCF or UCM
+// rejects a part of it).
+func (a *AckReport) Verdicts() []AckVerdict {
+	var out []AckVerdict
+	for _, g := range a.Groups {
+		v := AckVerdict{GroupControl: g.ControlNumber, FunctionalID: g.FunctionalID, Status: x12Status(g.Status)}
+		for _, c := range g.Codes {
+			v.Codes = append(v.Codes, "AK9:"+c)
+		}
+		for _, s := range g.Sets {
+			for _, c := range s.Codes {
+				v.Codes = append(v.Codes, "AK5/"+s.ControlNumber+":"+c)
+			}
+		}
+		out = append(out, v)
+	}
+	if ia := a.Interchange; ia != nil {
+		v := AckVerdict{InterchangeControl: ia.ControlNumber, Status: AckAccepted}
+		if ia.Action == "4" {
+			v.Status = AckRejected
+		}
+		if ia.Code != "" {
+			v.Codes = append(v.Codes, "UCI:"+ia.Code)
+		}
+		part := func(tag string, ref, action string, codes []string) {
+			for _, c := range codes {
+				v.Codes = append(v.Codes, tag+"/"+ref+":"+c)
+			}
+			if action == "4" {
+				v.Status = worse(v.Status, AckAcceptedWithErrors)
+			}
+		}
+		for _, g := range ia.Groups {
+			part("UCF", g.ControlNumber, g.Status, g.Codes)
+			for _, s := range g.Sets {
+				part("UCM", s.ControlNumber, s.Status, s.Codes)
+			}
+		}
+		for _, s := range ia.Sets {
+			part("UCM", s.ControlNumber, s.Status, s.Codes)
+		}
+		out = append(out, v)
+	}
+	return out
+}
+
+// Acknowledgements returns the acknowledgement sets of a document, in order.
+func (d *Document) Acknowledgements() []*AckReport {
+	var out []*AckReport
+	for _, ic := range d.Interchanges {
+		for _, g := range ic.Groups {
+			for _, s := range g.Sets {
+				if s.Ack != nil {
+					out = append(out, s.Ack)
+				}
+			}
+		}
+	}
+	return out
+}

@@ -1,0 +1,204 @@
+package edi
+
+import (
+	"bufio"
+	"errors"
+	"io"
+	"strconv"
+	"strings"
+)
+
+// Parse reads the envelopes of the EDI document in r with the given limits
+// (zero fields take DefaultLimits). It returns ErrNotEDI, reading at most
+// about 1 KiB, when r does not start like X12 or EDIFACT; a *SyntaxError,
+// with what was read so far, when an envelope segment cannot be read; and
+// any error of r. Disagreeing trailers are not errors: they are Problems
+// of the level they belong to.
+func Parse(r io.Reader, lim Limits) (*Document, error) {
+	br, ok := r.(*bufio.Reader)
+	if !ok || br.Size() < maxLeadingSpace+6 {
+		br = bufio.NewReaderSize(r, 4096)
+	}
+	std, err := Detect(br)
+	if err != nil {
+		return nil, err
+	}
+	p := &parser{
+		b:  builder{lim: lim.orDefault()},
+		sc: scanner{r: br, max: lim.orDefault().MaxSegment},
+	}
+	p.b.doc.Standard = std
+	p.sc.keep = p.keep
+	if std == X12 {
+		p.sc.d = X12Defaults
+		p.sc.header = map[string]bool{"ISA": true}
+		p.tags = x12Tags
+		err = p.run(p.x12)
+	} else {
+		p.sc.d = EDIFACTDefaults
+		p.sc.header = map[string]bool{"UNA": true}
+		p.tags = edifactTags
+		err = p.run(p.edifact)
+	}
+	p.b.finish()
+	return &p.b.doc, err
+}
+
+type parser struct {
+	b    builder
+	sc   scanner
+	tags map[string]bool
+}
+
+var (
+	x12Tags     = map[string]bool{"ISA": true, "IEA": true, "GS": true, "GE": true, "ST": true, "SE": true}
+	edifactTags = map[string]bool{"UNB": true, "UNZ": true, "UNG": true, "UNE": true, "UNH": true, "UNT": true}
+	ackTags     = map[string]bool{
+		"AK1": true, "AK2": true, "AK5": true, "IK5": true, "AK9": true,
+		"UCI": true, "UCF": true, "UCM": true,
+	}
+)
+
+// keep tells the scanner which segments to hold: envelopes always, and
+// the response segments inside an acknowledgement.
+func (p *parser) keep(tag string) bool {
+	if p.tags[tag] {
+		return true
+	}
+	return p.b.set != nil && p.b.set.Ack != nil && ackTags[tag]
+}
+
+func (p *parser) run(handle func(segment) error) error {
+	for {
+		seg, err := p.sc.next()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if err := handle(seg); err != nil {
+			return err
+		}
+	}
+}
+
+// count parses a trailer count; -1 when it is not a number.
+func count(s string) int {
+	n, err := strconv.Atoi(strings.TrimSpace(s))
+	if err != nil || n < 0 {
+		return -1
+	}
+	return n
+}
+
+func (p *parser) x12(seg segment) error {
+	b := &p.b
+	if seg.tag == "ISA" {
+		ic, err := p.readISA()
+		if err != nil {
+			return err
+		}
+		b.openInterchange(ic)
+		return nil
+	}
+	if b.ic == nil {
+		return &SyntaxError{Offset: seg.offset, Reason: "segment " + strconv.Quote(seg.tag) + " outside an interchange"}
+	}
+	switch seg.tag {
+	case "IEA":
+		b.closeInterchange(count(seg.el(1, 0)), seg.el(2, 0), true)
+	case "GS":
+		b.openGroup(Group{
+			FunctionalID: seg.el(1, 0), Sender: Party{ID: seg.el(2, 0)}, Receiver: Party{ID: seg.el(3, 0)},
+			Date: seg.el(4, 0), Time: seg.el(5, 0), ControlNumber: seg.el(6, 0), Version: seg.el(8, 0),
+		})
+	case "GE":
+		if b.g == nil || b.g.Implicit {
+			addProblem(&b.ic.Problems, ProblemStructure)
+			return nil
+		}
+		b.closeGroup(count(seg.el(1, 0)), seg.el(2, 0), true)
+	case "ST":
+		if b.g == nil {
+			addProblem(&b.ic.Problems, ProblemStructure)
+		}
+		b.openSet(Set{Type: seg.el(1, 0), ControlNumber: seg.el(2, 0), Version: seg.el(3, 0), Ack: newAck(seg.el(1, 0))})
+	case "SE":
+		if b.set == nil {
+			addProblem(&b.ic.Problems, ProblemStructure)
+			return nil
+		}
+		b.closeSet(count(seg.el(1, 0)), seg.el(2, 0), true)
+	case "TA1":
+		// An interchange acknowledgement stands between ISA and GS.
+		if b.set != nil {
+			b.body()
+		}
+	default:
+		b.body()
+		p.ackSegment(seg)
+	}
+	return nil
+}
+
+// readISA reads an ISA segment after its tag: the byte after "ISA" is the
+// element separator, the byte after the sixteenth separator the component
+// separator and the next one the segment terminator (the ISA's length is
+// fixed by the standard but not always by senders).
+func (p *parser) readISA() (Interchange, error) {
+	sc := &p.sc
+	elem, err := sc.readByte()
+	if err != nil {
+		return Interchange{}, sc.fail("ISA truncated")
+	}
+	var raw []byte
+	for seps := 1; seps < 16; {
+		c, err := sc.readByte()
+		if err != nil {
+			return Interchange{}, sc.fail("ISA truncated")
+		}
+		if len(raw) > 256 {
+			return Interchange{}, sc.fail("ISA longer than 256 bytes")
+		}
+		if c == elem {
+			seps++
+		}
+		raw = append(raw, c)
+	}
+	comp, err1 := sc.readByte()
+	term, err2 := sc.readByte()
+	if err1 != nil || err2 != nil {
+		return Interchange{}, sc.fail("ISA truncated")
+	}
+	d := Delimiters{Element: elem, Component: comp, Segment: term}
+	if !delimitersOK(d) {
+		return Interchange{}, sc.fail("ISA delimiters are not distinct punctuation")
+	}
+	f := strings.Split(string(raw), string(elem)) // ISA01…ISA15
+	field := func(i int) string { return strings.TrimSpace(f[i-1]) }
+	if v := f[10]; field(12) >= "00402" && len(v) == 1 && !isAlnum(v[0]) && v[0] != ' ' {
+		d.Repetition = v[0]
+	}
+	sc.d = d
+	return Interchange{
+		Sender:        Party{Qualifier: field(5), ID: field(6)},
+		Receiver:      Party{Qualifier: field(7), ID: field(8)},
+		Date:          field(9),
+		Time:          field(10),
+		Version:       field(12),
+		ControlNumber: field(13),
+		AckRequested:  field(14) == "1",
+		Test:          field(15) == "T",
+		Delimiters:    d,
+	}, nil
+}
+
+func delimitersOK(d Delimiters) bool {
+	for _, c := range []byte{d.Element, d.Component} {
+		if isAlnum(c) || isSpace(c) || c == d.Segment {
+			return false
+		}
+	}
+	return d.Element != d.Component && !isAlnum(d.Segment) && d.Segment != ' '
+}

@@ -1,0 +1,235 @@
+package interchange_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"go.uber.org/goleak"
+	"go.uber.org/zap"
+
+	"github.com/edihub/edihub/internal/config"
+	"github.com/edihub/edihub/internal/edi"
+	"github.com/edihub/edihub/internal/interchange"
+	"github.com/edihub/edihub/internal/leader"
+	"github.com/edihub/edihub/internal/outbox"
+	"github.com/edihub/edihub/internal/postgres"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+const po = "ISA*00*          *00*          *ZZ*ACME           *ZZ*EDIHUB         *261202*0405*U*00401*000000123*0*P*>~" +
+	"GS*PO*ACME*EDIHUB*20261202*0405*55*X*004010~ST*850*0001~BEG*00*SA*PO1**20261202~SE*3*0001~GE*1*55~IEA*1*000000123~"
+
+// fakeStore is the Tracker's and the Watcher's storage.
+type fakeStore struct {
+	mu       sync.Mutex
+	dups     []postgres.Duplicate
+	recorded []postgres.EDIRecord
+	applied  [][]*edi.AckReport
+	due      []postgres.DueAck
+	flagged  map[int64]bool
+	stale    bool
+}
+
+func (f *fakeStore) FindDuplicateInterchanges(context.Context, string, *edi.Document, time.Duration) ([]postgres.Duplicate, error) {
+	return f.dups, nil
+}
+
+func (f *fakeStore) RecordInterchanges(_ context.Context, _ int64, rec postgres.EDIRecord) ([]postgres.Duplicate, error) {
+	f.recorded = append(f.recorded, rec)
+	return f.dups, nil
+}
+
+func (f *fakeStore) ApplyAcks(_ context.Context, _ string, _ int64, r []*edi.AckReport) ([]postgres.AckMatch, []string, error) {
+	f.applied = append(f.applied, r)
+	return []postgres.AckMatch{{Message: 9, Status: "accepted"}}, nil, nil
+}
+
+func (f *fakeStore) OverdueAcks(context.Context, int) ([]postgres.DueAck, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []postgres.DueAck
+	for _, d := range f.due {
+		if !f.flagged[d.Interchange] {
+			out = append(out, d)
+		}
+	}
+	return out, nil
+}
+
+func (f *fakeStore) FlagOverdueAcks(_ context.Context, _ postgres.Fence, ids []int64) ([]postgres.DueAck, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.stale {
+		return nil, postgres.ErrStaleFence
+	}
+	var out []postgres.DueAck
+	for _, d := range f.due {
+		for _, id := range ids {
+			if id == d.Interchange && !f.flagged[id] {
+				f.flagged[id] = true
+				out = append(out, d)
+			}
+		}
+	}
+	return out, nil
+}
+
+func (f *fakeStore) OverdueAckCounts(context.Context) (map[string]int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := map[string]int{}
+	for _, d := range f.due {
+		if f.flagged[d.Interchange] {
+			out[d.Partner]++
+		}
+	}
+	return out, nil
+}
+
+// fakeAcker records the acknowledgements queued.
+type fakeAcker struct{ docs []string }
+
+func (a *fakeAcker) EnqueueAck(_ context.Context, _, _ string, build outbox.AckBuilder) (outbox.Queued, error) {
+	b, err := build(int64(len(a.docs) + 1))
+	if err != nil {
+		return outbox.Queued{}, err
+	}
+	a.docs = append(a.docs, string(b))
+	return outbox.Queued{ID: int64(len(a.docs))}, nil
+}
+
+func newTracker(t *testing.T, st *fakeStore, a *fakeAcker) *interchange.Tracker {
+	t.Helper()
+	tr, err := interchange.NewTracker(interchange.Options{Store: st, Acker: a, Logger: zap.NewNop(), Registerer: prometheus.NewRegistry(),
+		Now: func() time.Time { return time.Date(2026, 12, 2, 4, 5, 0, 0, time.UTC) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tr
+}
+
+func partner(e config.EDISettings) *config.Partner {
+	return &config.Partner{AS2ID: "ACME", EDI: e}
+}
+
+func TestTrackerAcknowledges(t *testing.T) {
+	tests := []struct {
+		name     string
+		settings config.EDISettings
+		payload  string
+		wantAcks []string // set types of each queued acknowledgement
+	}{
+		{"acks off", config.EDISettings{X12Ack: "997"}, po, nil},
+		{"997", config.EDISettings{Acks: true, X12Ack: "997"}, po, []string{"997"}},
+		{"999", config.EDISettings{Acks: true, X12Ack: "999"}, po, []string{"999"}},
+		{"not EDI", config.EDISettings{Acks: true, X12Ack: "997"}, "<?xml version=\"1.0\"?><a/>", nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			st, a := &fakeStore{}, &fakeAcker{}
+			tr := newTracker(t, st, a)
+			p := partner(tt.settings)
+			in := tr.Inspect(context.Background(), p, strings.NewReader(tt.payload))
+			tr.Received(context.Background(), p, 1, in)
+			var got []string
+			for _, d := range a.docs {
+				doc, err := edi.Parse(strings.NewReader(d), edi.Limits{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				got = append(got, doc.Interchanges[0].Groups[0].Sets[0].Type)
+				if doc.Interchanges[0].Receiver.ID != "ACME" || doc.Interchanges[0].ControlNumber != "000000001" {
+					t.Errorf("acknowledgement %q: want it addressed to ACME with control number 000000001 from the counter", d)
+				}
+			}
+			if !cmp.Equal(got, tt.wantAcks) {
+				t.Errorf("acknowledgements queued = %v, want %v", got, tt.wantAcks)
+			}
+			if wantRec := tt.payload == po; (len(st.recorded) == 1) != wantRec {
+				t.Errorf("recorded %d envelopes, want %v", len(st.recorded), wantRec)
+			}
+		})
+	}
+}
+
+// TestTrackerDuplicates: a duplicate is refused only when the profile says
+// refuse; a refused one is not acknowledged.
+func TestTrackerDuplicates(t *testing.T) {
+	for _, refuse := range []bool{false, true} {
+		st := &fakeStore{dups: []postgres.Duplicate{{ControlNumber: "000000123", First: 7}}}
+		a := &fakeAcker{}
+		tr := newTracker(t, st, a)
+		p := partner(config.EDISettings{Acks: true, X12Ack: "997", RefuseDuplicates: refuse, DuplicateWindow: time.Hour})
+		in := tr.Inspect(context.Background(), p, strings.NewReader(po))
+		if in.Refuse != refuse || refuse && !strings.Contains(in.Reason, "000000123") {
+			t.Errorf("refuse %v: Inspect = %+v", refuse, in)
+		}
+		tr.Received(context.Background(), p, 2, in)
+		if (len(a.docs) == 0) != refuse {
+			t.Errorf("refuse %v: %d acknowledgements queued", refuse, len(a.docs))
+		}
+	}
+}
+
+// TestTrackerSettles: an inbound 997 goes to ApplyAcks and is never
+// acknowledged itself.
+func TestTrackerSettles(t *testing.T) {
+	doc, _ := edi.Parse(strings.NewReader(po), edi.Limits{})
+	ack, _ := edi.Acknowledge(edi.AckRequest{Interchange: &doc.Interchanges[0], Standard: edi.X12, Kind: edi.Ack997, Control: 5, Now: time.Now()})
+	st, a := &fakeStore{}, &fakeAcker{}
+	tr := newTracker(t, st, a)
+	p := partner(config.EDISettings{Acks: true, X12Ack: "997"})
+	tr.Received(context.Background(), p, 3, tr.Inspect(context.Background(), p, bytes.NewReader(ack.Document)))
+	if len(st.applied) != 1 || len(st.applied[0]) != 1 || st.applied[0][0].Kind != "997" {
+		t.Errorf("ApplyAcks got %v, want one 997", st.applied)
+	}
+	if len(a.docs) != 0 {
+		t.Errorf("an acknowledgement was acknowledged: %q", a.docs)
+	}
+}
+
+// TestWatcher flags each overdue interchange once, sets the gauge, and
+// stops on a stale fence.
+func TestWatcher(t *testing.T) {
+	st := &fakeStore{flagged: map[int64]bool{}, due: []postgres.DueAck{{Interchange: 1, Partner: "ACME"}, {Interchange: 2, Partner: "ACME"}, {Interchange: 3, Partner: "BETA"}}}
+	reg := prometheus.NewRegistry()
+	w, err := interchange.NewWatcher(interchange.WatcherOptions{Store: st, Logger: zap.NewNop(), Registerer: reg, Interval: time.Hour, Batch: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(leader.WithFence(context.Background(), postgres.Fence{Lease: "l", Token: 1}))
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	for {
+		if n := testutil.CollectAndCount(reg, "edihub_ack_overdue"); n == 2 {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run = %v, want nil when the term ends", err)
+	}
+	if len(st.flagged) != 3 {
+		t.Errorf("flagged %v, want all three", st.flagged)
+	}
+	want := "edihub_ack_overdue_flagged_total"
+	if got := testutil.CollectAndCount(reg, want); got != 2 {
+		t.Errorf("%s has %d series, want 2 (ACME, BETA)", want, got)
+	}
+	st.stale = true
+	st.flagged = map[int64]bool{}
+	err = w.Run(leader.WithFence(context.Background(), postgres.Fence{Lease: "l", Token: 1}))
+	if !errors.Is(err, postgres.ErrStaleFence) {
+		t.Errorf("Run with a stale fence = %v, want ErrStaleFence", err)
+	}
+}

@@ -1,0 +1,134 @@
+// Package interchange is what edihub does with the EDI interchanges it
+// carries (issue 23): it reads the envelope of every message received,
+// finds duplicate interchanges, answers with functional acknowledgements
+// when the partner's profile asks for them, and settles what we sent with
+// the partner's acknowledgements. Watcher, a leader-gated worker, flags
+// the acknowledgements that do not come in time.
+package interchange
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+
+	"github.com/edihub/edihub/internal/config"
+	"github.com/edihub/edihub/internal/edi"
+	"github.com/edihub/edihub/internal/outbox"
+	"github.com/edihub/edihub/internal/postgres"
+)
+
+// Store is the storage the Tracker needs; *postgres.Store implements it.
+type Store interface {
+	FindDuplicateInterchanges(ctx context.Context, partner string, doc *edi.Document, window time.Duration) ([]postgres.Duplicate, error)
+	RecordInterchanges(ctx context.Context, id int64, rec postgres.EDIRecord) ([]postgres.Duplicate, error)
+	ApplyAcks(ctx context.Context, partner string, ackMessage int64, reports []*edi.AckReport) ([]postgres.AckMatch, []string, error)
+}
+
+// Acker queues an acknowledgement to a partner; *outbox.Queue implements it.
+type Acker interface {
+	EnqueueAck(ctx context.Context, partner, contentType string, build outbox.AckBuilder) (outbox.Queued, error)
+}
+
+// Options configure NewTracker; all are required but Now.
+type Options struct {
+	Store      Store
+	Acker      Acker
+	Logger     *zap.Logger
+	Registerer prometheus.Registerer
+	Now        func() time.Time
+	// PartnerIDs are the partners whose series are exported at zero from
+	// the start (a counter that first appears with its value shows no
+	// increase in Prometheus).
+	PartnerIDs []string
+}
+
+// Tracker is the receiver's EDI step. It is safe for concurrent use.
+type Tracker struct {
+	o          Options
+	log        *zap.Logger
+	duplicates *prometheus.CounterVec
+	acks       *prometheus.CounterVec
+	received   *prometheus.CounterVec
+}
+
+// NewTracker returns a Tracker.
+func NewTracker(o Options) (*Tracker, error) {
+	if o.Store == nil || o.Acker == nil || o.Logger == nil || o.Registerer == nil {
+		return nil, errors.New("interchange: tracker needs Store, Acker, Logger and Registerer")
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	t := &Tracker{o: o, log: o.Logger.Named("edi"),
+		duplicates: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "edihub_edi_duplicate_interchanges_total",
+			Help: "Interchanges received again from a partner within its window, by action (flagged, refused).",
+		}, []string{"partner", "action"}),
+		acks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "edihub_edi_acks_total",
+			Help: "Functional acknowledgements by direction (sent, received) and status (accepted, accepted-with-errors, rejected).",
+		}, []string{"partner", "direction", "status"}),
+		received: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "edihub_edi_interchanges_received_total",
+			Help: "Interchanges received, by standard and whether their trailers agree (ok, problems).",
+		}, []string{"partner", "standard", "result"}),
+	}
+	for _, c := range []prometheus.Collector{t.duplicates, t.acks, t.received} {
+		if err := o.Registerer.Register(c); err != nil {
+			return nil, fmt.Errorf("interchange: register metrics: %w", err)
+		}
+	}
+	for _, p := range o.PartnerIDs {
+		t.duplicates.WithLabelValues(p, "flagged")
+		t.acks.WithLabelValues(p, "received", string(edi.AckAccepted))
+		t.acks.WithLabelValues(p, "sent", string(edi.AckAccepted))
+	}
+	return t, nil
+}
+
+// Inspection is what Inspect found in a payload.
+type Inspection struct {
+	// Doc is the payload's envelope; nil for a payload that is not EDI
+	// or whose envelope could not be read.
+	Doc        *edi.Document
+	Duplicates []postgres.Duplicate
+	// Refuse is set when the partner refuses duplicates and Duplicates
+	// is not empty: the receiver answers duplicate-document and delivers
+	// nothing.
+	Refuse bool
+	// Reason says why, for the message's error and the log.
+	Reason string
+}
+
+// Inspect reads payload's envelope and looks for duplicate interchanges,
+// before the receiver answers. A payload that is not EDI costs a peek at
+// its first bytes. Failures to look are logged: the message is then
+// received as if there were no duplicate.
+func (t *Tracker) Inspect(ctx context.Context, p *config.Partner, payload io.Reader) Inspection {
+	doc, err := edi.Parse(payload, edi.Limits{})
+	if errors.Is(err, edi.ErrNotEDI) {
+		return Inspection{}
+	}
+	log := t.log.With(zap.String("partner", p.AS2ID))
+	if err != nil {
+		log.Warn("EDI envelope unreadable; the message is carried as it is", zap.Error(err))
+		return Inspection{}
+	}
+	in := Inspection{Doc: doc}
+	dups, err := t.o.Store.FindDuplicateInterchanges(ctx, p.AS2ID, doc, p.EDI.DuplicateWindow)
+	if err != nil {
+		log.Warn("duplicate interchange check", zap.Error(err))
+		return in
+	}
+	in.Duplicates = dups
+	if len(dups) > 0 && p.EDI.RefuseDuplicates {
+		in.Refuse = true
+		in.Reason = fmt.Sprintf("duplicate interchange %s (first received in message %d); edi_duplicates is refuse", dups[0].ControlNumber, dups[0].First)
+	}
+	return in
+}

@@ -1,0 +1,213 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/edihub/edihub/internal/edi"
+)
+
+// AckMatch is an outbound interchange an inbound acknowledgement settled.
+type AckMatch struct {
+	Interchange   int64 // message_interchanges.id
+	Message       int64 // the outbound messages.id
+	ControlNumber string
+	// Status is the interchange's acknowledgement status after the
+	// acknowledgement: accepted, accepted-with-errors, rejected, or
+	// pending while some of its groups are not acknowledged yet.
+	Status string
+	Codes  []string
+}
+
+// ErrAckUnmatched reports a verdict that names no interchange or group we
+// sent to the partner; the others of the same call still apply.
+var ErrAckUnmatched = errors.New("acknowledgement matches nothing sent")
+
+// ApplyAcks records what the acknowledgements carried by inbound message
+// ackMessage (from partner) say about the interchanges sent to partner: an
+// X12 997/999 verdict settles the latest outbound functional group with
+// its control number, a CONTRL the latest outbound interchange with its.
+// Each settled interchange gets an "ack" event (the event feed and the
+// webhook carry it). It returns the matches and, for verdicts that match
+// nothing, their control numbers.
+func (s *Store) ApplyAcks(ctx context.Context, partner string, ackMessage int64, reports []*edi.AckReport) ([]AckMatch, []string, error) {
+	var matches []AckMatch
+	var unmatched []string
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		matches, unmatched = matches[:0], unmatched[:0]
+		for _, r := range reports {
+			for _, v := range r.Verdicts() {
+				m, err := applyVerdict(ctx, tx, partner, ackMessage, v)
+				if errors.Is(err, ErrAckUnmatched) {
+					unmatched = append(unmatched, clean(v.GroupControl+v.InterchangeControl))
+					continue
+				}
+				if err != nil {
+					return err
+				}
+				if err := ackEvent(ctx, tx, m); err != nil {
+					return err
+				}
+				matches = append(matches, m)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("apply acknowledgements from %s: %w", partner, err)
+	}
+	return matches, unmatched, nil
+}
+
+func applyVerdict(ctx context.Context, tx pgx.Tx, partner string, ackMessage int64, v edi.AckVerdict) (AckMatch, error) {
+	codes := make([]string, 0, len(v.Codes))
+	for _, c := range v.Codes {
+		codes = append(codes, clean(c))
+	}
+	var m AckMatch
+	if v.GroupControl != "" {
+		err := tx.QueryRow(ctx, `
+UPDATE message_groups SET ack_status = $3, ack_codes = $4
+ WHERE control_number = $2 AND interchange_id = (
+       SELECT max(g.interchange_id) FROM message_groups g WHERE g.partner = $1 AND g.control_number = $2)
+RETURNING interchange_id`, partner, clean(v.GroupControl), string(v.Status), codes).Scan(&m.Interchange)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return m, ErrAckUnmatched
+		}
+		if err != nil {
+			return m, fmt.Errorf("settle group %s: %w", v.GroupControl, err)
+		}
+		err = tx.QueryRow(ctx, `
+WITH s AS (
+  SELECT CASE WHEN bool_or(ack_status = 'rejected') THEN 'rejected'
+              WHEN bool_and(ack_status = 'accepted') THEN 'accepted'
+              WHEN bool_and(ack_status <> '') THEN 'accepted-with-errors'
+              ELSE 'pending' END AS st,
+         ARRAY(SELECT unnest(ack_codes) FROM message_groups WHERE interchange_id = $1) AS codes
+    FROM message_groups WHERE interchange_id = $1)
+UPDATE message_interchanges i SET ack_status = s.st, ack_codes = s.codes, acked_at = now(), ack_message = $2
+  FROM s WHERE i.id = $1
+RETURNING i.message_id, i.control_number, i.ack_status, i.ack_codes`, m.Interchange, ackMessage).
+			Scan(&m.Message, &m.ControlNumber, &m.Status, &m.Codes)
+		if err != nil {
+			return m, fmt.Errorf("settle interchange %d: %w", m.Interchange, err)
+		}
+		return m, nil
+	}
+	err := tx.QueryRow(ctx, `
+UPDATE message_interchanges SET ack_status = $3, ack_codes = $4, acked_at = now(), ack_message = $5
+ WHERE id = (SELECT max(id) FROM message_interchanges
+              WHERE partner = $1 AND direction = 'outbound' AND control_number = $2)
+RETURNING id, message_id, control_number, ack_status, ack_codes`,
+		partner, clean(v.InterchangeControl), string(v.Status), codes, ackMessage).
+		Scan(&m.Interchange, &m.Message, &m.ControlNumber, &m.Status, &m.Codes)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return m, ErrAckUnmatched
+	}
+	if err != nil {
+		return m, fmt.Errorf("settle interchange %s: %w", v.InterchangeControl, err)
+	}
+	return m, nil
+}
+
+func ackEvent(ctx context.Context, tx pgx.Tx, m AckMatch) error {
+	_, err := tx.Exec(ctx, `
+INSERT INTO events (type, message, partner, direction, detail)
+SELECT 'ack', id, partner, direction, jsonb_build_object(
+       'message_id', message_id, 'status', status, 'control_number', $2::text, 'ack', $3::text, 'ack_codes', $4::text[])
+  FROM messages WHERE id = $1`, m.Message, m.ControlNumber, m.Status, nonNil(m.Codes))
+	if err != nil {
+		return fmt.Errorf("ack event: %w", err)
+	}
+	return nil
+}
+
+// DueAck is an outbound interchange whose acknowledgement is overdue.
+type DueAck struct {
+	Interchange   int64
+	Message       int64
+	Partner       string
+	ControlNumber string
+}
+
+// OverdueAcks returns up to limit outbound interchanges still awaiting
+// their acknowledgement past ack_due_at (database clock) and not yet
+// flagged, oldest due first. It reads without locking: the fenced
+// FlagOverdueAcks decides each one once.
+func (s *Store) OverdueAcks(ctx context.Context, limit int) ([]DueAck, error) {
+	rows, err := s.pool.Query(ctx, `
+SELECT id, message_id, partner, control_number FROM message_interchanges
+ WHERE ack_status = 'pending' AND NOT ack_overdue AND ack_due_at <= now()
+ ORDER BY ack_due_at, id LIMIT $1`, limit)
+	if err != nil {
+		return nil, fmt.Errorf("read overdue acknowledgements: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, scanDueAck)
+	if err != nil {
+		return nil, fmt.Errorf("read overdue acknowledgements: %w", err)
+	}
+	return out, nil
+}
+
+func scanDueAck(r pgx.CollectableRow) (DueAck, error) {
+	var d DueAck
+	err := r.Scan(&d.Interchange, &d.Message, &d.Partner, &d.ControlNumber)
+	return d, err
+}
+
+// FlagOverdueAcks flags the interchanges ids overdue in one fenced
+// transaction, each only if it is still pending past its due time and not
+// flagged (so each is flagged once, whichever leader and however often
+// asked), with an "ack-overdue" event. It returns the ones flagged, or
+// ErrStaleFence (flagging nothing) when f is no longer the current term.
+func (s *Store) FlagOverdueAcks(ctx context.Context, f Fence, ids []int64) ([]DueAck, error) {
+	var out []DueAck
+	err := s.fenced(ctx, f, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `
+UPDATE message_interchanges SET ack_overdue = true, ack_fence = $2
+ WHERE id = ANY ($1) AND ack_status = 'pending' AND NOT ack_overdue AND ack_due_at <= now()
+RETURNING id, message_id, partner, control_number`, ids, f.Token)
+		if err != nil {
+			return err
+		}
+		if out, err = pgx.CollectRows(rows, scanDueAck); err != nil {
+			return err
+		}
+		for _, d := range out {
+			if _, err := tx.Exec(ctx, `
+INSERT INTO events (type, message, partner, direction, detail)
+SELECT 'ack-overdue', m.id, m.partner, m.direction, jsonb_build_object(
+       'message_id', m.message_id, 'status', m.status, 'control_number', i.control_number, 'ack_due_at', i.ack_due_at)
+  FROM messages m JOIN message_interchanges i ON i.message_id = m.id WHERE i.id = $1`, d.Interchange); err != nil {
+				return fmt.Errorf("ack-overdue event: %w", err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("flag overdue acknowledgements: %w", err)
+	}
+	return out, nil
+}
+
+// OverdueAckCounts returns, per partner, the outbound interchanges flagged
+// overdue that are still unacknowledged (edihub_ack_overdue{partner}).
+func (s *Store) OverdueAckCounts(ctx context.Context) (map[string]int, error) {
+	rows, err := s.pool.Query(ctx, `
+SELECT partner, count(*) FROM message_interchanges
+ WHERE ack_overdue AND ack_status = 'pending' GROUP BY partner`)
+	if err != nil {
+		return nil, fmt.Errorf("count overdue acknowledgements: %w", err)
+	}
+	out := map[string]int{}
+	var p string
+	var n int
+	_, err = pgx.ForEachRow(rows, []any{&p, &n}, func() error { out[p] = n; return nil })
+	if err != nil {
+		return nil, fmt.Errorf("count overdue acknowledgements: %w", err)
+	}
+	return out, nil
+}

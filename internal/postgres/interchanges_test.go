@@ -1,0 +1,239 @@
+package postgres_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/edihub/edihub/internal/edi"
+	"github.com/edihub/edihub/internal/postgres"
+	"github.com/edihub/edihub/internal/testenv"
+	"github.com/edihub/edihub/internal/testenv/pgtest"
+)
+
+const x12PO = "ISA*00*          *00*          *ZZ*EDIHUB         *ZZ*ACME           *261202*0405*U*00401*000000777*0*P*>~" +
+	"GS*PO*EDIHUB*ACME*20261202*0405*4242*X*004010~ST*850*0001~BEG*00*SA*PO1**20261202~SE*3*0001~GE*1*4242~IEA*1*000000777~"
+
+func parseEDI(t *testing.T, s string) *edi.Document {
+	t.Helper()
+	doc, err := edi.Parse(strings.NewReader(s), edi.Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return doc
+}
+
+func enqueueEDI(t *testing.T, st *postgres.Store, partner, doc string, due time.Duration) postgres.Enqueued {
+	t.Helper()
+	e, err := st.EnqueueOutbound(context.Background(), postgres.NewOutbound{
+		Partner: partner, AS2From: "EDIHUB", AS2To: partner, MessageID: fmt.Sprintf("<%d@edihub>", time.Now().UnixNano()),
+		MDNMode: "none", URL: "http://127.0.0.1:1/as2", MaxAttempts: 1, Payload: []byte(doc),
+		EDI: &postgres.EDIRecord{Partner: partner, Direction: "outbound", Doc: parseEDI(t, doc), AckDue: due},
+	})
+	if err != nil {
+		t.Fatalf("EnqueueOutbound = %v", err)
+	}
+	return e
+}
+
+// TestAckReconciliation: an outbound 850 awaits its 997; the partner's 997
+// (built by edi.Acknowledge, parsed back as the receiver does) settles it
+// accepted with an "ack" event; a 997 for a group never sent matches
+// nothing.
+func TestAckReconciliation(t *testing.T) {
+	ctx := context.Background()
+	st := pgtest.Store(t)
+	sent := enqueueEDI(t, st, "ACME", x12PO, time.Hour)
+	got, err := st.Interchanges(ctx, sent.ID)
+	if err != nil || len(got) != 1 {
+		t.Fatalf("Interchanges = %v, %v", got, err)
+	}
+	if ic := got[0]; ic.AckStatus != "pending" || ic.ControlNumber != "000000777" || !ic.OK || ic.AckDueAt == nil || !cmp.Equal(ic.GroupControlNumber, []string{"4242"}) || !cmp.Equal(ic.SetTypes, []string{"850"}) {
+		t.Errorf("Interchanges = %+v, want pending 000000777 with group 4242", ic)
+	}
+
+	// The partner acknowledges: its 997 names our group 4242.
+	doc := parseEDI(t, x12PO)
+	ack, err := edi.Acknowledge(edi.AckRequest{Interchange: &doc.Interchanges[0], Standard: edi.X12, Kind: edi.Ack997, Control: 1, Now: time.Now()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inbound := parseEDI(t, string(ack.Document))
+	matches, unmatched, err := st.ApplyAcks(ctx, "ACME", 0, inbound.Acknowledgements())
+	if err != nil || len(matches) != 1 || len(unmatched) != 0 {
+		t.Fatalf("ApplyAcks = %+v, %v, %v; want one match", matches, unmatched, err)
+	}
+	if m := matches[0]; m.Message != sent.ID || m.Status != "accepted" {
+		t.Errorf("ApplyAcks = %+v, want message %d accepted", m, sent.ID)
+	}
+	got, _ = st.Interchanges(ctx, sent.ID)
+	if got[0].AckStatus != "accepted" || got[0].AckedAt == nil {
+		t.Errorf("after the 997: %+v, want accepted", got[0])
+	}
+	events, err := st.Events(ctx, postgres.EventCursor{}, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var acks int
+	for _, e := range events {
+		if e.Type == "ack" && e.Message == sent.ID && bytes.Contains(e.Detail, []byte(`"ack": "accepted"`)) {
+			acks++
+		}
+	}
+	if acks != 1 {
+		t.Errorf("events = %d ack events for message %d, want 1", acks, sent.ID)
+	}
+	if _, unmatched, _ := st.ApplyAcks(ctx, "OTHER", 0, inbound.Acknowledgements()); !cmp.Equal(unmatched, []string{"4242"}) {
+		t.Errorf("ApplyAcks(another partner) unmatched = %v, want [4242]", unmatched)
+	}
+	// The day's report counts the interchange sent and its acceptance.
+	day, err := st.DayTraffic(ctx, time.Now().Add(-time.Hour), time.Now().Add(time.Hour), "edihub-leader")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []postgres.EDIGroup{{Partner: "ACME", Sent: 1, Accepted: 1}}; !cmp.Equal(day.EDI, want) {
+		t.Errorf("DayTraffic.EDI = %+v, want %+v", day.EDI, want)
+	}
+}
+
+// TestAckReconciliationCONTRL: a rejecting CONTRL settles the EDIFACT
+// interchange it names rejected, with its codes.
+func TestAckReconciliationCONTRL(t *testing.T) {
+	ctx := context.Background()
+	st := pgtest.Store(t)
+	const orders = "UNB+UNOC:3+EDIHUB:ZZ+ACME:ZZ+261202:0405+REF77'UNH+1+ORDERS:D:96A:UN'BGM+220'UNT+3+1'UNZ+1+REF77'"
+	sent := enqueueEDI(t, st, "ACME", orders, time.Hour)
+	bad := parseEDI(t, strings.Replace(orders, "UNT+3+1", "UNT+4+1", 1))
+	ack, _ := edi.Acknowledge(edi.AckRequest{Interchange: &bad.Interchanges[0], Standard: edi.EDIFACT, Control: 3, Now: time.Now()})
+	matches, _, err := st.ApplyAcks(ctx, "ACME", 0, parseEDI(t, string(ack.Document)).Acknowledgements())
+	if err != nil || len(matches) != 1 || matches[0].Message != sent.ID || matches[0].Status != "accepted-with-errors" || !cmp.Equal(matches[0].Codes, []string{"UCM/1:29"}) {
+		t.Fatalf("ApplyAcks = %+v, %v; want message %d accepted-with-errors [UCM/1:29]", matches, err, sent.ID)
+	}
+}
+
+// TestNextControlNumberConcurrent: replicas taking a partner's numbers at
+// once get each number once, without gaps.
+func TestNextControlNumberConcurrent(t *testing.T) {
+	ctx := context.Background()
+	st := pgtest.Store(t)
+	const n = 24
+	got := make([]int64, n)
+	errs := make([]error, n)
+	testenv.Together(n, func(i int) { got[i], errs[i] = st.NextControlNumber(ctx, "ACME") })
+	seen := map[int64]bool{}
+	for i := range n {
+		if errs[i] != nil || got[i] < 1 || got[i] > n || seen[got[i]] {
+			t.Fatalf("NextControlNumber #%d = %d, %v; want distinct numbers 1…%d", i, got[i], errs[i], n)
+		}
+		seen[got[i]] = true
+	}
+	if other, _ := st.NextControlNumber(ctx, "OTHER"); other != 1 {
+		t.Errorf("NextControlNumber(OTHER) = %d, want 1: counters are per partner", other)
+	}
+}
+
+// TestDuplicateInterchanges: the same interchange received again within
+// the window is recorded with the first message and counted.
+func TestDuplicateInterchanges(t *testing.T) {
+	ctx := context.Background()
+	st := pgtest.Store(t)
+	doc := parseEDI(t, x12PO)
+	ids := receiveN(t, st, 2)
+	rec := postgres.EDIRecord{Partner: "ACME", Direction: "inbound", Doc: doc, DuplicateWindow: time.Hour}
+	if dups, err := st.RecordInterchanges(ctx, ids[0], rec); err != nil || len(dups) != 0 {
+		t.Fatalf("RecordInterchanges(first) = %v, %v; want no duplicate", dups, err)
+	}
+	if dups, _ := st.FindDuplicateInterchanges(ctx, "ACME", doc, time.Hour); len(dups) != 1 || dups[0].First != ids[0] {
+		t.Errorf("FindDuplicateInterchanges = %+v, want the first message %d", dups, ids[0])
+	}
+	dups, err := st.RecordInterchanges(ctx, ids[1], rec)
+	if err != nil || len(dups) != 1 || dups[0].First != ids[0] {
+		t.Fatalf("RecordInterchanges(second) = %+v, %v; want a duplicate of %d", dups, err, ids[0])
+	}
+	got, _ := st.Interchanges(ctx, ids[1])
+	if got[0].DuplicateOf == nil || *got[0].DuplicateOf != ids[0] {
+		t.Errorf("Interchanges(second).DuplicateOf = %v, want %d", got[0].DuplicateOf, ids[0])
+	}
+	if dups, _ := st.FindDuplicateInterchanges(ctx, "OTHER", doc, time.Hour); len(dups) != 0 {
+		t.Errorf("FindDuplicateInterchanges(another partner) = %v, want none", dups)
+	}
+}
+
+func receiveN(t *testing.T, st *postgres.Store, n int) []int64 {
+	t.Helper()
+	var ids []int64
+	for i := range n {
+		id, err := st.SaveInbound(context.Background(), &postgres.InboundMessage{
+			Partner: "ACME", AS2From: "ACME", AS2To: "EDIHUB", MessageID: fmt.Sprintf("<in-%d@acme>", i),
+			Status: postgres.InboundProcessed, MDNMode: "none", Payload: []byte(x12PO),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	return ids
+}
+
+// TestFlagOverdueAcks: an interchange past its due time is flagged once,
+// by the current term only, also when two terms ask.
+func TestFlagOverdueAcks(t *testing.T) {
+	ctx := context.Background()
+	st := pgtest.Store(t)
+	sent := enqueueEDI(t, st, "ACME", x12PO, time.Microsecond)
+	// Due 1µs after the enqueue's transaction began: past by the next one.
+	due, err := st.OverdueAcks(ctx, 10)
+	if err != nil || len(due) != 1 || due[0].Message != sent.ID {
+		t.Fatalf("OverdueAcks = %+v, %v; want message %d", due, err, sent.ID)
+	}
+	old := postgres.Fence{Lease: "edihub-leader", Token: 1}
+	next := postgres.Fence{Lease: "edihub-leader", Token: 2}
+	if err := st.OpenTerm(ctx, old, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.OpenTerm(ctx, next, "b"); err != nil {
+		t.Fatal(err)
+	}
+	ids := []int64{due[0].Interchange}
+	if _, err := st.FlagOverdueAcks(ctx, old, ids); !errors.Is(err, postgres.ErrStaleFence) {
+		t.Errorf("FlagOverdueAcks(stale term) = %v, want ErrStaleFence", err)
+	}
+	flagged, err := st.FlagOverdueAcks(ctx, next, ids)
+	if err != nil || len(flagged) != 1 {
+		t.Fatalf("FlagOverdueAcks = %v, %v; want one", flagged, err)
+	}
+	if again, err := st.FlagOverdueAcks(ctx, next, ids); err != nil || len(again) != 0 {
+		t.Errorf("FlagOverdueAcks(again) = %v, %v; want none: flagged once", again, err)
+	}
+	counts, err := st.OverdueAckCounts(ctx)
+	if err != nil || !cmp.Equal(counts, map[string]int{"ACME": 1}) {
+		t.Errorf("OverdueAckCounts = %v, %v; want ACME: 1", counts, err)
+	}
+	if due, _ := st.OverdueAcks(ctx, 10); len(due) != 0 {
+		t.Errorf("OverdueAcks after flagging = %v, want none", due)
+	}
+}
+
+// TestMessagesByICN: the message search finds messages by interchange
+// control number, with or without X12's leading zeros.
+func TestMessagesByICN(t *testing.T) {
+	ctx := context.Background()
+	st := pgtest.Store(t)
+	sent := enqueueEDI(t, st, "ACME", x12PO, 0)
+	enqueueEDI(t, st, "ACME", strings.ReplaceAll(x12PO, "000000777", "000000778"), 0)
+	for _, icn := range []string{"000000777", "777"} {
+		got, err := st.Messages(ctx, postgres.MessageQuery{ICN: icn})
+		if err != nil || len(got) != 1 || got[0].ID != sent.ID {
+			t.Errorf("Messages(icn %s) = %v, %v; want message %d", icn, got, err, sent.ID)
+		}
+	}
+	if got, _ := st.Messages(ctx, postgres.MessageQuery{ICN: "999"}); len(got) != 0 {
+		t.Errorf("Messages(icn 999) = %v, want none", got)
+	}
+}
