@@ -21,16 +21,17 @@ import (
 func newConsole(r *replica, p *parts, reports console.Reports) (*console.Console, *sql.DB, error) {
 	sdb := r.store.SessionDB()
 	o := console.Options{
-		Auth:      p.auth,
-		Messages:  r.store,
-		SessionDB: sdb,
-		Sessions:  r.store,
-		Partners:  func() []string { return partnerNames(r.cfg.Current()) },
-		Auditor:   r.store,
-		Queue:     p.out.queue,
-		Resender:  r.store,
-		Canceller: r.store,
-		Reapplier: r.store,
+		Auth:         p.auth,
+		Messages:     r.store,
+		SessionDB:    sdb,
+		Sessions:     r.store,
+		Partners:     func() []string { return partnerNames(r.cfg.Current()) },
+		Auditor:      r.store,
+		Queue:        p.out.queue,
+		Resender:     r.store,
+		Canceller:    r.store,
+		Reapplier:    r.store,
+		Interchanges: r.store,
 		// A document sent from the console is bounded like one sent to
 		// the API.
 		MaxUploadBytes: r.o.maxBodyBytes,

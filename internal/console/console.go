@@ -44,6 +44,12 @@ import (
 	"github.com/edihub/edihub/internal/probe"
 )
 
+// InterchangeStore reads the EDI interchanges a message carries;
+// *postgres.Store implements it.
+type InterchangeStore interface {
+	Interchanges(ctx context.Context, id int64) ([]postgres.InterchangeInfo, error)
+}
+
 // Prefix is where the console is mounted; every route is under it.
 const Prefix = "/console"
 
@@ -124,6 +130,9 @@ type Options struct {
 	Canceller Canceller
 	// Reapplier judges orphan async MDNs again; nil leaves it out.
 	Reapplier Reapplier
+	// Interchanges reads the EDI interchanges of a message for its trace;
+	// nil leaves them out.
+	Interchanges InterchangeStore
 	// MaxUploadBytes bounds a document sent from the console; 0 means
 	// DefaultMaxUploadBytes.
 	MaxUploadBytes int64

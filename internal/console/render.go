@@ -200,14 +200,15 @@ func (c *Console) fail(w http.ResponseWriter, r *http.Request, status int, msg s
 // funcs are the templates' helpers.
 var funcs = template.FuncMap{
 	"pathEscape": url.PathEscape,
+	"join":       strings.Join,
 	"size":       size,
 	"statusClass": func(s string) string {
 		switch s {
-		case "delivered", "sent", "processed", "done", "ok", "active":
+		case "delivered", "sent", "processed", "done", "ok", "active", "accepted":
 			return "ok"
-		case "failed", "error", "orphan", "disabled", "revoked", "expired":
+		case "failed", "error", "orphan", "disabled", "revoked", "expired", "rejected":
 			return "bad"
-		case "retrying", "awaiting-mdn", "overdue", "pending", "sending":
+		case "retrying", "awaiting-mdn", "overdue", "pending", "sending", "accepted-with-errors":
 			return "warn"
 		}
 		return "info"
