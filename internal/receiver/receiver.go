@@ -788,7 +788,9 @@ func (h *Handler) receive(ctx context.Context, hdr http.Header, body []byte, rq 
 		msg.MDNMode = "sync"
 	}
 	x := &exchange{log: log, hdr: hdr, body: body, rq: rq, plan: plan, partner: partner, budget: budget, msg: msg, sp: sp}
+	t0 := time.Now()
 	disp, mic, err := h.unwrap(ctx, x)
+	unwrapTook := time.Since(t0)
 	if err != nil {
 		return &response{partner: partner.AS2ID, result: resultBusy}
 	}
@@ -809,7 +811,9 @@ func (h *Handler) receive(ctx context.Context, hdr http.Header, body []byte, rq 
 	} else {
 		res = &response{status: http.StatusOK}
 	}
+	t1 := time.Now()
 	id, err := h.o.Store.SaveInbound(ctx, msg)
+	storeTook := time.Since(t1)
 	if err != nil {
 		if errors.Is(err, postgres.ErrDuplicateInbound) {
 			// A resend, or a concurrent identical post that won the race:
@@ -832,7 +836,8 @@ func (h *Handler) receive(ctx context.Context, hdr http.Header, body []byte, rq 
 		// The MDN leaves through the outbox; the partner gets 200 now.
 		res = &response{status: http.StatusOK, partner: res.partner, result: res.result}
 	}
-	log.Info("message received", zap.String("disposition", msg.Disposition), zap.Int64("size", msg.PayloadSize), zap.String("mdn", msg.MDNMode))
+	log.Info("message received", zap.String("disposition", msg.Disposition), zap.Int64("size", msg.PayloadSize), zap.String("mdn", msg.MDNMode),
+		zap.Duration("unwrap", unwrapTook), zap.Duration("store", storeTook), zap.Bool("spooled", sp != nil))
 	return res
 }
 

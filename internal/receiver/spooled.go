@@ -58,10 +58,12 @@ func (h *Handler) serveSpooled(w http.ResponseWriter, r *http.Request, rq reques
 		http.Error(w, "the message could not be spooled; nothing was accepted, please resend later", http.StatusServiceUnavailable)
 		return
 	}
+	t0 := time.Now()
 	if err := h.spoolBody(w, r, sp.body); err != nil {
 		h.bodyError(w, label, err, false)
 		return
 	}
+	h.log.Debug("body spooled", zap.String("partner", label), zap.Int64("size", sp.body.Size()), zap.Duration("took", time.Since(t0)))
 	h.metrics.bytes.WithLabelValues(label).Add(float64(sp.body.Size()))
 	if h.spooledMDN(w, r, sp.body, label) {
 		return

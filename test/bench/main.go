@@ -801,8 +801,9 @@ func child(ctx context.Context, o options) error {
 		return err
 	}
 	defer sp.Close()
-	// Warnings and errors (a message refused, a store failure) to stderr.
-	log, err := zap.NewDevelopment(zap.IncreaseLevel(zap.WarnLevel))
+	// The log to stderr (a message refused, a store failure, where the
+	// time of a large message went).
+	log, err := zap.NewDevelopment()
 	if err != nil {
 		return err
 	}
