@@ -40,6 +40,9 @@ type Verdict struct {
 	// End-of-day report: days stored, mails received, days without
 	// exactly one mail, mails whose figures differ from a recount.
 	ReportDays, ReportMails, ReportDaysWrong, RecountMismatch int
+	// Recounted says what the recount compared: the mail's part and its
+	// size.
+	Recounted string
 
 	// Fencing: terms, accepted fenced writes, and the fence checker's
 	// findings (stale, interleaved, unknown writes; terms out of token

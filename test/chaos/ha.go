@@ -26,6 +26,11 @@ type haDB struct {
 	dir   string
 	async bool
 	logf  func(string, ...any)
+	// bg runs the standby rebuilt after a failover; Close cancels and
+	// waits for it before it stops the servers.
+	bg       sync.WaitGroup
+	bgCtx    context.Context
+	bgCancel context.CancelFunc
 
 	mu       sync.Mutex
 	primary  *pgserver.Server
@@ -38,6 +43,7 @@ type haDB struct {
 // startHA starts the primary, its standby and the front address.
 func startHA(ctx context.Context, dir string, async bool, logf func(string, ...any)) (_ *haDB, err error) {
 	h := &haDB{dir: dir, async: async, logf: logf}
+	h.bgCtx, h.bgCancel = context.WithCancel(context.Background())
 	// The postgres user must walk into it (when running as root).
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
@@ -186,12 +192,14 @@ func (h *haDB) Failover(ctx context.Context) (promoted time.Time, done <-chan er
 	h.mu.Unlock()
 	_ = old.Stop()
 	ch := make(chan error, 1)
-	go func() { ch <- h.addStandby(ctx) }()
+	h.bg.Go(func() { ch <- h.addStandby(h.bgCtx) })
 	return promoted, ch, nil
 }
 
-// Close stops every server and proxy.
+// Close stops every server and proxy, the standby being rebuilt too.
 func (h *haDB) Close() {
+	h.bgCancel()
+	h.bg.Wait()
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for _, s := range []*pgserver.Server{h.standby, h.primary} {

@@ -56,20 +56,24 @@ func (s *stack) checkReport(ctx context.Context, v *Verdict) error {
 		if len(mails) == 0 {
 			continue
 		}
-		if err := s.recount(ctx, d, mails[0]); err != nil {
+		what, err := s.recount(ctx, d, mails[0])
+		if err != nil {
 			v.RecountMismatch++
 			v.detail("report of %s: %v", d, err)
 		}
+		v.Recounted = what
 	}
 	return nil
 }
 
-// recount compares the mail's figures with edihub report -date day.
-func (s *stack) recount(ctx context.Context, day string, raw []byte) error {
+// recount compares the mail's figures with edihub report -date day and
+// says what it compared.
+func (s *stack) recount(ctx context.Context, day string, raw []byte) (string, error) {
 	format, mailed, err := figuresOf(raw)
 	if err != nil {
-		return err
+		return "", err
 	}
+	what := fmt.Sprintf("%s, %d bytes", format, len(mailed))
 	cmd := exec.CommandContext(ctx, s.o.Binary, "report", "-date", day, "-format", format)
 	cmd.Env = []string{
 		"EDIHUB_DATABASE_URL=" + s.db.URL(),
@@ -80,13 +84,13 @@ func (s *stack) recount(ctx context.Context, day string, raw []byte) error {
 	cmd.Stderr = &stderr
 	fresh, err := cmd.Output()
 	if err != nil {
-		return fmt.Errorf("edihub report: %w: %s", err, stderr.String())
+		return what, fmt.Errorf("edihub report: %w: %s", err, stderr.String())
 	}
 	norm := func(b []byte) string { return strings.TrimSpace(strings.ReplaceAll(string(b), "\r\n", "\n")) }
 	if norm(fresh) != norm(mailed) {
-		return fmt.Errorf("mailed %s differs from the recount:\n%s\n---\n%s", format, norm(mailed), norm(fresh))
+		return what, fmt.Errorf("mailed %s differs from the recount:\n%s\n---\n%s", format, norm(mailed), norm(fresh))
 	}
-	return nil
+	return what, nil
 }
 
 // figuresOf returns the mail's CSV attachment ("csv"), else its plain text

@@ -146,7 +146,7 @@ func (s *stack) startDatabases(ctx context.Context) (err error) {
 		return err
 	}
 	s.onClose(s.partnerDB.Close)
-	return seedFirstTerm(ctx, s.hubDB)
+	return seedYesterday(ctx, s.hubDB)
 }
 
 func migrate(ctx context.Context, u string) error {
@@ -159,16 +159,34 @@ func migrate(ctx context.Context, u string) error {
 	return err
 }
 
-// seedFirstTerm records a leadership term opened just after yesterday's
+// seedYesterday records a leadership term opened just after yesterday's
 // midnight (UTC), as an installation running since yesterday would have:
-// the report worker reports only days that ended after the first term,
-// so yesterday's report falls due at the report time set inside the run,
-// and no day before it.
-func seedFirstTerm(ctx context.Context, db *pgxpool.Pool) error {
-	y := time.Now().UTC().Truncate(24 * time.Hour).Add(-24*time.Hour + time.Second)
-	_, err := db.Exec(ctx, `INSERT INTO leader_terms (lease, token, holder, opened_at) VALUES ($1, 1, $2, $3)`,
-		failover.LeaseName, seedHolder, y)
-	return err
+// the report worker reports only days that ended after the first term, so
+// yesterday's report falls due at the report time set inside the run, and
+// no day before it. It also records yesterday's traffic, 24 documents
+// received from the partner (two of them refused), so that the report
+// mail has figures for the recount to check.
+func seedYesterday(ctx context.Context, db *pgxpool.Pool) error {
+	y := time.Now().UTC().Truncate(24 * time.Hour).Add(-24 * time.Hour)
+	if _, err := db.Exec(ctx, `INSERT INTO leader_terms (lease, token, holder, opened_at) VALUES ($1, 1, $2, $3)`,
+		failover.LeaseName, seedHolder, y.Add(time.Second)); err != nil {
+		return fmt.Errorf("seed the first term: %w", err)
+	}
+	_, err := db.Exec(ctx, `
+INSERT INTO messages (direction, partner, as2_from, as2_to, message_id, status, content_type, payload_size,
+                      signed, encrypted, disposition, attempts, created_at, updated_at, completed_at)
+SELECT 'inbound', $1::text, $1::text, $2::text, format('<yesterday-%s@%s>', i, $1::text),
+       CASE WHEN i % 12 = 5 THEN 'error' ELSE 'processed' END, 'application/EDI-X12', 1000 + 10 * i,
+       true, true,
+       CASE WHEN i % 12 = 5 THEN 'automatic-action/MDN-sent-automatically; processed/Error: decryption-failed'
+            ELSE 'automatic-action/MDN-sent-automatically; processed' END,
+       1, $3::timestamptz + make_interval(mins => 50 * i), $3::timestamptz + make_interval(mins => 50 * i),
+       $3::timestamptz + make_interval(mins => 50 * i)
+  FROM generate_series(1, 24) AS i`, partnerID, hubID, y)
+	if err != nil {
+		return fmt.Errorf("seed yesterday's traffic: %w", err)
+	}
+	return nil
 }
 
 // startFronts starts the balancer and the two recording fronts.

@@ -38,7 +38,7 @@ func (r *Result) Print(w io.Writer) {
 		{"… left pending", v.MDNsPending},
 		{"report days stored / mails received", fmt.Sprintf("%d / %d", v.ReportDays, v.ReportMails)},
 		{"… days without exactly one mail", v.ReportDaysWrong},
-		{"… mails unequal to a recount", v.RecountMismatch},
+		{"… mails unequal to a recount", fmt.Sprintf("%d (compared: %s)", v.RecountMismatch, v.Recounted)},
 		{"terms / accepted fenced writes", fmt.Sprintf("%d / %d", v.Terms, v.Beats)},
 		{"… stale writes accepted", v.Stale},
 		{"… interleaved writes", v.Interleaved},
