@@ -87,3 +87,69 @@ func TestHubToHubEDI(t *testing.T) {
 		t.Errorf("BRAVO /metrics lacks the flagged duplicate")
 	}
 }
+
+// TestAckOverdueOnceAcrossFailover: two replicas of ALPHA (one database,
+// the Postgres leader backend) send an 850 to BRAVO, which sends no 997.
+// The leader's acknowledgement watcher flags it overdue; the leader stops,
+// the other replica takes over and runs its watcher: the interchange is
+// flagged once, one ack-overdue event, and the new leader's gauge shows it.
+func TestAckOverdueOnceAcrossFailover(t *testing.T) {
+	a1, b := newHubStation(t, "HUB ALPHA"), newHubStation(t, "HUB-BRAVO")
+	fast := []string{"EDIHUB_ACK_WATCH_INTERVAL", "100ms", "EDIHUB_RETRY_PERIOD", "500ms", "EDIHUB_RENEW_DEADLINE", "2s", "EDIHUB_LEASE_DURATION", "10s"}
+	a1.extraEnv = fast
+	a1.start(t, b, "mdn: sync", "edi_ack_due: 1s")
+	a2 := *a1
+	a2.as2Addr, a2.opsAddr, a2.logs = hubFreeAddr(t), hubFreeAddr(t), &hubLog{} // same directory, keys and config
+	a2.start(t, b, "mdn: sync", "edi_ack_due: 1s")
+	b.start(t, a1, "require_signed: false")
+
+	sent := a1.send(t, b, []byte(po850), "application/EDI-X12", "po.x12", "delivered", "failed")
+	if sent.Status != "delivered" {
+		t.Fatalf("850: %q %q", sent.Status, sent.Error)
+	}
+	waitAck := func(s *hubStation, want string) {
+		t.Helper()
+		var d hubDetail
+		for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+			if s.api(t, "GET", sent.Location, "", nil, &d); d.Ack == want {
+				return
+			}
+		}
+		t.Fatalf("%s: ack %q, want %q", s.name, d.Ack, want)
+	}
+	waitAck(a1, "overdue")
+	leader, follower := a1, &a2
+	if strings.Contains(a2.metrics(t), "edihub_leader_is_leader 1") {
+		leader, follower = &a2, a1
+	}
+	leader.stop()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		// The new leader's watcher has run a step: its gauge counts the
+		// interchange flagged by its predecessor.
+		if strings.Contains(follower.metrics(t), `edihub_ack_overdue{partner="HUB-BRAVO"} 1`) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s did not take over and watch:\n%s", follower.name, follower.metrics(t))
+		}
+	}
+	var feed struct {
+		Events []struct {
+			Type    string `json:"type"`
+			Message int64  `json:"message"`
+		} `json:"events"`
+	}
+	follower.api(t, "GET", "/api/v1/events?limit=1000", "", nil, &feed)
+	n := 0
+	for _, e := range feed.Events {
+		if e.Type == "ack-overdue" {
+			n++
+			if e.Message != sent.ID {
+				t.Errorf("ack-overdue event for message %d, want %d", e.Message, sent.ID)
+			}
+		}
+	}
+	if n != 1 {
+		t.Errorf("%d ack-overdue events, want exactly 1 across the failover (%+v)", n, feed.Events)
+	}
+}
