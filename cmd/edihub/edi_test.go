@@ -153,3 +153,33 @@ func TestAckOverdueOnceAcrossFailover(t *testing.T) {
 		t.Errorf("%d ack-overdue events, want exactly 1 across the failover (%+v)", n, feed.Events)
 	}
 }
+
+// TestHubToHubEDIRefuseDuplicate: BRAVO refuses repeated interchanges
+// from ALPHA (edi_duplicates: refuse). The same 850 sent again under a new
+// Message-ID is answered processed/Warning: duplicate-document, stored at
+// BRAVO as an error with the reason, its payload not kept.
+func TestHubToHubEDIRefuseDuplicate(t *testing.T) {
+	a, b := newHubStation(t, "HUB ALPHA"), newHubStation(t, "HUB-BRAVO")
+	a.start(t, b, "mdn: sync", "mdn_signed: true")
+	b.start(t, a, "require_signed: false", "mdn: sync", "edi_duplicates: refuse")
+
+	first := a.send(t, b, []byte(po850), "application/EDI-X12", "po.x12", "delivered", "failed")
+	again := a.send(t, b, []byte(po850), "application/EDI-X12", "po.x12", "delivered", "failed")
+	if first.Status != "delivered" || strings.Contains(first.Disposition, "duplicate") {
+		t.Errorf("first 850: %q %q, want delivered, processed", first.Status, first.Disposition)
+	}
+	if !strings.Contains(again.Disposition, "processed/Warning: duplicate-document") {
+		t.Errorf("second 850: status %q, disposition %q; want processed/Warning: duplicate-document", again.Status, again.Disposition)
+	}
+	got := b.received(t, again.MessageID)
+	if got.Status != "error" || !strings.Contains(got.Error, "duplicate interchange 000000101") || !strings.Contains(got.Error, "edi_duplicates is refuse") {
+		t.Errorf("BRAVO's second receipt = %+v, want error naming the duplicate interchange and the setting", got)
+	}
+	var payload []byte
+	if c := b.api(t, "GET", got.Location+"/payload", "", nil, &payload); c == 200 {
+		t.Errorf("BRAVO kept the refused payload (%d bytes)", len(payload))
+	}
+	if m := b.metrics(t); !strings.Contains(m, `edihub_edi_duplicate_interchanges_total{action="refused",partner="HUB ALPHA"} 1`) {
+		t.Errorf("BRAVO /metrics lacks the refused duplicate")
+	}
+}
