@@ -1,6 +1,7 @@
 package interchange_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"strings"
@@ -137,7 +138,7 @@ func TestTrackerAcknowledges(t *testing.T) {
 			st, a := &fakeStore{}, &fakeAcker{}
 			tr := newTracker(t, st, a)
 			p := partner(tt.settings)
-			in := tr.Inspect(context.Background(), p, []byte(tt.payload))
+			in := tr.Inspect(context.Background(), p, strings.NewReader(tt.payload))
 			tr.Received(context.Background(), p, 1, in)
 			var got []string
 			for _, d := range a.docs {
@@ -168,7 +169,7 @@ func TestTrackerDuplicates(t *testing.T) {
 		a := &fakeAcker{}
 		tr := newTracker(t, st, a)
 		p := partner(config.EDISettings{Acks: true, X12Ack: "997", RefuseDuplicates: refuse, DuplicateWindow: time.Hour})
-		in := tr.Inspect(context.Background(), p, []byte(po))
+		in := tr.Inspect(context.Background(), p, strings.NewReader(po))
 		if in.Refuse != refuse || refuse && !strings.Contains(in.Reason, "000000123") {
 			t.Errorf("refuse %v: Inspect = %+v", refuse, in)
 		}
@@ -187,7 +188,7 @@ func TestTrackerSettles(t *testing.T) {
 	st, a := &fakeStore{}, &fakeAcker{}
 	tr := newTracker(t, st, a)
 	p := partner(config.EDISettings{Acks: true, X12Ack: "997"})
-	tr.Received(context.Background(), p, 3, tr.Inspect(context.Background(), p, ack.Document))
+	tr.Received(context.Background(), p, 3, tr.Inspect(context.Background(), p, bytes.NewReader(ack.Document)))
 	if len(st.applied) != 1 || len(st.applied[0]) != 1 || st.applied[0][0].Kind != "997" {
 		t.Errorf("ApplyAcks got %v, want one 997", st.applied)
 	}

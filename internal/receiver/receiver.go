@@ -23,6 +23,7 @@
 package receiver
 
 import (
+	"bytes"
 	"context"
 	"crypto"
 	"crypto/rand"
@@ -172,7 +173,7 @@ type Options struct {
 
 // EDI is the receiver's EDI step (see Options.EDI).
 type EDI interface {
-	Inspect(ctx context.Context, p *config.Partner, payload []byte) interchange.Inspection
+	Inspect(ctx context.Context, p *config.Partner, payload io.Reader) interchange.Inspection
 	Received(ctx context.Context, p *config.Partner, id int64, in interchange.Inspection)
 }
 
@@ -752,7 +753,7 @@ func (h *Handler) receive(ctx context.Context, hdr http.Header, body []byte, rq 
 	}
 	var edi interchange.Inspection
 	if h.o.EDI != nil && msg.Status == postgres.InboundProcessed {
-		if edi = h.o.EDI.Inspect(ctx, partner, msg.Payload); edi.Refuse {
+		if edi = h.o.EDI.Inspect(ctx, partner, bytes.NewReader(msg.Payload)); edi.Refuse {
 			// RFC 4130 §5.5's answer to a document received before; the
 			// payload is not kept, so nothing is delivered twice.
 			disp = mdn.Warned(mdn.DuplicateDocument)
