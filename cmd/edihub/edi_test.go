@@ -62,8 +62,13 @@ func TestHubToHubEDI(t *testing.T) {
 	if len(l.Messages) != 1 {
 		t.Fatalf("BRAVO outbound = %+v, want its 997", l.Messages)
 	}
+	// ALPHA may settle the 850 before BRAVO records its MDN: wait for it.
 	var ack hubDetail
-	b.api(t, "GET", l.Messages[0].Location, "", nil, &ack)
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if b.api(t, "GET", l.Messages[0].Location, "", nil, &ack); ack.Status == "delivered" || ack.Status == "failed" {
+			break
+		}
+	}
 	if ack.Status != "delivered" || len(ack.Interchanges) != 1 || strings.Join(ack.Interchanges[0].Acknowledges, ",") != "997" {
 		t.Errorf("BRAVO's acknowledgement = %+v, want a delivered 997", ack)
 	}
@@ -86,7 +91,25 @@ func TestHubToHubEDI(t *testing.T) {
 	if m := b.metrics(t); !strings.Contains(m, `edihub_edi_duplicate_interchanges_total{action="flagged",partner="HUB ALPHA"} 1`) {
 		t.Errorf("BRAVO /metrics lacks the flagged duplicate")
 	}
+
+	// EDIFACT: an ORDERS interchange comes back acknowledged by a CONTRL.
+	orders := a.send(t, b, []byte(ordersD96A), "application/EDIFACT", "orders.edi", "delivered", "failed")
+	var od hubDetail
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if a.api(t, "GET", orders.Location, "", nil, &od); od.Ack != "pending" {
+			break
+		}
+	}
+	if od.Ack != "accepted" || len(od.Interchanges) != 1 || od.Interchanges[0].ControlNumber != "ORD0001" {
+		t.Errorf("ALPHA's ORDERS = %+v, want ack accepted (BRAVO's CONTRL) for interchange ORD0001", od)
+	}
 }
+
+// ordersD96A is an EDIFACT ORDERS interchange with a UNA and the release
+// character in a value.
+const ordersD96A = "UNA:+.? 'UNB+UNOC:3+ALPHA:ZZ+BRAVO:ZZ+261202:0405+ORD0001'UNH+1+ORDERS:D:96A:UN'" +
+	"BGM+220+PO?+4711+9'DTM+137:20261202:102'NAD+BY+5412345000013::9'LIN+1++4000862141404:SRS'QTY+21:48'UNS+S'" +
+	"UNT+8+1'UNZ+1+ORD0001'"
 
 // TestAckOverdueOnceAcrossFailover: two replicas of ALPHA (one database,
 // the Postgres leader backend) send an 850 to BRAVO, which sends no 997.
