@@ -63,7 +63,7 @@ func DetailView(m Message, ics []postgres.InterchangeInfo) MessageDetail {
 		d.Interchanges = append(d.Interchanges, Interchange{
 			Standard: ic.Standard, ControlNumber: ic.ControlNumber, Sender: ic.Sender, Receiver: ic.Receiver,
 			Version: ic.Version, Test: ic.Test, OK: ic.OK, Problems: ic.Problems, Groups: ic.GroupCount, Sets: ic.SetCount,
-			SetTypes: ic.SetTypes, GroupControlNumbers: ic.GroupControlNumber, Acknowledges: ic.AckKinds,
+			SetTypes: ic.SetTypes, GroupControlNumbers: ic.GroupControlNumbers, Acknowledges: ic.AckKinds,
 			DuplicateOf: ic.DuplicateOf, Ack: ack, AckCodes: ic.AckCodes, AckDueAt: ic.AckDueAt, AckedAt: ic.AckedAt,
 			AckMessage: ic.AckMessage,
 		})
