@@ -751,16 +751,7 @@ func (h *Handler) receive(ctx context.Context, hdr http.Header, body []byte, rq 
 	if asyncURL != "" {
 		msg.MDNMode, msg.MDNURL, msg.Outbox = "async", asyncURL, true
 	}
-	var edi interchange.Inspection
-	if h.o.EDI != nil && msg.Status == postgres.InboundProcessed {
-		if edi = h.o.EDI.Inspect(ctx, partner, bytes.NewReader(msg.Payload)); edi.Refuse {
-			// RFC 4130 §5.5's answer to a document received before; the
-			// payload is not kept, so nothing is delivered twice.
-			disp = mdn.Warned(mdn.DuplicateDocument)
-			msg.Status, msg.Error, msg.Payload = postgres.InboundError, edi.Reason, nil
-			log.Warn("message refused: duplicate interchange", zap.String("reason", edi.Reason))
-		}
-	}
+	edi := h.inspectEDI(ctx, x, &disp)
 	msg.Disposition = disp.String()
 	var res *response
 	if rq.mdnWanted {
@@ -798,6 +789,24 @@ func (h *Handler) receive(ctx context.Context, hdr http.Header, body []byte, rq 
 	}
 	log.Info("message received", zap.String("disposition", msg.Disposition), zap.Int64("size", msg.PayloadSize), zap.String("mdn", msg.MDNMode))
 	return res
+}
+
+// inspectEDI reads the envelope of a processed payload before the answer
+// (Options.EDI). A duplicate interchange the partner refuses turns disp
+// into RFC 4130 §5.5's answer to a document received before, and the
+// payload is not kept, so nothing is delivered twice.
+func (h *Handler) inspectEDI(ctx context.Context, x *exchange, disp *mdn.Disposition) interchange.Inspection {
+	msg := x.msg
+	if h.o.EDI == nil || msg.Status != postgres.InboundProcessed {
+		return interchange.Inspection{}
+	}
+	in := h.o.EDI.Inspect(ctx, x.partner, bytes.NewReader(msg.Payload))
+	if in.Refuse {
+		*disp = mdn.Warned(mdn.DuplicateDocument)
+		msg.Status, msg.Error, msg.Payload = postgres.InboundError, in.Reason, nil
+		x.log.Warn("message refused: duplicate interchange", zap.String("reason", in.Reason))
+	}
+	return in
 }
 
 // asyncURL is the URL an asynchronous MDN goes to, or "" for an answer in
