@@ -25,15 +25,15 @@ var Statuses = []string{"queued", "sending", "retrying", "awaiting-mdn", "delive
 
 // messageFilter is the search form as typed.
 type messageFilter struct {
-	Partner, Direction, Status, Since, Until, MessageID, Filename, ICN string
-	Overdue                                                            bool
+	Partner, Direction, Status, Since, Until, MessageID, Filename string
+	Overdue                                                       bool
 }
 
 // values is the filter as query parameters, empty ones left out.
 func (f messageFilter) values() url.Values {
 	q := url.Values{}
 	for k, v := range map[string]string{"partner": f.Partner, "direction": f.Direction, "status": f.Status, "since": f.Since, "until": f.Until,
-		"message_id": f.MessageID, "filename": f.Filename, "icn": f.ICN} {
+		"message_id": f.MessageID, "filename": f.Filename} {
 		if v != "" {
 			q.Set(k, v)
 		}
@@ -48,7 +48,6 @@ func (f messageFilter) values() url.Values {
 const (
 	maxMessageID = 998 // RFC 5322's line length
 	maxFilename  = 255
-	maxICN       = 35
 )
 
 // messagesData is the messages page's.
@@ -73,17 +72,12 @@ func (c *Console) messages(w http.ResponseWriter, r *http.Request) {
 		Partner: strings.TrimSpace(q.Get("partner")), Direction: q.Get("direction"), Status: q.Get("status"),
 		Since: q.Get("since"), Until: q.Get("until"),
 		MessageID: strings.TrimSpace(q.Get("message_id")), Filename: strings.TrimSpace(q.Get("filename")), Overdue: q.Get("overdue") != "",
-		ICN: strings.TrimSpace(q.Get("icn")),
 	}
 	d := messagesData{Q: f, Statuses: Statuses}
 	if c.o.Partners != nil {
 		d.Partners = c.o.Partners()
 	}
-	mq := postgres.MessageQuery{Partner: f.Partner, Status: f.Status, MessageID: f.MessageID, Filename: f.Filename, ICN: f.ICN, Overdue: f.Overdue, Limit: PageSize + 1}
-	if len(f.ICN) > maxICN {
-		d.Errors = append(d.Errors, fmt.Sprintf("Interchange control number: at most %d characters.", maxICN))
-		mq.ICN = ""
-	}
+	mq := postgres.MessageQuery{Partner: f.Partner, Status: f.Status, MessageID: f.MessageID, Filename: f.Filename, Overdue: f.Overdue, Limit: PageSize + 1}
 	if len(f.MessageID) > maxMessageID {
 		d.Errors = append(d.Errors, fmt.Sprintf("Message-ID: at most %d characters.", maxMessageID))
 	}

@@ -15,30 +15,30 @@ import (
 // InterchangeInfo is a stored interchange of a message (table
 // message_interchanges, migration 00013).
 type InterchangeInfo struct {
-	ID                  int64
-	Message             int64
-	Partner             string
-	Direction           string
-	Standard            string
-	Sender, Receiver    edi.Party
-	ControlNumber       string
-	Version             string
-	Test                bool
-	OK                  bool
-	Problems            []string
-	GroupCount          int
-	SetCount            int
-	SetTypes            []string
-	AckKinds            []string
-	DuplicateOf         *int64
-	AckStatus           string
-	AckCodes            []string
-	AckDueAt            *time.Time
-	AckOverdue          bool
-	AckedAt             *time.Time
-	AckMessage          *int64
-	CreatedAt           time.Time
-	GroupControlNumbers []string
+	ID                 int64
+	Message            int64
+	Partner            string
+	Direction          string
+	Standard           string
+	Sender, Receiver   edi.Party
+	ControlNumber      string
+	Version            string
+	Test               bool
+	OK                 bool
+	Problems           []string
+	GroupCount         int
+	SetCount           int
+	SetTypes           []string
+	AckKinds           []string
+	DuplicateOf        *int64
+	AckStatus          string
+	AckCodes           []string
+	AckDueAt           *time.Time
+	AckOverdue         bool
+	AckedAt            *time.Time
+	AckMessage         *int64
+	CreatedAt          time.Time
+	GroupControlNumber []string
 }
 
 // EDIRecord is the envelope of one message to store with it.
@@ -276,7 +276,7 @@ SELECT i.id, i.message_id, i.partner, i.direction, i.standard, i.sender_qualifie
 		err := r.Scan(&i.ID, &i.Message, &i.Partner, &i.Direction, &i.Standard, &i.Sender.Qualifier, &i.Sender.ID,
 			&i.Receiver.Qualifier, &i.Receiver.ID, &i.ControlNumber, &i.Version, &i.Test, &i.OK, &i.Problems,
 			&i.GroupCount, &i.SetCount, &i.SetTypes, &i.AckKinds, &i.DuplicateOf, &i.AckStatus, &i.AckCodes,
-			&i.AckDueAt, &i.AckOverdue, &i.AckedAt, &i.AckMessage, &i.CreatedAt, &i.GroupControlNumbers)
+			&i.AckDueAt, &i.AckOverdue, &i.AckedAt, &i.AckMessage, &i.CreatedAt, &i.GroupControlNumber)
 		return i, err
 	})
 	if err != nil {

@@ -54,7 +54,7 @@ func TestAckReconciliation(t *testing.T) {
 	if err != nil || len(got) != 1 {
 		t.Fatalf("Interchanges = %v, %v", got, err)
 	}
-	if ic := got[0]; ic.AckStatus != "pending" || ic.ControlNumber != "000000777" || !ic.OK || ic.AckDueAt == nil || !cmp.Equal(ic.GroupControlNumbers, []string{"4242"}) || !cmp.Equal(ic.SetTypes, []string{"850"}) {
+	if ic := got[0]; ic.AckStatus != "pending" || ic.ControlNumber != "000000777" || !ic.OK || ic.AckDueAt == nil || !cmp.Equal(ic.GroupControlNumber, []string{"4242"}) || !cmp.Equal(ic.SetTypes, []string{"850"}) {
 		t.Errorf("Interchanges = %+v, want pending 000000777 with group 4242", ic)
 	}
 
