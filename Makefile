@@ -4,7 +4,7 @@ GO ?= go
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 REVISION ?= $(shell git rev-parse HEAD 2>/dev/null)
 
-.PHONY: run test build image vet fmt controlplane bench clean failover-report
+.PHONY: run test build image vet fmt controlplane bench clean failover-report chaos
 
 ## run: start PostgreSQL, a kube-apiserver (unless EDIHUB_LEADER_BACKEND=postgres), Mailpit, three replicas and their logs (Ctrl-C stops all)
 run: build
@@ -31,7 +31,7 @@ image:
 controlplane:
 	@scripts/controlplane-build.sh
 
-## bench: receive throughput vs the RSA bound, purge rate of 1,000,000 rows and receive p99 during it, console query p50/p95 on 1,000,000 messages, peak RSS for a 200 MB payload
+## bench: one summary table (figure, value, reference from the same run, ratio, target, result) of: receive throughput vs the RSA bound, purge rate of 1,000,000 rows and receive p99 during it, console query p50/p95 on 1,000,000 messages, peak RSS for a 200 MB payload, a 2 GiB compressed+signed+encrypted message (peak RSS above idle, throughput vs openssl decrypt+verify of the same file)
 bench:
 	$(GO) run ./test/bench
 
@@ -40,6 +40,12 @@ failover-report:
 	@scripts/deps.sh
 	@scripts/controlplane-build.sh
 	$(GO) run ./test/failover/cmd/report
+
+## chaos: the whole hub (three replicas, PostgreSQL primary + synchronous standby, kube-apiserver, a partner station) under load both ways and a seeded schedule of faults, then the checkers' counts and the failover table; short mode by default (a few minutes), CHAOS_FLAGS="-long -duration 30m -seed 7" for the long one, -async to see what asynchronous replication loses
+chaos:
+	@scripts/deps.sh
+	@scripts/controlplane-build.sh
+	$(GO) run ./test/chaos/cmd/chaos $(CHAOS_FLAGS)
 
 vet:
 	$(GO) vet ./...

@@ -78,6 +78,21 @@ func TestBinaryConsole(t *testing.T) {
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
+	// The replica records its elector's status for the hub pages of the
+	// others: leading, with its workers and its version.
+	conn := pgtest.Conn(t, dbURL)
+	for {
+		var leads, workers bool
+		var ver string
+		err := conn.QueryRow(context.Background(), `SELECT is_leader, status->'workers' ? 'mdn-poller', version FROM replica_status`).Scan(&leads, &workers, &ver)
+		if err == nil && leads && workers && ver == version() {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("replica_status: leads %v, workers %v, version %q (%v); want the leader with its workers and version %q", leads, workers, ver, err, version())
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 	for path, want := range map[string]string{
 		"/console/partners": "ACME CORP",
 		"/console/messages": "<h1>Messages</h1>",

@@ -63,6 +63,16 @@ func (c *partnerCLI) open(ctx context.Context) (*partners.Service, *postgres.Sto
 	return &partners.Service{Store: store, Base: func() *config.File { return base }, SecretsOptional: true, Now: time.Now}, store, nil
 }
 
+// with opens what the subcommand needs, runs fn with it and closes it.
+func (c *partnerCLI) with(ctx context.Context, fn func(*partners.Service, *postgres.Store) error) error {
+	svc, store, err := c.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	return fn(svc, store)
+}
+
 // actor names who changes partners or users from the command line, for
 // the history and the audit log: "cli:" and the operating system user and
 // host (osUser).
@@ -128,30 +138,27 @@ func partnersApplyFlags(fs *flagSet) func(context.Context, *environment) error {
 	fs.FlagSet.BoolVar(&dryRun, "dry-run", false, "check the file and show what would change, without changing anything")
 	fs.FlagSet.BoolVar(&prune, "prune", false, "also delete the stored partners the file does not list (the file is the whole set)")
 	return func(ctx context.Context, env *environment) error {
-		svc, store, err := c.open(ctx)
-		if err != nil {
-			return err
-		}
-		defer store.Close()
-		p, err := plan(ctx, svc, file, prune)
-		if err != nil {
-			return err
-		}
-		printPlan(env.stdout, p)
-		if dryRun {
-			fmt.Fprintf(env.stdout, "dry run: %d change(s) checked, nothing applied\n", p.Changed())
+		return c.with(ctx, func(svc *partners.Service, store *postgres.Store) error {
+			p, err := plan(ctx, svc, file, prune)
+			if err != nil {
+				return err
+			}
+			printPlan(env.stdout, p)
+			if dryRun {
+				fmt.Fprintf(env.stdout, "dry run: %d change(s) checked, nothing applied\n", p.Changed())
+				return nil
+			}
+			if p.Changed() == 0 {
+				fmt.Fprintln(env.stdout, "nothing to apply")
+				return nil
+			}
+			rev, err := svc.Apply(ctx, actor(), p)
+			if err != nil {
+				return fmt.Errorf("apply: %w (nothing was applied)", err)
+			}
+			fmt.Fprintf(env.stdout, "applied %d change(s): partner set revision %d; every replica serves it within seconds (edihub partners get shows each replica's revision)\n", p.Changed(), rev)
 			return nil
-		}
-		if p.Changed() == 0 {
-			fmt.Fprintln(env.stdout, "nothing to apply")
-			return nil
-		}
-		rev, err := svc.Apply(ctx, actor(), p)
-		if err != nil {
-			return fmt.Errorf("apply: %w (nothing was applied)", err)
-		}
-		fmt.Fprintf(env.stdout, "applied %d change(s): partner set revision %d; every replica serves it within seconds (edihub partners get shows each replica's revision)\n", p.Changed(), rev)
-		return nil
+		})
 	}
 }
 
@@ -163,18 +170,15 @@ func partnersDiffFlags(fs *flagSet) func(context.Context, *environment) error {
 	fileFlag(fs, &file)
 	fs.FlagSet.BoolVar(&prune, "prune", false, "also show the stored partners the file does not list as deleted")
 	return func(ctx context.Context, env *environment) error {
-		svc, store, err := c.open(ctx)
-		if err != nil {
-			return err
-		}
-		defer store.Close()
-		p, err := plan(ctx, svc, file, prune)
-		if err != nil {
-			return err
-		}
-		printPlan(env.stdout, p)
-		fmt.Fprintf(env.stdout, "%d change(s)\n", p.Changed())
-		return nil
+		return c.with(ctx, func(svc *partners.Service, store *postgres.Store) error {
+			p, err := plan(ctx, svc, file, prune)
+			if err != nil {
+				return err
+			}
+			printPlan(env.stdout, p)
+			fmt.Fprintf(env.stdout, "%d change(s)\n", p.Changed())
+			return nil
+		})
 	}
 }
 
@@ -182,52 +186,49 @@ func partnersGetFlags(fs *flagSet) func(context.Context, *environment) error {
 	var c partnerCLI
 	c.flags(fs)
 	return func(ctx context.Context, env *environment) error {
-		_, store, err := c.open(ctx)
-		if err != nil {
-			return err
-		}
-		defer store.Close()
-		if len(env.args) == 1 {
-			sp, err := store.Partner(ctx, env.args[0])
+		return c.with(ctx, func(_ *partners.Service, store *postgres.Store) error {
+			if len(env.args) == 1 {
+				sp, err := store.Partner(ctx, env.args[0])
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(env.stdout, "# %s version %d (revision %d), changed %s by %s\n%s", sp.AS2ID, sp.Version, sp.Revision,
+					sp.UpdatedAt.UTC().Format(time.RFC3339), sp.UpdatedBy, sp.Spec)
+				return nil
+			}
+			if len(env.args) > 1 {
+				return errors.New("partners get: give one partner's AS2 ID, or none for the list")
+			}
+			set, err := store.Partners(ctx)
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(env.stdout, "# %s version %d (revision %d), changed %s by %s\n%s", sp.AS2ID, sp.Version, sp.Revision,
-				sp.UpdatedAt.UTC().Format(time.RFC3339), sp.UpdatedBy, sp.Spec)
+			tw := tabwriter.NewWriter(env.stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "AS2 ID\tVERSION\tURL\tCHANGED\tBY")
+			for _, sp := range set.Partners {
+				spec, err := config.DecodeSpec(sp.AS2ID, sp.Spec)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\n", sp.AS2ID, sp.Version, redactURL(spec.URL), sp.UpdatedAt.UTC().Format(time.RFC3339), sp.UpdatedBy)
+			}
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+			served, err := store.ServedRevisions(ctx)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(env.stdout, "\npartner set revision %d\n", set.Revision)
+			for _, r := range served {
+				lag := ""
+				if r.Revision != set.Revision {
+					lag = "  (behind)"
+				}
+				fmt.Fprintf(env.stdout, "  replica %s serves revision %d since %s%s\n", r.Identity, r.Revision, r.AppliedAt.UTC().Format(time.RFC3339), lag)
+			}
 			return nil
-		}
-		if len(env.args) > 1 {
-			return errors.New("partners get: give one partner's AS2 ID, or none for the list")
-		}
-		set, err := store.Partners(ctx)
-		if err != nil {
-			return err
-		}
-		tw := tabwriter.NewWriter(env.stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "AS2 ID\tVERSION\tURL\tCHANGED\tBY")
-		for _, sp := range set.Partners {
-			spec, err := config.DecodeSpec(sp.AS2ID, sp.Spec)
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\n", sp.AS2ID, sp.Version, redactURL(spec.URL), sp.UpdatedAt.UTC().Format(time.RFC3339), sp.UpdatedBy)
-		}
-		if err := tw.Flush(); err != nil {
-			return err
-		}
-		served, err := store.ServedRevisions(ctx)
-		if err != nil {
-			return err
-		}
-		fmt.Fprintf(env.stdout, "\npartner set revision %d\n", set.Revision)
-		for _, r := range served {
-			lag := ""
-			if r.Revision != set.Revision {
-				lag = "  (behind)"
-			}
-			fmt.Fprintf(env.stdout, "  replica %s serves revision %d since %s%s\n", r.Identity, r.Revision, r.AppliedAt.UTC().Format(time.RFC3339), lag)
-		}
-		return nil
+		})
 	}
 }
 
@@ -235,32 +236,29 @@ func partnersExportFlags(fs *flagSet) func(context.Context, *environment) error 
 	var c partnerCLI
 	c.flags(fs)
 	return func(ctx context.Context, env *environment) error {
-		_, store, err := c.open(ctx)
-		if err != nil {
-			return err
-		}
-		defer store.Close()
-		set, err := store.Partners(ctx)
-		if err != nil {
-			return err
-		}
-		want := map[string]bool{}
-		for _, a := range env.args {
-			want[a] = true
-		}
-		fmt.Fprintf(env.stdout, "# edihub partners, revision %d; apply with: edihub partners apply -f FILE\npartners:\n", set.Revision)
-		found := 0
-		for _, sp := range set.Partners {
-			if len(want) > 0 && !want[sp.AS2ID] {
-				continue
+		return c.with(ctx, func(_ *partners.Service, store *postgres.Store) error {
+			set, err := store.Partners(ctx)
+			if err != nil {
+				return err
 			}
-			found++
-			fmt.Fprintf(env.stdout, "%s", config.EntryDoc(sp.Spec)[len("partners:\n"):])
-		}
-		if found < len(want) {
-			return fmt.Errorf("partners export: %d of the %d partners named are not stored", len(want)-found, len(want))
-		}
-		return nil
+			want := map[string]bool{}
+			for _, a := range env.args {
+				want[a] = true
+			}
+			fmt.Fprintf(env.stdout, "# edihub partners, revision %d; apply with: edihub partners apply -f FILE\npartners:\n", set.Revision)
+			found := 0
+			for _, sp := range set.Partners {
+				if len(want) > 0 && !want[sp.AS2ID] {
+					continue
+				}
+				found++
+				fmt.Fprintf(env.stdout, "%s", config.EntryDoc(sp.Spec)[len("partners:\n"):])
+			}
+			if found < len(want) {
+				return fmt.Errorf("partners export: %d of the %d partners named are not stored", len(want)-found, len(want))
+			}
+			return nil
+		})
 	}
 }
 
@@ -273,17 +271,14 @@ func partnersDeleteFlags(fs *flagSet) func(context.Context, *environment) error 
 		if len(env.args) != 1 {
 			return errors.New("partners delete: give the partner's AS2 ID")
 		}
-		svc, store, err := c.open(ctx)
-		if err != nil {
-			return err
-		}
-		defer store.Close()
-		rev, err := svc.Delete(ctx, actor(), env.args[0], version)
-		if err != nil {
-			return err
-		}
-		fmt.Fprintf(env.stdout, "deleted %s: partner set revision %d\n", env.args[0], rev)
-		return nil
+		return c.with(ctx, func(svc *partners.Service, store *postgres.Store) error {
+			rev, err := svc.Delete(ctx, actor(), env.args[0], version)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(env.stdout, "deleted %s: partner set revision %d\n", env.args[0], rev)
+			return nil
+		})
 	}
 }
 
@@ -296,28 +291,25 @@ func partnersHistoryFlags(fs *flagSet) func(context.Context, *environment) error
 		if len(env.args) > 1 {
 			return errors.New("partners history: give one partner's AS2 ID, or none for every partner")
 		}
-		_, store, err := c.open(ctx)
-		if err != nil {
-			return err
-		}
-		defer store.Close()
-		name := ""
-		if len(env.args) == 1 {
-			name = env.args[0]
-		}
-		hist, err := store.PartnerHistory(ctx, name, limit)
-		if err != nil {
-			return err
-		}
-		for _, e := range hist {
-			fmt.Fprintf(env.stdout, "revision %d  %s  %s version %d  %s  by %s\n", e.Revision, e.ChangedAt.UTC().Format(time.RFC3339), e.AS2ID, e.Version, e.Op, e.Actor)
-			for _, line := range strings.Split(strings.TrimRight(e.Diff, "\n"), "\n") {
-				if line != "" {
-					fmt.Fprintf(env.stdout, "    %s\n", line)
+		return c.with(ctx, func(_ *partners.Service, store *postgres.Store) error {
+			name := ""
+			if len(env.args) == 1 {
+				name = env.args[0]
+			}
+			hist, err := store.PartnerHistory(ctx, name, limit)
+			if err != nil {
+				return err
+			}
+			for _, e := range hist {
+				fmt.Fprintf(env.stdout, "revision %d  %s  %s version %d  %s  by %s\n", e.Revision, e.ChangedAt.UTC().Format(time.RFC3339), e.AS2ID, e.Version, e.Op, e.Actor)
+				for _, line := range strings.Split(strings.TrimRight(e.Diff, "\n"), "\n") {
+					if line != "" {
+						fmt.Fprintf(env.stdout, "    %s\n", line)
+					}
 				}
 			}
-		}
-		return nil
+			return nil
+		})
 	}
 }
 
@@ -330,17 +322,14 @@ func partnersRestoreFlags(fs *flagSet) func(context.Context, *environment) error
 		if len(env.args) != 1 || version <= 0 {
 			return errors.New("partners restore: give -version N and the partner's AS2 ID: edihub partners restore -version 3 NAME")
 		}
-		svc, store, err := c.open(ctx)
-		if err != nil {
-			return err
-		}
-		defer store.Close()
-		sp, err := svc.Restore(ctx, actor(), env.args[0], version, postgres.AnyVersion)
-		if err != nil {
-			return err
-		}
-		fmt.Fprintf(env.stdout, "restored %s version %d as version %d (revision %d)\n", sp.AS2ID, version, sp.Version, sp.Revision)
-		return nil
+		return c.with(ctx, func(svc *partners.Service, store *postgres.Store) error {
+			sp, err := svc.Restore(ctx, actor(), env.args[0], version, postgres.AnyVersion)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(env.stdout, "restored %s version %d as version %d (revision %d)\n", sp.AS2ID, version, sp.Version, sp.Revision)
+			return nil
+		})
 	}
 }
 
@@ -353,32 +342,29 @@ func partnersTestFlags(fs *flagSet) func(context.Context, *environment) error {
 		if len(env.args) != 1 {
 			return errors.New("partners test: give the partner's AS2 ID: edihub partners test NAME")
 		}
-		svc, store, err := c.open(ctx)
-		if err != nil {
-			return err
-		}
-		defer store.Close()
-		cfg, err := partners.Snapshot(ctx, store, svc.Base(), time.Now())
-		if err != nil {
-			return err
-		}
-		p, ok := cfg.Partner(env.args[0])
-		if !ok {
-			return fmt.Errorf("partners test: no partner %q (AS2 IDs are case-sensitive; edihub partners get lists them)", env.args[0])
-		}
-		r := probe.Run(ctx, probe.Options{Station: *cfg.StationOf(p), Partner: p})
-		if asJSON {
-			err = printJSON(env.stdout, r)
-		} else {
-			err = r.WriteText(env.stdout)
-		}
-		if err != nil {
-			return err
-		}
-		if !r.OK {
-			return errors.New("partners test: the partner test failed (see the step marked FAIL and its fix)")
-		}
-		return nil
+		return c.with(ctx, func(svc *partners.Service, store *postgres.Store) error {
+			cfg, err := partners.Snapshot(ctx, store, svc.Base(), time.Now())
+			if err != nil {
+				return err
+			}
+			p, ok := cfg.Partner(env.args[0])
+			if !ok {
+				return fmt.Errorf("partners test: no partner %q (AS2 IDs are case-sensitive; edihub partners get lists them)", env.args[0])
+			}
+			r := probe.Run(ctx, probe.Options{Station: *cfg.StationOf(p), Partner: p})
+			if asJSON {
+				err = printJSON(env.stdout, r)
+			} else {
+				err = r.WriteText(env.stdout)
+			}
+			if err != nil {
+				return err
+			}
+			if !r.OK {
+				return errors.New("partners test: the partner test failed (see the step marked FAIL and its fix)")
+			}
+			return nil
+		})
 	}
 }
 

@@ -15,11 +15,13 @@ import (
 	"github.com/edihub/edihub/internal/outbox"
 	"github.com/edihub/edihub/internal/postgres"
 	"github.com/edihub/edihub/internal/receiver"
+	"github.com/edihub/edihub/internal/spool"
 )
 
 // newReceiver builds the POST /as2 handler: AS2 messages and async MDNs;
-// acks queues the functional acknowledgements partners ask for.
-func newReceiver(log *zap.Logger, reg prometheus.Registerer, store *postgres.Store, cfg config.Source, o serveOptions, acks *outbox.Queue) (http.Handler, error) {
+// acks queues the functional acknowledgements partners ask for; sp takes
+// the bodies too large for memory.
+func newReceiver(log *zap.Logger, reg prometheus.Registerer, store *postgres.Store, cfg config.Source, o serveOptions, acks *outbox.Queue, sp *spool.Spool) (http.Handler, error) {
 	tracker, err := interchange.NewTracker(interchange.Options{Store: store, Acker: acks, Logger: log, Registerer: reg, Now: time.Now, PartnerIDs: partnerNames(cfg.Current())})
 	if err != nil {
 		return nil, err
@@ -43,5 +45,7 @@ func newReceiver(log *zap.Logger, reg prometheus.Registerer, store *postgres.Sto
 
 		MaxInFlightBytes:        o.inFlightLimit(debug.SetMemoryLimit(-1)),
 		MaxConcurrentPerPartner: o.maxConcurrentPerPartner,
+		Spool:                   sp,
+		SpoolFromBytes:          o.spoolFromBytes,
 	})
 }

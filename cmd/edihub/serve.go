@@ -24,7 +24,9 @@ import (
 	"github.com/edihub/edihub/internal/mdn"
 	"github.com/edihub/edihub/internal/partners"
 	"github.com/edihub/edihub/internal/postgres"
+	"github.com/edihub/edihub/internal/receiver"
 	"github.com/edihub/edihub/internal/report"
+	"github.com/edihub/edihub/internal/spool"
 )
 
 // serveOptions are the settings of edihub serve.
@@ -50,15 +52,19 @@ type serveOptions struct {
 	// maxConcurrentPerPartner bounds the AS2 requests in flight per
 	// partner; 0 means no cap.
 	maxConcurrentPerPartner int
-	drainTimeout            time.Duration
-	drainDelay              time.Duration
-	apiToken                string
-	dbMaxConns              int
-	leader                  leaderOptions
-	outbound                outboundOptions
-	purge                   purgeOptions
-	report                  reportOptions
-	oidc                    oidcOptions
+	// spoolDir, spoolMaxBytes and spoolFromBytes configure the AS2 spool.
+	spoolDir       string
+	spoolMaxBytes  int64
+	spoolFromBytes int64
+	drainTimeout   time.Duration
+	drainDelay     time.Duration
+	apiToken       string
+	dbMaxConns     int
+	leader         leaderOptions
+	outbound       outboundOptions
+	purge          purgeOptions
+	report         reportOptions
+	oidc           oidcOptions
 }
 
 func serveFlags(fs *flagSet) func(context.Context, *environment) error {
@@ -75,6 +81,9 @@ func serveFlags(fs *flagSet) func(context.Context, *environment) error {
 	fs.Int64(&o.maxDecompressedBytes, "max-decompressed-bytes", 0, "largest number of bytes one AS2 message may decompress to, all compressed layers together (decompression-failed above it); 0 means 4 × max-body-bytes")
 	fs.Int64(&o.maxInFlightBytes, "max-in-flight-bytes", 0, "largest number of bytes all AS2 requests in flight on this replica may hold at once (bodies and decompression); over it, HTTP 503 with Retry-After so partners resend; 0 derives it from the Go memory limit (half of it, at least max-body-bytes plus the decompression limit; without a memory limit, 4 times that)")
 	fs.Int(&o.maxConcurrentPerPartner, "max-concurrent-per-partner", 32, "largest number of AS2 requests one partner may have in flight on this replica; over it, HTTP 503 with Retry-After before the body is read; 0 means no cap")
+	fs.String(&o.spoolDir, "spool-dir", "", "directory under which AS2 bodies larger than spool-from-bytes (and chunked ones) are spooled to disk and unwrapped as a stream, in a subdirectory per process removed at exit (and at the next start after a crash); empty: the system's temporary directory. On Kubernetes, an emptyDir volume")
+	fs.Int64(&o.spoolMaxBytes, "spool-max-bytes", 8<<30, "most bytes the spool holds on disk for all AS2 requests in flight on this replica (each large message takes its body and its payload); over it, HTTP 503 with Retry-After so partners resend")
+	fs.Int64(&o.spoolFromBytes, "spool-from-bytes", receiver.DefaultSpoolFromBytes, "AS2 bodies whose Content-Length is above this many bytes are spooled to disk and unwrapped as a stream in constant memory; smaller ones are unwrapped in memory")
 	fs.Duration(&o.as2ReadTimeout, "as2-read-timeout", 5*time.Minute, "how long a partner may take to send the body of one AS2 request (after its header); slower requests get HTTP 408 and nothing is stored")
 	fs.Duration(&o.drainTimeout, "shutdown-timeout", 20*time.Second, "how long shutdown waits for in-flight HTTP requests")
 	fs.Duration(&o.drainDelay, "shutdown-delay", 0, "on SIGTERM, how long to keep serving HTTP (with /readyz failing) after the lease is released, so load balancers stop sending traffic before the listeners close; 5s suits Kubernetes")
@@ -107,8 +116,11 @@ func (o serveOptions) validate() error {
 	if o.maxInFlightBytes < 0 {
 		return fmt.Errorf("EDIHUB_MAX_IN_FLIGHT_BYTES (-max-in-flight-bytes) must not be negative, got %d; 0 derives it from the Go memory limit", o.maxInFlightBytes)
 	}
-	if o.maxInFlightBytes > 0 && o.maxInFlightBytes < o.maxBodyBytes {
-		return fmt.Errorf("EDIHUB_MAX_IN_FLIGHT_BYTES (-max-in-flight-bytes) %d is below EDIHUB_MAX_BODY_BYTES %d: the largest message could never be accepted; raise it or set 0 to derive it from the Go memory limit", o.maxInFlightBytes, o.maxBodyBytes)
+	if o.maxInFlightBytes > 0 && o.maxInFlightBytes < o.inMemoryBodyBytes() {
+		return fmt.Errorf("EDIHUB_MAX_IN_FLIGHT_BYTES (-max-in-flight-bytes) %d is below %d, the largest body held in memory (EDIHUB_MAX_BODY_BYTES, or EDIHUB_SPOOL_FROM_BYTES when smaller): the largest message could never be accepted; raise it or set 0 to derive it from the Go memory limit", o.maxInFlightBytes, o.inMemoryBodyBytes())
+	}
+	if err := o.validateSpool(); err != nil {
+		return err
 	}
 	if o.maxConcurrentPerPartner < 0 {
 		return fmt.Errorf("EDIHUB_MAX_CONCURRENT_PER_PARTNER (-max-concurrent-per-partner) must not be negative, got %d; 0 means no cap", o.maxConcurrentPerPartner)
@@ -137,6 +149,26 @@ func (o serveOptions) validate() error {
 	return o.log.validate()
 }
 
+// validateSpool checks the EDIHUB_SPOOL_* settings.
+func (o serveOptions) validateSpool() error {
+	if o.spoolFromBytes <= 0 {
+		return fmt.Errorf("EDIHUB_SPOOL_FROM_BYTES (-spool-from-bytes) must be positive, got %d; the default is %d (8 MiB)", o.spoolFromBytes, receiver.DefaultSpoolFromBytes)
+	}
+	if o.spoolMaxBytes < o.maxBodyBytes && o.maxBodyBytes > o.spoolFromBytes {
+		return fmt.Errorf("EDIHUB_SPOOL_MAX_BYTES (-spool-max-bytes) %d is below EDIHUB_MAX_BODY_BYTES %d: the largest message could never be spooled; raise it to at least twice the body limit (a body and its payload)", o.spoolMaxBytes, o.maxBodyBytes)
+	}
+	return nil
+}
+
+// inMemoryBodyBytes is the largest body the receiver holds in memory:
+// larger ones (by Content-Length) go to the spool.
+func (o serveOptions) inMemoryBodyBytes() int64 {
+	if o.spoolFromBytes <= 0 {
+		return o.maxBodyBytes
+	}
+	return min(o.maxBodyBytes, o.spoolFromBytes)
+}
+
 // decompressionLimit is the decompressed bytes one message may reach.
 func (o serveOptions) decompressionLimit() int64 {
 	if o.maxDecompressedBytes > 0 {
@@ -153,7 +185,7 @@ func (o serveOptions) inFlightLimit(memLimit int64) int64 {
 	if o.maxInFlightBytes > 0 {
 		return o.maxInFlightBytes
 	}
-	one := o.maxBodyBytes + o.decompressionLimit()
+	one := o.inMemoryBodyBytes() + o.decompressionLimit()
 	if memLimit <= 0 || memLimit == math.MaxInt64 {
 		return 4 * one
 	}
@@ -221,7 +253,13 @@ func serve(ctx context.Context, env *environment, o serveOptions) error {
 	cfg := live.Current()
 	log.Info("configuration loaded", zap.String("path", cfg.Path), zap.String("station", cfg.Station.AS2ID),
 		zap.Int("partners", len(cfg.Partners)), zap.Int64("partners_revision", cfg.Revision))
-	r := &replica{log: log, reg: reg, store: store, cfg: live, live: live, o: o, report: rs, identity: identity, oidc: op, oidcName: opName}
+	sp, err := spool.New(o.spoolDir, o.spoolMaxBytes)
+	if err != nil {
+		return fmt.Errorf("EDIHUB_SPOOL_DIR (-spool-dir) %q: %w; point it at a writable directory (an emptyDir volume on Kubernetes)", o.spoolDir, err)
+	}
+	defer sp.Close()
+	log.Info("spool ready", zap.String("dir", sp.Dir()), zap.Int64("max_bytes", o.spoolMaxBytes), zap.Int64("from_bytes", o.spoolFromBytes))
+	r := &replica{log: log, reg: reg, store: store, cfg: live, live: live, o: o, report: rs, identity: identity, oidc: op, oidcName: opName, spool: sp}
 	p, err := newParts(r)
 	if err != nil {
 		return err
@@ -280,7 +318,7 @@ func newParts(r *replica) (*parts, error) {
 	if p.out, err = newOutbound(r, reports); err != nil {
 		return nil, err
 	}
-	if p.as2, err = newReceiver(r.log, r.reg, r.store, r.cfg, r.o, p.out.queue); err != nil {
+	if p.as2, err = newReceiver(r.log, r.reg, r.store, r.cfg, r.o, p.out.queue, r.spool); err != nil {
 		return nil, err
 	}
 	if p.console, p.sessionDB, err = newConsole(r, p, reports); err != nil {

@@ -59,6 +59,17 @@ func (c *usersCLI) open(ctx context.Context) (*auth.Users, *postgres.Store, auth
 	return &auth.Users{Store: store, Now: time.Now}, store, auth.Caller{Principal: auth.CLIPrincipal(osUser())}, nil
 }
 
+// with opens the store, runs fn with the users service and the caller the
+// command acts as, and closes the store.
+func (c *usersCLI) with(ctx context.Context, fn func(*auth.Users, *postgres.Store, auth.Caller) error) error {
+	users, store, caller, err := c.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	return fn(users, store, caller)
+}
+
 // wantArgs checks the positional arguments: want names them.
 func wantArgs(env *environment, verb string, want ...string) error {
 	if len(env.args) != len(want) {
@@ -140,21 +151,18 @@ func usersAddFlags(fs *flagSet) func(context.Context, *environment) error {
 		if err != nil {
 			return err
 		}
-		users, store, caller, err := c.open(ctx)
-		if err != nil {
-			return err
-		}
-		defer store.Close()
-		u, err := users.Add(ctx, caller, env.args[0], role, pw)
-		if err != nil {
-			return hint(err, env.args[0])
-		}
-		fmt.Fprintf(env.stdout, "added user %s (%s)\n", u.Name, u.Role)
-		if generated {
-			fmt.Fprintf(env.stdout, "password (shown once, store it now): %s\n", pw)
-		}
-		fmt.Fprintf(env.stdout, "API token for it: edihub users token %s -name NAME\n", u.Name)
-		return nil
+		return c.with(ctx, func(users *auth.Users, store *postgres.Store, caller auth.Caller) error {
+			u, err := users.Add(ctx, caller, env.args[0], role, pw)
+			if err != nil {
+				return hint(err, env.args[0])
+			}
+			fmt.Fprintf(env.stdout, "added user %s (%s)\n", u.Name, u.Role)
+			if generated {
+				fmt.Fprintf(env.stdout, "password (shown once, store it now): %s\n", pw)
+			}
+			fmt.Fprintf(env.stdout, "API token for it: edihub users token %s -name NAME\n", u.Name)
+			return nil
+		})
 	}
 }
 
@@ -165,25 +173,22 @@ func usersListFlags(fs *flagSet) func(context.Context, *environment) error {
 		if err := wantArgs(env, "list"); err != nil {
 			return err
 		}
-		users, store, caller, err := c.open(ctx)
-		if err != nil {
-			return err
-		}
-		defer store.Close()
-		us, err := users.List(ctx, caller)
-		if err != nil {
-			return err
-		}
-		tw := tabwriter.NewWriter(env.stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "NAME\tROLE\tSTATUS\tCREATED\tBY\tLAST LOGIN")
-		for _, u := range us {
-			status := "active"
-			if u.DisabledAt != nil {
-				status = "disabled since " + stamp(*u.DisabledAt)
+		return c.with(ctx, func(users *auth.Users, store *postgres.Store, caller auth.Caller) error {
+			us, err := users.List(ctx, caller)
+			if err != nil {
+				return err
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", u.Name, u.Role, status, stamp(u.CreatedAt), u.CreatedBy, stampOr(u.LastLoginAt, "never"))
-		}
-		return tw.Flush()
+			tw := tabwriter.NewWriter(env.stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "NAME\tROLE\tSTATUS\tCREATED\tBY\tLAST LOGIN")
+			for _, u := range us {
+				status := "active"
+				if u.DisabledAt != nil {
+					status = "disabled since " + stamp(*u.DisabledAt)
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", u.Name, u.Role, status, stamp(u.CreatedAt), u.CreatedBy, stampOr(u.LastLoginAt, "never"))
+			}
+			return tw.Flush()
+		})
 	}
 }
 
@@ -211,21 +216,18 @@ func usersSetDisabled(fs *flagSet, verb string, disabled bool) func(context.Cont
 		if err := wantArgs(env, verb, "NAME"); err != nil {
 			return err
 		}
-		users, store, caller, err := c.open(ctx)
-		if err != nil {
-			return err
-		}
-		defer store.Close()
-		u, err := users.SetDisabled(ctx, caller, env.args[0], disabled)
-		if err != nil {
-			return hint(err, env.args[0])
-		}
-		if disabled {
-			fmt.Fprintf(env.stdout, "disabled %s: its API tokens and console sessions no longer work (edihub users enable %s undoes it)\n", u.Name, u.Name)
-		} else {
-			fmt.Fprintf(env.stdout, "enabled %s: it can sign in again, and its tokens that are neither revoked nor expired work again\n", u.Name)
-		}
-		return nil
+		return c.with(ctx, func(users *auth.Users, store *postgres.Store, caller auth.Caller) error {
+			u, err := users.SetDisabled(ctx, caller, env.args[0], disabled)
+			if err != nil {
+				return hint(err, env.args[0])
+			}
+			if disabled {
+				fmt.Fprintf(env.stdout, "disabled %s: its API tokens and console sessions no longer work (edihub users enable %s undoes it)\n", u.Name, u.Name)
+			} else {
+				fmt.Fprintf(env.stdout, "enabled %s: it can sign in again, and its tokens that are neither revoked nor expired work again\n", u.Name)
+			}
+			return nil
+		})
 	}
 }
 
@@ -242,17 +244,14 @@ func usersRoleFlags(fs *flagSet) func(context.Context, *environment) error {
 		if err != nil {
 			return fmt.Errorf("users role: -role: %w", err)
 		}
-		users, store, caller, err := c.open(ctx)
-		if err != nil {
-			return err
-		}
-		defer store.Close()
-		u, err := users.SetRole(ctx, caller, env.args[0], role)
-		if err != nil {
-			return hint(err, env.args[0])
-		}
-		fmt.Fprintf(env.stdout, "%s is now %s; its tokens act with at most this role\n", u.Name, u.Role)
-		return nil
+		return c.with(ctx, func(users *auth.Users, store *postgres.Store, caller auth.Caller) error {
+			u, err := users.SetRole(ctx, caller, env.args[0], role)
+			if err != nil {
+				return hint(err, env.args[0])
+			}
+			fmt.Fprintf(env.stdout, "%s is now %s; its tokens act with at most this role\n", u.Name, u.Role)
+			return nil
+		})
 	}
 }
 
@@ -269,20 +268,17 @@ func usersPasswdFlags(fs *flagSet) func(context.Context, *environment) error {
 		if err != nil {
 			return err
 		}
-		users, store, caller, err := c.open(ctx)
-		if err != nil {
-			return err
-		}
-		defer store.Close()
-		u, err := users.SetPassword(ctx, caller, env.args[0], pw)
-		if err != nil {
-			return hint(err, env.args[0])
-		}
-		fmt.Fprintf(env.stdout, "password of %s set; its console sessions ended\n", u.Name)
-		if generated {
-			fmt.Fprintf(env.stdout, "password (shown once, store it now): %s\n", pw)
-		}
-		return nil
+		return c.with(ctx, func(users *auth.Users, store *postgres.Store, caller auth.Caller) error {
+			u, err := users.SetPassword(ctx, caller, env.args[0], pw)
+			if err != nil {
+				return hint(err, env.args[0])
+			}
+			fmt.Fprintf(env.stdout, "password of %s set; its console sessions ended\n", u.Name)
+			if generated {
+				fmt.Fprintf(env.stdout, "password (shown once, store it now): %s\n", pw)
+			}
+			return nil
+		})
 	}
 }
 
@@ -316,20 +312,17 @@ func usersTokenFlags(fs *flagSet) func(context.Context, *environment) error {
 			at := time.Now().Add(d)
 			tr.ExpiresAt = &at
 		}
-		users, store, caller, err := c.open(ctx)
-		if err != nil {
-			return err
-		}
-		defer store.Close()
-		tok, t, err := users.CreateToken(ctx, caller, env.args[0], tr)
-		if err != nil {
-			return hint(err, env.args[0])
-		}
-		// The token alone on standard output, for TOKEN=$(edihub users token ...).
-		fmt.Fprintln(env.stdout, tok)
-		fmt.Fprintf(env.stderr, "token %s of %s, role %s, expires %s: shown once, only its hash is stored; send it as Authorization: Bearer <token>\n",
-			t.Name, env.args[0], t.Role, stampOr(t.ExpiresAt, "never"))
-		return nil
+		return c.with(ctx, func(users *auth.Users, store *postgres.Store, caller auth.Caller) error {
+			tok, t, err := users.CreateToken(ctx, caller, env.args[0], tr)
+			if err != nil {
+				return hint(err, env.args[0])
+			}
+			// The token alone on standard output, for TOKEN=$(edihub users token ...).
+			fmt.Fprintln(env.stdout, tok)
+			fmt.Fprintf(env.stderr, "token %s of %s, role %s, expires %s: shown once, only its hash is stored; send it as Authorization: Bearer <token>\n",
+				t.Name, env.args[0], t.Role, stampOr(t.ExpiresAt, "never"))
+			return nil
+		})
 	}
 }
 
@@ -340,23 +333,20 @@ func usersTokensFlags(fs *flagSet) func(context.Context, *environment) error {
 		if err := wantArgs(env, "tokens", "NAME"); err != nil {
 			return err
 		}
-		users, store, caller, err := c.open(ctx)
-		if err != nil {
-			return err
-		}
-		defer store.Close()
-		ts, err := users.Tokens(ctx, caller, env.args[0])
-		if err != nil {
-			return hint(err, env.args[0])
-		}
-		now := time.Now()
-		tw := tabwriter.NewWriter(env.stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "NAME\tROLE\tSTATE\tCREATED\tBY\tEXPIRES\tLAST USED")
-		for _, t := range ts {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", t.Name, t.Role, api.TokenState(t, now), stamp(t.CreatedAt), t.CreatedBy,
-				stampOr(t.ExpiresAt, "never"), stampOr(t.LastUsedAt, "never"))
-		}
-		return tw.Flush()
+		return c.with(ctx, func(users *auth.Users, store *postgres.Store, caller auth.Caller) error {
+			ts, err := users.Tokens(ctx, caller, env.args[0])
+			if err != nil {
+				return hint(err, env.args[0])
+			}
+			now := time.Now()
+			tw := tabwriter.NewWriter(env.stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "NAME\tROLE\tSTATE\tCREATED\tBY\tEXPIRES\tLAST USED")
+			for _, t := range ts {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", t.Name, t.Role, api.TokenState(t, now), stamp(t.CreatedAt), t.CreatedBy,
+					stampOr(t.ExpiresAt, "never"), stampOr(t.LastUsedAt, "never"))
+			}
+			return tw.Flush()
+		})
 	}
 }
 
@@ -367,16 +357,13 @@ func usersRevokeFlags(fs *flagSet) func(context.Context, *environment) error {
 		if err := wantArgs(env, "revoke", "NAME", "TOKEN-NAME"); err != nil {
 			return err
 		}
-		users, store, caller, err := c.open(ctx)
-		if err != nil {
-			return err
-		}
-		defer store.Close()
-		t, err := users.RevokeToken(ctx, caller, env.args[0], env.args[1])
-		if err != nil {
-			return hint(err, env.args[0])
-		}
-		fmt.Fprintf(env.stdout, "revoked token %s of %s: it no longer works\n", t.Name, env.args[0])
-		return nil
+		return c.with(ctx, func(users *auth.Users, store *postgres.Store, caller auth.Caller) error {
+			t, err := users.RevokeToken(ctx, caller, env.args[0], env.args[1])
+			if err != nil {
+				return hint(err, env.args[0])
+			}
+			fmt.Fprintf(env.stdout, "revoked token %s of %s: it no longer works\n", t.Name, env.args[0])
+			return nil
+		})
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/edihub/edihub/internal/outbox"
 	"github.com/edihub/edihub/internal/partners"
 	"github.com/edihub/edihub/internal/postgres"
+	"github.com/edihub/edihub/internal/spool"
 )
 
 // replica is what serve builds once and every component of a replica is
@@ -36,6 +37,8 @@ type replica struct {
 	// provider, named oidcName; nil: passwords only.
 	oidc     *oidc.Provider
 	oidcName string
+	// spool takes AS2 bodies too large for memory (EDIHUB_SPOOL_*).
+	spool *spool.Spool
 }
 
 // leaderWorkers lists the leader-gated workers: they run only while this

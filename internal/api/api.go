@@ -84,7 +84,9 @@ type Enqueuer interface {
 type Reader interface {
 	Message(ctx context.Context, id int64) (postgres.MessageInfo, error)
 	Messages(ctx context.Context, q postgres.MessageQuery) ([]postgres.MessageInfo, error)
-	MessagePayload(ctx context.Context, id int64) (postgres.MessageInfo, []byte, error)
+	// WritePayload streams a message's payload (any size) to the writer
+	// to returns, once the message is found.
+	WritePayload(ctx context.Context, id int64, to func(postgres.MessageInfo) io.Writer) (postgres.MessageInfo, error)
 	MessageMDN(ctx context.Context, id int64) (postgres.MDNInfo, error)
 	Events(ctx context.Context, after postgres.EventCursor, limit int) ([]postgres.Event, error)
 }
@@ -233,60 +235,10 @@ func New(o Options) (http.Handler, error) {
 	// Every route names the least role it needs; the caller was resolved
 	// by the authentication in front (auth.Authenticator.API). The table
 	// of docs/users.md lists them, and TestRouteRoles checks each.
-	viewer := r.With(auth.Require(auth.RoleViewer))
-	operator := r.With(auth.Require(auth.RoleOperator))
-	admin := r.With(auth.Require(auth.RoleAdmin))
-
-	operator.Post("/messages", h.enqueue)
-	viewer.Get("/messages", h.list)
-	viewer.Get("/messages/{id}", h.get)
-	operator.Get("/messages/{id}/payload", h.payload) // payload bytes: never for viewers
-	operator.Get("/messages/{id}/mdn", h.mdn)
-	if o.Tracer != nil {
-		viewer.Get("/messages/{id}/trace", h.trace)
-	}
-	if o.Resender != nil {
-		operator.Post("/messages/{id}/resend", h.resend)
-	}
-	if o.Canceller != nil {
-		operator.Post("/messages/{id}/cancel", h.cancel)
-	}
-	if o.Inbox != nil {
-		viewer.Get("/mdns", h.mdns)
-	}
-	if o.Reapplier != nil {
-		operator.Post("/mdns/{id}/reapply", h.reapply)
-	}
-	viewer.Get("/events", h.events)
-	if o.Reports != nil {
-		viewer.Get("/reports/{day}", h.report)
-	}
-	viewer.Get("/certificates", h.certificates)
-	if o.Partners != nil && o.PartnerReader != nil {
-		viewer.Get("/partners", h.listPartners)
-		admin.Post("/partners", h.createPartner)
-		viewer.Get("/partners/{as2id}", h.getPartner)
-		admin.Put("/partners/{as2id}", h.updatePartner)
-		admin.Delete("/partners/{as2id}", h.deletePartner)
-		viewer.Get("/partners/{as2id}/history", h.partnerHistory)
-		admin.Post("/partners/{as2id}/restore", h.restorePartner)
-		if o.TestPartner != nil {
-			operator.Post("/partners/{as2id}/test", h.testPartner)
+	for _, rt := range h.routes() {
+		if rt.on {
+			r.With(auth.Require(rt.role)).Method(rt.method, rt.path, rt.h)
 		}
-	}
-	if o.Audit != nil {
-		admin.Get("/audit", h.auditLog)
-	}
-	if o.Users != nil {
-		admin.Get("/users", h.listUsers)
-		admin.Post("/users", h.addUser)
-		admin.Post("/users/{name}/disable", h.disableUser)
-		admin.Post("/users/{name}/enable", h.enableUser)
-		// A user's own tokens: any role for itself (auth.Users checks
-		// that the caller is the user or an admin).
-		viewer.Get("/users/{name}/tokens", h.listTokens)
-		viewer.Post("/users/{name}/tokens", h.createToken)
-		viewer.Delete("/users/{name}/tokens/{token}", h.revokeToken)
 	}
 	r.NotFound(func(w http.ResponseWriter, _ *http.Request) {
 		writeError(w, http.StatusNotFound, "", "no such API endpoint")
@@ -295,6 +247,56 @@ func New(o Options) (http.Handler, error) {
 		writeError(w, http.StatusMethodNotAllowed, "", "method not allowed")
 	})
 	return r, nil
+}
+
+// route is one endpoint: its method and path, the least role it needs,
+// its handler, and whether it is served (the Options it needs are set).
+type route struct {
+	method, path string
+	role         auth.Role
+	h            http.HandlerFunc
+	on           bool
+}
+
+// routes are the API's endpoints.
+func (h *handler) routes() []route {
+	o := h.o
+	const get, post, put, del = http.MethodGet, http.MethodPost, http.MethodPut, http.MethodDelete
+	viewer, operator, admin := auth.RoleViewer, auth.RoleOperator, auth.RoleAdmin
+	partners := o.Partners != nil && o.PartnerReader != nil
+	return []route{
+		{post, "/messages", operator, h.enqueue, true},
+		{get, "/messages", viewer, h.list, true},
+		{get, "/messages/{id}", viewer, h.get, true},
+		{get, "/messages/{id}/payload", operator, h.payload, true}, // payload bytes: never for viewers
+		{get, "/messages/{id}/mdn", operator, h.mdn, true},
+		{get, "/messages/{id}/trace", viewer, h.trace, o.Tracer != nil},
+		{post, "/messages/{id}/resend", operator, h.resend, o.Resender != nil},
+		{post, "/messages/{id}/cancel", operator, h.cancel, o.Canceller != nil},
+		{get, "/mdns", viewer, h.mdns, o.Inbox != nil},
+		{post, "/mdns/{id}/reapply", operator, h.reapply, o.Reapplier != nil},
+		{get, "/events", viewer, h.events, true},
+		{get, "/reports/{day}", viewer, h.report, o.Reports != nil},
+		{get, "/certificates", viewer, h.certificates, true},
+		{get, "/partners", viewer, h.listPartners, partners},
+		{post, "/partners", admin, h.createPartner, partners},
+		{get, "/partners/{as2id}", viewer, h.getPartner, partners},
+		{put, "/partners/{as2id}", admin, h.updatePartner, partners},
+		{del, "/partners/{as2id}", admin, h.deletePartner, partners},
+		{get, "/partners/{as2id}/history", viewer, h.partnerHistory, partners},
+		{post, "/partners/{as2id}/restore", admin, h.restorePartner, partners},
+		{post, "/partners/{as2id}/test", operator, h.testPartner, partners && o.TestPartner != nil},
+		{get, "/audit", admin, h.auditLog, o.Audit != nil},
+		{get, "/users", admin, h.listUsers, o.Users != nil},
+		{post, "/users", admin, h.addUser, o.Users != nil},
+		{post, "/users/{name}/disable", admin, h.disableUser, o.Users != nil},
+		{post, "/users/{name}/enable", admin, h.enableUser, o.Users != nil},
+		// A user's own tokens: any role for itself (auth.Users checks
+		// that the caller is the user or an admin).
+		{get, "/users/{name}/tokens", viewer, h.listTokens, o.Users != nil},
+		{post, "/users/{name}/tokens", viewer, h.createToken, o.Users != nil},
+		{del, "/users/{name}/tokens/{token}", viewer, h.revokeToken, o.Users != nil},
+	}
 }
 
 // Message is the JSON form of a message.
@@ -542,20 +544,8 @@ func (h *handler) list(w http.ResponseWriter, r *http.Request) {
 		}
 		mq.Overdue = b
 	}
-	for _, p := range []struct {
-		name string
-		dst  *time.Time
-	}{{"since", &mq.Since}, {"until", &mq.Until}} {
-		v := q.Get(p.name)
-		if v == "" {
-			continue
-		}
-		t, err := time.Parse(time.RFC3339Nano, v)
-		if err != nil {
-			writeError(w, http.StatusBadRequest, p.name, fmt.Sprintf("%s %q: want an RFC 3339 time like 2026-01-31T23:00:00Z", p.name, v))
-			return
-		}
-		*p.dst = t
+	if !timeRange(w, q, &mq.Since, &mq.Until) {
+		return
 	}
 	var out List
 	out.Messages, out.NextCursor, ok = listPage(h, w, r, "messages", func(limit int, before int64) ([]postgres.MessageInfo, error) {
@@ -613,25 +603,41 @@ func (h *handler) get(w http.ResponseWriter, r *http.Request) {
 	httpserver.WriteJSON(w, http.StatusOK, DetailView(h.view(m), ics))
 }
 
+// payload streams a message's payload as it reads it from the database:
+// the header (with the Content-Length the message row records) goes out
+// once the message is found, so a payload of any size passes through in
+// pieces. An error after that cuts the response short, which the client
+// sees against the Content-Length.
 func (h *handler) payload(w http.ResponseWriter, r *http.Request) {
 	id, ok := h.id(w, r)
 	if !ok {
 		return
 	}
-	m, data, err := h.o.Store.MessagePayload(r.Context(), id)
-	if err != nil {
+	started := false
+	_, err := h.o.Store.WritePayload(r.Context(), id, func(m postgres.MessageInfo) io.Writer {
+		started = true
+		ct := m.ContentType
+		if ct == "" {
+			ct = "application/octet-stream"
+		}
+		name := m.Filename
+		if name == "" {
+			name = fmt.Sprintf("message-%d", id)
+		}
+		w.Header().Set("Content-Type", ct)
+		w.Header().Set("Content-Disposition", mime.FormatMediaType("attachment", map[string]string{"filename": name}))
+		w.Header().Set("X-Content-Type-Options", "nosniff")
+		w.Header().Set("Content-Length", strconv.FormatInt(m.Size, 10))
+		w.WriteHeader(http.StatusOK)
+		return w
+	})
+	switch {
+	case err != nil && !started:
 		h.readErr(w, id, err)
-		return
+	case err != nil:
+		h.log.Warn("payload cut short", zap.Int64("message", id), zap.Error(err))
+		panic(http.ErrAbortHandler)
 	}
-	ct := m.ContentType
-	if ct == "" {
-		ct = "application/octet-stream"
-	}
-	name := m.Filename
-	if name == "" {
-		name = fmt.Sprintf("message-%d", id)
-	}
-	raw(w, ct, mime.FormatMediaType("attachment", map[string]string{"filename": name}), data)
 }
 
 func (h *handler) mdn(w http.ResponseWriter, r *http.Request) {
@@ -894,4 +900,26 @@ func page(w http.ResponseWriter, r *http.Request) (limit int, before int64, ok b
 		before = n
 	}
 	return limit, before, true
+}
+
+// timeRange parses the query's since and until, RFC 3339 times, into
+// since and until (left as they are when absent); false when it answered
+// 400.
+func timeRange(w http.ResponseWriter, q url.Values, since, until *time.Time) bool {
+	for _, p := range []struct {
+		name string
+		dst  *time.Time
+	}{{"since", since}, {"until", until}} {
+		v := q.Get(p.name)
+		if v == "" {
+			continue
+		}
+		t, err := time.Parse(time.RFC3339Nano, v)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, p.name, fmt.Sprintf("%s %q: want an RFC 3339 time like 2026-01-31T23:00:00Z", p.name, v))
+			return false
+		}
+		*p.dst = t
+	}
+	return true
 }

@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -372,5 +373,22 @@ func TestListMDNsPagination(t *testing.T) {
 	}
 	if r := e.do(t, "GET", "/api/v1/mdns?state=lost", "", nil, token); r.status != 400 || decode[map[string]string](t, r)["parameter"] != "state" {
 		t.Errorf("GET /api/v1/mdns?state=lost = %d %s, want 400 naming state", r.status, r.body)
+	}
+}
+
+// TestPayloadStreamed: a payload stored in pieces (a large inbound
+// message) comes back whole, with its Content-Length.
+func TestPayloadStreamed(t *testing.T) {
+	e := setup(t)
+	payload := bytes.Repeat([]byte("LIN*1*VP*ITEM~\n"), (5<<20)/15)
+	id, err := e.store.SaveInbound(context.Background(), &postgres.InboundMessage{Partner: "ACME CORP", AS2From: "ACME CORP", AS2To: "EDIHUB",
+		MessageID: "<large@acme>", Status: postgres.InboundProcessed, MDNMode: "none", ContentType: "application/EDI-X12", Filename: "big.x12",
+		PayloadSize: int64(len(payload)), PayloadOpen: func() io.Reader { return bytes.NewReader(payload) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := e.do(t, "GET", fmt.Sprintf("/api/v1/messages/%d/payload", id), "", nil, token)
+	if p.status != 200 || !bytes.Equal(p.body, payload) || p.header.Get("Content-Length") != strconv.Itoa(len(payload)) {
+		t.Errorf("payload = %d, %d bytes, Content-Length %q; want 200, %d bytes", p.status, len(p.body), p.header.Get("Content-Length"), len(payload))
 	}
 }

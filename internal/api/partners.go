@@ -361,16 +361,10 @@ func ifMatch(w http.ResponseWriter, r *http.Request, required bool) (int64, bool
 // partnerError answers a failed partner change or read: 422 for a profile
 // that does not validate (with its field and fix), 404, 409 or 412.
 func (h *handler) partnerError(w http.ResponseWriter, what string, err error, precondition bool) {
-	var ce *config.Error
+	ce := config.EntryError(err)
 	switch {
-	case errors.As(err, &ce):
-		// The entry was validated as the one item of a partners list: its
-		// lines are one further down than in the body.
-		line := ce.Line
-		if line > 1 {
-			line--
-		}
-		httpserver.WriteJSON(w, http.StatusUnprocessableEntity, configError{Error: ce.Msg, Field: strings.TrimPrefix(ce.Field, "partners[0]."), Line: line, Fix: ce.Fix})
+	case ce != nil:
+		httpserver.WriteJSON(w, http.StatusUnprocessableEntity, configError{Error: ce.Msg, Field: ce.Field, Line: ce.Line, Fix: ce.Fix})
 	case errors.Is(err, postgres.ErrPartnerNotFound):
 		writeError(w, http.StatusNotFound, "", err.Error())
 	case errors.Is(err, postgres.ErrPartnerConflict) && precondition:

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"net/http"
 	"time"
 
@@ -60,20 +59,8 @@ func (h *handler) auditLog(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	aq := postgres.AuditQuery{Actor: q.Get("actor"), Action: q.Get("action"), Target: q.Get("target")}
-	for _, p := range []struct {
-		name string
-		dst  *time.Time
-	}{{"since", &aq.Since}, {"until", &aq.Until}} {
-		v := q.Get(p.name)
-		if v == "" {
-			continue
-		}
-		t, err := time.Parse(time.RFC3339Nano, v)
-		if err != nil {
-			writeError(w, http.StatusBadRequest, p.name, fmt.Sprintf("%s %q: want an RFC 3339 time like 2026-01-31T23:00:00Z", p.name, v))
-			return
-		}
-		*p.dst = t
+	if !timeRange(w, q, &aq.Since, &aq.Until) {
+		return
 	}
 	var out AuditList
 	out.Entries, out.NextCursor, ok = listPage(h, w, r, "audit log", func(limit int, before int64) ([]postgres.AuditRecord, error) {

@@ -266,3 +266,43 @@ func offset(inner, outer []byte) int {
 	}
 	return int(uintptr(unsafe.Pointer(unsafe.SliceData(inner))) - uintptr(unsafe.Pointer(unsafe.SliceData(outer))))
 }
+
+// FuzzUnwrapStream unwraps arbitrary bodies as a stream: every error is
+// an *as2.Error with a known disposition or ErrNotStreamable, nothing
+// panics, the payload written stays within the limits, and when Unwrap
+// succeeds too both give the same payload and MIC.
+func FuzzUnwrapStream(f *testing.F) {
+	ids := openssltest.Keys(f)
+	for _, s := range fuzzSeeds(f) {
+		f.Add(s.Header.Get("Content-Type"), s.Header.Get("Content-Transfer-Encoding"), s.Body)
+	}
+	opts := stationOpts(ids)
+	opts.Limits = as2.Limits{MaxDecompressedSize: 1 << 20, MaxDepth: 8, MaxParts: 64}
+	f.Fuzz(func(t *testing.T, contentType, cte string, body []byte) {
+		h := http.Header{"Content-Type": {contentType}}
+		if cte != "" {
+			h.Set("Content-Transfer-Encoding", cte)
+		}
+		var payload bytes.Buffer
+		m, err := as2.UnwrapStream(h, bytes.NewReader(body), opts, &payload)
+		if int64(payload.Len()) > opts.Limits.MaxDecompressedSize+int64(len(body)) {
+			t.Fatalf("UnwrapStream wrote %d payload bytes from a %d-byte body", payload.Len(), len(body))
+		}
+		if errors.Is(err, as2.ErrNotStreamable) {
+			return
+		}
+		if err != nil {
+			var e *as2.Error
+			if !errors.As(err, &e) || !knownDispositions[e.Disposition] {
+				t.Fatalf("UnwrapStream() error = %v, not an *as2.Error with a known disposition", err)
+			}
+			return
+		}
+		if m.MIC.IsZero() || m.PayloadSize != int64(payload.Len()) {
+			t.Fatalf("UnwrapStream() succeeded with MIC %v, size %d for %d bytes written", m.MIC, m.PayloadSize, payload.Len())
+		}
+		if want, err := as2.Unwrap(h, bytes.Clone(body), opts); err == nil && (!bytes.Equal(want.Payload, payload.Bytes()) || !want.MIC.Equal(m.MIC)) {
+			t.Fatalf("UnwrapStream() = %d bytes, MIC %v; Unwrap() = %d bytes, MIC %v", payload.Len(), m.MIC, len(want.Payload), want.MIC)
+		}
+	})
+}

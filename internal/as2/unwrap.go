@@ -95,8 +95,14 @@ type Message struct {
 	// Signer is the partner certificate that verified the signature.
 	Signer *x509.Certificate
 	// SignedContent is what the outermost signature covers (it may alias
-	// body), for recognising the same signed content sent again.
+	// body), for recognising the same signed content sent again. nil from
+	// UnwrapStream, which gives SignedDigests instead.
 	SignedContent []byte
+	// SignedDigests are the digests of what the outermost signature covers
+	// (SHA-256 among them), set by UnwrapStream.
+	SignedDigests map[crypto.Hash][]byte
+	// PayloadSize is the payload's size in bytes.
+	PayloadSize int64
 }
 
 // Unwrap runs the receive pipeline on an AS2 request: h supplies the
@@ -366,6 +372,7 @@ func (u *unwrapping) payload(ent *Entity) (*Message, error) {
 	}
 	m := u.m
 	m.Payload = payload
+	m.PayloadSize = int64(len(payload))
 	m.Header = ent.Header
 	m.ContentType = ent.Header.Get("Content-Type")
 	if m.ContentType == "" {

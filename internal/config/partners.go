@@ -227,6 +227,23 @@ func DecodeSpec(name, text string) (PartnerSpec, error) {
 // EntryDoc is the partners document of one entry's YAML text.
 func EntryDoc(text string) []byte { return []byte("partners:\n" + indentItem(text)) }
 
+// EntryError is err, when it is an *Error found in a document built by
+// EntryDoc, with its field and line as they are in the entry's own text
+// (the document has one line more, and names the entry partners[0]);
+// nil for any other error.
+func EntryError(err error) *Error {
+	var ce *Error
+	if !errors.As(err, &ce) {
+		return nil
+	}
+	e := *ce
+	if e.Line > 1 {
+		e.Line--
+	}
+	e.Field = strings.TrimPrefix(e.Field, "partners[0].")
+	return &e
+}
+
 // Dir is the directory relative paths of the file are resolved against.
 func (f *File) Dir() string { return f.dir }
 

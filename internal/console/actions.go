@@ -64,64 +64,129 @@ type confirmData struct {
 	// form, where to go afterwards.
 	Reason    bool
 	BackField string
+	// Fields are sent with the form, hidden.
+	Fields []formField
+}
+
+// formField is a hidden field of a form.
+type formField struct{ Name, Value string }
+
+// messageConfirm answers GET on the confirmation page of an action on
+// message {id}: ask says what is about to happen, from the message and
+// the path of its trace.
+func (c *Console) messageConfirm(title string, ask func(id int64, m postgres.MessageInfo, trace string) confirmData) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		id, ok := c.messageID(w, r)
+		if !ok {
+			return
+		}
+		m, err := c.o.Messages.Message(r.Context(), id)
+		if err != nil {
+			c.readFailed(w, r, id, err)
+			return
+		}
+		d := ask(id, m, fmt.Sprintf("%s/messages/%d", Prefix, id))
+		c.render(w, r, http.StatusOK, "confirm", c.view(r, fmt.Sprintf("%s message %d", title, id), "messages", d))
+	}
+}
+
+// messageAction is an action on message {id}, made from its
+// confirmation form.
+type messageAction struct {
+	// audit is its name in the audit log (message.resend); verb what it
+	// does to a message (resent), said when refused; doing names it
+	// when it fails (Resending).
+	audit, verb, doing string
+	// refused is the store's error for a message the action does not
+	// apply to; why is said when that error gives no reason.
+	refused error
+	why     string
+	// logged is the log line of the action made; flash is said to the
+	// user, with the message's number and new status.
+	logged, flash string
+	// do makes the action; detail is added to the audit entry.
+	do func(r *http.Request, id int64) (m postgres.MessageInfo, detail map[string]any, err error)
+}
+
+// messageAction answers POST of an action on message {id}: it makes the
+// action, logs, audits and shows the message's trace again.
+func (c *Console) messageAction(a messageAction) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		id, ok := c.messageID(w, r)
+		if !ok {
+			return
+		}
+		m, detail, err := a.do(r, id)
+		switch {
+		case errors.Is(err, errBadForm):
+			c.fail(w, r, http.StatusBadRequest, strings.TrimPrefix(err.Error(), errBadForm.Error()+": "))
+			return
+		case errors.Is(err, postgres.ErrMessageNotFound):
+			c.readFailed(w, r, id, err)
+			return
+		case errors.Is(err, a.refused):
+			c.fail(w, r, http.StatusConflict, fmt.Sprintf("Message %d cannot be %s: %s.", id, a.verb, because(err, a.refused, a.why)))
+			return
+		case err != nil:
+			c.internal(w, r, fmt.Sprintf("%s message %d", a.doing, id), err)
+			return
+		}
+		c.log.Info(a.logged, zap.Int64("id", id), zap.String("partner", m.Partner), zap.String("message_id", m.MessageID),
+			zap.String("by", auth.AuditFromRequest(r).Actor))
+		if detail == nil {
+			detail = map[string]any{}
+		}
+		detail["partner"], detail["message_id"] = m.Partner, m.MessageID
+		c.audit(r, a.audit, strconv.FormatInt(id, 10), detail)
+		c.flash(r, fmt.Sprintf(a.flash, id, m.Status))
+		http.Redirect(w, r, fmt.Sprintf("%s/messages/%d", Prefix, id), http.StatusSeeOther)
+	}
+}
+
+// errBadForm is a form an action refuses; its text after the prefix is
+// said to the user.
+var errBadForm = errors.New("bad form")
+
+// because is the reason err gives after sentinel's text ("not resendable:
+// <reason>"), or fallback when it gives none.
+func because(err, sentinel error, fallback string) string {
+	if _, reason, _ := strings.Cut(err.Error(), sentinel.Error()+": "); reason != "" {
+		return reason
+	}
+	return fallback
 }
 
 // resendConfirm asks before a resend: the same Message-ID and bytes go to
 // the partner again.
-func (c *Console) resendConfirm(w http.ResponseWriter, r *http.Request) {
-	id, ok := c.messageID(w, r)
-	if !ok {
-		return
-	}
-	m, err := c.o.Messages.Message(r.Context(), id)
-	if err != nil {
-		c.readFailed(w, r, id, err)
-		return
-	}
-	trace := fmt.Sprintf("%s/messages/%d", Prefix, id)
-	what := "Message-ID " + m.MessageID
-	if m.Filename != "" {
-		what += ", file " + m.Filename
-	}
-	now := "Its status now: " + m.Status
-	if m.MDNOverdue {
-		now += " (its MDN is overdue)"
-	}
-	d := confirmData{
-		Question: fmt.Sprintf("Send message %d to %s again?", id, m.Partner),
-		Detail:   []string{what, now, "The same Message-ID and the same bytes are sent, and retried as a new message would be."},
-		Action:   trace + "/resend", Button: "Resend", Back: trace,
-	}
-	c.render(w, r, http.StatusOK, "confirm", c.view(r, "Resend message "+strconv.FormatInt(id, 10), "messages", d))
+func (c *Console) resendConfirm() http.HandlerFunc {
+	return c.messageConfirm("Resend", func(id int64, m postgres.MessageInfo, trace string) confirmData {
+		what := "Message-ID " + m.MessageID
+		if m.Filename != "" {
+			what += ", file " + m.Filename
+		}
+		now := "Its status now: " + m.Status
+		if m.MDNOverdue {
+			now += " (its MDN is overdue)"
+		}
+		return confirmData{
+			Question: fmt.Sprintf("Send message %d to %s again?", id, m.Partner),
+			Detail:   []string{what, now, "The same Message-ID and the same bytes are sent, and retried as a new message would be."},
+			Action:   trace + "/resend", Button: "Resend", Back: trace,
+		}
+	})
 }
 
 // resend queues a failed or overdue message again.
-func (c *Console) resend(w http.ResponseWriter, r *http.Request) {
-	id, ok := c.messageID(w, r)
-	if !ok {
-		return
-	}
-	m, err := c.o.Resender.ResendMessage(r.Context(), id)
-	switch {
-	case errors.Is(err, postgres.ErrMessageNotFound):
-		c.readFailed(w, r, id, err)
-		return
-	case errors.Is(err, postgres.ErrNotResendable):
-		_, reason, _ := strings.Cut(err.Error(), postgres.ErrNotResendable.Error()+": ")
-		if reason == "" {
-			reason = "only failed outbound messages and messages whose MDN is overdue are resent"
-		}
-		c.fail(w, r, http.StatusConflict, fmt.Sprintf("Message %d cannot be resent: %s.", id, reason))
-		return
-	case err != nil:
-		c.internal(w, r, fmt.Sprintf("Resending message %d", id), err)
-		return
-	}
-	c.log.Info("queued again", zap.Int64("id", id), zap.String("partner", m.Partner), zap.String("message_id", m.MessageID),
-		zap.String("by", auth.AuditFromRequest(r).Actor))
-	c.audit(r, "message.resend", strconv.FormatInt(id, 10), map[string]any{"partner": m.Partner, "message_id": m.MessageID})
-	c.flash(r, fmt.Sprintf("Message %d is queued again: its status is now %s.", id, m.Status))
-	http.Redirect(w, r, fmt.Sprintf("%s/messages/%d", Prefix, id), http.StatusSeeOther)
+func (c *Console) resend() http.HandlerFunc {
+	return c.messageAction(messageAction{
+		audit: "message.resend", verb: "resent", doing: "Resending", refused: postgres.ErrNotResendable,
+		why:    "only failed outbound messages and messages whose MDN is overdue are resent",
+		logged: "queued again", flash: "Message %d is queued again: its status is now %s.",
+		do: func(r *http.Request, id int64) (postgres.MessageInfo, map[string]any, error) {
+			m, err := c.o.Resender.ResendMessage(r.Context(), id)
+			return m, nil, err
+		},
+	})
 }
 
 // ContentTypes are the content types the send form offers; "" takes the
@@ -250,58 +315,32 @@ type Reapplier interface {
 const maxCancelReason = 500
 
 // cancelConfirm asks before a cancel, with a reason to record.
-func (c *Console) cancelConfirm(w http.ResponseWriter, r *http.Request) {
-	id, ok := c.messageID(w, r)
-	if !ok {
-		return
-	}
-	m, err := c.o.Messages.Message(r.Context(), id)
-	if err != nil {
-		c.readFailed(w, r, id, err)
-		return
-	}
-	trace := fmt.Sprintf("%s/messages/%d", Prefix, id)
-	d := confirmData{
-		Question: fmt.Sprintf("Cancel message %d to %s?", id, m.Partner),
-		Detail: []string{"Message-ID " + m.MessageID + ", status " + m.Status,
-			"It fails now, and is not sent again; a resend can queue it later."},
-		Action: trace + "/cancel", Button: "Cancel the message", Back: trace, Danger: true, Reason: true,
-	}
-	c.render(w, r, http.StatusOK, "confirm", c.view(r, "Cancel message "+strconv.FormatInt(id, 10), "messages", d))
+func (c *Console) cancelConfirm() http.HandlerFunc {
+	return c.messageConfirm("Cancel", func(id int64, m postgres.MessageInfo, trace string) confirmData {
+		return confirmData{
+			Question: fmt.Sprintf("Cancel message %d to %s?", id, m.Partner),
+			Detail: []string{"Message-ID " + m.MessageID + ", status " + m.Status,
+				"It fails now, and is not sent again; a resend can queue it later."},
+			Action: trace + "/cancel", Button: "Cancel the message", Back: trace, Danger: true, Reason: true,
+		}
+	})
 }
 
 // cancel fails a message still queued or retrying.
-func (c *Console) cancel(w http.ResponseWriter, r *http.Request) {
-	id, ok := c.messageID(w, r)
-	if !ok {
-		return
-	}
-	reason := strings.TrimSpace(r.PostFormValue("reason"))
-	if len(reason) > maxCancelReason {
-		c.fail(w, r, http.StatusBadRequest, fmt.Sprintf("The reason is longer than %d characters.", maxCancelReason))
-		return
-	}
-	m, err := c.o.Canceller.CancelMessage(r.Context(), id, reason)
-	switch {
-	case errors.Is(err, postgres.ErrMessageNotFound):
-		c.readFailed(w, r, id, err)
-		return
-	case errors.Is(err, postgres.ErrNotCancellable):
-		_, why, _ := strings.Cut(err.Error(), postgres.ErrNotCancellable.Error()+": ")
-		if why == "" {
-			why = "only outbound messages queued or retrying are cancelled"
-		}
-		c.fail(w, r, http.StatusConflict, fmt.Sprintf("Message %d cannot be cancelled: %s.", id, why))
-		return
-	case err != nil:
-		c.internal(w, r, fmt.Sprintf("Cancelling message %d", id), err)
-		return
-	}
-	c.log.Info("cancelled", zap.Int64("id", id), zap.String("partner", m.Partner), zap.String("message_id", m.MessageID),
-		zap.String("by", auth.AuditFromRequest(r).Actor))
-	c.audit(r, "message.cancel", strconv.FormatInt(id, 10), map[string]any{"partner": m.Partner, "message_id": m.MessageID, "reason": reason})
-	c.flash(r, fmt.Sprintf("Message %d is cancelled: its status is now %s.", id, m.Status))
-	http.Redirect(w, r, fmt.Sprintf("%s/messages/%d", Prefix, id), http.StatusSeeOther)
+func (c *Console) cancel() http.HandlerFunc {
+	return c.messageAction(messageAction{
+		audit: "message.cancel", verb: "cancelled", doing: "Cancelling", refused: postgres.ErrNotCancellable,
+		why:    "only outbound messages queued or retrying are cancelled",
+		logged: "cancelled", flash: "Message %d is cancelled: its status is now %s.",
+		do: func(r *http.Request, id int64) (postgres.MessageInfo, map[string]any, error) {
+			reason := strings.TrimSpace(r.PostFormValue("reason"))
+			if len(reason) > maxCancelReason {
+				return postgres.MessageInfo{}, nil, fmt.Errorf("%w: The reason is longer than %d characters.", errBadForm, maxCancelReason)
+			}
+			m, err := c.o.Canceller.CancelMessage(r.Context(), id, reason)
+			return m, map[string]any{"reason": reason}, err
+		},
+	})
 }
 
 // inboxID parses the {id} of an async MDN; false when it answered 404.
@@ -351,8 +390,7 @@ func (c *Console) reapply(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, http.StatusNotFound, fmt.Sprintf("There is no async MDN %d.", id))
 		return
 	case errors.Is(err, postgres.ErrNotOrphan):
-		_, state, _ := strings.Cut(err.Error(), postgres.ErrNotOrphan.Error()+": ")
-		c.fail(w, r, http.StatusConflict, fmt.Sprintf("The async MDN %d is not an orphan (%s): only orphans are applied again.", id, state))
+		c.fail(w, r, http.StatusConflict, fmt.Sprintf("The async MDN %d is not an orphan (%s): only orphans are applied again.", id, because(err, postgres.ErrNotOrphan, "")))
 		return
 	case err != nil:
 		c.internal(w, r, fmt.Sprintf("Re-applying the async MDN %d", id), err)

@@ -2,6 +2,7 @@ package console_test
 
 import (
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -255,4 +256,33 @@ VALUES ('GLOBEX', 'EDIHUB', 'multipart/signed', 'x', '<out-8@edihub>', 'orphan',
 		t.Errorf("audit of the re-apply: %+v", recs)
 	}
 	noErrors(t, tb)
+}
+
+// TestOperatorDownloadsPayload: an operator's browser downloads a payload
+// as stored, one bytea and one stored in pieces (a large inbound message),
+// with its Content-Length.
+func TestOperatorDownloadsPayload(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.addUser("otto", auth.RoleOperator)
+	small := e.seed(msg{Direction: "inbound", Partner: "ACME CORP", MessageID: "<in-small@acme>", Status: "processed", Filename: "small.edi", Payload: "ISA*00*SMALL~"})
+	large := strings.Repeat("LIN*1*VP*ITEM~\n", (3<<20)/15)
+	id, err := e.st.SaveInbound(e.ctx, &postgres.InboundMessage{Partner: "ACME CORP", AS2From: "ACME CORP", AS2To: "EDIHUB", MessageID: "<in-large@acme>",
+		Status: postgres.InboundProcessed, MDNMode: "none", Filename: "large.edi", PayloadSize: int64(len(large)),
+		PayloadOpen: func() io.Reader { return strings.NewReader(large) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tb := tab(t)
+	e.login(t, tb, "otto")
+	for _, tt := range []struct {
+		id   int64
+		want string
+	}{{small, "ISA*00*SMALL~"}, {id, large}} {
+		js := fmt.Sprintf(`fetch("/console/messages/%d/payload").then(async r => r.status + " " + r.headers.get("Content-Length") + " " + (await r.text()))`, tt.id)
+		want := fmt.Sprintf("200 %d %s", len(tt.want), tt.want)
+		if got := eval[string](t, tb, js); got != want {
+			t.Errorf("payload of message %d = %.60q (%d bytes), want %.60q (%d bytes)", tt.id, got, len(got), want, len(want))
+		}
+	}
 }

@@ -83,12 +83,16 @@ func BenchmarkPages(b *testing.B) {
 		b.Fatalf("sign-in: %s, cookie %v", resp.Status, session)
 	}
 	day := time.Now().Add(-72 * time.Hour).Format("2006-01-02")
+	// A hundred days a year back: about a quarter of the messages, under
+	// three quarters of newer ones.
+	oldFrom, oldTo := time.Now().Add(-400*24*time.Hour).Format("2006-01-02"), time.Now().Add(-300*24*time.Hour).Format("2006-01-02")
 	pages := []struct{ name, path string }{
 		{"messages", "/messages"},
 		{"messages-page-100", "/messages?cursor=995000"},
 		{"messages-partner-failed", "/messages?partner=ACME+CORP&status=failed"},
 		{"messages-outbound-failed", "/messages?direction=outbound&status=failed"},
 		{"messages-day", "/messages?since=" + day + "&until=" + day},
+		{"messages-100-days-a-year-back", "/messages?since=" + oldFrom + "&until=" + oldTo},
 		{"trace", "/messages/999001"},
 		{"partners", "/partners"},
 		{"partner", "/partners/ACME%20CORP"},

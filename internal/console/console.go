@@ -27,8 +27,10 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/alexedwards/scs/postgresstore"
@@ -41,6 +43,12 @@ import (
 	"github.com/edihub/edihub/internal/postgres"
 	"github.com/edihub/edihub/internal/probe"
 )
+
+// InterchangeStore reads the EDI interchanges a message carries;
+// *postgres.Store implements it.
+type InterchangeStore interface {
+	Interchanges(ctx context.Context, id int64) ([]postgres.InterchangeInfo, error)
+}
 
 // Prefix is where the console is mounted; every route is under it.
 const Prefix = "/console"
@@ -57,6 +65,9 @@ const (
 	DefaultCleanupInterval = 5 * time.Minute
 	// DefaultMaxUploadBytes bounds a document sent from the console.
 	DefaultMaxUploadBytes = 20 << 20
+	// DefaultStatusInterval is how often Run records this replica's
+	// elector status for the hub pages of every replica.
+	DefaultStatusInterval = 5 * time.Second
 )
 
 // Policy is the Content-Security-Policy of every console response but the
@@ -79,7 +90,9 @@ type Authenticator interface {
 type MessageStore interface {
 	Message(ctx context.Context, id int64) (postgres.MessageInfo, error)
 	Messages(ctx context.Context, q postgres.MessageQuery) ([]postgres.MessageInfo, error)
-	MessagePayload(ctx context.Context, id int64) (postgres.MessageInfo, []byte, error)
+	// WritePayload streams a message's payload (any size) to the writer
+	// to returns, once the message is found.
+	WritePayload(ctx context.Context, id int64, to func(postgres.MessageInfo) io.Writer) (postgres.MessageInfo, error)
 	MessageMDN(ctx context.Context, id int64) (postgres.MDNInfo, error)
 	MessageTrace(ctx context.Context, id int64) (postgres.Trace, error)
 	MessageOutbox(ctx context.Context, id int64) ([]postgres.OutboxEntry, error)
@@ -117,6 +130,9 @@ type Options struct {
 	Canceller Canceller
 	// Reapplier judges orphan async MDNs again; nil leaves it out.
 	Reapplier Reapplier
+	// Interchanges reads the EDI interchanges of a message for its trace;
+	// nil leaves them out.
+	Interchanges InterchangeStore
 	// MaxUploadBytes bounds a document sent from the console; 0 means
 	// DefaultMaxUploadBytes.
 	MaxUploadBytes int64
@@ -161,6 +177,14 @@ type Options struct {
 	// CleanupInterval is how often Run deletes expired sessions; 0 means
 	// DefaultCleanupInterval.
 	CleanupInterval time.Duration
+	// StatusInterval is how often Run records this replica's elector
+	// status (Leader) in the database, besides at once when its
+	// leadership changes; 0 means DefaultStatusInterval. Nothing is
+	// recorded without Hub and Leader.
+	StatusInterval time.Duration
+	// Version and Started describe this replica in its recorded status.
+	Version string
+	Started time.Time
 }
 
 // Console serves the console's pages. Build it with New, serve it under
@@ -193,6 +217,12 @@ func New(o Options) (*Console, error) {
 	}
 	if o.CleanupInterval <= 0 {
 		o.CleanupInterval = DefaultCleanupInterval
+	}
+	if o.StatusInterval <= 0 {
+		o.StatusInterval = DefaultStatusInterval
+	}
+	if o.Started.IsZero() {
+		o.Started = o.Now()
 	}
 	ps, err := parsePages()
 	if err != nil {
@@ -247,10 +277,16 @@ func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	c.handler.ServeHTTP(w, r)
 }
 
-// Run deletes expired sessions every CleanupInterval until ctx ends; it
-// returns nil then. A failed deletion is logged and tried again at the
-// next tick.
+// Run deletes expired sessions every CleanupInterval and records this
+// replica's elector status (see statusReporter) until ctx ends; it
+// returns nil then. A failed deletion or recording is logged and tried
+// again at the next tick.
 func (c *Console) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	if c.o.Hub != nil && c.o.Leader != nil {
+		wg.Go(func() { (&statusReporter{c: c}).run(ctx) })
+	}
 	t := time.NewTicker(c.o.CleanupInterval)
 	defer t.Stop()
 	for {
@@ -297,12 +333,12 @@ func (c *Console) routes() {
 	c.handle("GET "+Prefix+"/messages/{id}/payload", auth.RoleOperator, c.payload)
 	c.handle("GET "+Prefix+"/messages/{id}/mdn", auth.RoleOperator, c.rawMDN)
 	if c.o.Resender != nil {
-		c.handle("GET "+Prefix+"/messages/{id}/resend", auth.RoleOperator, c.resendConfirm)
-		c.handle("POST "+Prefix+"/messages/{id}/resend", auth.RoleOperator, c.resend)
+		c.handle("GET "+Prefix+"/messages/{id}/resend", auth.RoleOperator, c.resendConfirm())
+		c.handle("POST "+Prefix+"/messages/{id}/resend", auth.RoleOperator, c.resend())
 	}
 	if c.o.Canceller != nil {
-		c.handle("GET "+Prefix+"/messages/{id}/cancel", auth.RoleOperator, c.cancelConfirm)
-		c.handle("POST "+Prefix+"/messages/{id}/cancel", auth.RoleOperator, c.cancel)
+		c.handle("GET "+Prefix+"/messages/{id}/cancel", auth.RoleOperator, c.cancelConfirm())
+		c.handle("POST "+Prefix+"/messages/{id}/cancel", auth.RoleOperator, c.cancel())
 	}
 	if c.o.Reapplier != nil {
 		c.handle("GET "+Prefix+"/mdns/{id}/reapply", auth.RoleOperator, c.reapplyConfirm)
@@ -318,6 +354,12 @@ func (c *Console) routes() {
 		c.handle("GET "+Prefix+"/partners/{as2id}", auth.RoleViewer, c.partnerPage)
 		if c.o.PartnerService != nil {
 			c.handle("POST "+Prefix+"/partners/{as2id}", auth.RoleAdmin, c.partnerUpdate)
+			c.handle("GET "+Prefix+"/new-partner", auth.RoleAdmin, c.newPartnerForm)
+			c.handle("POST "+Prefix+"/partners", auth.RoleAdmin, c.partnerCreate)
+			c.handle("GET "+Prefix+"/partners/{as2id}/delete", auth.RoleAdmin, c.partnerDeleteConfirm)
+			c.handle("POST "+Prefix+"/partners/{as2id}/delete", auth.RoleAdmin, c.partnerDelete)
+			c.handle("GET "+Prefix+"/partners/{as2id}/restore", auth.RoleAdmin, c.partnerRestoreConfirm)
+			c.handle("POST "+Prefix+"/partners/{as2id}/restore", auth.RoleAdmin, c.partnerRestore)
 		}
 		if c.o.TestPartner != nil {
 			c.handle("POST "+Prefix+"/partners/{as2id}/test", auth.RoleOperator, c.partnerTest)
@@ -333,6 +375,9 @@ func (c *Console) routes() {
 		c.handle("GET "+Prefix+"/tokens", auth.RoleViewer, c.tokens)
 		c.handle("POST "+Prefix+"/tokens", auth.RoleViewer, c.createToken)
 		c.handle("POST "+Prefix+"/tokens/{token}/revoke", auth.RoleViewer, c.revokeToken)
+		c.handle("GET "+Prefix+"/users/{name}/tokens", auth.RoleAdmin, c.tokens)
+		c.handle("POST "+Prefix+"/users/{name}/tokens", auth.RoleAdmin, c.createToken)
+		c.handle("POST "+Prefix+"/users/{name}/tokens/{token}/revoke", auth.RoleAdmin, c.revokeToken)
 	}
 	if c.o.Audit != nil {
 		c.handle("GET "+Prefix+"/audit", auth.RoleAdmin, c.auditLog)

@@ -24,6 +24,8 @@ type HubStore interface {
 	ServedRevisions(ctx context.Context) ([]postgres.ReplicaRevision, error)
 	PartnerRevision(ctx context.Context) (int64, error)
 	ReportDays(ctx context.Context, limit int) ([]postgres.ReportDay, error)
+	RecordReplicaStatus(ctx context.Context, st postgres.ReplicaStatus) error
+	ReplicaStatuses(ctx context.Context) ([]postgres.ReplicaStatus, error)
 }
 
 // Reports renders day reports; *report.Service implements it. Errors
@@ -39,7 +41,7 @@ type Reports interface {
 // console) that only the console may frame.
 const reportPolicy = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; sandbox; frame-ancestors 'self'; base-uri 'none'; form-action 'none'"
 
-// workerView is one leader-gated worker on this replica.
+// workerView is one leader-gated worker on the leader.
 type workerView struct {
 	Name string
 	leader.WorkerStatus
@@ -49,13 +51,27 @@ type workerView struct {
 type replicaView struct {
 	postgres.ReplicaRevision
 	This, Leader, Behind bool
+	// Version and Started are from its recorded status; empty and zero
+	// when it recorded none lately.
+	Version string
+	Started time.Time
 }
 
 // hubData is the hub page's.
 type hubData struct {
 	// Status is this replica's elector; nil without one.
-	Status   *leader.Status
-	Workers  []workerView
+	Status *leader.Status
+	// Workers are the leader's leader-gated workers, from WorkersOf (the
+	// leader's identity); WorkersAt is when the leader recorded them
+	// (zero: this replica leads, they are live) and WorkersStale is true
+	// when that is longer ago than three recording intervals. No workers
+	// and an empty WorkersOf: the leader recorded none lately.
+	Workers      []workerView
+	WorkersOf    string
+	WorkersAt    time.Time
+	WorkersStale bool
+	// Holder is the lease's holder as this replica or the database knows.
+	Holder   string
 	State    postgres.HubState
 	Replicas []replicaView
 	Revision int64
@@ -75,10 +91,6 @@ func (c *Console) hub(w http.ResponseWriter, r *http.Request) {
 	if c.o.Leader != nil {
 		st := c.o.Leader()
 		d.Status = &st
-		for name, ws := range st.Workers {
-			d.Workers = append(d.Workers, workerView{Name: name, WorkerStatus: ws})
-		}
-		sort.Slice(d.Workers, func(i, j int) bool { return d.Workers[i].Name < d.Workers[j].Name })
 	}
 	var err error
 	if d.State, err = c.o.Hub.HubState(ctx, c.o.LeaseName); err != nil {
@@ -92,20 +104,9 @@ func (c *Console) hub(w http.ResponseWriter, r *http.Request) {
 		c.internal(w, r, "Reading the hub's state", err)
 		return
 	}
-	served, err := c.o.Hub.ServedRevisions(ctx)
-	if err != nil {
+	if err := c.hubReplicas(ctx, &d); err != nil {
 		c.internal(w, r, "Reading the hub's state", err)
 		return
-	}
-	for _, rr := range served {
-		v := replicaView{ReplicaRevision: rr, Behind: rr.Revision < d.Revision, Leader: rr.Identity == d.State.Term.Holder}
-		if d.Status != nil {
-			v.This = rr.Identity == d.Status.Identity
-			if d.Status.Holder != "" {
-				v.Leader = rr.Identity == d.Status.Holder
-			}
-		}
-		d.Replicas = append(d.Replicas, v)
 	}
 	if c.o.Reports != nil {
 		rep, err := c.today(ctx)
@@ -120,6 +121,43 @@ func (c *Console) hub(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	c.render(w, r, http.StatusOK, "hub", c.view(r, "Hub", "hub", d))
+}
+
+// hubReplicas fills in the replicas and the leader's workers.
+func (c *Console) hubReplicas(ctx context.Context, d *hubData) error {
+	served, err := c.o.Hub.ServedRevisions(ctx)
+	if err != nil {
+		return err
+	}
+	recorded, err := c.o.Hub.ReplicaStatuses(ctx)
+	if err != nil {
+		return err
+	}
+	d.Holder = d.State.Term.Holder
+	if d.Status != nil && d.Status.Holder != "" {
+		d.Holder = d.Status.Holder
+	}
+	if st, at := leaderWorkers(d.Status, d.Holder, recorded); st != nil {
+		d.WorkersOf, d.WorkersAt = st.Identity, at
+		d.WorkersStale = !at.IsZero() && c.now().Sub(at) > 3*c.o.StatusInterval
+		for name, ws := range st.Workers {
+			d.Workers = append(d.Workers, workerView{Name: name, WorkerStatus: ws})
+		}
+		sort.Slice(d.Workers, func(i, j int) bool { return d.Workers[i].Name < d.Workers[j].Name })
+	}
+	byID := make(map[string]postgres.ReplicaStatus, len(recorded))
+	for _, rs := range recorded {
+		byID[rs.Identity] = rs
+	}
+	for _, rr := range served {
+		v := replicaView{ReplicaRevision: rr, Behind: rr.Revision < d.Revision, Leader: rr.Identity == d.Holder}
+		v.This = d.Status != nil && rr.Identity == d.Status.Identity
+		if rs, ok := byID[rr.Identity]; ok {
+			v.Version, v.Started = rs.Version, rs.StartedAt
+		}
+		d.Replicas = append(d.Replicas, v)
+	}
+	return nil
 }
 
 // todayEvery is how often a replica builds today's figures for the hub

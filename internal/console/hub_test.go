@@ -3,12 +3,15 @@ package console_test
 import (
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/chromedp/chromedp"
 
 	"github.com/edihub/edihub/internal/auth"
+	"github.com/edihub/edihub/internal/console"
+	"github.com/edihub/edihub/internal/leader"
 )
 
 // seedHub writes what the database knows of a hub of three replicas:
@@ -82,4 +85,80 @@ func TestHubPage(t *testing.T) {
 		t.Errorf("the report frame is %s", inFrame)
 	}
 	checkPage(t, tb, `a[href="/console/hub"]`, "#csv")
+}
+
+// TestHubPageShowsLeaderElsewhere: a replica that follows shows the
+// leader's workers as the leader recorded them (the console of every
+// replica records its elector's status; here one console records first
+// as the leader, then, after a handover, as a follower), flags them when
+// the leader has stopped recording, and says so when it recorded none.
+func TestHubPageShowsLeaderElsewhere(t *testing.T) {
+	t.Parallel()
+	var status atomic.Pointer[leader.Status]
+	lead := leader.Status{
+		Identity: "edihub-1-c2d9", IsLeader: true, Holder: "edihub-1-c2d9", FencingToken: 8, Backend: "postgres", LeaseName: lease,
+		Workers: map[string]leader.WorkerStatus{
+			"heartbeat": {Running: true, LastSuccess: time.Now().Add(-time.Second)},
+			"report":    {Running: true, Stuck: true, StuckAfter: 600, Restarts: 3},
+		},
+	}
+	status.Store(&lead)
+	e := newEnv(t, func(o *console.Options, _ string) {
+		o.Leader = func() leader.Status { return *status.Load() }
+		o.Version = "v9.9.9-test"
+	})
+	e.addUser("vera", auth.RoleViewer)
+	e.seedHub(time.Now())
+	e.waitRecorded("edihub-1-c2d9", true)
+	// The lease moves on: this console's replica is a follower now.
+	status.Store(&leader.Status{Identity: "edihub-0-7f3a", Holder: "edihub-1-c2d9", Backend: "postgres", LeaseName: lease,
+		Workers: map[string]leader.WorkerStatus{"heartbeat": {}, "report": {}}})
+	e.waitRecorded("edihub-0-7f3a", false)
+
+	tb := tab(t)
+	e.login(t, tb, "vera")
+	look := func(sel string, want ...string) {
+		t.Helper()
+		run(t, tb, "open the hub", chromedp.Navigate(e.page("/hub")), chromedp.WaitVisible(chromedp.CSS("#replicas")))
+		got := text(t, tb, sel)
+		for _, w := range want {
+			if !strings.Contains(got, w) {
+				t.Errorf("%s shows %q, want %q in it", sel, got, w)
+			}
+		}
+	}
+	look("#workers-source", "edihub-1-c2d9", "as it recorded them")
+	look("#workers", "heartbeat", "running", "report", "stuck", "3")
+	look("#replicas", "v9.9.9-test")
+	if got := text(t, tb, "#workers-source"); strings.Contains(got, "not recorded lately") {
+		t.Errorf("#workers-source shows %q for a fresh record", got)
+	}
+
+	e.exec(`UPDATE replica_status SET seen_at = now() - interval '1 minute' WHERE identity = 'edihub-1-c2d9'`)
+	look("#workers-source", "edihub-1-c2d9", "not recorded lately")
+	look("#workers", "heartbeat", "report")
+
+	e.exec(`DELETE FROM replica_status WHERE identity = 'edihub-1-c2d9'`)
+	look("#workers-source", "The leader, edihub-1-c2d9, has not recorded its workers")
+	if n := eval[int](t, tb, `document.querySelectorAll("#workers").length`); n != 0 {
+		t.Errorf("%d worker tables without a record of the leader, want none", n)
+	}
+}
+
+// waitRecorded waits until the console recorded identity's status with
+// isLeader.
+func (e *env) waitRecorded(identity string, isLeader bool) {
+	e.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var got bool
+		err := e.db.QueryRow(e.ctx, `SELECT is_leader FROM replica_status WHERE identity = $1`, identity).Scan(&got)
+		if err == nil && got == isLeader {
+			return
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("replica_status of %s: is_leader %v (%v), want %v within 30 s", identity, got, err, isLeader)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }

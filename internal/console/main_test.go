@@ -110,7 +110,7 @@ func newEnv(t testing.TB, opts ...option) *env {
 	o := console.Options{
 		Auth: a, Messages: st, SessionDB: sdb, Sessions: st, Auditor: st, Logger: log,
 		Partners: func() []string { return []string{"ACME CORP", "GLOBEX"} },
-		Queue:    q, Resender: st, Canceller: st, Reapplier: st,
+		Queue:    q, Resender: st, Canceller: st, Reapplier: st, Interchanges: st,
 		Hub: st, LeaseName: lease, Leader: func() leader.Status { return leaderStatus },
 		PartnerStore: st, PartnerService: svc, Certificates: cfg.Certificates,
 		Users: &auth.Users{Store: st, Params: cheap}, Audit: st,

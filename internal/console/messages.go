@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"mime"
 	"net/http"
 	"net/url"
@@ -25,15 +26,15 @@ var Statuses = []string{"queued", "sending", "retrying", "awaiting-mdn", "delive
 
 // messageFilter is the search form as typed.
 type messageFilter struct {
-	Partner, Direction, Status, Since, Until, MessageID, Filename string
-	Overdue                                                       bool
+	Partner, Direction, Status, Since, Until, MessageID, Filename, ICN string
+	Overdue                                                            bool
 }
 
 // values is the filter as query parameters, empty ones left out.
 func (f messageFilter) values() url.Values {
 	q := url.Values{}
 	for k, v := range map[string]string{"partner": f.Partner, "direction": f.Direction, "status": f.Status, "since": f.Since, "until": f.Until,
-		"message_id": f.MessageID, "filename": f.Filename} {
+		"message_id": f.MessageID, "filename": f.Filename, "icn": f.ICN} {
 		if v != "" {
 			q.Set(k, v)
 		}
@@ -48,6 +49,9 @@ func (f messageFilter) values() url.Values {
 const (
 	maxMessageID = 998 // RFC 5322's line length
 	maxFilename  = 255
+	// maxICN bounds an interchange control number: X12's ISA13 has 9
+	// digits, EDIFACT's UNB 0020 at most 14 characters.
+	maxICN = 35
 )
 
 // messagesData is the messages page's.
@@ -72,17 +76,21 @@ func (c *Console) messages(w http.ResponseWriter, r *http.Request) {
 		Partner: strings.TrimSpace(q.Get("partner")), Direction: q.Get("direction"), Status: q.Get("status"),
 		Since: q.Get("since"), Until: q.Get("until"),
 		MessageID: strings.TrimSpace(q.Get("message_id")), Filename: strings.TrimSpace(q.Get("filename")), Overdue: q.Get("overdue") != "",
+		ICN: strings.TrimSpace(q.Get("icn")),
 	}
 	d := messagesData{Q: f, Statuses: Statuses}
 	if c.o.Partners != nil {
 		d.Partners = c.o.Partners()
 	}
-	mq := postgres.MessageQuery{Partner: f.Partner, Status: f.Status, MessageID: f.MessageID, Filename: f.Filename, Overdue: f.Overdue, Limit: PageSize + 1}
+	mq := postgres.MessageQuery{Partner: f.Partner, Status: f.Status, MessageID: f.MessageID, Filename: f.Filename, ICN: f.ICN, Overdue: f.Overdue, Limit: PageSize + 1}
 	if len(f.MessageID) > maxMessageID {
 		d.Errors = append(d.Errors, fmt.Sprintf("Message-ID: at most %d characters.", maxMessageID))
 	}
 	if len(f.Filename) > maxFilename {
 		d.Errors = append(d.Errors, fmt.Sprintf("File name: at most %d characters.", maxFilename))
+	}
+	if len(f.ICN) > maxICN {
+		d.Errors = append(d.Errors, fmt.Sprintf("Interchange control number: at most %d characters.", maxICN))
 	}
 	if f.Direction != "" && f.Direction != "inbound" && f.Direction != "outbound" {
 		d.Errors = append(d.Errors, "Direction: choose inbound or outbound.")
@@ -184,6 +192,10 @@ type traceData struct {
 	HasPayload bool
 	// CanResend, CanCancel and CanReapply: the console offers the action.
 	CanResend, CanCancel, CanReapply bool
+	// Interchanges are the EDI interchanges the message carries, with
+	// their acknowledgement state (docs/edi.md); none for a document that
+	// is not EDI.
+	Interchanges []postgres.InterchangeInfo
 }
 
 // trace shows one message: as received or sent, every attempt with its
@@ -218,6 +230,12 @@ func (c *Console) trace(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	d.MICCheck, d.MICOK = micCheck(m, d.MDN)
+	if c.o.Interchanges != nil {
+		if d.Interchanges, err = c.o.Interchanges.Interchanges(ctx, id); err != nil {
+			c.internal(w, r, fmt.Sprintf("Reading message %d", id), err)
+			return
+		}
+	}
 	for _, e := range t.Events {
 		d.Events = append(d.Events, eventView{Type: e.Type, At: e.CreatedAt, Detail: detailLines(e.Detail)})
 	}
@@ -258,22 +276,31 @@ func detailLines(raw json.RawMessage) []string {
 	return out
 }
 
-// payload sends the message's document as stored (operators and admins).
+// payload sends the message's document as stored (operators and admins),
+// streamed from the database piece by piece: a payload of any size.
 func (c *Console) payload(w http.ResponseWriter, r *http.Request) {
 	id, ok := c.messageID(w, r)
 	if !ok {
 		return
 	}
-	m, data, err := c.o.Messages.MessagePayload(r.Context(), id)
-	if err != nil {
+	started := false
+	_, err := c.o.Messages.WritePayload(r.Context(), id, func(m postgres.MessageInfo) io.Writer {
+		started = true
+		name := m.Filename
+		if name == "" {
+			name = fmt.Sprintf("message-%d", id)
+		}
+		downloadHeader(w, mime.FormatMediaType("attachment", map[string]string{"filename": name}), m.Size)
+		return w
+	})
+	switch {
+	case err != nil && !started:
 		c.readFailed(w, r, id, err)
-		return
+	case err != nil:
+		// The header went out: cut the response short, which the
+		// browser sees against the Content-Length.
+		panic(http.ErrAbortHandler)
 	}
-	name := m.Filename
-	if name == "" {
-		name = fmt.Sprintf("message-%d", id)
-	}
-	download(w, mime.FormatMediaType("attachment", map[string]string{"filename": name}), data)
 }
 
 // rawMDN sends the MDN as stored (operators and admins).
@@ -294,14 +321,19 @@ func (c *Console) rawMDN(w http.ResponseWriter, r *http.Request) {
 // are (HTML, SVG), the browser does not render them on the console's
 // origin.
 func download(w http.ResponseWriter, disposition string, b []byte) {
+	downloadHeader(w, disposition, int64(len(b)))
+	_, _ = w.Write(b)
+}
+
+// downloadHeader writes the header of a download of size bytes.
+func downloadHeader(w http.ResponseWriter, disposition string, size int64) {
 	h := w.Header()
 	h.Set("Content-Type", "application/octet-stream")
 	h.Set("Content-Disposition", disposition)
-	h.Set("Content-Length", strconv.Itoa(len(b)))
+	h.Set("Content-Length", strconv.FormatInt(size, 10))
 	// A sandbox for the case a browser renders it after all.
 	h.Set("Content-Security-Policy", "default-src 'none'; sandbox")
 	w.WriteHeader(http.StatusOK)
-	_, _ = w.Write(b)
 }
 
 // cursor reads a page's cursor (an id to page below): 0 for the first

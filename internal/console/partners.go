@@ -6,11 +6,9 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
-	"strconv"
 	"strings"
 	"time"
 
-	"github.com/edihub/edihub/internal/auth"
 	"github.com/edihub/edihub/internal/config"
 	"github.com/edihub/edihub/internal/postgres"
 	"github.com/edihub/edihub/internal/probe"
@@ -23,6 +21,7 @@ type PartnerStore interface {
 	Partner(ctx context.Context, as2ID string) (postgres.StoredPartner, error)
 	PartnerHistory(ctx context.Context, as2ID string, limit int) ([]postgres.PartnerHistoryEntry, error)
 	PartnersHealth(ctx context.Context, partners []string) ([]postgres.PartnerHealth, error)
+	DeletedPartners(ctx context.Context, limit int) ([]postgres.PartnerHistoryEntry, error)
 }
 
 // PartnerService changes a stored partner with the checks of the
@@ -31,6 +30,8 @@ type PartnerStore interface {
 // version that is no longer the stored one is postgres.ErrPartnerConflict.
 type PartnerService interface {
 	Put(ctx context.Context, actor string, entry []byte, expect int64) (postgres.StoredPartner, error)
+	Delete(ctx context.Context, actor, as2ID string, expect int64) (int64, error)
+	Restore(ctx context.Context, actor, as2ID string, version, expect int64) (postgres.StoredPartner, error)
 }
 
 // historyLimit is how many changes a partner's page lists.
@@ -52,6 +53,9 @@ type partnerRow struct {
 type partnersData struct {
 	Revision int64
 	Partners []partnerRow
+	// Deleted are the partners deleted lately and not stored again.
+	Deleted []postgres.PartnerHistoryEntry
+	CanEdit bool
 }
 
 // certExpiry is the nearest certificate expiry of each partner served.
@@ -102,7 +106,11 @@ func (c *Console) partnerList(w http.ResponseWriter, r *http.Request) {
 	}
 	now := c.now()
 	expiry := c.certExpiry(now)
-	d := partnersData{Revision: set.Revision}
+	d := partnersData{Revision: set.Revision, CanEdit: c.o.PartnerService != nil}
+	if d.Deleted, err = c.o.PartnerStore.DeletedPartners(ctx, deletedLimit); err != nil {
+		c.internal(w, r, "Reading the partners", err)
+		return
+	}
 	for i, sp := range set.Partners {
 		row := partnerRow{StoredPartner: sp, Expiry: expiry[sp.AS2ID]}
 		row.ExpiryClass = expiryClass(now, row.Expiry)
@@ -117,10 +125,15 @@ func (c *Console) partnerList(w http.ResponseWriter, r *http.Request) {
 	c.render(w, r, http.StatusOK, "partners", c.view(r, "Partners", "partners", d))
 }
 
-// historyView is one change of a partner.
+// deletedLimit is how many deleted partners the list shows.
+const deletedLimit = 20
+
+// historyView is one change of a partner; Restorable when its profile
+// can be made the current one again (it has one, and is not the current).
 type historyView struct {
 	postgres.PartnerHistoryEntry
-	Lines []string
+	Lines      []string
+	Restorable bool
 }
 
 // partnerData is a partner's page's.
@@ -139,7 +152,11 @@ type partnerData struct {
 	// Test is the report of a connectivity test just run.
 	Test       *probe.Report
 	CanTest    bool
+	CanEdit    bool
 	MessagesAt string
+	// Deleted is the partner's deletion when it is no longer stored: the
+	// page shows its history, to restore a version.
+	Deleted *postgres.PartnerHistoryEntry
 }
 
 // partnerID is the AS2 ID of the path.
@@ -151,21 +168,49 @@ func partnerPath(id string) string { return Prefix + "/partners/" + url.PathEsca
 // loadPartner fills the page of partner id; false when it answered.
 func (c *Console) loadPartner(w http.ResponseWriter, r *http.Request, id string) (partnerData, bool) {
 	ctx := r.Context()
+	d := partnerData{CanTest: c.o.TestPartner != nil, CanEdit: c.o.PartnerService != nil,
+		MessagesAt: Prefix + "/messages?" + url.Values{"partner": {id}}.Encode()}
+	hist, err := c.o.PartnerStore.PartnerHistory(ctx, id, historyLimit)
+	if err != nil {
+		c.internal(w, r, "Reading the partner", err)
+		return partnerData{}, false
+	}
 	sp, err := c.o.PartnerStore.Partner(ctx, id)
-	if errors.Is(err, postgres.ErrPartnerNotFound) {
+	switch {
+	case errors.Is(err, postgres.ErrPartnerNotFound) && len(hist) > 0 && hist[0].Op == postgres.PartnerDelete:
+		d.Deleted, d.P.AS2ID, d.CanTest = &hist[0], id, false
+	case errors.Is(err, postgres.ErrPartnerNotFound):
 		c.fail(w, r, http.StatusNotFound, fmt.Sprintf("There is no partner %q (AS2 IDs are case-sensitive).", id))
 		return partnerData{}, false
-	}
-	if err != nil {
+	case err != nil:
 		c.internal(w, r, "Reading the partner", err)
 		return partnerData{}, false
+	default:
+		d.P, d.YAML, d.Version = sp, sp.Spec, sp.Version
+		if !c.partnerHealth(w, r, &d) {
+			return partnerData{}, false
+		}
 	}
-	d := partnerData{P: sp, YAML: sp.Spec, Version: sp.Version, CanTest: c.o.TestPartner != nil,
-		MessagesAt: Prefix + "/messages?" + url.Values{"partner": {id}}.Encode()}
-	h, err := c.o.PartnerStore.PartnersHealth(ctx, []string{id})
+	for _, e := range hist {
+		hv := historyView{PartnerHistoryEntry: e, Restorable: e.Spec != nil && (d.Deleted != nil || e.Version != d.Version)}
+		for _, line := range strings.Split(strings.TrimRight(e.Diff, "\n"), "\n") {
+			if line != "" {
+				hv.Lines = append(hv.Lines, line)
+			}
+		}
+		d.History = append(d.History, hv)
+	}
+	return d, true
+}
+
+// partnerHealth fills in the health and certificates of a stored
+// partner; false when it answered.
+func (c *Console) partnerHealth(w http.ResponseWriter, r *http.Request, d *partnerData) bool {
+	id := d.P.AS2ID
+	h, err := c.o.PartnerStore.PartnersHealth(r.Context(), []string{id})
 	if err != nil {
 		c.internal(w, r, "Reading the partner", err)
-		return partnerData{}, false
+		return false
 	}
 	if len(h) == 1 {
 		d.Health = h[0]
@@ -177,21 +222,7 @@ func (c *Console) loadPartner(w http.ResponseWriter, r *http.Request, id string)
 			}
 		}
 	}
-	hist, err := c.o.PartnerStore.PartnerHistory(ctx, id, historyLimit)
-	if err != nil {
-		c.internal(w, r, "Reading the partner", err)
-		return partnerData{}, false
-	}
-	for _, e := range hist {
-		hv := historyView{PartnerHistoryEntry: e}
-		for _, line := range strings.Split(strings.TrimRight(e.Diff, "\n"), "\n") {
-			if line != "" {
-				hv.Lines = append(hv.Lines, line)
-			}
-		}
-		d.History = append(d.History, hv)
-	}
-	return d, true
+	return true
 }
 
 // partnerPage shows a partner: its profile (an admin edits it), health,
@@ -202,82 +233,6 @@ func (c *Console) partnerPage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	c.render(w, r, http.StatusOK, "partner", c.view(r, d.P.AS2ID, "partners", d))
-}
-
-// maxProfile bounds a profile sent from the partner page.
-const maxProfile = 1 << 20
-
-// partnerUpdate stores a profile an admin edited, checked as the API
-// checks it, against the version the admin read (hidden in the form): a
-// change made meanwhile by someone else is not overwritten.
-func (c *Console) partnerUpdate(w http.ResponseWriter, r *http.Request) {
-	id := partnerID(r)
-	r.Body = http.MaxBytesReader(w, r.Body, maxProfile)
-	text, versionField := r.PostFormValue("profile"), r.PostFormValue("version")
-	refuse := func(status int, msg, field string, line int, fix string) {
-		d, ok := c.loadPartner(w, r, id)
-		if !ok {
-			return
-		}
-		d.YAML, d.Error, d.Field, d.Line, d.Fix = text, msg, field, line, fix
-		if v, err := strconv.ParseInt(versionField, 10, 64); err == nil {
-			d.Version = v
-		}
-		c.render(w, r, status, "partner", c.view(r, d.P.AS2ID, "partners", d))
-	}
-	expect, err := strconv.ParseInt(versionField, 10, 64)
-	if err != nil || expect <= 0 {
-		refuse(http.StatusBadRequest, "The form lacks the version it was made from: reload the page and make the change again.", "", 0, "")
-		return
-	}
-	if strings.TrimSpace(text) == "" {
-		refuse(http.StatusBadRequest, "The profile is empty.", "", 0, "Write the partner's keys: as2_id, url, certificate, ...")
-		return
-	}
-	spec, err := config.DecodeSpec("profile", text)
-	var ce *config.Error
-	switch {
-	case errors.As(err, &ce):
-		refuse(http.StatusUnprocessableEntity, ce.Msg, ce.Field, ce.Line, ce.Fix)
-		return
-	case err != nil:
-		refuse(http.StatusUnprocessableEntity, err.Error(), "", 0, "")
-		return
-	case spec.AS2ID != id:
-		refuse(http.StatusUnprocessableEntity, fmt.Sprintf("The profile's as2_id %q is not this partner's, %q.", spec.AS2ID, id), "as2_id", 0,
-			"An AS2 ID is not renamed: create the new partner and delete the old one.")
-		return
-	}
-	actor := auth.AuditFromRequest(r)
-	sp, err := c.o.PartnerService.Put(r.Context(), actor.Actor+" from "+actor.Remote, []byte(text), expect)
-	switch {
-	case errors.As(err, &ce):
-		// The entry was checked as the one item of a partners list: its
-		// lines are one further down than in the text area.
-		line := ce.Line
-		if line > 1 {
-			line--
-		}
-		refuse(http.StatusUnprocessableEntity, ce.Msg, strings.TrimPrefix(ce.Field, "partners[0]."), line, ce.Fix)
-		return
-	case errors.Is(err, postgres.ErrPartnerConflict):
-		refuse(http.StatusConflict, "Someone changed this partner since you opened the page: your change was not stored. "+
-			"The profile below is yours; copy what you need, reload the page, and make the change on the current version.", "", 0, "")
-		return
-	case errors.Is(err, postgres.ErrPartnerNotFound):
-		c.fail(w, r, http.StatusNotFound, fmt.Sprintf("There is no partner %q (it was deleted meanwhile).", id))
-		return
-	case err != nil:
-		c.internal(w, r, "Storing the partner", err)
-		return
-	}
-	if sp.Version != expect {
-		c.audit(r, "partner.update", sp.AS2ID, map[string]any{"version": sp.Version, "revision": sp.Revision})
-		c.flash(r, fmt.Sprintf("%s is stored as version %d; every replica serves it within seconds.", sp.AS2ID, sp.Version))
-	} else {
-		c.flash(r, "Nothing changed: the profile is the one stored.")
-	}
-	http.Redirect(w, r, partnerPath(sp.AS2ID), http.StatusSeeOther)
 }
 
 // partnerTest runs the connectivity test against a partner and shows its

@@ -149,6 +149,9 @@ func (v view) Time(t any) string {
 	return tt.In(v.loc).Format("2006-01-02 15:04:05 MST")
 }
 
+// timeText shows t as the pages do, for a text built in Go.
+func (c *Console) timeText(t time.Time) string { return view{loc: c.o.Location}.Time(t) }
+
 // view is the view of page title for r's user.
 func (c *Console) view(r *http.Request, title, nav string, data any) view {
 	v := view{Title: title, Nav: nav, CSS: assets["console.css"], JS: assets["console.js"], Data: data, loc: c.o.Location}
@@ -197,14 +200,15 @@ func (c *Console) fail(w http.ResponseWriter, r *http.Request, status int, msg s
 // funcs are the templates' helpers.
 var funcs = template.FuncMap{
 	"pathEscape": url.PathEscape,
+	"join":       strings.Join,
 	"size":       size,
 	"statusClass": func(s string) string {
 		switch s {
-		case "delivered", "sent", "processed", "done", "ok", "active":
+		case "delivered", "sent", "processed", "done", "ok", "active", "accepted":
 			return "ok"
-		case "failed", "error", "orphan", "disabled", "revoked", "expired":
+		case "failed", "error", "orphan", "disabled", "revoked", "expired", "rejected":
 			return "bad"
-		case "retrying", "awaiting-mdn", "overdue", "pending", "sending":
+		case "retrying", "awaiting-mdn", "overdue", "pending", "sending", "accepted-with-errors":
 			return "warn"
 		}
 		return "info"

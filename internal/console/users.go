@@ -157,7 +157,12 @@ func (c *Console) userAction(action string) http.HandlerFunc {
 
 // tokensData is the API tokens page's.
 type tokensData struct {
+	// User owns the tokens shown; Self is true when it is the one signed
+	// in, else an admin manages another user's tokens. Base is the
+	// page's path, where its forms go.
 	User   string
+	Self   bool
+	Base   string
 	Tokens []tokenView
 	Roles  []string
 	// Token is a token just made: shown once.
@@ -178,9 +183,15 @@ var Expiries = []string{"30d", "90d", "365d", ""}
 
 func (c *Console) tokensPage(w http.ResponseWriter, r *http.Request, status int, d tokensData) {
 	p, _ := auth.FromContext(r.Context())
-	toks, err := c.o.Users.Tokens(r.Context(), auth.CallerOf(r), p.User)
+	d.User, d.Base = tokenOwner(r)
+	d.Self = d.User == p.User
+	toks, err := c.o.Users.Tokens(r.Context(), auth.CallerOf(r), d.User)
+	if msg := userError(err); msg != "" {
+		c.fail(w, r, http.StatusNotFound, msg)
+		return
+	}
 	if err != nil {
-		c.internal(w, r, "Listing your API tokens", err)
+		c.internal(w, r, "Listing the API tokens", err)
 		return
 	}
 	now := c.now()
@@ -194,7 +205,6 @@ func (c *Console) tokensPage(w http.ResponseWriter, r *http.Request, status int,
 		}
 		d.Tokens = append(d.Tokens, v)
 	}
-	d.User = p.User
 	for _, role := range auth.Roles() {
 		if p.Role.Allows(role) {
 			d.Roles = append(d.Roles, role.String())
@@ -203,17 +213,30 @@ func (c *Console) tokensPage(w http.ResponseWriter, r *http.Request, status int,
 	if d.Role == "" {
 		d.Role = p.Role.String()
 	}
-	c.render(w, r, status, "tokens", c.view(r, "API tokens", "tokens", d))
+	title := "API tokens"
+	if !d.Self {
+		title = "API tokens of " + d.User
+	}
+	c.render(w, r, status, "tokens", c.view(r, title, "tokens", d))
 }
 
-// tokens lists the signed-in user's API tokens.
+// tokenOwner is whose tokens a request is about, and the page's path:
+// the user of /users/{name}/tokens (admins), else the one signed in.
+func tokenOwner(r *http.Request) (user, base string) {
+	if name := r.PathValue("name"); name != "" {
+		return name, Prefix + "/users/" + url.PathEscape(name) + "/tokens"
+	}
+	p, _ := auth.FromContext(r.Context())
+	return p.User, Prefix + "/tokens"
+}
+
 func (c *Console) tokens(w http.ResponseWriter, r *http.Request) {
 	c.tokensPage(w, r, http.StatusOK, tokensData{Expires: "90d"})
 }
 
 // createToken makes an API token for the signed-in user and shows it once.
 func (c *Console) createToken(w http.ResponseWriter, r *http.Request) {
-	p, _ := auth.FromContext(r.Context())
+	owner, _ := tokenOwner(r)
 	name, roleName, expires := strings.TrimSpace(r.PostFormValue("name")), r.PostFormValue("role"), r.PostFormValue("expires")
 	d := tokensData{Name: name, Role: roleName, Expires: expires}
 	role, err := auth.ParseRole(roleName)
@@ -238,7 +261,7 @@ func (c *Console) createToken(w http.ResponseWriter, r *http.Request) {
 		at := c.now().Add(life)
 		tr.ExpiresAt = &at
 	}
-	tok, t, err := c.o.Users.CreateToken(r.Context(), auth.CallerOf(r), p.User, tr)
+	tok, t, err := c.o.Users.CreateToken(r.Context(), auth.CallerOf(r), owner, tr)
 	if msg := userError(err); msg != "" {
 		d.Error = msg
 		c.tokensPage(w, r, http.StatusUnprocessableEntity, d)
@@ -253,9 +276,9 @@ func (c *Console) createToken(w http.ResponseWriter, r *http.Request) {
 
 // revokeToken revokes one of the signed-in user's tokens.
 func (c *Console) revokeToken(w http.ResponseWriter, r *http.Request) {
-	p, _ := auth.FromContext(r.Context())
+	owner, base := tokenOwner(r)
 	name := r.PathValue("token")
-	t, err := c.o.Users.RevokeToken(r.Context(), auth.CallerOf(r), p.User, name)
+	t, err := c.o.Users.RevokeToken(r.Context(), auth.CallerOf(r), owner, name)
 	if msg := userError(err); msg != "" {
 		c.tokensPage(w, r, http.StatusNotFound, tokensData{Expires: "90d", Error: msg})
 		return
@@ -264,8 +287,8 @@ func (c *Console) revokeToken(w http.ResponseWriter, r *http.Request) {
 		c.internal(w, r, "Revoking the API token", err)
 		return
 	}
-	c.flash(r, fmt.Sprintf("The API token %q is revoked: it no longer works.", t.Name))
-	http.Redirect(w, r, Prefix+"/tokens", http.StatusSeeOther)
+	c.flash(r, fmt.Sprintf("The API token %q of %s is revoked: it no longer works.", t.Name, owner))
+	http.Redirect(w, r, base, http.StatusSeeOther)
 }
 
 // AuditActions are the actions the audit page's filter offers.

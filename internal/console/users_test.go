@@ -118,3 +118,72 @@ func TestOwnTokens(t *testing.T) {
 		}
 	}
 }
+
+// TestAdminManagesTokens: an admin opens another user's tokens from the
+// users page, revokes a leaked one (it stops working at once) and makes
+// a new one for the user (acting as the user, with the user's role at
+// most); both are in the audit log under the admin's name. Another
+// user's tokens are refused to anyone but an admin.
+func TestAdminManagesTokens(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.addUser("ada", auth.RoleAdmin)
+	vera := e.addUser("vera", auth.RoleViewer)
+	leaked, _, err := e.users.CreateToken(e.ctx, auth.Caller{Principal: auth.CLIPrincipal("test@host")}, "vera", auth.TokenRequest{Name: "laptop", Role: auth.RoleViewer})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bearer := func(tok string) (auth.Principal, error) {
+		req, _ := http.NewRequest(http.MethodGet, "/api/v1/messages", nil)
+		req.Header.Set("Authorization", "Bearer "+tok)
+		return e.auth.Bearer(req.WithContext(e.ctx))
+	}
+	tb := tab(t)
+	e.login(t, tb, "ada")
+	run(t, tb, "open vera's tokens",
+		chromedp.Navigate(e.page("/users")),
+		chromedp.WaitVisible(chromedp.CSS("#users")),
+		submit("#tokens-"+strconv.FormatInt(vera.ID, 10)),
+		chromedp.WaitVisible(chromedp.CSS("#tokens")),
+	)
+	if got := text(t, tb, "h1"); got != "API tokens of vera" {
+		t.Errorf("h1 = %q", got)
+	}
+	checkPage(t, tb, "#revoke-laptop", "#token-name", "#token-role", "#token-expires", "#make-token")
+	run(t, tb, "revoke vera's laptop token", confirmAll, submit("#revoke-laptop"), chromedp.WaitVisible(chromedp.CSS(".flash")))
+	if _, err := bearer(leaked); err == nil {
+		t.Error("the revoked token still works")
+	}
+	if got := location(t, tb); !strings.HasSuffix(got, "/console/users/vera/tokens") {
+		t.Errorf("after the revoke the page is %s, want vera's tokens", got)
+	}
+	run(t, tb, "make a token for vera",
+		chromedp.SetValue(chromedp.CSS("#token-name"), "erp"),
+		chromedp.SetValue(chromedp.CSS("#token-role"), "viewer"),
+		submit("#make-token"),
+		chromedp.WaitVisible(chromedp.CSS("#token-value")),
+	)
+	if p, err := bearer(text(t, tb, "#token-value")); err != nil || p.Actor() != "token:erp (vera)" || p.Role != auth.RoleViewer {
+		t.Errorf("the token made for vera authenticates as %+v, %v; want token:erp (vera), a viewer", p, err)
+	}
+	run(t, tb, "read the audit log", chromedp.Navigate(e.page("/audit")), chromedp.WaitVisible(chromedp.CSS("#audit")))
+	log := text(t, tb, "#audit tbody")
+	for _, want := range []string{"token.revoke", "token.create"} {
+		if !strings.Contains(log, want) || !strings.Contains(log, "user:ada") {
+			t.Errorf("audit log lacks %s by user:ada:\n%s", want, log)
+		}
+	}
+	noErrors(t, tb)
+
+	e.addUser("olga", auth.RoleOperator)
+	tb2 := tab(t)
+	e.login(t, tb2, "olga")
+	for _, tt := range []struct{ method, path string }{
+		{http.MethodGet, "/console/users/vera/tokens"}, {http.MethodPost, "/console/users/vera/tokens"},
+		{http.MethodPost, "/console/users/vera/tokens/erp/revoke"},
+	} {
+		if got := fetchStatus(t, tb2, tt.method, tt.path); got != http.StatusForbidden {
+			t.Errorf("%s %s as an operator = %d, want 403", tt.method, tt.path, got)
+		}
+	}
+}

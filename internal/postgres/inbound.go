@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 
 	"github.com/jackc/pgx/v5"
@@ -44,6 +45,11 @@ type InboundMessage struct {
 	PayloadSize                   int64
 	// Payload is stored when not nil (processed messages only).
 	Payload []byte
+	// PayloadOpen, when set instead of Payload, opens the payload (of
+	// PayloadSize bytes) for reading from its start; it may be called
+	// more than once. The payload is stored in pieces (payload_chunks)
+	// as it is read, in constant memory, in the message's transaction.
+	PayloadOpen func() io.Reader
 	// MDNMode is "sync", "async" or "none"; MDNURL the async return URL.
 	MDNMode   string
 	MDNSigned bool
@@ -139,9 +145,12 @@ func (s *Store) saveInbound(ctx context.Context, m *InboundMessage, hdr []byte) 
 		id  int64
 		err error
 	)
-	if len(m.Payload) <= largePayload {
+	switch {
+	case m.PayloadOpen != nil:
+		id, err = s.saveInboundChunked(ctx, m, hdr)
+	case len(m.Payload) <= largePayload:
 		id, err = s.saveInboundOneStatement(ctx, m, hdr)
-	} else {
+	default:
 		id, err = s.saveInboundStreamed(ctx, m, hdr)
 	}
 	if isUniqueViolation(err) {
@@ -250,22 +259,93 @@ func (s *Store) saveInboundStreamed(ctx context.Context, m *InboundMessage, hdr 
 		if err := los.Unlink(ctx, oid); err != nil {
 			return fmt.Errorf("unlink large object: %w", err)
 		}
-		if m.MDN == nil {
-			return nil
-		}
-		if _, err := tx.Exec(ctx, `
-INSERT INTO mdns (message_id, content_type, headers, body, disposition, mic, signed)
-VALUES ($1, $2, $3, $4, $5, $6, $7)`,
-			id, m.MDN.Header.Get("Content-Type"), string(hdr), m.MDN.Body, m.MDN.Disposition, m.MDN.MIC, m.MDN.Signed); err != nil {
-			return fmt.Errorf("insert MDN: %w", err)
-		}
-		if m.Outbox {
-			return queueMDN(ctx, tx, id, m.Partner, m.MDNURL, string(hdr), m.MDN.Body)
-		}
-		return nil
+		return saveMDN(ctx, tx, id, m, hdr)
 	})
 	return id, err
 }
+
+// saveMDN stores m's MDN and queues an async one, in tx.
+func saveMDN(ctx context.Context, tx pgx.Tx, id int64, m *InboundMessage, hdr []byte) error {
+	if m.MDN == nil {
+		return nil
+	}
+	if _, err := tx.Exec(ctx, `
+INSERT INTO mdns (message_id, content_type, headers, body, disposition, mic, signed)
+VALUES ($1, $2, $3, $4, $5, $6, $7)`,
+		id, m.MDN.Header.Get("Content-Type"), string(hdr), m.MDN.Body, m.MDN.Disposition, m.MDN.MIC, m.MDN.Signed); err != nil {
+		return fmt.Errorf("insert MDN: %w", err)
+	}
+	if m.Outbox {
+		return queueMDN(ctx, tx, id, m.Partner, m.MDNURL, string(hdr), m.MDN.Body)
+	}
+	return nil
+}
+
+// payloadChunk is the size of one payload_chunks row.
+const payloadChunk = 1 << 20
+
+// saveInboundChunked stores a payload read from m.PayloadOpen in
+// payload_chunks rows, by COPY, in one transaction with the rest: the
+// memory it takes is a chunk or two, whatever the payload's size.
+func (s *Store) saveInboundChunked(ctx context.Context, m *InboundMessage, hdr []byte) (int64, error) {
+	var id int64
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		err := tx.QueryRow(ctx, insertMessage, messageArgs(m)...).Scan(&id)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return ErrDuplicateInbound
+		}
+		if err != nil {
+			return fmt.Errorf("insert message: %w", err)
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO payloads (message_id, data, chunked) VALUES ($1, '', true)`, id); err != nil {
+			return fmt.Errorf("insert payload: %w", err)
+		}
+		src := &chunkSource{id: id, r: m.PayloadOpen(), buf: make([]byte, payloadChunk)}
+		n, err := tx.CopyFrom(ctx, pgx.Identifier{"payload_chunks"}, []string{"message_id", "seq", "data"}, src)
+		if err != nil {
+			return fmt.Errorf("copy payload: %w", err)
+		}
+		if src.bytes != m.PayloadSize {
+			return fmt.Errorf("copy payload: %d bytes in %d pieces, want %d", src.bytes, n, m.PayloadSize)
+		}
+		return saveMDN(ctx, tx, id, m, hdr)
+	})
+	return id, err
+}
+
+// chunkSource is a pgx.CopyFromSource of a payload's pieces.
+type chunkSource struct {
+	id    int64
+	r     io.Reader
+	buf   []byte
+	seq   int32
+	n     int
+	bytes int64
+	err   error
+}
+
+func (c *chunkSource) Next() bool {
+	n, err := io.ReadFull(c.r, c.buf)
+	if err == io.EOF || (err == io.ErrUnexpectedEOF && n > 0) {
+		err = nil
+	}
+	if err != nil {
+		c.err = err
+		return false
+	}
+	if n == 0 {
+		return false
+	}
+	c.n, c.bytes = n, c.bytes+int64(n)
+	c.seq++
+	return true
+}
+
+func (c *chunkSource) Values() ([]any, error) {
+	return []any{c.id, c.seq, c.buf[:c.n]}, nil
+}
+
+func (c *chunkSource) Err() error { return c.err }
 
 func queueMDN(ctx context.Context, tx pgx.Tx, messageRowID int64, partner, url, header string, body []byte) error {
 	if _, err := tx.Exec(ctx, `

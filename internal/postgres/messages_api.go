@@ -1,10 +1,12 @@
 package postgres
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"slices"
 	"strings"
@@ -12,6 +14,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 // ErrMessageNotFound reports a message id with no row.
@@ -230,7 +233,20 @@ func messagesSQL(q MessageQuery, sortRange bool) (string, []any) {
 		order = "id + 0"
 	}
 	sql += fmt.Sprintf(` ORDER BY %s DESC LIMIT $%d`, order, len(args))
+	if sortRange && rangeOnly(q) {
+		// Only the range (and the cursor) filter: the ids are picked from
+		// the index on (created_at) INCLUDE (id) alone, and only the
+		// page's rows are read from the table.
+		sql = `SELECT ` + messageColumns + ` FROM messages WHERE id IN (SELECT id FROM messages WHERE ` +
+			strings.Join(where, " AND ") + fmt.Sprintf(` ORDER BY id + 0 DESC LIMIT $%d) ORDER BY id DESC`, len(args))
+	}
 	return sql, args
+}
+
+// rangeOnly reports whether q filters by its date range (and pages) only.
+func rangeOnly(q MessageQuery) bool {
+	q.Since, q.Until, q.Before, q.Limit = time.Time{}, time.Time{}, 0, 0
+	return q == MessageQuery{}
 }
 
 // messageIDForms are the stored forms a searched Message-ID may have: as
@@ -272,18 +288,60 @@ func prefixEnd(p string) (string, bool) {
 }
 
 // MessagePayload returns the message with id and its payload bytes, or
-// ErrMessageNotFound when either is missing.
+// ErrMessageNotFound when either is missing. It holds the payload whole:
+// WritePayload streams one of any size.
 func (s *Store) MessagePayload(ctx context.Context, id int64) (MessageInfo, []byte, error) {
-	m, err := s.Message(ctx, id)
+	var buf bytes.Buffer
+	m, err := s.WritePayload(ctx, id, func(MessageInfo) io.Writer { return &buf })
 	if err != nil {
 		return m, nil, err
 	}
-	var data []byte
-	err = s.pool.QueryRow(ctx, `SELECT data FROM payloads WHERE message_id = $1`, id).Scan(&data)
+	return m, buf.Bytes(), nil
+}
+
+// WritePayload writes the payload of message id to the writer to(m)
+// returns, m being the message with Size the payload's exact size, as it
+// reads it: a chunked payload one piece at a time, in one snapshot. ErrMessageNotFound when the message
+// or its payload is missing (to is not called then). An error of the
+// writer ends the read and is returned.
+func (s *Store) WritePayload(ctx context.Context, id int64, to func(MessageInfo) io.Writer) (MessageInfo, error) {
+	m, err := s.Message(ctx, id)
 	if err != nil {
-		return m, nil, messageErr(fmt.Sprintf("payload of message %d", id), err)
+		return m, err
 	}
-	return m, data, nil
+	var data []byte
+	var chunked bool
+	err = s.pool.QueryRow(ctx, `SELECT data, chunked FROM payloads WHERE message_id = $1`, id).Scan(&data, &chunked)
+	if err != nil {
+		return m, messageErr(fmt.Sprintf("payload of message %d", id), err)
+	}
+	if !chunked {
+		m.Size = int64(len(data))
+		_, err = to(m).Write(data)
+		return m, err
+	}
+	w := to(m) // m.Size is the payload's: checked when it was stored
+	rows, err := s.pool.Query(ctx, `SELECT data FROM payload_chunks WHERE message_id = $1 ORDER BY seq`, id)
+	if err != nil {
+		return m, fmt.Errorf("payload of message %d: %w", id, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		// The raw value, no copy per piece, when it comes in binary.
+		piece := rows.RawValues()[0]
+		if rows.FieldDescriptions()[0].Format != pgtype.BinaryFormatCode {
+			if err := rows.Scan(&piece); err != nil {
+				return m, fmt.Errorf("payload of message %d: %w", id, err)
+			}
+		}
+		if _, err := w.Write(piece); err != nil {
+			return m, err
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return m, fmt.Errorf("payload of message %d: %w", id, err)
+	}
+	return m, nil
 }
 
 // MDNInfo is an MDN as stored for a message.

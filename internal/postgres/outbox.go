@@ -397,53 +397,60 @@ UPDATE outbox SET status = $4, finished_at = now(), claimed_until = NULL, last_e
 		if it.MessageID == 0 || it.Kind != OutboxKindMessage {
 			return nil
 		}
-		// The attempt, for the message's trace.
-		if _, err := tx.Exec(ctx, `
+		return finishMessage(ctx, tx, it, r, status)
+	})
+	if err != nil {
+		return fmt.Errorf("finish outbox %d: %w", it.ID, err)
+	}
+	return nil
+}
+
+// finishMessage records a finished send attempt of an outbound message in
+// FinishOutbox's transaction: the attempt for its trace, the message's
+// new status, and the MDN the attempt got.
+func finishMessage(ctx context.Context, tx pgx.Tx, it OutboxItem, r OutboxResult, status *int) error {
+	// The attempt, for the message's trace.
+	if _, err := tx.Exec(ctx, `
 INSERT INTO message_attempts (message_id, attempt, replica, http_status, outcome, error) VALUES ($1, $2, $3, $4, $5, $6)`,
-			it.MessageID, it.Attempts, it.ClaimedBy, status, attemptOutcome(r.State), r.Error); err != nil {
-			return err
-		}
-		// decided: this attempt moved the message (not final before). Its
-		// MDN then replaces one kept from an earlier send (a resend after
-		// a negative MDN): the receipt kept is the one that decided the
-		// message, as for async MDNs.
-		decided := false
-		if u := r.Message; u != nil {
-			tag, err := tx.Exec(ctx, `
+		it.MessageID, it.Attempts, it.ClaimedBy, status, attemptOutcome(r.State), r.Error); err != nil {
+		return err
+	}
+	// decided: this attempt moved the message (not final before). Its
+	// MDN then replaces one kept from an earlier send (a resend after
+	// a negative MDN): the receipt kept is the one that decided the
+	// message, as for async MDNs.
+	decided := false
+	if u := r.Message; u != nil {
+		tag, err := tx.Exec(ctx, `
 UPDATE messages
    SET status = $2, disposition = $3, error = $4, attempts = $5, updated_at = now(),
        completed_at = CASE WHEN $6::boolean THEN now() ELSE completed_at END,
        mdn_due_at = CASE WHEN $7::bigint > 0 THEN now() + $7::bigint * interval '1 microsecond' ELSE mdn_due_at END,
        mic_verified = coalesce($8::boolean, mic_verified)
  WHERE id = $1 AND status NOT IN ('delivered', 'failed', 'sent')`,
-				it.MessageID, u.Status, u.Disposition, u.Error, it.Attempts, u.Final, u.MDNDueIn.Microseconds(), u.MICVerified)
-			if err != nil {
-				return err
-			}
-			decided = u.Final && tag.RowsAffected() == 1
-		} else if _, err := tx.Exec(ctx, `UPDATE messages SET attempts = $2, updated_at = now() WHERE id = $1`, it.MessageID, it.Attempts); err != nil {
+			it.MessageID, u.Status, u.Disposition, u.Error, it.Attempts, u.Final, u.MDNDueIn.Microseconds(), u.MICVerified)
+		if err != nil {
 			return err
 		}
-		if r.MDN != nil {
-			hdr, err := json.Marshal(r.MDN.Headers)
-			if err != nil {
-				return err
-			}
-			if _, err := tx.Exec(ctx, `
+		decided = u.Final && tag.RowsAffected() == 1
+	} else if _, err := tx.Exec(ctx, `UPDATE messages SET attempts = $2, updated_at = now() WHERE id = $1`, it.MessageID, it.Attempts); err != nil {
+		return err
+	}
+	if r.MDN != nil {
+		hdr, err := json.Marshal(r.MDN.Headers)
+		if err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `
 INSERT INTO mdns (message_id, content_type, headers, body, disposition, mic, signed)
 VALUES ($1, $2, $3, $4, $5, $6, $7)
 ON CONFLICT (message_id) DO UPDATE
    SET content_type = EXCLUDED.content_type, headers = EXCLUDED.headers, body = EXCLUDED.body,
        disposition = EXCLUDED.disposition, mic = EXCLUDED.mic, signed = EXCLUDED.signed, created_at = now()
  WHERE $8::boolean`,
-				it.MessageID, r.MDN.ContentType, hdr, r.MDN.Body, r.MDN.Disposition, r.MDN.MIC, r.MDN.Signed, decided); err != nil {
-				return err
-			}
+			it.MessageID, r.MDN.ContentType, hdr, r.MDN.Body, r.MDN.Disposition, r.MDN.MIC, r.MDN.Signed, decided); err != nil {
+			return err
 		}
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("finish outbox %d: %w", it.ID, err)
 	}
 	return nil
 }

@@ -297,8 +297,15 @@ SELECT revision, as2_id, version, op, spec, diff, actor, changed_at
   FROM partner_history
  WHERE $1 = '' OR as2_id = $1
  ORDER BY revision DESC LIMIT $2`, as2ID, limit)
+	return collectHistory(rows, err, "read partner history")
+}
+
+// collectHistory reads the rows of a query of partner_history's columns
+// (revision, as2_id, version, op, spec, diff, actor, changed_at); what
+// names the read in an error.
+func collectHistory(rows pgx.Rows, err error, what string) ([]PartnerHistoryEntry, error) {
 	if err != nil {
-		return nil, fmt.Errorf("read partner history: %w", err)
+		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (PartnerHistoryEntry, error) {
 		var e PartnerHistoryEntry
@@ -306,9 +313,23 @@ SELECT revision, as2_id, version, op, spec, diff, actor, changed_at
 		return e, err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("read partner history: %w", err)
+		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	return out, nil
+}
+
+// DeletedPartners lists the deletions of partners that are not stored
+// again, the latest first, at most limit: each row is the deletion, its
+// Version the one deleted.
+func (s *Store) DeletedPartners(ctx context.Context, limit int) ([]PartnerHistoryEntry, error) {
+	rows, err := s.pool.Query(ctx, `
+SELECT h.revision, h.as2_id, h.version, h.op, h.spec, h.diff, h.actor, h.changed_at
+  FROM partner_history h
+ WHERE h.op = 'delete'
+   AND NOT EXISTS (SELECT 1 FROM partners p WHERE p.as2_id = h.as2_id)
+   AND NOT EXISTS (SELECT 1 FROM partner_history l WHERE l.as2_id = h.as2_id AND l.revision > h.revision)
+ ORDER BY h.revision DESC LIMIT $1`, limit)
+	return collectHistory(rows, err, "read deleted partners")
 }
 
 // PartnerVersion reads the profile of a partner at one version, from its

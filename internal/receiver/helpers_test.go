@@ -27,6 +27,7 @@ import (
 	"github.com/edihub/edihub/internal/mdn"
 	"github.com/edihub/edihub/internal/postgres"
 	"github.com/edihub/edihub/internal/receiver"
+	"github.com/edihub/edihub/internal/spool"
 	"github.com/edihub/edihub/internal/testenv"
 	"github.com/edihub/edihub/internal/testenv/openssltest"
 	"github.com/edihub/edihub/internal/testenv/pgtest"
@@ -98,6 +99,7 @@ type env struct {
 	reg     *prometheus.Registry
 	cfg     *config.File
 	handler *receiver.Handler
+	spool   *spool.Spool // nil unless envOptions.spool
 }
 
 type envOptions struct {
@@ -116,6 +118,10 @@ type envOptions struct {
 	maxDecompressed int64
 	// maxMDN is the receiver's async MDN limit; 0 the default.
 	maxMDN int64
+	// spool gives the receiver a spool of spoolBytes (1 GiB when 0) that
+	// takes every body (SpoolFromBytes 1): the streaming path.
+	spool      bool
+	spoolBytes int64
 }
 
 var testTime = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
@@ -166,6 +172,7 @@ partners:
 	if eo.stationKeys != "" {
 		st = receiver.StationFromConfig(cfg.Station)
 	}
+	sp := testSpool(t, eo)
 	h, err := receiver.New(receiver.Options{
 		Store:        rs,
 		Partners:     cfg,
@@ -180,6 +187,8 @@ partners:
 		MaxInFlightBytes:        eo.maxInFlight,
 		MaxConcurrentPerPartner: eo.perPartner,
 		MaxMDNBytes:             eo.maxMDN,
+		Spool:                   sp,
+		SpoolFromBytes:          1,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -191,7 +200,24 @@ partners:
 		Logger: zap.NewNop(), Metrics: httpserver.NewMetrics(prometheus.NewRegistry()), MaxBodyBytes: eo.maxBody, AS2: h,
 	}))
 	t.Cleanup(srv.Close)
-	return &env{url: srv.URL + "/as2", store: store, db: db, reg: reg, cfg: cfg, handler: h}
+	return &env{url: srv.URL + "/as2", store: store, db: db, reg: reg, cfg: cfg, handler: h, spool: sp}
+}
+
+// testSpool is the spool eo asks for, in the test's temporary directory,
+// or nil.
+func testSpool(t testing.TB, eo envOptions) *spool.Spool {
+	if !eo.spool {
+		return nil
+	}
+	if eo.spoolBytes == 0 {
+		eo.spoolBytes = 1 << 30
+	}
+	s, err := spool.New(t.TempDir(), eo.spoolBytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
 }
 
 // as2Header returns the AS2 fields of a request from → to asking for a
@@ -318,7 +344,10 @@ func (e *env) payload(t testing.TB, partner, messageID string) []byte {
 	t.Helper()
 	var b []byte
 	err := e.db.QueryRow(context.Background(), `
-SELECT p.data FROM payloads p JOIN messages m ON m.id = p.message_id
+SELECT CASE WHEN p.chunked
+            THEN coalesce((SELECT string_agg(c.data, ''::bytea ORDER BY c.seq) FROM payload_chunks c WHERE c.message_id = p.message_id), ''::bytea)
+            ELSE p.data END
+  FROM payloads p JOIN messages m ON m.id = p.message_id
  WHERE m.partner = $1 AND m.direction = 'inbound' AND m.message_id = $2`, partner, messageID).Scan(&b)
 	if err != nil {
 		t.Fatalf("payload of %s: %v", messageID, err)
@@ -357,6 +386,9 @@ func metricValue(reg *prometheus.Registry, name string, labels map[string]string
 			}
 			if c := m.GetCounter(); c != nil {
 				return c.GetValue()
+			}
+			if g := m.GetGauge(); g != nil {
+				return g.GetValue()
 			}
 		}
 	}

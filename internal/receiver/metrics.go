@@ -52,7 +52,7 @@ func newMetrics(reg prometheus.Registerer, b *budget) (*metrics, error) {
 		}, []string{"partner", "action"}),
 		busy: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "edihub_as2_busy_total",
-			Help: "AS2 requests answered 503 with Retry-After because the process-wide in-flight byte budget or the partner's concurrency cap was reached, by partner and stage (admission: before the body was read; body; decompression).",
+			Help: "AS2 requests answered 503 with Retry-After because the process-wide in-flight byte budget or the partner's concurrency cap was reached, by partner and stage (admission: before the body was read; body; decompression; spool: the spool's limit on disk).",
 		}, []string{"partner", "stage"}),
 		inFlight: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "edihub_as2_in_flight_bytes",
@@ -65,4 +65,16 @@ func newMetrics(reg prometheus.Registerer, b *budget) (*metrics, error) {
 		}
 	}
 	return m, nil
+}
+
+// registerSpool exports the spool's bytes in use on disk.
+func registerSpool(reg prometheus.Registerer, used func() int64) error {
+	g := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "edihub_as2_spool_bytes",
+		Help: "Bytes on disk in the spool of large AS2 requests in flight on this replica (bodies and payloads), against EDIHUB_SPOOL_MAX_BYTES.",
+	}, func() float64 { return float64(used()) })
+	if err := reg.Register(g); err != nil {
+		return fmt.Errorf("receiver: register metrics: %w", err)
+	}
+	return nil
 }

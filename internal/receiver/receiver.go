@@ -23,11 +23,9 @@
 package receiver
 
 import (
-	"bytes"
 	"context"
 	"crypto"
 	"crypto/rand"
-	"crypto/sha256"
 	"crypto/x509"
 	"encoding/hex"
 	"errors"
@@ -52,6 +50,7 @@ import (
 	"github.com/edihub/edihub/internal/interchange"
 	"github.com/edihub/edihub/internal/mdn"
 	"github.com/edihub/edihub/internal/postgres"
+	"github.com/edihub/edihub/internal/spool"
 )
 
 // Store is the storage the receiver needs; *postgres.Store implements it.
@@ -163,6 +162,19 @@ type Options struct {
 	MaxConcurrentPerPartner int
 	// RetryAfter is the Retry-After of a 503; 0 means DefaultRetryAfter.
 	RetryAfter time.Duration
+	// Spool, when set, takes the bodies of messages larger than
+	// SpoolFromBytes (by their Content-Length) and every chunked body: a
+	// body is written to a spool file as it arrives, counted against the
+	// spool's limit on disk instead of MaxInFlightBytes (a Content-Length
+	// that does not fit what is free is refused from the header, 503 with
+	// Retry-After), and unwrapped as a stream (as2.UnwrapStream) into a
+	// second spool file that the store reads. Both are removed when the
+	// request ends, on every path. nil holds every body in memory.
+	Spool *spool.Spool
+	// SpoolFromBytes is the Content-Length above which a body is spooled;
+	// 0 means DefaultSpoolFromBytes. An async MDN told from the header is
+	// never spooled; a signed one spooled is read back for the intake.
+	SpoolFromBytes int64
 	// EDI, when set, reads the envelope of every processed payload:
 	// before the answer, to refuse duplicate interchanges a partner's
 	// profile refuses; after the message is stored, to record its
@@ -173,9 +185,15 @@ type Options struct {
 
 // EDI is the receiver's EDI step (see Options.EDI).
 type EDI interface {
+	// Inspect reads the payload's envelope (as a stream: a payload of any
+	// size).
 	Inspect(ctx context.Context, p *config.Partner, payload io.Reader) interchange.Inspection
 	Received(ctx context.Context, p *config.Partner, id int64, in interchange.Inspection)
 }
+
+// DefaultSpoolFromBytes is the SpoolFromBytes of Options that set none:
+// smaller messages are faster in memory and take little of it.
+const DefaultSpoolFromBytes = 8 << 20
 
 // DefaultRetryAfter is the Retry-After of Options that set none.
 const DefaultRetryAfter = 10 * time.Second
@@ -291,10 +309,18 @@ func New(o Options) (*Handler, error) {
 	if o.MaxMDNBytes == 0 {
 		o.MaxMDNBytes = mdn.DefaultMaxMDNBytes
 	}
+	if o.SpoolFromBytes <= 0 {
+		o.SpoolFromBytes = DefaultSpoolFromBytes
+	}
 	b := newBudget(o.MaxInFlightBytes, o.MaxConcurrentPerPartner)
 	m, err := newMetrics(o.Registerer, b)
 	if err != nil {
 		return nil, err
+	}
+	if o.Spool != nil {
+		if err := registerSpool(o.Registerer, o.Spool.Used); err != nil {
+			return nil, err
+		}
 	}
 	for _, p := range o.PartnerIDs {
 		m.received.WithLabelValues(p, resultProcessed)
@@ -397,6 +423,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.mdnTooLarge(w, partnerLabel, r.ContentLength)
 		return
 	}
+	if h.o.Spool != nil && !reportMDN && (r.ContentLength < 0 || r.ContentLength > h.o.SpoolFromBytes) {
+		h.serveSpooled(w, r, rq, partner, start)
+		return
+	}
 	declared := max(r.ContentLength, 0)
 	held, err := h.budget.admit(partnerLabel, declared)
 	if err != nil {
@@ -415,25 +445,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	body, err := h.readBody(w, r)
 	if err != nil {
-		var mbe *http.MaxBytesError
-		switch {
-		case errors.Is(err, errBusy):
-			h.busy(w, partnerLabel, "body")
-		case errors.As(err, &mbe) && reportMDN && mbe.Limit == h.o.MaxMDNBytes:
-			h.mdnTooLarge(w, partnerLabel, -1)
-		case errors.As(err, &mbe):
-			h.metrics.received.WithLabelValues(partnerLabel, resultTooLarge).Inc()
-			h.log.Warn("request body over the limit", zap.String("partner", partnerLabel), zap.Int64("limit", mbe.Limit))
-			http.Error(w, "request body too large: the limit is "+strconv.FormatInt(mbe.Limit, 10)+" bytes; send large files in smaller parts or ask the operator to raise EDIHUB_MAX_BODY_BYTES", http.StatusRequestEntityTooLarge)
-		case isTimeout(err):
-			h.metrics.received.WithLabelValues(partnerLabel, resultTimeout).Inc()
-			h.log.Warn("request body not received in time", zap.String("partner", partnerLabel), zap.Duration("timeout", h.o.ReadTimeout))
-			http.Error(w, "request body not received within "+h.o.ReadTimeout.String()+"; nothing was accepted, please resend", http.StatusRequestTimeout)
-		default:
-			h.metrics.received.WithLabelValues(partnerLabel, resultBadRequest).Inc()
-			h.log.Warn("request body unreadable", zap.String("partner", partnerLabel), zap.Error(err))
-			http.Error(w, "request body could not be read completely", http.StatusBadRequest)
-		}
+		h.bodyError(w, partnerLabel, err, reportMDN)
 		return
 	}
 	h.metrics.bytes.WithLabelValues(partnerLabel).Add(float64(len(body)))
@@ -441,14 +453,45 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.intake(w, r, body, partnerLabel)
 		return
 	}
-	out := h.receive(r.Context(), r.Header, body, rq, partner, held)
+	out := h.receive(r.Context(), r.Header, body, rq, partner, held, nil)
+	h.answer(w, out, partnerLabel, "decompression", start)
+}
+
+// answer writes what receive returned, or 503 busy (stage names where
+// the budget ran out).
+func (h *Handler) answer(w http.ResponseWriter, out *response, partnerLabel, stage string, start time.Time) {
 	if out.result == resultBusy {
-		h.busy(w, partnerLabel, "decompression")
+		h.busy(w, partnerLabel, stage)
 		return
 	}
 	h.metrics.received.WithLabelValues(out.partner, out.result).Inc()
 	h.metrics.duration.Observe(time.Since(start).Seconds())
 	out.write(w)
+}
+
+// bodyError answers a body that could not be read (or spooled) whole.
+func (h *Handler) bodyError(w http.ResponseWriter, partnerLabel string, err error, reportMDN bool) {
+	var mbe *http.MaxBytesError
+	switch {
+	case errors.Is(err, errBusy):
+		h.busy(w, partnerLabel, "body")
+	case errors.Is(err, spool.ErrFull):
+		h.busy(w, partnerLabel, "spool")
+	case errors.As(err, &mbe) && reportMDN && mbe.Limit == h.o.MaxMDNBytes:
+		h.mdnTooLarge(w, partnerLabel, -1)
+	case errors.As(err, &mbe):
+		h.metrics.received.WithLabelValues(partnerLabel, resultTooLarge).Inc()
+		h.log.Warn("request body over the limit", zap.String("partner", partnerLabel), zap.Int64("limit", mbe.Limit))
+		http.Error(w, "request body too large: the limit is "+strconv.FormatInt(mbe.Limit, 10)+" bytes; send large files in smaller parts or ask the operator to raise EDIHUB_MAX_BODY_BYTES", http.StatusRequestEntityTooLarge)
+	case isTimeout(err):
+		h.metrics.received.WithLabelValues(partnerLabel, resultTimeout).Inc()
+		h.log.Warn("request body not received in time", zap.String("partner", partnerLabel), zap.Duration("timeout", h.o.ReadTimeout))
+		http.Error(w, "request body not received within "+h.o.ReadTimeout.String()+"; nothing was accepted, please resend", http.StatusRequestTimeout)
+	default:
+		h.metrics.received.WithLabelValues(partnerLabel, resultBadRequest).Inc()
+		h.log.Warn("request body unreadable", zap.String("partner", partnerLabel), zap.Error(err))
+		http.Error(w, "request body could not be read completely", http.StatusBadRequest)
+	}
 }
 
 // busy answers a request that does not fit the in-flight budget or its
@@ -713,9 +756,11 @@ type exchange struct {
 	partner *config.Partner
 	budget  *reservation
 	msg     *postgres.InboundMessage
+	// sp holds the spooled body and payload; nil when body holds it.
+	sp *spooled
 }
 
-func (h *Handler) receive(ctx context.Context, hdr http.Header, body []byte, rq request, partner *config.Partner, budget *reservation) *response {
+func (h *Handler) receive(ctx context.Context, hdr http.Header, body []byte, rq request, partner *config.Partner, budget *reservation, sp *spooled) *response {
 	log := h.log.With(zap.String("as2_from", rq.from), zap.String("as2_to", rq.to), zap.String("message_id", rq.messageID), zap.String("partner", partner.AS2ID))
 	plan := planMDN(rq)
 	if rq.messageID == "" {
@@ -742,8 +787,10 @@ func (h *Handler) receive(ctx context.Context, hdr http.Header, body []byte, rq 
 	if rq.mdnWanted {
 		msg.MDNMode = "sync"
 	}
-	x := &exchange{log: log, hdr: hdr, body: body, rq: rq, plan: plan, partner: partner, budget: budget, msg: msg}
+	x := &exchange{log: log, hdr: hdr, body: body, rq: rq, plan: plan, partner: partner, budget: budget, msg: msg, sp: sp}
+	t0 := time.Now()
 	disp, mic, err := h.unwrap(ctx, x)
+	unwrapTook := time.Since(t0)
 	if err != nil {
 		return &response{partner: partner.AS2ID, result: resultBusy}
 	}
@@ -751,7 +798,7 @@ func (h *Handler) receive(ctx context.Context, hdr http.Header, body []byte, rq 
 	if asyncURL != "" {
 		msg.MDNMode, msg.MDNURL, msg.Outbox = "async", asyncURL, true
 	}
-	edi := h.inspectEDI(ctx, x, &disp)
+	edi := h.inspectEDI(ctx, log, partner, msg, &disp)
 	msg.Disposition = disp.String()
 	var res *response
 	if rq.mdnWanted {
@@ -764,7 +811,9 @@ func (h *Handler) receive(ctx context.Context, hdr http.Header, body []byte, rq 
 	} else {
 		res = &response{status: http.StatusOK}
 	}
+	t1 := time.Now()
 	id, err := h.o.Store.SaveInbound(ctx, msg)
+	storeTook := time.Since(t1)
 	if err != nil {
 		if errors.Is(err, postgres.ErrDuplicateInbound) {
 			// A resend, or a concurrent identical post that won the race:
@@ -787,26 +836,27 @@ func (h *Handler) receive(ctx context.Context, hdr http.Header, body []byte, rq 
 		// The MDN leaves through the outbox; the partner gets 200 now.
 		res = &response{status: http.StatusOK, partner: res.partner, result: res.result}
 	}
-	log.Info("message received", zap.String("disposition", msg.Disposition), zap.Int64("size", msg.PayloadSize), zap.String("mdn", msg.MDNMode))
+	log.Info("message received", zap.String("disposition", msg.Disposition), zap.Int64("size", msg.PayloadSize), zap.String("mdn", msg.MDNMode),
+		zap.Duration("unwrap", unwrapTook), zap.Duration("store", storeTook), zap.Bool("spooled", sp != nil))
 	return res
 }
 
-// inspectEDI reads the envelope of a processed payload before the answer
-// (Options.EDI). A duplicate interchange the partner refuses turns disp
-// into RFC 4130 §5.5's answer to a document received before, and the
-// payload is not kept, so nothing is delivered twice.
-func (h *Handler) inspectEDI(ctx context.Context, x *exchange, disp *mdn.Disposition) interchange.Inspection {
-	msg := x.msg
+// inspectEDI reads the envelope of a processed message's payload (Options.EDI);
+// a duplicate interchange the partner's profile refuses turns the message
+// into a refused one, *disp and msg changed accordingly.
+func (h *Handler) inspectEDI(ctx context.Context, log *zap.Logger, partner *config.Partner, msg *postgres.InboundMessage, disp *mdn.Disposition) interchange.Inspection {
 	if h.o.EDI == nil || msg.Status != postgres.InboundProcessed {
 		return interchange.Inspection{}
 	}
-	in := h.o.EDI.Inspect(ctx, x.partner, bytes.NewReader(msg.Payload))
-	if in.Refuse {
+	edi := h.o.EDI.Inspect(ctx, partner, payloadReader(msg))
+	if edi.Refuse {
+		// RFC 4130 §5.5's answer to a document received before; the
+		// payload is not kept, so nothing is delivered twice.
 		*disp = mdn.Warned(mdn.DuplicateDocument)
-		msg.Status, msg.Error, msg.Payload = postgres.InboundError, in.Reason, nil
-		x.log.Warn("message refused: duplicate interchange", zap.String("reason", in.Reason))
+		msg.Status, msg.Error, msg.Payload, msg.PayloadOpen = postgres.InboundError, edi.Reason, nil, nil
+		log.Warn("message refused: duplicate interchange", zap.String("reason", edi.Reason))
 	}
-	return in
+	return edi
 }
 
 // asyncURL is the URL an asynchronous MDN goes to, or "" for an answer in
@@ -853,22 +903,14 @@ func resultFor(d mdn.Disposition) string {
 // unwrap runs the receive pipeline and fills msg; it returns the
 // disposition and the MIC to report.
 func (h *Handler) unwrap(ctx context.Context, x *exchange) (mdn.Disposition, string, error) {
-	log, hdr, body, rq, plan, partner, msg := x.log, x.hdr, x.body, x.rq, x.plan, x.partner, x.msg
+	log, hdr, plan, partner, msg := x.log, x.hdr, x.plan, x.partner, x.msg
 	msg.Status = postgres.InboundError
 	if plan.failure != "" {
 		msg.Error = "MDN request cannot be honoured: " + plan.failure
 		log.Warn("MDN request cannot be honoured", zap.String("options", hdr.Get("Disposition-Notification-Options")))
 		return mdn.Failed(plan.failure), "", nil
 	}
-	m, err := as2.Unwrap(hdr, body, as2.UnwrapOptions{
-		Keys:         rq.station.Keys,
-		PartnerCerts: partner.Certificates,
-		MICAlgs:      plan.micAlgs,
-		UnsignedMIC:  unsignedMIC(partner),
-		Reserve:      x.budget.grow,
-		Limits:       h.o.Limits,
-		InPlace:      true, // body is ours and unused afterwards: a large message is held once
-	})
+	m, err := h.peel(x)
 	if err == nil {
 		msg.Signed, msg.Encrypted, msg.Compressed = m.Signed, m.Encrypted, m.Compressed
 		switch {
@@ -888,7 +930,7 @@ func (h *Handler) unwrap(ctx context.Context, x *exchange) (mdn.Disposition, str
 		return mdn.Disposition{}, "", err
 	}
 	if err == nil && m.Signed {
-		err = h.checkReplay(ctx, log, partner, rq.messageID, m.SignedContent)
+		err = h.checkReplay(ctx, log, partner, x.rq.messageID, m)
 	}
 	if err != nil {
 		d := as2.Disposition(err)
@@ -903,9 +945,12 @@ func (h *Handler) unwrap(ctx context.Context, x *exchange) (mdn.Disposition, str
 	msg.MIC = m.MIC.String()
 	msg.MICAlg = as2.MICAlgName(m.MIC.Alg)
 	msg.ContentType, msg.Filename = m.ContentType, m.Filename
-	msg.PayloadSize = int64(len(m.Payload))
+	msg.PayloadSize = m.PayloadSize
 	msg.Payload = m.Payload
-	if msg.Payload == nil {
+	switch {
+	case x.sp != nil && x.sp.streamed:
+		msg.PayloadOpen = x.sp.payload.Reader
+	case msg.Payload == nil:
 		msg.Payload = []byte{}
 	}
 	return mdn.Processed(), msg.MIC, nil
@@ -934,15 +979,16 @@ var errReplay = errors.New("replay of signed content")
 // their MICs may be in any algorithm, so the content is digested in each
 // algorithm found among them. A failing claim or lookup is logged, never
 // fatal.
-func (h *Handler) checkReplay(ctx context.Context, log *zap.Logger, partner *config.Partner, messageID string, content []byte) error {
+func (h *Handler) checkReplay(ctx context.Context, log *zap.Logger, partner *config.Partner, messageID string, m *as2.Message) error {
 	rf := h.o.Store
-	if partner.ReplayWindow <= 0 || content == nil {
+	content := signedContent{bytes: m.SignedContent, digests: m.SignedDigests}
+	if partner.ReplayWindow <= 0 || (m.SignedContent == nil && m.SignedDigests == nil) {
 		return nil
 	}
 	now := h.o.Now()
 	since := now.Add(-partner.ReplayWindow)
-	digest := sha256.Sum256(content)
-	first, err := rf.ClaimSignedContent(ctx, partner.AS2ID, messageID, hex.EncodeToString(digest[:]), now, since)
+	digest, _ := content.mic(crypto.SHA256)
+	first, err := rf.ClaimSignedContent(ctx, partner.AS2ID, messageID, hex.EncodeToString(digest.Digest), now, since)
 	if err != nil {
 		log.Warn("replay check", zap.Error(err))
 	}
@@ -966,7 +1012,7 @@ func (h *Handler) checkReplay(ctx context.Context, log *zap.Logger, partner *con
 
 // storedReplay returns the Message-ID of a stored signed message partner
 // sent since, other than messageID, with content's MIC, or "".
-func (h *Handler) storedReplay(ctx context.Context, log *zap.Logger, rf replayFinder, partner, messageID string, content []byte, since time.Time) string {
+func (h *Handler) storedReplay(ctx context.Context, log *zap.Logger, rf replayFinder, partner, messageID string, content signedContent, since time.Time) string {
 	algs, err := rf.SignedMICAlgs(ctx, partner, messageID, since)
 	if err != nil {
 		log.Warn("replay check", zap.Error(err))
@@ -975,7 +1021,9 @@ func (h *Handler) storedReplay(ctx context.Context, log *zap.Logger, rf replayFi
 	var mics []string
 	for _, name := range algs {
 		if alg, err := as2.ParseMICAlg(name); err == nil {
-			mics = append(mics, as2.ComputeMIC(alg, content).String())
+			if mic, ok := content.mic(alg); ok {
+				mics = append(mics, mic.String())
+			}
 		}
 	}
 	if len(mics) == 0 {

@@ -48,7 +48,13 @@ func consoleBench(ctx context.Context, out io.Writer, o options) error {
 		return fmt.Errorf("-console-runs %d: want at least 1", o.consoleRuns)
 	}
 	fmt.Fprintf(out, "  %-40s %10s %10s  (%d runs each, one at a time)\n", "query", "p50", "p95", o.consoleRuns)
-	for _, q := range d.Queries() {
+	// The floor every query pays: a round trip on the same pool.
+	floor := pgfill.Query{Name: "ping (the round trip, reference)", Run: func(ctx context.Context, st *postgres.Store) error {
+		return st.Ping(ctx)
+	}}
+	var worst, floorP95 time.Duration
+	worstName := ""
+	for _, q := range append([]pgfill.Query{floor}, d.Queries()...) {
 		const warmUp = 10
 		lat := make([]time.Duration, 0, o.consoleRuns)
 		for i := range warmUp + o.consoleRuns {
@@ -61,8 +67,17 @@ func consoleBench(ctx context.Context, out io.Writer, o options) error {
 			}
 		}
 		slices.Sort(lat)
-		fmt.Fprintf(out, "  %-40s %10s %10s\n", q.Name, lat[len(lat)/2].Round(10*time.Microsecond), lat[len(lat)*95/100].Round(10*time.Microsecond))
+		p95 := lat[len(lat)*95/100]
+		fmt.Fprintf(out, "  %-40s %10s %10s\n", q.Name, lat[len(lat)/2].Round(10*time.Microsecond), p95.Round(10*time.Microsecond))
+		switch {
+		case floorP95 == 0:
+			floorP95 = p95
+		case p95 > worst:
+			worst, worstName = p95, q.Name
+		}
 	}
+	o.sum.add(figure{name: "console query p95, slowest (" + worstName + ")", value: worst.Round(10 * time.Microsecond).String(),
+		reference: "ping p95 " + floorP95.Round(10*time.Microsecond).String(), ratio: float64(worst) / float64(floorP95), ratioValid: true})
 	fmt.Fprintln(out)
 	return nil
 }

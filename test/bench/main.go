@@ -22,6 +22,9 @@
 //     payload (plain, and signed + encrypted); its VmHWM is read from
 //     /proc/<pid>/status.
 //
+// The run ends with one table: each figure, its reference measured in the
+// same run, their ratio, the target and whether it was met.
+//
 // Without -database-url a throwaway PostgreSQL (fsync off) is started from
 // the machine's binaries. Figures are printed, never asserted. On a shared
 // machine check the "others used" lines and run it again when it is quiet.
@@ -66,6 +69,7 @@ import (
 	"github.com/edihub/edihub/internal/mdn"
 	"github.com/edihub/edihub/internal/postgres"
 	"github.com/edihub/edihub/internal/receiver"
+	"github.com/edihub/edihub/internal/spool"
 	"github.com/edihub/edihub/internal/testenv/pgserver"
 )
 
@@ -88,6 +92,7 @@ type options struct {
 	senders     int
 	payload     int
 	rssBytes    int64
+	largeBytes  int64  // payload of the large-message run (large.go); 0 skips it
 	child       string // keys directory: run as the RSS child
 	cpuProfile  string
 	memProfile  string
@@ -102,6 +107,8 @@ type options struct {
 	consoleMessages int
 	consoleRuns     int
 	consoleOnly     bool
+	// sum gathers the figures into the closing table.
+	sum *summary
 }
 
 func run(ctx context.Context, args []string, out io.Writer) error {
@@ -112,6 +119,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	fs.IntVar(&o.senders, "senders", 16, "concurrent senders")
 	fs.IntVar(&o.payload, "payload", 4096, "payload bytes of the throughput run")
 	fs.Int64Var(&o.rssBytes, "rss-bytes", 200<<20, "payload bytes of the peak-memory run; 0 skips it")
+	fs.Int64Var(&o.largeBytes, "large-bytes", 2<<30, "payload bytes of the large-message run (compressed, signed and encrypted by openssl; peak RSS and throughput against openssl); 0 skips it")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the throughput run to this file")
 	fs.StringVar(&o.memProfile, "memprofile", "", "write an allocation profile of the throughput run to this file")
 	fs.IntVar(&o.pollerMDNs, "poller-mdns", 10000, "inbox MDNs in the MDN poller's backlog; 0 skips the poller run")
@@ -128,6 +136,17 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	if o.child != "" {
 		return child(ctx, o)
 	}
+	o.sum = &summary{}
+	if err := sections(ctx, out, o); err != nil {
+		return err
+	}
+	fmt.Fprintln(out)
+	o.sum.print(out)
+	return nil
+}
+
+// sections runs the measurements o selects, adding their figures to o.sum.
+func sections(ctx context.Context, out io.Writer, o options) error {
 	if o.databaseURL == "" {
 		dir, err := os.MkdirTemp("", "edihub-bench-pg-")
 		if err != nil {
@@ -193,6 +212,11 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 			return err
 		}
 	}
+	if o.largeBytes > 0 {
+		if err := largeBench(ctx, out, o, partner, st); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
@@ -225,18 +249,30 @@ type partners map[string]*config.Partner
 func (p partners) Partner(id string) (*config.Partner, bool) { v, ok := p[id]; return v, ok }
 
 func newHandler(store receiver.Store, partner, st *identity) (http.Handler, error) {
+	return newSpooledHandler(store, partner, st, nil, zap.NewNop())
+}
+
+// maxBody is the body limit of the bench's receivers.
+const maxBody = 16 << 30
+
+// newSpooledHandler is newHandler with the spool sp (nil: none) taking
+// bodies over receiver.DefaultSpoolFromBytes, as edihub serve does.
+func newSpooledHandler(store receiver.Store, partner, st *identity, sp *spool.Spool, log *zap.Logger) (http.Handler, error) {
 	h, err := receiver.New(receiver.Options{
+		Spool: sp,
+		// As edihub serve: 4 × the body limit the router enforces.
+		Limits:   as2.Limits{MaxDecompressedSize: 4 * maxBody},
 		Store:    store,
 		Partners: partners{partnerID: {AS2ID: partnerID, Certificates: []*x509.Certificate{partner.cert}}},
 		Station: receiver.Station{AS2ID: stationID, Keys: []cms.Recipient{{Cert: st.cert, Key: st.key}},
 			Key: st.key, Cert: st.cert},
-		Logger: zap.NewNop(), Registerer: prometheus.NewRegistry(),
+		Logger: log, Registerer: prometheus.NewRegistry(),
 	})
 	if err != nil {
 		return nil, err
 	}
 	return httpserver.NewRouter(httpserver.RouterOptions{
-		Logger: zap.NewNop(), Metrics: httpserver.NewMetrics(prometheus.NewRegistry()), MaxBodyBytes: 1 << 30, AS2: h,
+		Logger: zap.NewNop(), Metrics: httpserver.NewMetrics(prometheus.NewRegistry()), MaxBodyBytes: maxBody, AS2: h,
 	}), nil
 }
 
@@ -425,6 +461,8 @@ func throughput(ctx context.Context, out io.Writer, o options, store *postgres.S
 	fmt.Fprintf(out, "  %-40s %10s  (before %.2f, after %.2f)\n", "CPU cores others used while measuring RSA", "", busyBefore, busyAfter)
 	fmt.Fprintf(out, "  %-40s %10.1f\n", "crypto bound (ops/s / 2) messages/s", bound)
 	fmt.Fprintf(out, "  %-40s %9.0f%%  (target >= 70%%)\n", "throughput / crypto bound", 100*rate/bound)
+	o.sum.add(ratioAtLeast("receive msg/s, 4 KiB signed+encrypted, in-process senders", fmt.Sprintf("%.0f", rate),
+		fmt.Sprintf("RSA bound %.0f msg/s", bound), rate/bound, 0.70, true))
 	cpu1.report(out, cpu0, elapsed, len(lat))
 	fmt.Fprintln(out, "  (senders run in this process: their HTTP client counts as this process's CPU; every MDN is parsed and")
 	fmt.Fprintln(out, "   its signature verified after the timed window;")
@@ -569,23 +607,34 @@ func rsaOpsPerSecond(key *rsa.PrivateKey, d time.Duration, pgDataDir string) (op
 	return float64(n.Load()) / elapsed.Seconds(), others, nil
 }
 
+// writeKeys writes the partner's and the station's keys and certificates
+// (partner.key, partner.crt, station.key, station.crt) into a new
+// temporary directory, for the child and for openssl.
+func writeKeys(partner, st *identity) (string, error) {
+	dir, err := os.MkdirTemp("", "edihub-bench-keys-")
+	if err != nil {
+		return "", err
+	}
+	for name, id := range map[string]*identity{"partner": partner, "station": st} {
+		kb, _ := x509.MarshalPKCS8PrivateKey(id.key)
+		if err := os.WriteFile(filepath.Join(dir, name+".key"), pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kb}), 0o600); err != nil {
+			return "", err
+		}
+		if err := os.WriteFile(filepath.Join(dir, name+".crt"), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: id.cert.Raw}), 0o600); err != nil {
+			return "", err
+		}
+	}
+	return dir, nil
+}
+
 // peakRSS runs the receiver in a child process and posts one large
 // message per variant to a fresh child, reading the child's VmHWM.
 func peakRSS(ctx context.Context, out io.Writer, o options, partner, st *identity) error {
-	dir, err := os.MkdirTemp("", "edihub-bench-keys-")
+	dir, err := writeKeys(partner, st)
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	for name, id := range map[string]*identity{"partner": partner, "station": st} {
-		kb, _ := x509.MarshalPKCS8PrivateKey(id.key)
-		if err := os.WriteFile(filepath.Join(dir, name+".key"), pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kb}), 0o600); err != nil {
-			return err
-		}
-		if err := os.WriteFile(filepath.Join(dir, name+".crt"), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: id.cert.Raw}), 0o600); err != nil {
-			return err
-		}
-	}
 	payload := make([]byte, o.rssBytes)
 	for i := range payload {
 		payload[i] = byte('A' + i%26)
@@ -628,11 +677,18 @@ func peakRSS(ctx context.Context, out io.Writer, o options, partner, st *identit
 		mib := func(n int64) float64 { return float64(n) / (1 << 20) }
 		fmt.Fprintf(out, "  %-38s %9.1f %11.1f %11.1f (%4.2f) %21.1f (%4.2f)\n", v.name, mib(int64(len(body))), mib(before),
 			mib(hwm), float64(hwm)/float64(o.rssBytes), mib(hwmLimited), float64(hwmLimited)/float64(o.rssBytes))
+		above := hwm - before
+		o.sum.add(below(fmt.Sprintf("peak RSS above idle, %d MiB %s", o.rssBytes>>20, v.name), fmt.Sprintf("%.1f MiB", mib(above)),
+			fmt.Sprintf("payload %d MiB", o.rssBytes>>20), float64(above)/float64(o.rssBytes), above < maxRSSAboveIdle, "< 64 MiB"))
 		body = nil
 		runtime.GC()
 	}
 	return nil
 }
+
+// maxRSSAboveIdle is issue 22's target: a message of any size received
+// with a peak RSS this far above the idle process at most.
+const maxRSSAboveIdle = 64 << 20
 
 func oneRSSRun(ctx context.Context, o options, keyDir string, h http.Header, body []byte, contentLen bool, mic as2.MIC, env []string) (before, hwm int64, err error) {
 	self, err := os.Executable()
@@ -740,7 +796,18 @@ func child(ctx context.Context, o options) error {
 		return err
 	}
 	defer store.Close()
-	h, err := newHandler(store, partner, st)
+	sp, err := spool.New("", 64<<30)
+	if err != nil {
+		return err
+	}
+	defer sp.Close()
+	// The log to stderr (a message refused, a store failure, where the
+	// time of a large message went).
+	log, err := zap.NewDevelopment()
+	if err != nil {
+		return err
+	}
+	h, err := newSpooledHandler(store, partner, st, sp, log)
 	if err != nil {
 		return err
 	}

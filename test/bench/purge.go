@@ -156,6 +156,8 @@ func purgeBench(ctx context.Context, out io.Writer, o options, store *postgres.S
 	fmt.Fprintf(out, "  %-40s %10s  (%d receives, %d senders, %s)\n", "receive p99 without purge", a.Round(10*time.Microsecond), len(base), o.senders, o.duration)
 	fmt.Fprintf(out, "  %-40s %10s  (%d receives)\n", "receive p99 during purge", b.Round(10*time.Microsecond), len(during))
 	fmt.Fprintf(out, "  %-40s %10.2f\n", "p99 ratio (during / without)", float64(b)/float64(a))
+	o.sum.add(figure{name: "receive p99 during the purge", value: b.Round(10 * time.Microsecond).String(),
+		reference: "p99 without purge " + a.Round(10*time.Microsecond).String(), ratio: float64(b) / float64(a), ratioValid: true})
 
 	// The purger alone, for its rate without receives competing for CPU.
 	solo := max(1, o.purgeRows/5)
@@ -166,7 +168,11 @@ func purgeBench(ctx context.Context, out io.Writer, o options, store *postgres.S
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "  %-40s %10.0f  (%d rows, no receives)\n", "purge rate rows/s, purger alone", float64(alone.deleted.Load())/took.Seconds(), alone.deleted.Load())
+	aloneRate := float64(alone.deleted.Load()) / took.Seconds()
+	fmt.Fprintf(out, "  %-40s %10.0f  (%d rows, no receives)\n", "purge rate rows/s, purger alone", aloneRate, alone.deleted.Load())
+	duringRate := float64(deleted) / purgeTook.Seconds()
+	o.sum.add(figure{name: "purge rows/s during receives", value: fmt.Sprintf("%.0f", duringRate),
+		reference: fmt.Sprintf("purger alone %.0f rows/s", aloneRate), ratio: duringRate / aloneRate, ratioValid: true})
 	fmt.Fprintln(out)
 	return nil
 }

@@ -71,6 +71,15 @@ func (p *Proxy) Restore() {
 	}
 }
 
+// SetTarget sends new connections to target (host:port) from now on, as
+// a service address repointed to a promoted database would; connections
+// already open keep their old peer (Reset ends them).
+func (p *Proxy) SetTarget(target string) {
+	p.mu.Lock()
+	p.target = target
+	p.mu.Unlock()
+}
+
 // Reset closes every open connection (as a peer restart would) without
 // stopping the proxy.
 func (p *Proxy) Reset() {
@@ -156,7 +165,10 @@ func (p *Proxy) serve(client net.Conn) {
 	if !p.gate() {
 		return
 	}
-	server, err := net.DialTimeout("tcp", p.target, 5*time.Second)
+	p.mu.Lock()
+	target := p.target
+	p.mu.Unlock()
+	server, err := net.DialTimeout("tcp", target, 5*time.Second)
 	if err != nil {
 		return
 	}

@@ -129,3 +129,58 @@ func TestCloseDuringCut(t *testing.T) {
 		t.Fatalf("Close: %v", err)
 	}
 }
+
+func TestSetTargetRepointsNewConnections(t *testing.T) {
+	// Two echo servers told apart by a prefix the second one adds.
+	first := echoServer(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				sc := bufio.NewScanner(c)
+				for sc.Scan() {
+					if _, err := c.Write(append([]byte("second "), append(sc.Bytes(), '\n')...)); err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	t.Cleanup(func() { ln.Close(); <-done })
+	p, err := Start(first)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	old, err := net.Dial("tcp", p.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer old.Close()
+	oldR := bufio.NewReader(old)
+	if got, err := roundTrip(old, oldR, "a", 5*time.Second); err != nil || got != "a\n" {
+		t.Fatalf("before SetTarget: %q, %v; want the first server's echo", got, err)
+	}
+	p.SetTarget(ln.Addr().String())
+	c, err := net.Dial("tcp", p.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if got, err := roundTrip(c, bufio.NewReader(c), "b", 5*time.Second); err != nil || got != "second b\n" {
+		t.Fatalf("new connection after SetTarget: %q, %v; want the second server's answer", got, err)
+	}
+	if got, err := roundTrip(old, oldR, "c", 5*time.Second); err != nil || got != "c\n" {
+		t.Fatalf("old connection after SetTarget: %q, %v; want it still on the first server", got, err)
+	}
+}

@@ -110,13 +110,56 @@ func Verify(b []byte, content []byte, certs []*x509.Certificate) (*Verified, err
 			content = []byte{}
 		}
 	}
+	digests := map[crypto.Hash][]byte{}
+	v, err := verifySignerInfos(&sd, certs, func(h crypto.Hash) ([]byte, error) {
+		if digests[h] == nil {
+			hh := h.New()
+			hh.Write(content)
+			digests[h] = hh.Sum(nil)
+		}
+		return digests[h], nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	v.Content = content
+	return v, nil
+}
+
+// VerifyDigests verifies a detached SignedData ContentInfo over content
+// already digested, in one pass as it streamed by: digests holds its
+// digest under each algorithm computed. A signer whose digest algorithm
+// is not among them fails with ErrUnsupportedAlgorithm. The Verified has
+// no Content. Errors as Verify's.
+func VerifyDigests(b []byte, digests map[crypto.Hash][]byte, certs []*x509.Certificate) (*Verified, error) {
+	ci, err := parseContentInfo(b)
+	if err != nil {
+		return nil, err
+	}
+	if !ci.ContentType.Equal(oidSignedData) {
+		return nil, fmt.Errorf("%w: %v is not signed data", ErrContentType, ci.ContentType)
+	}
+	var sd signedData
+	if _, err := asn1.Unmarshal(ci.Content.Bytes, &sd); err != nil {
+		return nil, fmt.Errorf("%w: signed data: %w", ErrMalformed, err)
+	}
+	return verifySignerInfos(&sd, certs, func(h crypto.Hash) ([]byte, error) {
+		if d := digests[h]; d != nil {
+			return d, nil
+		}
+		return nil, fmt.Errorf("%w: signed with %v, a digest not computed over the streamed content (the micalg parameter named another)", ErrUnsupportedAlgorithm, h)
+	})
+}
+
+// verifySignerInfos returns the first signer of sd that verifies with
+// any of certs over the content whose digests digest gives.
+func verifySignerInfos(sd *signedData, certs []*x509.Certificate, digest func(crypto.Hash) ([]byte, error)) (*Verified, error) {
 	if len(sd.SignerInfos) == 0 {
 		return nil, fmt.Errorf("%w: no signer infos", ErrNoSigner)
 	}
 	if len(certs) == 0 {
 		return nil, fmt.Errorf("%w: no partner certificate configured", ErrNoSigner)
 	}
-	digests := map[crypto.Hash][]byte{}
 	var best error
 	for _, raw := range sd.SignerInfos {
 		var si signerInfo
@@ -129,10 +172,10 @@ func Verify(b []byte, content []byte, certs []*x509.Certificate) (*Verified, err
 			best = worse(best, fmt.Errorf("%w: digest %v", ErrUnsupportedAlgorithm, si.DigestAlgorithm.Algorithm))
 			continue
 		}
-		if digests[h] == nil {
-			hh := h.New()
-			hh.Write(content)
-			digests[h] = hh.Sum(nil)
+		d, err := digest(h)
+		if err != nil {
+			best = worse(best, err)
+			continue
 		}
 		// Try the certificate the SignerInfo names first, then the others
 		// (partners renew certificates and keep signing with either).
@@ -148,9 +191,9 @@ func Verify(b []byte, content []byte, certs []*x509.Certificate) (*Verified, err
 			return 0
 		})
 		for _, cert := range ordered {
-			v, err := verifySigner(si, sd.EncapContentInfo.EContentType, h, digests[h], cert)
+			v, err := verifySigner(si, sd.EncapContentInfo.EContentType, h, d, cert)
 			if err == nil {
-				v.Content, v.Digest = content, digests[h]
+				v.Digest = d
 				return v, nil
 			}
 			best = worse(best, err)

@@ -1,0 +1,147 @@
+package cms_test
+
+import (
+	"bytes"
+	"crypto"
+	"crypto/x509"
+	"errors"
+	"io"
+	"path/filepath"
+	"strings"
+	"testing"
+	"testing/iotest"
+
+	"github.com/edihub/edihub/internal/as2/cms"
+	"github.com/edihub/edihub/internal/testenv/openssltest"
+)
+
+// TestDecryptStreamOpenSSL decrypts what openssl encrypts, DER and BER
+// streamed, with a content that is not a multiple of the chunk, read a
+// byte at a time and in large reads.
+func TestDecryptStreamOpenSSL(t *testing.T) {
+	ids := openssltest.Keys(t)
+	recipients := []cms.Recipient{{Cert: ids.B.Cert, Key: ids.B.Key.(crypto.Decrypter)}}
+	dir := t.TempDir()
+	big := bytes.Repeat([]byte("0123456789abcdef-"), 20000) // 340,000 bytes: several chunks
+	tests := []struct {
+		name    string
+		content []byte
+		args    []string
+	}{
+		{"aes256 DER small", []byte(content), []string{"-aes256"}},
+		{"aes128 DER large", big, []string{"-aes128"}},
+		{"aes256 BER stream large", big, []string{"-aes256", "-stream"}},
+		{"des3 BER stream", big[:100_003], []string{"-des3", "-stream"}},
+		{"aes256 oaep sha256", big[:70_000], []string{"-aes256", "-keyopt", "rsa_padding_mode:oaep", "-keyopt", "rsa_oaep_md:sha256"}},
+		{"one block exactly", []byte("0123456789abcdef"), []string{"-aes128"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			name := strings.ReplaceAll(tt.name, " ", "_")
+			in := openssltest.WriteFile(t, dir, name+".in", tt.content)
+			out := filepath.Join(dir, name+".p7m")
+			args := append([]string{"cms", "-encrypt", "-binary", "-in", in, "-outform", "DER", "-out", out, "-recip", ids.B.CertPath}, tt.args...)
+			openssltest.Run(t, nil, args...)
+			der := openssltest.ReadFile(t, out)
+			for _, wrap := range []func(io.Reader) io.Reader{func(r io.Reader) io.Reader { return r }, iotest.OneByteReader} {
+				r, err := cms.DecryptStream(wrap(bytes.NewReader(der)), recipients)
+				if err != nil {
+					t.Fatalf("DecryptStream: %v", err)
+				}
+				got, err := io.ReadAll(r)
+				if err != nil {
+					t.Fatalf("read: %v", err)
+				}
+				if !bytes.Equal(got, tt.content) {
+					t.Fatalf("DecryptStream = %d bytes, want the %d bytes encrypted", len(got), len(tt.content))
+				}
+			}
+		})
+	}
+}
+
+// TestDecryptStreamFailures: a wrong key surfaces as a decryption error
+// at the end at the latest, GCM is refused before any plaintext, and a
+// truncated message is an error, never a short success.
+func TestDecryptStreamFailures(t *testing.T) {
+	ids := openssltest.Keys(t)
+	dir := t.TempDir()
+	in := openssltest.WriteFile(t, dir, "in", bytes.Repeat([]byte("x"), 200_000))
+	enc := func(name string, args ...string) []byte {
+		out := filepath.Join(dir, name)
+		openssltest.Run(t, nil, append([]string{"cms", "-encrypt", "-binary", "-in", in, "-outform", "DER", "-out", out}, append(args, ids.B.CertPath)...)...)
+		return openssltest.ReadFile(t, out)
+	}
+	good := enc("cbc.p7m", "-aes256")
+	readAll := func(der []byte, rs []cms.Recipient) error {
+		r, err := cms.DecryptStream(bytes.NewReader(der), rs)
+		if err != nil {
+			return err
+		}
+		_, err = io.ReadAll(r)
+		return err
+	}
+	mine := []cms.Recipient{{Cert: ids.B.Cert, Key: ids.B.Key.(crypto.Decrypter)}}
+	if err := readAll(good[:len(good)-100], mine); err == nil {
+		t.Error("truncated message: no error")
+	}
+	if err := readAll(good, []cms.Recipient{{Cert: ids.C.Cert, Key: ids.C.Key.(crypto.Decrypter)}}); !errors.Is(err, cms.ErrNoRecipient) {
+		t.Errorf("other recipient: %v, want ErrNoRecipient", err)
+	}
+	// openssl puts GCM in AuthEnvelopedData: refused before any plaintext.
+	if err := readAll(enc("gcm.p7m", "-aes-128-gcm"), mine); !errors.Is(err, cms.ErrContentType) {
+		t.Errorf("GCM: %v, want ErrContentType", err)
+	}
+	// The last ciphertext byte flipped: bad padding, or (1 in 256) a
+	// different last byte; either way never the content as sent.
+	bad := bytes.Clone(good)
+	bad[len(bad)-1] ^= 0x55
+	if err := readAll(bad, mine); !errors.Is(err, cms.ErrDecryption) {
+		t.Logf("flipped last byte: %v (padding happened to be valid)", err)
+	}
+}
+
+// TestDecompressStream inflates CompressedData built by Compress and
+// stops a bomb at its limit.
+func TestDecompressStream(t *testing.T) {
+	want := bytes.Repeat([]byte("ISA*00*~GS*PO~ST*850~"), 50_000)
+	der, err := cms.Compress(want)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := cms.DecompressStream(iotest.HalfReader(bytes.NewReader(der)), 0)
+	if err != nil {
+		t.Fatalf("DecompressStream: %v", err)
+	}
+	got, err := io.ReadAll(r)
+	if err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("DecompressStream = %d bytes, %v; want %d bytes", len(got), err, len(want))
+	}
+	r, err = cms.DecompressStream(bytes.NewReader(der), int64(len(want)-1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadAll(r); !errors.Is(err, cms.ErrTooLarge) || !errors.Is(err, cms.ErrDecompression) {
+		t.Fatalf("over the limit: %v, want ErrTooLarge and ErrDecompression", err)
+	}
+}
+
+// TestVerifyDigests verifies an openssl detached signature from digests
+// computed apart, and refuses one made with a digest not computed.
+func TestVerifyDigests(t *testing.T) {
+	ids := openssltest.Keys(t)
+	dir := t.TempDir()
+	in := openssltest.WriteFile(t, dir, "in", []byte(content))
+	sig := openssltest.Run(t, nil, "cms", "-sign", "-binary", "-in", in, "-signer", ids.A.CertPath, "-inkey", ids.A.KeyPath, "-md", "sha384", "-outform", "DER")
+	sum := func(h crypto.Hash, b []byte) []byte { hh := h.New(); hh.Write(b); return hh.Sum(nil) }
+	v, err := cms.VerifyDigests(sig, map[crypto.Hash][]byte{crypto.SHA384: sum(crypto.SHA384, []byte(content))}, []*x509.Certificate{ids.A.Cert})
+	if err != nil || v.Hash != crypto.SHA384 {
+		t.Fatalf("VerifyDigests = %v, %v", v, err)
+	}
+	if _, err := cms.VerifyDigests(sig, map[crypto.Hash][]byte{crypto.SHA384: sum(crypto.SHA384, []byte("altered"))}, []*x509.Certificate{ids.A.Cert}); !errors.Is(err, cms.ErrDigestMismatch) {
+		t.Errorf("altered content: %v, want ErrDigestMismatch", err)
+	}
+	if _, err := cms.VerifyDigests(sig, map[crypto.Hash][]byte{crypto.SHA256: sum(crypto.SHA256, []byte(content))}, []*x509.Certificate{ids.A.Cert}); !errors.Is(err, cms.ErrUnsupportedAlgorithm) {
+		t.Errorf("digest not computed: %v, want ErrUnsupportedAlgorithm", err)
+	}
+}

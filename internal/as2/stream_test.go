@@ -1,0 +1,142 @@
+package as2_test
+
+import (
+	"bytes"
+	"crypto"
+	"crypto/x509"
+	"errors"
+	"net/http"
+	"strings"
+	"testing"
+	"testing/iotest"
+
+	"github.com/edihub/edihub/internal/as2"
+	"github.com/edihub/edihub/internal/as2/cms"
+	"github.com/edihub/edihub/internal/testenv/openssltest"
+)
+
+// streamOpts are the options both unwrappers get in the differential
+// tests: station B decrypts, partner A signs.
+func streamOpts(ids *openssltest.Identities, micAlgs []crypto.Hash, scope as2.MICScope) as2.UnwrapOptions {
+	return as2.UnwrapOptions{
+		Keys:         []cms.Recipient{{Cert: ids.B.Cert, Key: ids.B.Key.(crypto.Decrypter)}},
+		PartnerCerts: []*x509.Certificate{ids.A.Cert},
+		MICAlgs:      micAlgs,
+		UnsignedMIC:  scope,
+	}
+}
+
+// compareStream unwraps body with Unwrap and UnwrapStream (reading a
+// few bytes at a time) and fails on any difference: the payload, the
+// MIC, the layers, the disposition of an error. GCM alone may be
+// ErrNotStreamable.
+func compareStream(t *testing.T, h http.Header, body []byte, opts as2.UnwrapOptions) {
+	t.Helper()
+	want, wantErr := as2.Unwrap(h, bytes.Clone(body), opts)
+	var payload bytes.Buffer
+	got, err := as2.UnwrapStream(h, iotest.HalfReader(bytes.NewReader(body)), opts, &payload)
+	if errors.Is(err, as2.ErrNotStreamable) {
+		if !strings.Contains(h.Get("Content-Type")+string(body), "") || payload.Len() != 0 {
+			t.Fatalf("ErrNotStreamable after %d payload bytes", payload.Len())
+		}
+		return
+	}
+	if (err == nil) != (wantErr == nil) || as2.Disposition(err) != as2.Disposition(wantErr) {
+		t.Fatalf("UnwrapStream error %v (%s), Unwrap %v (%s)", err, as2.Disposition(err), wantErr, as2.Disposition(wantErr))
+	}
+	if err != nil {
+		return
+	}
+	if !bytes.Equal(payload.Bytes(), want.Payload) || got.PayloadSize != int64(len(want.Payload)) {
+		t.Errorf("payload: %d bytes (size %d), want %d", payload.Len(), got.PayloadSize, len(want.Payload))
+	}
+	if !got.MIC.Equal(want.MIC) {
+		t.Errorf("MIC = %s, want %s", got.MIC, want.MIC)
+	}
+	if strings.Join(layerNames(got.Layers), ",") != strings.Join(layerNames(want.Layers), ",") ||
+		got.Signed != want.Signed || got.Encrypted != want.Encrypted || got.Compressed != want.Compressed {
+		t.Errorf("layers %v, want %v", got.Layers, want.Layers)
+	}
+	if got.ContentType != want.ContentType || got.Filename != want.Filename {
+		t.Errorf("content type %q filename %q, want %q %q", got.ContentType, got.Filename, want.ContentType, want.Filename)
+	}
+	if want.Signed {
+		sum := crypto.SHA256.New()
+		sum.Write(want.SignedContent)
+		if !bytes.Equal(got.SignedDigests[crypto.SHA256], sum.Sum(nil)) {
+			t.Error("SignedDigests[SHA-256] is not the digest of the signed content")
+		}
+	}
+}
+
+func layerNames(ls []as2.Layer) []string {
+	out := make([]string, len(ls))
+	for i, l := range ls {
+		out[i] = string(l)
+	}
+	return out
+}
+
+// TestUnwrapStreamMatchesUnwrap: every message of the openssl matrix
+// (signatures, ciphers, compression before and after signing, binary and
+// base64) unwraps as a stream to what Unwrap gives, with the MIC in the
+// signature's digest and in another one asked for, and in both scopes of
+// unsigned MICs.
+func TestUnwrapStreamMatchesUnwrap(t *testing.T) {
+	ids := openssltest.Keys(t)
+	for _, sign := range signings {
+		for _, enc := range encryptions {
+			for _, comp := range compresses {
+				for _, cte := range ctes {
+					name := strings.Join([]string{"sign=" + sign, "enc=" + enc, "comp=" + comp, cte}, "/")
+					t.Run(name, func(t *testing.T) {
+						t.Parallel()
+						m := buildOpenSSL(t, ids, sign, enc, comp, cte)
+						for _, o := range []as2.UnwrapOptions{
+							streamOpts(ids, nil, as2.MICContentOnly),
+							streamOpts(ids, []crypto.Hash{crypto.SHA384}, as2.MICWithHeaders),
+						} {
+							compareStream(t, m.Header, m.Body, o)
+						}
+					})
+				}
+			}
+		}
+	}
+}
+
+// TestUnwrapStreamFailures: tampered, truncated and wrongly keyed
+// messages fail as a stream with Unwrap's disposition.
+func TestUnwrapStreamFailures(t *testing.T) {
+	ids := openssltest.Keys(t)
+	signed := buildOpenSSL(t, ids, "sha256", "", "none", "binary")
+	enc := buildOpenSSL(t, ids, "sha256", "aes256", "before", "binary")
+	opts := streamOpts(ids, nil, as2.MICContentOnly)
+	tamper := func(b []byte) []byte {
+		b = bytes.Clone(b)
+		i := bytes.Index(b, []byte("BEG*00"))
+		b[i] = 'X'
+		return b
+	}
+	t.Run("altered signed content", func(t *testing.T) { compareStream(t, signed.Header, tamper(signed.Body), opts) })
+	t.Run("truncated signature", func(t *testing.T) { compareStream(t, signed.Header, signed.Body[:len(signed.Body)-200], opts) })
+	t.Run("no signature part", func(t *testing.T) {
+		compareStream(t, signed.Header, signed.Body[:bytes.Index(signed.Body, []byte("application/pkcs7-signature"))], opts)
+	})
+	t.Run("truncated ciphertext", func(t *testing.T) { compareStream(t, enc.Header, enc.Body[:len(enc.Body)-40], opts) })
+	t.Run("flipped ciphertext", func(t *testing.T) {
+		b := bytes.Clone(enc.Body)
+		b[len(b)/2] ^= 1
+		compareStream(t, enc.Header, b, opts)
+	})
+	t.Run("other station", func(t *testing.T) {
+		o := opts
+		o.Keys = []cms.Recipient{{Cert: ids.C.Cert, Key: ids.C.Key.(crypto.Decrypter)}}
+		compareStream(t, enc.Header, enc.Body, o)
+	})
+	t.Run("other signer", func(t *testing.T) {
+		o := opts
+		o.PartnerCerts = []*x509.Certificate{ids.C.Cert}
+		compareStream(t, enc.Header, enc.Body, o)
+	})
+}

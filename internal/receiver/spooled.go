@@ -1,0 +1,188 @@
+package receiver
+
+import (
+	"bytes"
+	"crypto"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/edihub/edihub/internal/as2"
+	"github.com/edihub/edihub/internal/config"
+	"github.com/edihub/edihub/internal/mdn"
+	"github.com/edihub/edihub/internal/postgres"
+	"github.com/edihub/edihub/internal/spool"
+)
+
+// spooled is a request whose body is in a spool file, and the spool file
+// its payload is unwrapped into.
+type spooled struct {
+	body, payload *spool.File
+	// streamed is set when the payload file holds the payload (false
+	// after a fallback to Unwrap in memory).
+	streamed bool
+}
+
+// serveSpooled receives a request whose body goes to the spool: a large
+// message, or any chunked one. Its bytes count against the spool's limit
+// on disk, not the in-flight budget; the partner's concurrency cap
+// applies all the same. Both spool files are removed when it returns,
+// whatever happened (deferred: panics included).
+func (h *Handler) serveSpooled(w http.ResponseWriter, r *http.Request, rq request, partner *config.Partner, start time.Time) {
+	label := partner.AS2ID
+	if r.ContentLength > 0 && !h.o.Spool.Fits(r.ContentLength) {
+		// Decided from the header: the body stays unread.
+		w.Header().Set("Connection", "close")
+		h.busy(w, label, "spool")
+		return
+	}
+	held, err := h.budget.admit(label, 0)
+	if err != nil {
+		w.Header().Set("Connection", "close")
+		h.busy(w, label, "admission")
+		return
+	}
+	defer held.release()
+	sp := &spooled{}
+	defer sp.close()
+	if sp.body, err = h.o.Spool.Create(); err == nil {
+		sp.payload, err = h.o.Spool.Create()
+	}
+	if err != nil {
+		w.Header().Set("Connection", "close")
+		h.log.Error("create spool file", zap.Error(err))
+		http.Error(w, "the message could not be spooled; nothing was accepted, please resend later", http.StatusServiceUnavailable)
+		return
+	}
+	t0 := time.Now()
+	if err := h.spoolBody(w, r, sp.body); err != nil {
+		h.bodyError(w, label, err, false)
+		return
+	}
+	h.log.Debug("body spooled", zap.String("partner", label), zap.Int64("size", sp.body.Size()), zap.Duration("took", time.Since(t0)))
+	h.metrics.bytes.WithLabelValues(label).Add(float64(sp.body.Size()))
+	if h.spooledMDN(w, r, sp.body, label) {
+		return
+	}
+	out := h.receive(r.Context(), r.Header, nil, rq, partner, held, sp)
+	h.answer(w, out, label, "spool", start)
+}
+
+// close removes the spool files.
+func (sp *spooled) close() {
+	for _, f := range []*spool.File{sp.body, sp.payload} {
+		if f != nil {
+			_ = f.Close()
+		}
+	}
+}
+
+// spoolBody copies the body into f within Options.ReadTimeout, then
+// clears the deadline; after an error the connection is closed.
+func (h *Handler) spoolBody(w http.ResponseWriter, r *http.Request, f *spool.File) error {
+	rc := http.NewResponseController(w)
+	if err := rc.SetReadDeadline(time.Now().Add(h.o.ReadTimeout)); err != nil && !errors.Is(err, http.ErrNotSupported) {
+		return fmt.Errorf("set read deadline: %w", err)
+	}
+	buf := make([]byte, 256<<10)
+	n, err := io.CopyBuffer(struct{ io.Writer }{f}, r.Body, buf)
+	if err == nil && r.ContentLength > 0 && n != r.ContentLength {
+		err = io.ErrUnexpectedEOF
+	}
+	if err != nil {
+		w.Header().Set("Connection", "close")
+		return err
+	}
+	_ = rc.SetReadDeadline(time.Time{})
+	return nil
+}
+
+// spooledMDN takes a spooled body that is an async MDN (a signed one,
+// told from its first part, which only a chunked request brings here) to
+// the intake, or refuses it over Options.MaxMDNBytes. It reports whether
+// it answered.
+func (h *Handler) spooledMDN(w http.ResponseWriter, r *http.Request, f *spool.File, label string) bool {
+	head := make([]byte, min(f.Size(), 64<<10))
+	if _, err := io.ReadFull(f.Reader(), head); err != nil || !mdn.IsMDN(r.Header, head) {
+		return false
+	}
+	if f.Size() > h.o.MaxMDNBytes {
+		h.mdnTooLarge(w, label, f.Size())
+		return true
+	}
+	body, err := io.ReadAll(f.Reader())
+	if err != nil {
+		h.log.Error("read spooled MDN", zap.Error(err))
+		http.Error(w, "the MDN could not be stored; please resend later", http.StatusServiceUnavailable)
+		return true
+	}
+	h.intake(w, r, body, label)
+	return true
+}
+
+// peel unwraps the exchange's message: in memory, or as a stream from
+// the spool into its payload file. A spooled message with a layer that
+// cannot stream (AES-GCM, an opaque signed-data) is read into memory,
+// within the in-flight budget, and unwrapped there.
+func (h *Handler) peel(x *exchange) (*as2.Message, error) {
+	opts := as2.UnwrapOptions{
+		Keys:         x.rq.station.Keys,
+		PartnerCerts: x.partner.Certificates,
+		MICAlgs:      x.plan.micAlgs,
+		UnsignedMIC:  unsignedMIC(x.partner),
+		Reserve:      x.budget.grow,
+		Limits:       h.o.Limits,
+		InPlace:      true, // body is ours and unused afterwards: a large message is held once
+	}
+	if x.sp == nil {
+		return as2.Unwrap(x.hdr, x.body, opts)
+	}
+	m, err := as2.UnwrapStream(x.hdr, x.sp.body.Reader(), opts, as2.PayloadWriter(x.sp.payload))
+	switch {
+	case err == nil:
+		x.sp.streamed = true
+		return m, nil
+	case errors.Is(err, spool.ErrFull):
+		x.log.Warn("spool full while unwrapping", zap.Error(err))
+		return nil, fmt.Errorf("%w: %w", errBusy, err)
+	case !errors.Is(err, as2.ErrNotStreamable):
+		return nil, err
+	}
+	x.log.Info("message layer cannot be unwrapped as a stream; unwrapping in memory", zap.Error(err), zap.Int64("size", x.sp.body.Size()))
+	if err := x.budget.grow(x.sp.body.Size()); err != nil {
+		return nil, err
+	}
+	body, err := io.ReadAll(x.sp.body.Reader())
+	if err != nil {
+		return nil, fmt.Errorf("read spooled body: %w", err)
+	}
+	return as2.Unwrap(x.hdr, body, opts)
+}
+
+// signedContent is what a signature covered: the bytes (Unwrap) or their
+// digests (UnwrapStream).
+type signedContent struct {
+	bytes   []byte
+	digests map[crypto.Hash][]byte
+}
+
+// mic is the content's MIC in alg, when it can be had.
+func (c signedContent) mic(alg crypto.Hash) (as2.MIC, bool) {
+	if c.bytes != nil {
+		return as2.ComputeMIC(alg, c.bytes), true
+	}
+	d, ok := c.digests[alg]
+	return as2.MIC{Alg: alg, Digest: d}, ok
+}
+
+// payloadReader reads the payload of msg, in memory or spooled.
+func payloadReader(msg *postgres.InboundMessage) io.Reader {
+	if msg.PayloadOpen != nil {
+		return msg.PayloadOpen()
+	}
+	return bytes.NewReader(msg.Payload)
+}
