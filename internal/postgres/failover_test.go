@@ -111,3 +111,73 @@ func startPair(ctx context.Context, t *testing.T) (primary, standby *pgserver.Se
 		}
 	}
 }
+
+// TestReplayWaitsForTheStandby: a document the API accepted survives a
+// failover to the synchronous standby, also when it was accepted as the
+// replay of an earlier request with the same idempotency key whose
+// commit never reached the standby. The earlier request's client gave up
+// while its commit waited for the standby (the wait is cancelled and the
+// commit stands on the primary alone, visible to everyone); the replay
+// finds it, and must not answer before the standby has it too.
+func TestReplayWaitsForTheStandby(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	primary, standby := startPair(ctx, t)
+	st, err := postgres.Open(ctx, primary.URL("postgres"), postgres.Options{MaxConns: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if _, err := st.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	doc := postgres.NewOutbound{Partner: "ACME", AS2From: "EDIHUB", AS2To: "ACME", MessageID: "<first@edihub>", ContentType: "text/plain",
+		MDNMode: "none", URL: "http://127.0.0.1:1/as2", MaxAttempts: 1, Payload: []byte("doc"),
+		IdempotencyKey: "order-1", IdempotencyHash: []byte("h")}
+	// The standby stops: commits wait for it.
+	if err := standby.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	actx, acancel := context.WithTimeout(ctx, time.Second)
+	_, err = st.EnqueueOutbound(actx, doc)
+	acancel()
+	if err == nil {
+		t.Fatal("EnqueueOutbound committed with its synchronous standby down")
+	}
+	var n int64
+	for range 50 {
+		if n, _ = st.CountSQL(ctx, "SELECT count(*) FROM messages WHERE idempotency_key = 'order-1'"); n == 1 {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if n != 1 {
+		t.Fatalf("%d messages with the key on the primary after the cancelled commit, want 1 (committed locally)", n)
+	}
+	// The client asks again: the replay must wait for the standby.
+	retry := doc
+	retry.MessageID = "<second@edihub>"
+	bctx, bcancel := context.WithTimeout(ctx, 2*time.Second)
+	e, err := st.EnqueueOutbound(bctx, retry)
+	bcancel()
+	if err == nil {
+		t.Fatalf("the replay answered %+v while its message is on the primary alone: a failover now loses a document the API accepted", e)
+	}
+	// The standby is back: the replay answers, with the first message.
+	if err := standby.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var lastErr error
+	for range 100 {
+		cctx, ccancel := context.WithTimeout(ctx, 5*time.Second)
+		e, lastErr = st.EnqueueOutbound(cctx, retry)
+		ccancel()
+		if lastErr == nil {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if lastErr != nil || !e.Replayed || e.MessageID != "<first@edihub>" {
+		t.Fatalf("replay with the standby back = %+v, %v; want the first message, replayed", e, lastErr)
+	}
+}

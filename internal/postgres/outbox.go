@@ -530,11 +530,18 @@ RETURNING id, message_id, status, created_at`,
 		Scan(&e.ID, &e.MessageID, &e.Status, &e.CreatedAt)
 	if errors.Is(err, pgx.ErrNoRows) && key != nil {
 		// The key's message committed before this statement ended: a
-		// new statement sees it (READ COMMITTED).
+		// new statement sees it (READ COMMITTED). FOR SHARE makes this
+		// transaction a writer, so that its commit waits for the
+		// synchronous standby like any other: the message may have been
+		// committed on the primary alone (its client gave up while the
+		// commit waited for the standby, and the wait was cancelled), and
+		// the WAL reaches the standby in order, so once this commit is
+		// there, that message is too. Answering the replay before would
+		// accept a document a failover can still lose.
 		var hash []byte
 		err = tx.QueryRow(ctx, `
 SELECT id, message_id, status, created_at, idempotency_hash FROM messages
- WHERE partner = $1 AND idempotency_key = $2`, m.Partner, m.IdempotencyKey).
+ WHERE partner = $1 AND idempotency_key = $2 FOR SHARE`, m.Partner, m.IdempotencyKey).
 			Scan(&e.ID, &e.MessageID, &e.Status, &e.CreatedAt, &hash)
 		if err != nil {
 			return err
