@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # deps.sh makes sure the machine has what edihub's stack and tests run
 # against: PostgreSQL server binaries, openssl, Prometheus with promtool
-# (the alert rule tests and the dashboard test) and Chromium (the browser
-# tests of internal/testenv/browser and the console). On a Debian machine
+# (the alert rule tests and the dashboard test), Chromium (the browser
+# tests of internal/testenv/browser and the console) and Node.js with npm
+# (internal/testenv/edioracle installs the independent EDI implementation
+# the internal/edi tests compare with). On a Debian machine
 # where we are root it installs what is missing; elsewhere it says what to
 # install.
 #
@@ -43,6 +45,8 @@ have_postgres || missing+=(postgresql)
 command -v openssl >/dev/null 2>&1 || missing+=(openssl)
 { command -v promtool && command -v prometheus; } >/dev/null 2>&1 || missing+=(prometheus)
 have_chromium || missing+=(chromium)
+command -v node >/dev/null 2>&1 || missing+=(nodejs)
+command -v npm >/dev/null 2>&1 || missing+=(npm)
 
 if ((${#missing[@]} == 0)); then
 	exit 0

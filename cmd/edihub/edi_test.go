@@ -121,4 +121,118 @@ func hubToHubEDI(t *testing.T, spooled bool) {
 	if want := map[bool]int{true: 2, false: 0}[spooled]; chunked != want {
 		t.Errorf("BRAVO payloads stored in pieces = %d, want %d", chunked, want)
 	}
+
+	// EDIFACT: an ORDERS interchange comes back acknowledged by a CONTRL.
+	orders := a.send(t, b, []byte(ordersD96A), "application/EDIFACT", "orders.edi", "delivered", "failed")
+	var od hubDetail
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if a.api(t, "GET", orders.Location, "", nil, &od); od.Ack != "pending" {
+			break
+		}
+	}
+	if od.Ack != "accepted" || len(od.Interchanges) != 1 || od.Interchanges[0].ControlNumber != "ORD0001" {
+		t.Errorf("ALPHA's ORDERS = %+v, want ack accepted (BRAVO's CONTRL) for interchange ORD0001", od)
+	}
+}
+
+// ordersD96A is an EDIFACT ORDERS interchange with a UNA and the release
+// character in a value.
+const ordersD96A = "UNA:+.? 'UNB+UNOC:3+ALPHA:ZZ+BRAVO:ZZ+261202:0405+ORD0001'UNH+1+ORDERS:D:96A:UN'" +
+	"BGM+220+PO?+4711+9'DTM+137:20261202:102'NAD+BY+5412345000013::9'LIN+1++4000862141404:SRS'QTY+21:48'UNS+S'" +
+	"UNT+8+1'UNZ+1+ORD0001'"
+
+// TestAckOverdueOnceAcrossFailover: two replicas of ALPHA (one database,
+// the Postgres leader backend) send an 850 to BRAVO, which sends no 997.
+// The leader's acknowledgement watcher flags it overdue; the leader stops,
+// the other replica takes over and runs its watcher: the interchange is
+// flagged once, one ack-overdue event, and the new leader's gauge shows it.
+func TestAckOverdueOnceAcrossFailover(t *testing.T) {
+	a1, b := newHubStation(t, "HUB ALPHA"), newHubStation(t, "HUB-BRAVO")
+	fast := []string{"EDIHUB_ACK_WATCH_INTERVAL", "100ms", "EDIHUB_RETRY_PERIOD", "500ms", "EDIHUB_RENEW_DEADLINE", "2s", "EDIHUB_LEASE_DURATION", "10s"}
+	a1.extraEnv = fast
+	a1.start(t, b, "mdn: sync", "edi_ack_due: 1s")
+	a2 := *a1
+	a2.as2Addr, a2.opsAddr, a2.logs = hubFreeAddr(t), hubFreeAddr(t), &hubLog{} // same directory, keys and config
+	a2.start(t, b, "mdn: sync", "edi_ack_due: 1s")
+	b.start(t, a1, "require_signed: false")
+
+	sent := a1.send(t, b, []byte(po850), "application/EDI-X12", "po.x12", "delivered", "failed")
+	if sent.Status != "delivered" {
+		t.Fatalf("850: %q %q", sent.Status, sent.Error)
+	}
+	waitAck := func(s *hubStation, want string) {
+		t.Helper()
+		var d hubDetail
+		for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+			if s.api(t, "GET", sent.Location, "", nil, &d); d.Ack == want {
+				return
+			}
+		}
+		t.Fatalf("%s: ack %q, want %q", s.name, d.Ack, want)
+	}
+	waitAck(a1, "overdue")
+	leader, follower := a1, &a2
+	if strings.Contains(a2.metrics(t), "edihub_leader_is_leader 1") {
+		leader, follower = &a2, a1
+	}
+	leader.stop()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		// The new leader's watcher has run a step: its gauge counts the
+		// interchange flagged by its predecessor.
+		if strings.Contains(follower.metrics(t), `edihub_ack_overdue{partner="HUB-BRAVO"} 1`) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s did not take over and watch:\n%s", follower.name, follower.metrics(t))
+		}
+	}
+	var feed struct {
+		Events []struct {
+			Type    string `json:"type"`
+			Message int64  `json:"message"`
+		} `json:"events"`
+	}
+	follower.api(t, "GET", "/api/v1/events?limit=1000", "", nil, &feed)
+	n := 0
+	for _, e := range feed.Events {
+		if e.Type == "ack-overdue" {
+			n++
+			if e.Message != sent.ID {
+				t.Errorf("ack-overdue event for message %d, want %d", e.Message, sent.ID)
+			}
+		}
+	}
+	if n != 1 {
+		t.Errorf("%d ack-overdue events, want exactly 1 across the failover (%+v)", n, feed.Events)
+	}
+}
+
+// TestHubToHubEDIRefuseDuplicate: BRAVO refuses repeated interchanges
+// from ALPHA (edi_duplicates: refuse). The same 850 sent again under a new
+// Message-ID is answered processed/Warning: duplicate-document, stored at
+// BRAVO as an error with the reason, its payload not kept.
+func TestHubToHubEDIRefuseDuplicate(t *testing.T) {
+	a, b := newHubStation(t, "HUB ALPHA"), newHubStation(t, "HUB-BRAVO")
+	a.start(t, b, "mdn: sync", "mdn_signed: true")
+	b.start(t, a, "require_signed: false", "mdn: sync", "edi_duplicates: refuse")
+
+	first := a.send(t, b, []byte(po850), "application/EDI-X12", "po.x12", "delivered", "failed")
+	again := a.send(t, b, []byte(po850), "application/EDI-X12", "po.x12", "delivered", "failed")
+	if first.Status != "delivered" || strings.Contains(first.Disposition, "duplicate") {
+		t.Errorf("first 850: %q %q, want delivered, processed", first.Status, first.Disposition)
+	}
+	if !strings.Contains(again.Disposition, "processed/Warning: duplicate-document") {
+		t.Errorf("second 850: status %q, disposition %q; want processed/Warning: duplicate-document", again.Status, again.Disposition)
+	}
+	got := b.received(t, again.MessageID)
+	if got.Status != "error" || !strings.Contains(got.Error, "duplicate interchange 000000101") || !strings.Contains(got.Error, "edi_duplicates is refuse") {
+		t.Errorf("BRAVO's second receipt = %+v, want error naming the duplicate interchange and the setting", got)
+	}
+	var payload []byte
+	if c := b.api(t, "GET", got.Location+"/payload", "", nil, &payload); c == 200 {
+		t.Errorf("BRAVO kept the refused payload (%d bytes)", len(payload))
+	}
+	if m := b.metrics(t); !strings.Contains(m, `edihub_edi_duplicate_interchanges_total{action="refused",partner="HUB ALPHA"} 1`) {
+		t.Errorf("BRAVO /metrics lacks the refused duplicate")
+	}
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/edihub/edihub/internal/config"
 	"github.com/edihub/edihub/internal/httpserver"
+	"github.com/edihub/edihub/internal/interchange"
 	"github.com/edihub/edihub/internal/leader"
 	"github.com/edihub/edihub/internal/mdn"
 	"github.com/edihub/edihub/internal/outbox"
@@ -36,6 +37,8 @@ type leaderOptions struct {
 	// mdnPollInterval and mdnBatchSize configure the MDN poller.
 	mdnPollInterval time.Duration
 	mdnBatchSize    int
+	// ackWatchInterval is how often the acknowledgement watcher looks.
+	ackWatchInterval time.Duration
 }
 
 func (o *leaderOptions) flags(fs *flagSet) {
@@ -51,6 +54,7 @@ func (o *leaderOptions) flags(fs *flagSet) {
 	fs.Duration(&o.workerStuckAfter, "worker-stuck-after", 10*time.Minute, "a leader-gated worker that makes no progress for this long while this replica leads is stuck: /healthz fails so the replica is restarted")
 	fs.Duration(&o.mdnPollInterval, "mdn-poll-interval", mdn.DefaultPollInterval, "how often the leader's MDN poller looks for async MDNs and overdue messages when no notification woke it (a stored MDN wakes it at once through LISTEN/NOTIFY)")
 	fs.Int(&o.mdnBatchSize, "mdn-batch-size", mdn.DefaultBatchSize, "async MDNs the leader's poller applies per fenced transaction (keep transactions short: the next leader's term waits for them)")
+	fs.Duration(&o.ackWatchInterval, "ack-watch-interval", interchange.DefaultWatchInterval, "how often the leader's acknowledgement watcher flags interchanges whose functional acknowledgement (997, 999, CONTRL) is overdue")
 }
 
 // purgeOptions are the settings of the leader's outbox purger.
@@ -99,6 +103,9 @@ func (o leaderOptions) validate() error {
 	}
 	if o.mdnPollInterval <= 0 {
 		return fmt.Errorf("EDIHUB_MDN_POLL_INTERVAL (-mdn-poll-interval) must be positive, got %s; set it to a duration such as 10s", o.mdnPollInterval)
+	}
+	if o.ackWatchInterval <= 0 {
+		return fmt.Errorf("EDIHUB_ACK_WATCH_INTERVAL (-ack-watch-interval) must be positive, got %s; set it to a duration such as 30s", o.ackWatchInterval)
 	}
 	if o.mdnBatchSize < 1 || o.mdnBatchSize > 10000 {
 		return fmt.Errorf("EDIHUB_MDN_BATCH_SIZE (-mdn-batch-size) must be from 1 to 10000, got %d; the default is %d", o.mdnBatchSize, mdn.DefaultBatchSize)

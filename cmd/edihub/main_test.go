@@ -140,6 +140,7 @@ func TestServeRejectsBadSettings(t *testing.T) {
 		{"bad log format", []string{"EDIHUB_DATABASE_URL", "postgres://x@127.0.0.1:1/x", "EDIHUB_CONFIG", cfg, "EDIHUB_LOG_FORMAT", "xml"}, []string{"EDIHUB_LOG_FORMAT", "json or console"}},
 		{"zero worker stuck-after", []string{"EDIHUB_DATABASE_URL", "postgres://x@127.0.0.1:1/x", "EDIHUB_CONFIG", cfg, "EDIHUB_WORKER_STUCK_AFTER", "0s"}, []string{"EDIHUB_WORKER_STUCK_AFTER", "-worker-stuck-after", "positive"}},
 		{"zero MDN poll interval", []string{"EDIHUB_DATABASE_URL", "postgres://x@127.0.0.1:1/x", "EDIHUB_CONFIG", cfg, "EDIHUB_MDN_POLL_INTERVAL", "0s"}, []string{"EDIHUB_MDN_POLL_INTERVAL", "-mdn-poll-interval", "positive"}},
+		{"zero ack watch interval", []string{"EDIHUB_DATABASE_URL", "postgres://x@127.0.0.1:1/x", "EDIHUB_CONFIG", cfg, "EDIHUB_ACK_WATCH_INTERVAL", "0s"}, []string{"EDIHUB_ACK_WATCH_INTERVAL", "-ack-watch-interval", "positive"}},
 		{"zero MDN batch", []string{"EDIHUB_DATABASE_URL", "postgres://x@127.0.0.1:1/x", "EDIHUB_CONFIG", cfg, "EDIHUB_MDN_BATCH_SIZE", "0"}, []string{"EDIHUB_MDN_BATCH_SIZE", "-mdn-batch-size"}},
 		{"negative retry window", []string{"EDIHUB_DATABASE_URL", "postgres://x@127.0.0.1:1/x", "EDIHUB_CONFIG", cfg, "EDIHUB_RETRY_WINDOW", "-1h"}, []string{"EDIHUB_RETRY_WINDOW", "-retry-window"}},
 		{"webhook without secret", []string{"EDIHUB_DATABASE_URL", "postgres://x@127.0.0.1:1/x", "EDIHUB_CONFIG", cfg, "EDIHUB_WEBHOOK_URL", "https://b.example/hook"}, []string{"EDIHUB_WEBHOOK_SECRET_FILE", "-webhook-secret-file"}},

@@ -99,6 +99,6 @@ func newPurger(r *replica) (leader.Worker, error) {
 // newAckWatcher builds the watcher that flags overdue functional
 // acknowledgements (issue 23).
 func newAckWatcher(r *replica) (leader.Worker, error) {
-	return interchange.NewWatcher(interchange.WatcherOptions{Store: r.store, Logger: r.log, Registerer: r.reg,
+	return interchange.NewWatcher(interchange.WatcherOptions{Store: r.store, Logger: r.log, Registerer: r.reg, Interval: r.o.leader.ackWatchInterval,
 		Partners: func() []string { return partnerNames(r.cfg.Current()) }})
 }

@@ -16,12 +16,12 @@ type Interchange struct {
 	Version       string    `json:"version"`
 	Test          bool      `json:"test"`
 	// OK: every trailer agrees with its header; Problems says where not.
-	OK                  bool     `json:"ok"`
-	Problems            []string `json:"problems"`
-	Groups              int      `json:"groups"`
-	Sets                int      `json:"sets"`
-	SetTypes            []string `json:"set_types"`
-	GroupControlNumbers []string `json:"group_control_numbers,omitempty"`
+	OK                 bool     `json:"ok"`
+	Problems           []string `json:"problems"`
+	Groups             int      `json:"groups"`
+	Sets               int      `json:"sets"`
+	SetTypes           []string `json:"set_types"`
+	GroupControlNumber []string `json:"group_control_numbers,omitempty"`
 	// Acknowledges lists the acknowledgement kinds it carries (997, 999,
 	// CONTRL) when it is one.
 	Acknowledges []string `json:"acknowledges,omitempty"`
@@ -63,7 +63,7 @@ func DetailView(m Message, ics []postgres.InterchangeInfo) MessageDetail {
 		d.Interchanges = append(d.Interchanges, Interchange{
 			Standard: ic.Standard, ControlNumber: ic.ControlNumber, Sender: ic.Sender, Receiver: ic.Receiver,
 			Version: ic.Version, Test: ic.Test, OK: ic.OK, Problems: ic.Problems, Groups: ic.GroupCount, Sets: ic.SetCount,
-			SetTypes: ic.SetTypes, GroupControlNumbers: ic.GroupControlNumber, Acknowledges: ic.AckKinds,
+			SetTypes: ic.SetTypes, GroupControlNumber: ic.GroupControlNumber, Acknowledges: ic.AckKinds,
 			DuplicateOf: ic.DuplicateOf, Ack: ack, AckCodes: ic.AckCodes, AckDueAt: ic.AckDueAt, AckedAt: ic.AckedAt,
 			AckMessage: ic.AckMessage,
 		})

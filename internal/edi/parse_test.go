@@ -382,3 +382,33 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// bigX12 is an interchange of n 850s, built once.
+func bigX12(n int) []byte {
+	var b bytes.Buffer
+	b.WriteString("ISA*00*          *00*          *ZZ*A              *ZZ*B              *260101*1200*U*00401*000000001*0*P*>~\n")
+	b.WriteString("GS*PO*A*B*20260101*1200*1*X*004010~\n")
+	for i := range n {
+		fmt.Fprintf(&b, "ST*850*%04d~\nBEG*00*SA*PO%d**20260101~\n", i%10000, i)
+		for range 20 {
+			b.WriteString("PO1*1*48*EA*3*PE*MG*R5656-2*VN*1234567890*UP*012345678905~\n")
+		}
+		b.WriteString("CTT*20~\nSE*24*" + fmt.Sprintf("%04d", i%10000) + "~\n")
+	}
+	fmt.Fprintf(&b, "GE*%d*1~\nIEA*1*000000001~\n", n)
+	return b.Bytes()
+}
+
+// BenchmarkParse reads a 10,000-set interchange (about 14 MB): the
+// throughput of the envelope parser, and its allocations, which do not
+// grow with the content segments.
+func BenchmarkParse(b *testing.B) {
+	doc := bigX12(10000)
+	b.SetBytes(int64(len(doc)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := edi.Parse(bytes.NewReader(doc), edi.Limits{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

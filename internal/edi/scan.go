@@ -156,6 +156,20 @@ func (s *scanner) next() (segment, error) {
 
 // skip discards the rest of a segment.
 func (s *scanner) skip() error {
+	if s.d.Release == 0 {
+		// No release character: the terminator ends the segment wherever
+		// it is; bufio finds it a buffer at a time.
+		for {
+			line, err := s.r.ReadSlice(s.d.Segment)
+			s.off += int64(len(line))
+			switch {
+			case err == nil, errors.Is(err, io.EOF):
+				return nil
+			case !errors.Is(err, bufio.ErrBufferFull):
+				return err
+			}
+		}
+	}
 	released := false
 	for {
 		c, err := s.readByte()

@@ -106,9 +106,10 @@ type Inspection struct {
 }
 
 // Inspect reads payload's envelope and looks for duplicate interchanges,
-// before the receiver answers. A payload that is not EDI costs a peek at
-// its first bytes. Failures to look are logged: the message is then
-// received as if there were no duplicate.
+// before the receiver answers. It reads payload once, front to back, with
+// bounded memory (a spooled body can be passed as it is); a payload that
+// is not EDI costs a peek at its first bytes. Failures to look are
+// logged: the message is then received as if there were no duplicate.
 func (t *Tracker) Inspect(ctx context.Context, p *config.Partner, payload io.Reader) Inspection {
 	doc, err := edi.Parse(payload, edi.Limits{})
 	if errors.Is(err, edi.ErrNotEDI) {

@@ -19,8 +19,11 @@ type WatchStore interface {
 	OverdueAckCounts(ctx context.Context) (map[string]int, error)
 }
 
+// DefaultWatchInterval is the Watcher's default Interval.
+const DefaultWatchInterval = 30 * time.Second
+
 // WatcherOptions configure NewWatcher. Store, Logger and Registerer are
-// required; Interval defaults to 30 s, Batch to 500.
+// required; Interval defaults to DefaultWatchInterval, Batch to 500.
 type WatcherOptions struct {
 	Store      WatchStore
 	Logger     *zap.Logger
@@ -50,7 +53,7 @@ func NewWatcher(o WatcherOptions) (*Watcher, error) {
 		return nil, errors.New("interchange: watcher needs Store, Logger and Registerer")
 	}
 	if o.Interval <= 0 {
-		o.Interval = 30 * time.Second
+		o.Interval = DefaultWatchInterval
 	}
 	if o.Batch <= 0 {
 		o.Batch = 500

@@ -125,6 +125,11 @@ SELECT 'ack', id, partner, direction, jsonb_build_object(
 	return nil
 }
 
+// notFailed keeps the interchanges of messages that did not fail: what
+// never reached the partner awaits no acknowledgement.
+const notFailed = `
+   AND NOT EXISTS (SELECT 1 FROM messages m WHERE m.id = i.message_id AND m.status = 'failed')`
+
 // DueAck is an outbound interchange whose acknowledgement is overdue.
 type DueAck struct {
 	Interchange   int64
@@ -139,9 +144,9 @@ type DueAck struct {
 // FlagOverdueAcks decides each one once.
 func (s *Store) OverdueAcks(ctx context.Context, limit int) ([]DueAck, error) {
 	rows, err := s.pool.Query(ctx, `
-SELECT id, message_id, partner, control_number FROM message_interchanges
- WHERE ack_status = 'pending' AND NOT ack_overdue AND ack_due_at <= now()
- ORDER BY ack_due_at, id LIMIT $1`, limit)
+SELECT i.id, i.message_id, i.partner, i.control_number FROM message_interchanges i
+ WHERE i.ack_status = 'pending' AND NOT i.ack_overdue AND i.ack_due_at <= now()`+notFailed+`
+ ORDER BY i.ack_due_at, i.id LIMIT $1`, limit)
 	if err != nil {
 		return nil, fmt.Errorf("read overdue acknowledgements: %w", err)
 	}
@@ -167,9 +172,9 @@ func (s *Store) FlagOverdueAcks(ctx context.Context, f Fence, ids []int64) ([]Du
 	var out []DueAck
 	err := s.fenced(ctx, f, func(tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, `
-UPDATE message_interchanges SET ack_overdue = true, ack_fence = $2
- WHERE id = ANY ($1) AND ack_status = 'pending' AND NOT ack_overdue AND ack_due_at <= now()
-RETURNING id, message_id, partner, control_number`, ids, f.Token)
+UPDATE message_interchanges i SET ack_overdue = true, ack_fence = $2
+ WHERE i.id = ANY ($1) AND i.ack_status = 'pending' AND NOT i.ack_overdue AND i.ack_due_at <= now()`+notFailed+`
+RETURNING i.id, i.message_id, i.partner, i.control_number`, ids, f.Token)
 		if err != nil {
 			return err
 		}

@@ -21,6 +21,11 @@ const (
 	EventDelivered = "delivered" // an outbound message was acknowledged by a positive MDN
 	EventFailed    = "failed"    // an outbound message failed for good
 	EventOverdue   = "overdue"   // an outbound message's async MDN did not come in time
+	// EventAck: a functional acknowledgement (997, 999, CONTRL) settled an
+	// interchange of an outbound message; EventAckOverdue: none came by
+	// its due time. Written by ApplyAcks and FlagOverdueAcks.
+	EventAck        = "ack"
+	EventAckOverdue = "ack-overdue"
 )
 
 // Event is one entry of the event feed.

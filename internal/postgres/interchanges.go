@@ -104,8 +104,8 @@ func insertInterchanges(ctx context.Context, tx pgx.Tx, id int64, rec EDIRecord)
 			case err == nil:
 				dup = &first
 				dups = append(dups, Duplicate{ControlNumber: ic.ControlNumber, First: first})
-				if _, err := tx.Exec(ctx, `INSERT INTO interchange_duplicates (partner, control_number, refused) VALUES ($1, $2, $3)`,
-					rec.Partner, clean(ic.ControlNumber), rec.Refused); err != nil {
+				if _, err := tx.Exec(ctx, `INSERT INTO interchange_duplicates (message_id, partner, control_number, refused) VALUES ($1, $2, $3, $4)`,
+					id, rec.Partner, clean(ic.ControlNumber), rec.Refused); err != nil {
 					return nil, fmt.Errorf("count duplicate interchange: %w", err)
 				}
 			case !errors.Is(err, pgx.ErrNoRows):

@@ -142,7 +142,12 @@ func TestNextControlNumberConcurrent(t *testing.T) {
 // the window is recorded with the first message and counted.
 func TestDuplicateInterchanges(t *testing.T) {
 	ctx := context.Background()
-	st := pgtest.Store(t)
+	url := pgtest.URL(t)
+	st, err := postgres.Open(ctx, url, postgres.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
 	doc := parseEDI(t, x12PO)
 	ids := receiveN(t, st, 2)
 	rec := postgres.EDIRecord{Partner: "ACME", Direction: "inbound", Doc: doc, DuplicateWindow: time.Hour}
@@ -162,6 +167,19 @@ func TestDuplicateInterchanges(t *testing.T) {
 	}
 	if dups, _ := st.FindDuplicateInterchanges(ctx, "OTHER", doc, time.Hour); len(dups) != 0 {
 		t.Errorf("FindDuplicateInterchanges(another partner) = %v, want none", dups)
+	}
+	// The record of the duplicate goes with the message that carried it
+	// (the purger's message retention).
+	conn := pgtest.Conn(t, url)
+	var n int
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM interchange_duplicates`).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("interchange_duplicates: %d rows, %v; want 1", n, err)
+	}
+	if _, err := conn.Exec(ctx, `DELETE FROM messages WHERE id = $1`, ids[1]); err != nil {
+		t.Fatal(err)
+	}
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM interchange_duplicates`).Scan(&n); err != nil || n != 0 {
+		t.Errorf("interchange_duplicates after its message was deleted: %d rows, %v; want none", n, err)
 	}
 }
 

@@ -71,15 +71,18 @@ CREATE TABLE message_groups (
 CREATE INDEX message_groups_partner_control_idx ON message_groups (partner, control_number);
 
 -- Each duplicate interchange received, for the report (counted also when
--- refused).
+-- refused). Rows go with the message that carried the duplicate (the
+-- purger's message retention).
 CREATE TABLE interchange_duplicates (
     id              bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    message_id      bigint      NOT NULL REFERENCES messages (id) ON DELETE CASCADE,
     partner         text        NOT NULL,
     control_number  text        NOT NULL,
     refused         boolean     NOT NULL,
     at              timestamptz NOT NULL DEFAULT now()
 );
 CREATE INDEX interchange_duplicates_at_idx ON interchange_duplicates (at);
+CREATE INDEX interchange_duplicates_message_idx ON interchange_duplicates (message_id);
 
 -- The last acknowledgement control number given per partner. Taken with
 -- an upsert whose row lock serialises replicas: committed numbers never
