@@ -31,6 +31,12 @@ const (
 	seedHolder = "chaos-seed"
 )
 
+// frontTryTimeout is how long the hub's front door waits for a replica's
+// answer before it sends the request to the next one: well under the
+// partner's own timeout (5 s, stationYAML), so that the retry's answer
+// still reaches it.
+const frontTryTimeout = 2 * time.Second
+
 // stack is every part a run starts; close stops them all, in reverse.
 type stack struct {
 	o   Options
@@ -324,10 +330,18 @@ func (s *stack) startHub(ctx context.Context, f stationFiles) (err error) {
 	}
 	s.onClose(func() { _ = s.hub.Close() })
 	var backends []string
+	ops := map[string]string{}
 	for _, r := range s.hub.Replicas() {
 		backends = append(backends, r.Spec.HTTPAddr)
+		ops[r.Spec.HTTPAddr] = r.Spec.OpsAddr
 	}
 	s.lb.SetBackends(backends...)
+	// The front door of a Kubernetes Service with readiness probes behind
+	// an ingress that retries (docs/operations.md, "The front door"): a
+	// replica whose /readyz fails twice in a row (checked every second)
+	// leaves the rotation, and a 503 or no answer within frontTryTimeout
+	// goes to the next replica.
+	s.lb.Watch(func(be string) string { return "http://" + ops[be] + "/readyz" }, time.Second, time.Second, 2, frontTryTimeout)
 	wctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	return s.hub.WaitReady(wctx)

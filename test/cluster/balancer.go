@@ -16,6 +16,13 @@ import (
 // the next one; one that fails after the request went out is answered 502,
 // for the sender to retry. Partners are configured with its URL, so their requests (documents,
 // async MDNs) land on every replica and keep landing while one is down.
+//
+// With Watch it is the front door a Kubernetes Service with readiness
+// probes and an ingress that retries make: backends whose readiness check
+// fails are left out of the rotation until it passes again, and a request
+// that a backend answers 503 or leaves unanswered for the try timeout is
+// sent to the next one (edihub's 503 stores nothing, and a request stored
+// twice is answered as the first time by its Message-ID).
 type Balancer struct {
 	ln  net.Listener
 	srv *http.Server
@@ -27,6 +34,70 @@ type Balancer struct {
 	served   map[string]int
 	held     chan struct{} // requests wait while it is open
 	done     chan struct{}
+	// unready are the backends whose readiness check failed (Watch).
+	unready map[string]bool
+	// retry is set by Watch: 503 and timeouts go to the next backend.
+	retry bool
+	stop  chan struct{}
+	wg    sync.WaitGroup
+}
+
+// Watch checks each backend's readiness every every (readyURL gives the
+// URL of a backend's check, answered 200 when ready; a check unanswered
+// for timeout fails) and leaves a backend out after failures consecutive
+// failed checks, until one passes. It also makes the balancer retry: a
+// backend's 503, or no response within tryTimeout, sends the request to
+// the next backend. Call it before the balancer serves requests; Close
+// stops it.
+func (b *Balancer) Watch(readyURL func(backend string) string, every, timeout time.Duration, failures int, tryTimeout time.Duration) {
+	b.mu.Lock()
+	b.retry = true
+	b.tr.ResponseHeaderTimeout = tryTimeout
+	b.mu.Unlock()
+	client := &http.Client{Timeout: timeout}
+	failed := map[string]int{}
+	b.wg.Go(func() {
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-b.stop:
+				return
+			case <-t.C:
+			}
+			b.mu.Lock()
+			backends := append([]string(nil), b.backends...)
+			b.mu.Unlock()
+			for _, be := range backends {
+				if ready(client, readyURL(be)) {
+					failed[be] = 0
+				} else {
+					failed[be]++
+				}
+				b.mu.Lock()
+				b.unready[be] = failed[be] >= failures
+				b.mu.Unlock()
+			}
+		}
+	})
+}
+
+// isUnready reports whether be is out of the rotation.
+func (b *Balancer) isUnready(be string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.unready[be]
+}
+
+// ready reports whether url answers 200.
+func ready(client *http.Client, url string) bool {
+	resp, err := client.Get(url)
+	if err != nil {
+		return false
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
 }
 
 // MaxBalancedBody bounds a request body the balancer buffers (it replays
@@ -48,6 +119,8 @@ func StartBalancer(addr string, backends ...string) (*Balancer, error) {
 		served:   map[string]int{},
 		held:     make(chan struct{}),
 		done:     make(chan struct{}),
+		unready:  map[string]bool{},
+		stop:     make(chan struct{}),
 	}
 	close(b.held)
 	b.srv = &http.Server{Handler: b, ReadHeaderTimeout: 10 * time.Second}
@@ -108,6 +181,8 @@ func (b *Balancer) Release() {
 // connection.
 func (b *Balancer) Close() error {
 	b.Release()
+	close(b.stop)
+	b.wg.Wait()
 	err := b.srv.Close()
 	<-b.done
 	b.tr.CloseIdleConnections()
@@ -117,9 +192,19 @@ func (b *Balancer) Close() error {
 	return err
 }
 
+// pick returns the next backend in turn, passing over unready ones
+// unless every backend is (then each is tried, as an ingress with no
+// ready endpoint would rather try than refuse).
 func (b *Balancer) pick() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	for range len(b.backends) {
+		be := b.backends[b.next%len(b.backends)]
+		b.next++
+		if !b.unready[be] {
+			return be
+		}
+	}
 	be := b.backends[b.next%len(b.backends)]
 	b.next++
 	return be
@@ -140,7 +225,7 @@ func (b *Balancer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case <-r.Context().Done():
 		return
 	}
-	for range n {
+	for i := range n {
 		be := b.pick()
 		out := r.Clone(r.Context())
 		out.RequestURI = ""
@@ -151,6 +236,16 @@ func (b *Balancer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		var op *net.OpError
 		if errors.As(err, &op) && op.Op == "dial" {
 			continue // refused (a killed replica): the next backend
+		}
+		b.mu.Lock()
+		retry := b.retry && i < n-1
+		b.mu.Unlock()
+		if retry && (err != nil && r.Context().Err() == nil || err == nil && resp.StatusCode == http.StatusServiceUnavailable) {
+			if err == nil {
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+			continue // not stored there (503) or no answer in time: the next backend
 		}
 		if err != nil {
 			// It may have been received: the sender retries, as with

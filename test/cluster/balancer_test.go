@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -97,5 +98,73 @@ func TestBalancer(t *testing.T) {
 	lb.SetBackends(dead)
 	if code, body := post(t, lb.URL()+"/", ""); code != http.StatusBadGateway {
 		t.Errorf("only a dead backend: %d %s, want 502", code, body)
+	}
+}
+
+// TestBalancerWatch: with readiness checks and retries, a backend that
+// answers 503 (cut from its database) and one that does not answer at all
+// (frozen) cost no request: the first is retried on the next backend at
+// once, the second after the try timeout, and both leave the rotation
+// once their readiness checks fail, and come back once they pass.
+func TestBalancerWatch(t *testing.T) {
+	good := backend(t, "good")
+	var cutOff, frozen atomic.Bool
+	cutOff.Store(true)
+	frozen.Store(true)
+	release := make(chan struct{})
+	cut := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if cutOff.Load() {
+			http.Error(w, "not stored", http.StatusServiceUnavailable)
+			return
+		}
+		io.WriteString(w, "cut:back")
+	}))
+	t.Cleanup(cut.Close)
+	stuck := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if frozen.Load() && r.URL.Path != "/readyz" {
+			<-release
+		}
+		if frozen.Load() {
+			http.Error(w, "frozen", http.StatusServiceUnavailable)
+			return
+		}
+		io.WriteString(w, "stuck:back")
+	}))
+	t.Cleanup(func() { close(release); stuck.Close() })
+	host := func(s *httptest.Server) string { return strings.TrimPrefix(s.URL, "http://") }
+	lb, err := StartBalancer("127.0.0.1:0", host(cut), host(stuck), host(good))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lb.Close()
+	lb.Watch(func(be string) string { return "http://" + be + "/readyz" }, 50*time.Millisecond, time.Second, 2, 300*time.Millisecond)
+
+	for i := range 12 {
+		if code, body := post(t, lb.URL()+"/as2", "doc"); code != http.StatusOK || !strings.HasPrefix(body, "good:") {
+			t.Fatalf("request %d: %d %q, want good's answer", i, code, body)
+		}
+	}
+	// Both failing backends leave the rotation: good answers every
+	// request, each at once.
+	deadline := time.Now().Add(10 * time.Second)
+	for !lb.isUnready(host(cut)) || !lb.isUnready(host(stuck)) {
+		if time.Now().After(deadline) {
+			t.Fatal("the failing backends never left the rotation")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cutOff.Store(false)
+	frozen.Store(false)
+	for time.Now().Before(deadline) && (lb.isUnready(host(cut)) || lb.isUnready(host(stuck))) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	got := map[string]bool{}
+	for range 6 {
+		_, body := post(t, lb.URL()+"/as2", "doc")
+		name, _, _ := strings.Cut(body, ":")
+		got[name] = true
+	}
+	if !got["cut"] || !got["stuck"] || !got["good"] {
+		t.Errorf("after recovering, answers came from %v, want all three backends", got)
 	}
 }
