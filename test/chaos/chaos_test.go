@@ -4,7 +4,6 @@ import (
 	"context"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -13,36 +12,15 @@ import (
 	"github.com/edihub/edihub/test/failover"
 )
 
-var (
-	binOnce sync.Once
-	binDir  string
-	binPath string
-	binErr  error
-)
+// bin is edihub, built once for the package's tests.
+var bin = failover.SharedBinary{Prefix: "edihub-chaos-bin-"}
 
 func TestMain(m *testing.M) {
-	os.Exit(testenv.Main(m, testenv.After(func() {
-		if binDir != "" {
-			_ = os.RemoveAll(binDir)
-		}
-	}), testenv.CheckLeaks()))
+	os.Exit(testenv.Main(m, testenv.After(bin.Remove), testenv.CheckLeaks()))
 }
 
-func binary(t *testing.T) string {
-	t.Helper()
-	binOnce.Do(func() {
-		if binDir, binErr = os.MkdirTemp("", "edihub-chaos-bin-"); binErr != nil {
-			return
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-		defer cancel()
-		binPath, binErr = failover.BuildBinary(ctx, binDir)
-	})
-	if binErr != nil {
-		t.Fatalf("build edihub: %v", binErr)
-	}
-	return binPath
-}
+// binary builds edihub once per test binary.
+func binary(t *testing.T) string { return bin.Path(t) }
 
 // run runs the chaos harness with o and logs its tables.
 func run(t *testing.T, o chaos.Options) *chaos.Result {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,37 +15,15 @@ import (
 	"github.com/edihub/edihub/test/failover"
 )
 
-var (
-	binOnce sync.Once
-	binDir  string
-	binPath string
-	binErr  error
-)
+// bin is edihub, built once for the package's tests.
+var bin = failover.SharedBinary{Prefix: "edihub-failover-"}
 
 func TestMain(m *testing.M) {
-	os.Exit(testenv.Main(m, testenv.After(func() {
-		if binDir != "" {
-			_ = os.RemoveAll(binDir)
-		}
-	}), testenv.CheckLeaks()))
+	os.Exit(testenv.Main(m, testenv.After(bin.Remove), testenv.CheckLeaks()))
 }
 
 // binary builds edihub once per test binary.
-func binary(t *testing.T) string {
-	t.Helper()
-	binOnce.Do(func() {
-		if binDir, binErr = os.MkdirTemp("", "edihub-failover-"); binErr != nil {
-			return
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-		defer cancel()
-		binPath, binErr = failover.BuildBinary(ctx, binDir)
-	})
-	if binErr != nil {
-		t.Fatalf("build edihub: %v", binErr)
-	}
-	return binPath
-}
+func binary(t *testing.T) string { return bin.Path(t) }
 
 // scenario is one test's cluster and its parts.
 type scenario struct {
