@@ -3,18 +3,44 @@
 // later.
 //
 // A port is free when it is picked; another process may still take it
-// before the child binds it, which is rare. What is not rare is the
-// kernel handing out again a port whose listener was just closed: two
-// servers started one after the other would then get the same port. So
-// a port is never returned twice in one process.
+// before the child binds it. The kernel's ephemeral ports (those it gives
+// to a listener on port 0 and to every outgoing connection, 32768–60999
+// by default) are taken all the time on a busy machine, so ports are
+// picked at random below that range (from 10000 on, above the ports of
+// the local stack), where only a server asking for that very port takes
+// one. And a port is never returned twice in one process.
 package freeport
 
 import (
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
+	"os"
+	"strconv"
+	"strings"
 	"sync"
 )
+
+// low is the lowest port picked.
+const low = 10000
+
+// ephemeralLow is the first port of the kernel's ephemeral range.
+func ephemeralLow() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 32768
+	}
+	f := strings.Fields(string(b))
+	if len(f) != 2 {
+		return 32768
+	}
+	n, err := strconv.Atoi(f[0])
+	if err != nil || n <= low+1000 {
+		return 32768
+	}
+	return n
+}
 
 var handedOut struct {
 	sync.Mutex
@@ -29,16 +55,17 @@ func Ports(n int) ([]int, error) {
 	if handedOut.ports == nil {
 		handedOut.ports = map[int]bool{}
 	}
+	top := ephemeralLow()
 	ports := make([]int, 0, n)
 	for tries := 0; len(ports) < n; tries++ {
 		if tries == 100*n {
 			return nil, errors.New("freeport: no free port that was not handed out before")
 		}
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+		p := low + rand.IntN(top-low)
+		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p))
 		if err != nil {
-			return nil, fmt.Errorf("freeport: %w", err)
+			continue // taken: another one
 		}
-		p := l.Addr().(*net.TCPAddr).Port
 		l.Close()
 		if !handedOut.ports[p] {
 			handedOut.ports[p] = true

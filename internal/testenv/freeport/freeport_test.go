@@ -17,6 +17,9 @@ func TestNeverRepeats(t *testing.T) {
 			t.Fatalf("port %d handed out twice", p)
 		}
 		seen[p] = true
+		if p < low || p >= ephemeralLow() {
+			t.Fatalf("port %d is outside %d…%d, below the kernel's ephemeral ports", p, low, ephemeralLow()-1)
+		}
 		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p))
 		if err != nil {
 			t.Fatalf("port %d handed out, but it is not free: %v", p, err)
