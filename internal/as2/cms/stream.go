@@ -245,6 +245,27 @@ func (r *segmentReader) next() error {
 	return nil
 }
 
+// openStream reads r's ContentInfo up to the version of its content, which
+// must be of type want (what names it in errors; notWant says what is
+// wrong with another type).
+func openStream(r io.Reader, want asn1.ObjectIdentifier, what, notWant string) (*berStream, error) {
+	s := &berStream{r: bufio.NewReaderSize(r, 64<<10)}
+	ct, err := s.contentInfo()
+	if err != nil {
+		return nil, err
+	}
+	if !ct.Equal(want) {
+		return nil, fmt.Errorf("%w: %v %s", ErrContentType, ct, notWant)
+	}
+	if _, err := s.expect(tagSequence, what); err != nil {
+		return nil, err
+	}
+	if _, err := s.element(16); err != nil { // version
+		return nil, err
+	}
+	return s, nil
+}
+
 // DecryptStream reads an EnvelopedData ContentInfo from r and returns a
 // reader of its decrypted content, for the first recipient whose
 // certificate the message names and whose key unwraps its content key.
@@ -257,18 +278,8 @@ func (r *segmentReader) next() error {
 // ErrMalformed, ErrContentType, ErrUnsupportedAlgorithm, ErrNoRecipient
 // or ErrDecryption.
 func DecryptStream(r io.Reader, recipients []Recipient) (io.Reader, error) {
-	s := &berStream{r: bufio.NewReaderSize(r, 64<<10)}
-	ct, err := s.contentInfo()
+	s, err := openStream(r, oidEnvelopedData, "enveloped data", "cannot be decrypted as a stream (only EnvelopedData)")
 	if err != nil {
-		return nil, err
-	}
-	if !ct.Equal(oidEnvelopedData) {
-		return nil, fmt.Errorf("%w: %v cannot be decrypted as a stream (only EnvelopedData)", ErrContentType, ct)
-	}
-	if _, err := s.expect(tagSequence, "enveloped data"); err != nil {
-		return nil, err
-	}
-	if _, err := s.element(16); err != nil { // version
 		return nil, err
 	}
 	h, err := s.header()
@@ -465,18 +476,8 @@ func DecompressStream(r io.Reader, maxSize int64) (io.Reader, error) {
 	if maxSize <= 0 {
 		maxSize = DefaultMaxDecompressedSize
 	}
-	s := &berStream{r: bufio.NewReaderSize(r, 64<<10)}
-	ct, err := s.contentInfo()
+	s, err := openStream(r, oidCompressedData, "compressed data", "is not compressed data")
 	if err != nil {
-		return nil, err
-	}
-	if !ct.Equal(oidCompressedData) {
-		return nil, fmt.Errorf("%w: %v is not compressed data", ErrContentType, ct)
-	}
-	if _, err := s.expect(tagSequence, "compressed data"); err != nil {
-		return nil, err
-	}
-	if _, err := s.element(16); err != nil { // version
 		return nil, err
 	}
 	raw, err := s.element(maxStreamField)
