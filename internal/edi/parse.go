@@ -176,6 +176,9 @@ func (p *parser) readISA() (Interchange, error) {
 		return Interchange{}, sc.fail("ISA delimiters are not distinct punctuation")
 	}
 	f := strings.Split(string(raw), string(elem)) // ISA01…ISA15
+	if len(f) < 15 {
+		return Interchange{}, sc.fail("ISA has fewer than 16 elements")
+	}
 	field := func(i int) string { return strings.TrimSpace(f[i-1]) }
 	if v := f[10]; field(12) >= "00402" && len(v) == 1 && !isAlnum(v[0]) && v[0] != ' ' {
 		d.Repetition = v[0]
