@@ -47,5 +47,6 @@ func newReceiver(log *zap.Logger, reg prometheus.Registerer, store *postgres.Sto
 		MaxConcurrentPerPartner: o.maxConcurrentPerPartner,
 		Spool:                   sp,
 		SpoolFromBytes:          o.spoolFromBytes,
+		RetryWindow:             o.outbound.retryWindow,
 	})
 }

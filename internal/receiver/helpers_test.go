@@ -122,6 +122,8 @@ type envOptions struct {
 	// takes every body (SpoolFromBytes 1): the streaming path.
 	spool      bool
 	spoolBytes int64
+	// retryWindow is the receiver's RetryWindow for async MDNs.
+	retryWindow time.Duration
 }
 
 var testTime = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
@@ -189,6 +191,7 @@ partners:
 		MaxMDNBytes:             eo.maxMDN,
 		Spool:                   sp,
 		SpoolFromBytes:          1,
+		RetryWindow:             eo.retryWindow,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -63,7 +63,7 @@ type Store interface {
 	// postgres.ErrInboundNotFound when there is none.
 	InboundByMessageID(ctx context.Context, partner, messageID string) (*postgres.InboundRecord, error)
 	// RequeueInboundMDN queues a stored MDN to url again.
-	RequeueInboundMDN(ctx context.Context, id int64, url string) error
+	RequeueInboundMDN(ctx context.Context, id int64, url string, r postgres.Retry) error
 	// SaveInboxMDN stores an async MDN raw.
 	SaveInboxMDN(ctx context.Context, m *postgres.InboxMDN) (int64, error)
 	// The replay check (see checkReplay): it guards a partner against a
@@ -175,6 +175,12 @@ type Options struct {
 	// 0 means DefaultSpoolFromBytes. An async MDN told from the header is
 	// never spooled; a signed one spooled is read back for the intake.
 	SpoolFromBytes int64
+	// RetryWindow is how long an async MDN we owe a partner is retried,
+	// past the partner's max_attempts, when its profile sets no
+	// retry_window (edihub serve's EDIHUB_RETRY_WINDOW): an MDN the
+	// partner never gets leaves its message unacknowledged there. 0 means
+	// max_attempts alone.
+	RetryWindow time.Duration
 	// EDI, when set, reads the envelope of every processed payload:
 	// before the answer, to refuse duplicate interchanges a partner's
 	// profile refuses; after the message is stored, to record its
@@ -796,7 +802,7 @@ func (h *Handler) receive(ctx context.Context, hdr http.Header, body []byte, rq 
 	}
 	asyncURL := h.asyncURL(log, rq, partner)
 	if asyncURL != "" {
-		msg.MDNMode, msg.MDNURL, msg.Outbox = "async", asyncURL, true
+		msg.MDNMode, msg.MDNURL, msg.Outbox, msg.MDNRetry = "async", asyncURL, true, h.mdnRetry(partner)
 	}
 	edi := h.inspectEDI(ctx, log, partner, msg, &disp)
 	msg.Disposition = disp.String()
@@ -857,6 +863,17 @@ func (h *Handler) inspectEDI(ctx context.Context, log *zap.Logger, partner *conf
 		log.Warn("message refused: duplicate interchange", zap.String("reason", edi.Reason))
 	}
 	return edi
+}
+
+// mdnRetry is how an async MDN owed to partner is retried: as long as
+// the partner's outbound messages (its max_attempts, its retry_window or
+// the station's), for the partner that does not get it keeps waiting.
+func (h *Handler) mdnRetry(partner *config.Partner) postgres.Retry {
+	r := postgres.Retry{MaxAttempts: partner.MaxAttempts, Window: h.o.RetryWindow}
+	if partner.RetryWindow > 0 {
+		r.Window = partner.RetryWindow
+	}
+	return r
 }
 
 // asyncURL is the URL an asynchronous MDN goes to, or "" for an answer in
@@ -1105,7 +1122,7 @@ func (h *Handler) duplicate(ctx context.Context, x *exchange, rec *postgres.Inbo
 				log.Warn("resend asks for its MDN at another URL; sent to the first one", zap.String("receipt_delivery_option", redactURL(asyncURL)), zap.String("first", redactURL(rec.MDNURL)))
 				asyncURL = rec.MDNURL
 			}
-			if err := h.o.Store.RequeueInboundMDN(ctx, rec.ID, asyncURL); err != nil {
+			if err := h.o.Store.RequeueInboundMDN(ctx, rec.ID, asyncURL, h.mdnRetry(partner)); err != nil {
 				log.Error("requeue MDN", zap.Error(err))
 				return unavailable(partner.AS2ID)
 			}
