@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/edihub/edihub/internal/config"
 	"github.com/edihub/edihub/internal/outbox"
 	"github.com/edihub/edihub/internal/postgres"
 	"github.com/edihub/edihub/internal/testenv/pgtest"
@@ -38,19 +39,7 @@ func TestDispatchMDNTargets(t *testing.T) {
 			u, _ := url.Parse(partner.URL)
 			mdnURL := fmt.Sprintf("http://%s:%s/mdn", tt.host, u.Port())
 			cfg := loadConfig(t, partnerYAML{id: partnerID, url: partner.URL + "/as2", extra: append([]string{"mdn: sync"}, tt.profile...)})
-			_, err := st.SaveInbound(context.Background(), &postgres.InboundMessage{
-				Partner: partnerID, AS2From: partnerID, AS2To: "EDIHUB TEST", MessageID: fmt.Sprintf("<in-%d@partner>", i),
-				Status: postgres.InboundProcessed, Disposition: "automatic-action/MDN-sent-automatically; processed",
-				Payload: []byte("x"), PayloadSize: 1, MDNMode: "async", MDNURL: mdnURL, Outbox: true,
-				MDN: &postgres.StoredMDN{Header: http.Header{"Content-Type": {"multipart/report; boundary=b"}}, Body: []byte("--b--\r\n"), Disposition: "processed"},
-			})
-			if err != nil {
-				t.Fatal(err)
-			}
-			reg := prometheus.NewRegistry()
-			o := dispatcherOpts(t, st, cfg, "d1")
-			o.Metrics = outbox.NewMetrics(reg, st.OutboxStats)
-			startDispatcher(t, o)
+			reg := owedMDN(t, st, cfg, fmt.Sprintf("<in-%d@partner>", i), mdnURL, postgres.Retry{})
 			result := "mdn-failed"
 			if tt.wantSent {
 				result = "mdn-sent"
@@ -114,19 +103,7 @@ func TestAsyncMDNRetriedThroughTheWindow(t *testing.T) {
 				return http.StatusOK, nil, nil
 			})
 			cfg := loadConfig(t, partnerYAML{id: partnerID, url: partner.URL + "/as2", extra: []string{"mdn: sync", "allow_private_mdn_targets: true"}})
-			_, err := st.SaveInbound(context.Background(), &postgres.InboundMessage{
-				Partner: partnerID, AS2From: partnerID, AS2To: "EDIHUB TEST", MessageID: fmt.Sprintf("<window-%d@partner>", i),
-				Status: postgres.InboundProcessed, Disposition: "automatic-action/MDN-sent-automatically; processed",
-				Payload: []byte("x"), PayloadSize: 1, MDNMode: "async", MDNURL: partner.URL + "/mdn", Outbox: true, MDNRetry: tt.retry,
-				MDN: &postgres.StoredMDN{Header: http.Header{"Content-Type": {"multipart/report; boundary=b"}}, Body: []byte("--b--\r\n"), Disposition: "processed"},
-			})
-			if err != nil {
-				t.Fatal(err)
-			}
-			reg := prometheus.NewRegistry()
-			o := dispatcherOpts(t, st, cfg, "d1")
-			o.Metrics = outbox.NewMetrics(reg, st.OutboxStats)
-			startDispatcher(t, o)
+			reg := owedMDN(t, st, cfg, fmt.Sprintf("<window-%d@partner>", i), partner.URL+"/mdn", tt.retry)
 			deadline := time.Now().Add(30 * time.Second)
 			for metric(reg, tt.result) == 0 && time.Now().Before(deadline) {
 				time.Sleep(50 * time.Millisecond)
@@ -139,4 +116,25 @@ func TestAsyncMDNRetriedThroughTheWindow(t *testing.T) {
 			}
 		})
 	}
+}
+
+// owedMDN stores an inbound message from partnerID whose async MDN is owed
+// to mdnURL, retried as r says, and starts a dispatcher on st; the
+// registry has its metrics.
+func owedMDN(t *testing.T, st *postgres.Store, cfg *config.File, messageID, mdnURL string, r postgres.Retry) *prometheus.Registry {
+	t.Helper()
+	_, err := st.SaveInbound(context.Background(), &postgres.InboundMessage{
+		Partner: partnerID, AS2From: partnerID, AS2To: "EDIHUB TEST", MessageID: messageID,
+		Status: postgres.InboundProcessed, Disposition: "automatic-action/MDN-sent-automatically; processed",
+		Payload: []byte("x"), PayloadSize: 1, MDNMode: "async", MDNURL: mdnURL, Outbox: true, MDNRetry: r,
+		MDN: &postgres.StoredMDN{Header: http.Header{"Content-Type": {"multipart/report; boundary=b"}}, Body: []byte("--b--\r\n"), Disposition: "processed"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	o := dispatcherOpts(t, st, cfg, "d1")
+	o.Metrics = outbox.NewMetrics(reg, st.OutboxStats)
+	startDispatcher(t, o)
+	return reg
 }
