@@ -241,3 +241,30 @@ func splitSigned(t *testing.T, ent []byte) (part1, sig []byte) {
 	}
 	return part1, sig
 }
+
+// BenchmarkWrapWriter builds a compressed, signed and encrypted message
+// of 64 MiB of X12-like lines as a stream into io.Discard.
+func BenchmarkWrapWriter(b *testing.B) {
+	ids := openssltest.Keys(b)
+	var payload []byte
+	for i := 0; len(payload) < 64<<20; i++ {
+		payload = fmt.Appendf(payload, "LIN*%d*VP*%x*PRICE*%d~\n", i, uint64(i)*0x9e3779b97f4a7c15, i%9973)
+	}
+	opts := as2.WrapOptions{Sign: crypto.SHA256, SignerKey: ids.A.Key, SignerCert: ids.A.Cert,
+		Encrypt: cms.AES256CBC, RecipientCert: ids.B.Cert, Compress: as2.CompressBeforeSigning}
+	b.SetBytes(int64(len(payload)))
+	for b.Loop() {
+		ww, err := as2.NewWrapWriter(io.Discard, "application/EDI-X12", "", opts)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for p := payload; len(p) > 0; p = p[min(len(p), 1<<20):] {
+			if _, err := ww.Write(p[:min(len(p), 1<<20)]); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if _, err := ww.Close(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -94,6 +94,11 @@ type options struct {
 	rssBytes    int64
 	largeBytes  int64  // payload of the large-message run (large.go); 0 skips it
 	child       string // keys directory: run as the RSS child
+	// sendChild is the keys directory of the large send's sender child
+	// (largesend.go), sendTo its partner's URL; sendOnly runs only the
+	// large send.
+	sendChild, sendTo string
+	sendOnly          bool
 	cpuProfile  string
 	memProfile  string
 	// pollerMDNs is the MDN poller's backlog (poller.go); 0 skips it.
@@ -130,11 +135,17 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	fs.IntVar(&o.consoleRuns, "console-runs", 200, "timed runs of each console query")
 	fs.BoolVar(&o.consoleOnly, "console-only", false, "run only the console queries measurement")
 	fs.StringVar(&o.child, "rss-child", "", "internal: run the receiver for the peak-memory run with the keys in this directory")
+	fs.StringVar(&o.sendChild, "send-child", "", "internal: run the sender of the large send with the keys in this directory")
+	fs.StringVar(&o.sendTo, "send-to", "", "internal: the large send's partner URL")
+	fs.BoolVar(&o.sendOnly, "large-send-only", false, "run only the large send (-large-bytes of payload)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if o.child != "" {
 		return child(ctx, o)
+	}
+	if o.sendChild != "" {
+		return sendChild(ctx, o, o.sendTo)
 	}
 	o.sum = &summary{}
 	if err := sections(ctx, out, o); err != nil {
@@ -189,6 +200,9 @@ func sections(ctx context.Context, out io.Writer, o options) error {
 	if o.consoleOnly {
 		return consoleBench(ctx, out, o)
 	}
+	if o.sendOnly {
+		return largeSendBench(ctx, out, o, partner, st)
+	}
 	if err := throughput(ctx, out, o, store, partner, st); err != nil {
 		return err
 	}
@@ -214,6 +228,9 @@ func sections(ctx context.Context, out io.Writer, o options) error {
 	}
 	if o.largeBytes > 0 {
 		if err := largeBench(ctx, out, o, partner, st); err != nil {
+			return err
+		}
+		if err := largeSendBench(ctx, out, o, partner, st); err != nil {
 			return err
 		}
 	}
