@@ -99,8 +99,8 @@ type options struct {
 	// large send.
 	sendChild, sendTo string
 	sendOnly          bool
-	cpuProfile  string
-	memProfile  string
+	cpuProfile        string
+	memProfile        string
 	// pollerMDNs is the MDN poller's backlog (poller.go); 0 skips it.
 	pollerMDNs  int
 	pollerBatch int
