@@ -94,13 +94,8 @@ type options struct {
 	rssBytes    int64
 	largeBytes  int64  // payload of the large-message run (large.go); 0 skips it
 	child       string // keys directory: run as the RSS child
-	// sendChild is the keys directory of the large send's sender child
-	// (largesend.go), sendTo its partner's URL; sendOnly runs only the
-	// large send.
-	sendChild, sendTo string
-	sendOnly          bool
-	cpuProfile        string
-	memProfile        string
+	cpuProfile  string
+	memProfile  string
 	// pollerMDNs is the MDN poller's backlog (poller.go); 0 skips it.
 	pollerMDNs  int
 	pollerBatch int
@@ -114,6 +109,12 @@ type options struct {
 	consoleOnly     bool
 	// sum gathers the figures into the closing table.
 	sum *summary
+
+	// sendChild is the keys directory of the large send's sender child
+	// (largesend.go), sendTo its partner's URL; sendOnly runs only the
+	// large send.
+	sendChild, sendTo string
+	sendOnly          bool
 }
 
 func run(ctx context.Context, args []string, out io.Writer) error {
