@@ -38,6 +38,9 @@ type Store interface {
 	// file a retry posts.
 	WritePayload(ctx context.Context, id int64, to func(postgres.MessageInfo) io.Writer) (postgres.MessageInfo, error)
 	WriteOutboxBody(ctx context.Context, it postgres.OutboxItem, w io.Writer) error
+	// FreezeOutboundBody stores a body built as a stream while it is
+	// built.
+	FreezeOutboundBody(ctx context.Context, it postgres.OutboxItem) (*postgres.BodyFreezer, error)
 }
 
 // Listener delivers wakeups when rows are queued (Postgres LISTEN/NOTIFY);

@@ -6,6 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"time"
+
+	"go.uber.org/zap"
 
 	"github.com/edihub/edihub/internal/as2"
 	"github.com/edihub/edihub/internal/config"
@@ -16,9 +19,10 @@ import (
 // A message whose payload is larger than Options.SpoolFromBytes is never
 // held whole. Its first attempt builds it as a stream (BuildStream: the
 // payload read from PostgreSQL piece by piece, compressed, signed and
-// encrypted as it goes) into a spool file, freezes that file in the
-// outbox row in pieces (outbox_body_chunks, by COPY) with its MIC in
-// every algorithm, and posts the file with its Content-Length. A retry or
+// encrypted as it goes) into a spool file and, as it goes, into the
+// outbox row in pieces (outbox_body_chunks, by COPY in a transaction that
+// commits with its MIC in every algorithm once the build is done), and
+// posts the file with its Content-Length. A retry or
 // a resend copies the frozen pieces into a new spool file and posts it:
 // the same bytes and the same MIC every time, as for a message built in
 // memory. Rebuilding from the payload instead would draw a new content
@@ -48,17 +52,24 @@ func (d *Dispatcher) streamed(src postgres.OutboundSource, p *config.Partner) bo
 // buildStreamed builds src as a stream into a spool file, freezes it and
 // returns the file, positioned for posting; on error the file is gone.
 func (d *Dispatcher) buildStreamed(ctx context.Context, it *postgres.OutboxItem, st *config.Station, p *config.Partner, src postgres.OutboundSource) (*spool.File, error) {
+	start := time.Now()
 	var f *spool.File
+	var fr *postgres.BodyFreezer
 	var b postgres.OutboundBuild
 	var err error
 	for range boundaryTries {
 		if f, err = d.o.Spool.Create(); err != nil {
 			return nil, err
 		}
-		b, err = d.buildInto(ctx, f, it, st, p, src)
+		if fr, err = d.o.Store.FreezeOutboundBody(ctx, *it); err != nil {
+			f.Close()
+			return nil, err
+		}
+		b, err = d.buildInto(ctx, f, fr, it, st, p, src)
 		if err == nil {
 			break
 		}
+		fr.Abort()
 		f.Close()
 		if !errors.Is(err, as2.ErrBoundaryInContent) {
 			return nil, err
@@ -67,20 +78,26 @@ func (d *Dispatcher) buildStreamed(ctx context.Context, it *postgres.OutboxItem,
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", errBuild, err)
 	}
-	b.BodyOpen, b.BodySize = f.Reader, f.Size()
-	if err := d.o.Store.SaveOutboundBuild(ctx, *it, b); err != nil {
+	built := time.Now()
+	if err := fr.Commit(ctx, b); err != nil {
 		f.Close()
 		return nil, err
 	}
+	// Where the time of a large message goes, for operators: the build
+	// (the copy into PostgreSQL runs beside it) and the commit after it.
+	d.log.Info("built as a stream", zap.String("partner", it.Partner), zap.Int64("outbox_id", it.ID),
+		zap.Int64("payload_bytes", src.PayloadSize), zap.Int64("body_bytes", f.Size()),
+		zap.Duration("build", built.Sub(start)), zap.Duration("freeze", time.Since(built)))
 	it.Headers, it.MIC, it.MICAlg, it.MICs = b.Headers, b.MIC, b.MICAlg, b.MICs
 	it.BodyChunked, it.BodySize = true, f.Size()
 	return f, nil
 }
 
-// buildInto writes the message built from src to f. A profile it cannot
-// build is errBuild; storage and spool errors are returned as they are.
-func (d *Dispatcher) buildInto(ctx context.Context, f *spool.File, it *postgres.OutboxItem, st *config.Station, p *config.Partner, src postgres.OutboundSource) (postgres.OutboundBuild, error) {
-	bw := bufio.NewWriterSize(f, bodyBuffer)
+// buildInto writes the message built from src to f and to fr. A profile
+// it cannot build is errBuild; storage and spool errors are returned as
+// they are.
+func (d *Dispatcher) buildInto(ctx context.Context, f *spool.File, fr *postgres.BodyFreezer, it *postgres.OutboxItem, st *config.Station, p *config.Partner, src postgres.OutboundSource) (postgres.OutboundBuild, error) {
+	bw := bufio.NewWriterSize(io.MultiWriter(f, fr), bodyBuffer)
 	var ioErr error // an error of the payload's source or of the file
 	writePayload := func(w io.Writer) error {
 		if !src.Chunked {

@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 
@@ -80,4 +81,89 @@ func (s *Store) WriteOutboxBody(ctx context.Context, it OutboxItem, w io.Writer)
 		return fmt.Errorf("built body of outbox %d: %d bytes stored, want %d: %w", it.ID, n, it.BodySize, ErrClaimLost)
 	}
 	return nil
+}
+
+// BodyFreezer stores the body of a claimed outbox item in pieces as it is
+// built, in a transaction of its own, so that the copy into PostgreSQL
+// runs beside the build instead of after it (the server writes while the
+// build computes). Write the body to it, then Commit with the build, or
+// Abort. It is not safe for concurrent use; its goroutine ends with
+// Commit or Abort.
+type BodyFreezer struct {
+	it   OutboxItem
+	tx   pgx.Tx
+	pw   *io.PipeWriter
+	n    int64
+	done chan struct{}
+	// copied and copyErr are the COPY's outcome, set before done closes.
+	copied  int64
+	copyErr error
+	ended   bool
+}
+
+// FreezeOutboundBody begins the transaction that freezes the body of the
+// claimed item it, and the COPY into outbox_body_chunks that its writes
+// feed.
+func (s *Store) FreezeOutboundBody(ctx context.Context, it OutboxItem) (*BodyFreezer, error) {
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("freeze body of outbox %d: %w", it.ID, err)
+	}
+	pr, pw := io.Pipe()
+	f := &BodyFreezer{it: it, tx: tx, pw: pw, done: make(chan struct{})}
+	go func() {
+		defer close(f.done)
+		src := &chunkSource{id: it.ID, r: pr, buf: make([]byte, payloadChunk)}
+		_, f.copyErr = tx.CopyFrom(ctx, pgx.Identifier{"outbox_body_chunks"}, []string{"outbox_id", "seq", "data"}, src)
+		f.copied = src.bytes
+		// A COPY that stopped early must not leave the build blocked
+		// on the pipe.
+		pr.CloseWithError(fmt.Errorf("freeze body of outbox %d: copy ended: %v", it.ID, f.copyErr))
+	}()
+	return f, nil
+}
+
+// Write adds p to the body; it fails when the COPY failed.
+func (f *BodyFreezer) Write(p []byte) (int, error) {
+	n, err := f.pw.Write(p)
+	f.n += int64(n)
+	return n, err
+}
+
+// Commit ends the body, records the build b (its BodyOpen and Body are
+// not used: the body is what was written) in the outbox row and on the
+// message as SaveOutboundBuild does, and commits. ErrClaimLost when the
+// claim is no longer held; nothing is stored then.
+func (f *BodyFreezer) Commit(ctx context.Context, b OutboundBuild) error {
+	f.ended = true
+	f.pw.Close()
+	<-f.done
+	err := f.copyErr
+	if err == nil && f.copied != f.n {
+		err = fmt.Errorf("%d bytes copied of %d", f.copied, f.n)
+	}
+	if err == nil {
+		b.Body, b.BodyOpen, b.BodySize = nil, nil, f.n
+		err = saveBuild(ctx, f.tx, f.it, b, true)
+	}
+	if err == nil {
+		err = f.tx.Commit(ctx)
+	}
+	if err != nil {
+		_ = f.tx.Rollback(context.WithoutCancel(ctx))
+		return fmt.Errorf("save build of outbox %d: %w", f.it.ID, err)
+	}
+	return nil
+}
+
+// Abort drops what was written and ends the transaction. It is a no-op
+// after Commit.
+func (f *BodyFreezer) Abort() {
+	if f.ended {
+		return
+	}
+	f.ended = true
+	f.pw.CloseWithError(errors.New("build aborted"))
+	<-f.done
+	_ = f.tx.Rollback(context.Background())
 }

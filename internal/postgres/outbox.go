@@ -300,47 +300,55 @@ type OutboundBuild struct {
 // records its MIC and security on the message, in one transaction. It
 // returns ErrClaimLost when the claim is no longer held.
 func (s *Store) SaveOutboundBuild(ctx context.Context, it OutboxItem, b OutboundBuild) error {
-	hdr, err := json.Marshal(b.Headers)
-	if err != nil {
-		return fmt.Errorf("save build of outbox %d: %w", it.ID, err)
-	}
-	mics := b.MICs
-	if mics == nil {
-		mics = []string{} // the column is NOT NULL
-	}
-	body, chunked, size := b.Body, b.BodyOpen != nil, int64(len(b.Body))
-	if chunked {
-		body, size = []byte{}, b.BodySize
-	}
-	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, `
-UPDATE outbox SET headers = $4, body = $5, mic = $6, mic_alg = $7, mics = $8, built_at = now(),
-                  body_chunked = $9, body_size = $10
- WHERE id = $1 AND claimed_by = $2 AND attempts = $3 AND status = 'pending' AND body IS NULL`,
-			it.ID, it.ClaimedBy, it.Attempts, hdr, body, b.MIC, b.MICAlg, mics, chunked, size)
-		if err != nil {
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if err := saveBuild(ctx, tx, it, b, b.BodyOpen != nil); err != nil {
 			return err
 		}
-		if tag.RowsAffected() == 0 {
-			return ErrClaimLost
+		if b.BodyOpen != nil {
+			return copyOutboxBody(ctx, tx, it.ID, b.BodyOpen(), b.BodySize)
 		}
-		if chunked {
-			if err := copyOutboxBody(ctx, tx, it.ID, b.BodyOpen(), b.BodySize); err != nil {
-				return err
-			}
-		}
-		if it.MessageID == 0 {
-			return nil
-		}
-		_, err = tx.Exec(ctx, `
-UPDATE messages SET mic = $2, mic_alg = $3, signed = $4, encrypted = $5, compressed = $6, status = 'sending', updated_at = now()
- WHERE id = $1 AND status = 'queued'`, it.MessageID, b.MIC, b.MICAlg, b.Signed, b.Encrypted, b.Compressed)
-		return err
+		return nil
 	})
 	if err != nil {
 		return fmt.Errorf("save build of outbox %d: %w", it.ID, err)
 	}
 	return nil
+}
+
+// saveBuild records the build b of the claimed item it in tx: the outbox
+// row's headers, MIC and body (empty with its size when chunked: the
+// pieces are the caller's to write) and the message's MIC and security.
+func saveBuild(ctx context.Context, tx pgx.Tx, it OutboxItem, b OutboundBuild, chunked bool) error {
+	hdr, err := json.Marshal(b.Headers)
+	if err != nil {
+		return err
+	}
+	mics := b.MICs
+	if mics == nil {
+		mics = []string{} // the column is NOT NULL
+	}
+	body, size := b.Body, int64(len(b.Body))
+	if chunked {
+		body, size = []byte{}, b.BodySize
+	}
+	tag, err := tx.Exec(ctx, `
+UPDATE outbox SET headers = $4, body = $5, mic = $6, mic_alg = $7, mics = $8, built_at = now(),
+                  body_chunked = $9, body_size = $10
+ WHERE id = $1 AND claimed_by = $2 AND attempts = $3 AND status = 'pending' AND body IS NULL`,
+		it.ID, it.ClaimedBy, it.Attempts, hdr, body, b.MIC, b.MICAlg, mics, chunked, size)
+	if err != nil {
+		return err
+	}
+	if tag.RowsAffected() == 0 {
+		return ErrClaimLost
+	}
+	if it.MessageID == 0 {
+		return nil
+	}
+	_, err = tx.Exec(ctx, `
+UPDATE messages SET mic = $2, mic_alg = $3, signed = $4, encrypted = $5, compressed = $6, status = 'sending', updated_at = now()
+ WHERE id = $1 AND status = 'queued'`, it.MessageID, b.MIC, b.MICAlg, b.Signed, b.Encrypted, b.Compressed)
+	return err
 }
 
 // Outbox row states.

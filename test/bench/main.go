@@ -115,6 +115,7 @@ type options struct {
 	// large send.
 	sendChild, sendTo string
 	sendOnly          bool
+	sendCompress      bool
 }
 
 func run(ctx context.Context, args []string, out io.Writer) error {
@@ -138,6 +139,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	fs.StringVar(&o.child, "rss-child", "", "internal: run the receiver for the peak-memory run with the keys in this directory")
 	fs.StringVar(&o.sendChild, "send-child", "", "internal: run the sender of the large send with the keys in this directory")
 	fs.StringVar(&o.sendTo, "send-to", "", "internal: the large send's partner URL")
+	fs.BoolVar(&o.sendCompress, "send-compress", true, "internal: whether the large send's partner profile compresses")
 	fs.BoolVar(&o.sendOnly, "large-send-only", false, "run only the large send (-large-bytes of payload)")
 	if err := fs.Parse(args); err != nil {
 		return err

@@ -8,8 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-
-	"github.com/klauspost/compress/zlib"
 )
 
 // The writers below are the streaming counterparts of Compress and
@@ -84,12 +82,13 @@ func writeAll(w io.Writer, parts ...[]byte) error {
 type CompressWriter struct {
 	dst io.Writer
 	seg *segmentWriter
-	z   *zlib.Writer
+	z   *parallelZlib
 }
 
 // NewCompressWriter writes the head of a CompressedData ContentInfo to
 // dst and returns the writer of its content, deflated at level (a
-// compress/flate level; 1 is fastest).
+// compress/flate level; 1 is fastest) in 1 MiB blocks on up to GOMAXPROCS
+// cores (see parallelZlib): one zlib stream any inflater reads.
 func NewCompressWriter(dst io.Writer, level int) (*CompressWriter, error) {
 	err := writeAll(dst,
 		indefinite(tagSequence), mustOID(oidCompressedData), indefinite(tagContext0),
@@ -99,7 +98,7 @@ func NewCompressWriter(dst io.Writer, level int) (*CompressWriter, error) {
 		return nil, fmt.Errorf("compress: %w", err)
 	}
 	seg := newSegmentWriter(dst)
-	z, err := zlib.NewWriterLevel(seg, level)
+	z, err := newParallelZlib(seg, level)
 	if err != nil {
 		return nil, fmt.Errorf("compress: %w", err)
 	}
