@@ -8,6 +8,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+
+	"github.com/klauspost/compress/zlib"
 )
 
 // The writers below are the streaming counterparts of Compress and
@@ -82,7 +84,7 @@ func writeAll(w io.Writer, parts ...[]byte) error {
 type CompressWriter struct {
 	dst io.Writer
 	seg *segmentWriter
-	z   *parallelZlib
+	z   *zlib.Writer
 }
 
 // NewCompressWriter writes the head of a CompressedData ContentInfo to
@@ -98,7 +100,7 @@ func NewCompressWriter(dst io.Writer, level int) (*CompressWriter, error) {
 		return nil, fmt.Errorf("compress: %w", err)
 	}
 	seg := newSegmentWriter(dst)
-	z, err := newParallelZlib(seg, level)
+	z, err := zlib.NewWriterLevel(seg, level)
 	if err != nil {
 		return nil, fmt.Errorf("compress: %w", err)
 	}
