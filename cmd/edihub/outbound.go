@@ -131,6 +131,10 @@ func newOutbound(r *replica, reports api.Reports) (*outbound, error) {
 		BackoffMax:      o.outbound.backoffMax,
 		AsyncMDNWait:    o.outbound.asyncMDNWait,
 		WebhookSecret:   secret,
+		// Messages larger than the receiver's threshold are built as a
+		// stream into the same spool.
+		Spool:          r.spool,
+		SpoolFromBytes: o.spoolFromBytes,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%w (raise EDIHUB_DISPATCH_LEASE / -dispatch-lease, or leave it 0)", err)
@@ -159,7 +163,8 @@ func newOutbound(r *replica, reports api.Reports) (*outbound, error) {
 			}
 			return rep, true
 		},
-		Auditor: store, Audit: store, Users: &auth.Users{Store: store, Now: time.Now}})
+		Auditor: store, Audit: store, Users: &auth.Users{Store: store, Now: time.Now},
+		Spool: r.spool, SpoolFromBytes: o.spoolFromBytes})
 	if err != nil {
 		return nil, err
 	}

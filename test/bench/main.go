@@ -109,6 +109,13 @@ type options struct {
 	consoleOnly     bool
 	// sum gathers the figures into the closing table.
 	sum *summary
+
+	// sendChild is the keys directory of the large send's sender child
+	// (largesend.go), sendTo its partner's URL; sendOnly runs only the
+	// large send.
+	sendChild, sendTo string
+	sendOnly          bool
+	sendCompress      bool
 }
 
 func run(ctx context.Context, args []string, out io.Writer) error {
@@ -130,11 +137,18 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	fs.IntVar(&o.consoleRuns, "console-runs", 200, "timed runs of each console query")
 	fs.BoolVar(&o.consoleOnly, "console-only", false, "run only the console queries measurement")
 	fs.StringVar(&o.child, "rss-child", "", "internal: run the receiver for the peak-memory run with the keys in this directory")
+	fs.StringVar(&o.sendChild, "send-child", "", "internal: run the sender of the large send with the keys in this directory")
+	fs.StringVar(&o.sendTo, "send-to", "", "internal: the large send's partner URL")
+	fs.BoolVar(&o.sendCompress, "send-compress", true, "internal: whether the large send's partner profile compresses")
+	fs.BoolVar(&o.sendOnly, "large-send-only", false, "run only the large send (-large-bytes of payload)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if o.child != "" {
 		return child(ctx, o)
+	}
+	if o.sendChild != "" {
+		return sendChild(ctx, o, o.sendTo)
 	}
 	o.sum = &summary{}
 	if err := sections(ctx, out, o); err != nil {
@@ -189,6 +203,9 @@ func sections(ctx context.Context, out io.Writer, o options) error {
 	if o.consoleOnly {
 		return consoleBench(ctx, out, o)
 	}
+	if o.sendOnly {
+		return largeSendBench(ctx, out, o, partner, st)
+	}
 	if err := throughput(ctx, out, o, store, partner, st); err != nil {
 		return err
 	}
@@ -214,6 +231,9 @@ func sections(ctx context.Context, out io.Writer, o options) error {
 	}
 	if o.largeBytes > 0 {
 		if err := largeBench(ctx, out, o, partner, st); err != nil {
+			return err
+		}
+		if err := largeSendBench(ctx, out, o, partner, st); err != nil {
 			return err
 		}
 	}
