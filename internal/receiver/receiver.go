@@ -691,12 +691,12 @@ type response struct {
 }
 
 func (res *response) write(w http.ResponseWriter) {
+	for k, v := range res.header {
+		w.Header()[k] = v
+	}
 	if res.text != "" {
 		http.Error(w, res.text, res.status)
 		return
-	}
-	for k, v := range res.header {
-		w.Header()[k] = v
 	}
 	if res.body != nil {
 		w.Header().Set("Content-Length", strconv.Itoa(len(res.body)))
