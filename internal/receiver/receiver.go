@@ -19,7 +19,9 @@
 // unavailable database (503, so that the partner retries) and requests
 // over the in-flight byte budget or the partner's concurrency cap (503
 // with Retry-After, decided from the header when possible) are HTTP
-// errors. Internal error text is logged, never sent.
+// errors, and so are resumes of an AS2 restart transfer (restart.go) at
+// another offset than the bytes held (416) or of a transfer not held
+// (412). Internal error text is logged, never sent.
 package receiver
 
 import (
