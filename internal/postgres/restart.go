@@ -98,8 +98,8 @@ SELECT id, header, total, received FROM restart_transfers WHERE partner = $1 AND
 // transfer id, in one transaction, and returns the bytes the transfer
 // now holds. It returns ErrRestartConflict, storing nothing, when the
 // transfer does not hold exactly at bytes (another request appended, the
-// sender started over, or the purger deleted it), and an error when the
-// chunks go past the transfer's total.
+// sender started over, or the purger deleted it) or when the chunks would
+// go past the transfer's total.
 func (s *Store) AppendRestart(ctx context.Context, id, at int64, chunks [][]byte) (int64, error) {
 	var n int64
 	for _, c := range chunks {
