@@ -11,6 +11,8 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"runtime"
+	"runtime/debug"
 	"strings"
 	"testing"
 	"time"
@@ -378,4 +380,87 @@ func TestRestartHeadUnknownPartner(t *testing.T) {
 	io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
 	wantStatus(t, resp.StatusCode, http.StatusBadRequest) // no If-Match nor ETag
+}
+
+// TestRestartLargeMessageInConstantMemory cuts off a message whose body
+// is larger than the Go memory limit the test sets (openssl-built,
+// signed and encrypted) half way and resumes it, both streamed from its
+// file:
+// the bytes go to the database as they arrive and come back through the
+// spool, so the process's peak resident memory stays within 64 MiB of
+// what it was before (issue 22's target), and the MDN carries openssl's
+// MIC.
+func TestRestartLargeMessageInConstantMemory(t *testing.T) {
+	const size = 96 << 20
+	e := newEnv(t, envOptions{spool: true, restart: true, spoolBytes: 4 * size, maxBody: 2 * size})
+	ids := openssltest.Keys(t)
+	m, err := openssltest.BuildLarge(t.TempDir(), openssltest.LargeSpec{Size: size, Signer: ids.A, Recipient: ids.B})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.BodySize <= largeMemLimit {
+		t.Fatalf("body of %d MiB, want more than the %d MiB memory limit", m.BodySize>>20, largeMemLimit>>20)
+	}
+	const etag = "large-restart"
+	h := request(as2Header(partnerACME, station, "<large-restart@x>", "sha-256"), opensslMessage{header: m.Header})
+	restartFields(h, etag)
+	f, err := os.Open(m.BodyPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	defer debug.SetMemoryLimit(debug.SetMemoryLimit(largeMemLimit))
+	runtime.GC()
+	before := resetPeakRSS(t)
+
+	cut := m.BodySize / 2
+	conn, err := net.Dial("tcp", strings.TrimPrefix(strings.TrimSuffix(e.url, "/as2"), "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	var hdr bytes.Buffer
+	fmt.Fprintf(&hdr, "POST /as2 HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n", m.BodySize)
+	h.Write(&hdr)
+	hdr.WriteString("\r\n")
+	if _, err := conn.Write(hdr.Bytes()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.Copy(conn, io.NewSectionReader(f, 0, cut)); err != nil {
+		t.Fatal(err)
+	}
+	conn.(*net.TCPConn).CloseWrite()
+	if resp, err := http.ReadResponse(bufio.NewReader(conn), nil); err != nil || resp.StatusCode != http.StatusBadRequest {
+		t.Fatalf("cut POST: %v, %v; want 400", resp, err)
+	}
+	wantHead(t, e.url, partnerACME, etag, cut)
+
+	req, err := http.NewRequest(http.MethodPost, e.url, io.NewSectionReader(f, cut, m.BodySize-cut))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header = h.Clone()
+	req.Header.Del("ETag")
+	req.Header.Set("If-Match", `"`+etag+`"`)
+	req.Header.Set("Content-Range", fmt.Sprintf("bytes %d-%d/%d", cut, m.BodySize-1, m.BodySize))
+	req.ContentLength = m.BodySize - cut
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	peak := procStatusBytes(t, "VmHWM")
+	got := parseMDN(t, reply{status: resp.StatusCode, header: resp.Header, body: body})
+	if got.Disposition != mdn.Processed() || got.MIC != m.MIC {
+		t.Fatalf("MDN = %s MIC %q, want processed, %q (openssl dgst)", got.Disposition, got.MIC, m.MIC)
+	}
+	if above := peak - before; above > maxAboveIdle {
+		t.Errorf("peak RSS %d MiB above the %d MiB before the message, want under %d MiB", above>>20, before>>20, maxAboveIdle>>20)
+	} else {
+		t.Logf("peak RSS %.1f MiB above the %d MiB before the message (body %d MiB, cut at %d MiB)", float64(above)/(1<<20), before>>20, m.BodySize>>20, cut>>20)
+	}
+	if n := e.count(t, `SELECT count(*) FROM restart_transfers`); n != 0 {
+		t.Errorf("%d restart transfers left, want none", n)
+	}
 }
