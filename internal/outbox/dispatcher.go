@@ -555,7 +555,7 @@ func (d *Dispatcher) send(ctx context.Context, it postgres.OutboxItem, p *config
 	if err != nil {
 		return attempt{err: err}
 	}
-	resp, body, err := d.exchange(client, req, it)
+	resp, body, err := d.post(rctx, client, req, it, p)
 	if err != nil {
 		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
 			err = fmt.Errorf("no answer within the partner timeout %s: %w", timeout, err)

@@ -19,7 +19,9 @@
 // unavailable database (503, so that the partner retries) and requests
 // over the in-flight byte budget or the partner's concurrency cap (503
 // with Retry-After, decided from the header when possible) are HTTP
-// errors. Internal error text is logged, never sent.
+// errors, and so are resumes of an AS2 restart transfer (restart.go) at
+// another offset than the bytes held (416) or of a transfer not held
+// (412). Internal error text is logged, never sent.
 package receiver
 
 import (
@@ -181,6 +183,18 @@ type Options struct {
 	// partner never gets leaves its message unacknowledged there. 0 means
 	// max_attempts alone.
 	RetryWindow time.Duration
+	// Restart, when set with Spool, lets partners resume an interrupted
+	// transfer of a large message (draft-harding-as2-restart; see
+	// restart.go): a request that asks for it with EDIINT-Features:
+	// AS2-Restart and an ETag, whose Content-Length is over
+	// SpoolFromBytes, from a partner whose profile allows it
+	// (as2_restart), has its body kept here as it arrives, for HEAD and
+	// the resumed POST to find on any replica. *postgres.Store
+	// implements it.
+	Restart RestartStore
+	// RestartLimits bound the bytes of open transfers, per partner and
+	// in all; a transfer over them is received without restart.
+	RestartLimits postgres.RestartLimits
 	// EDI, when set, reads the envelope of every processed payload:
 	// before the answer, to refuse duplicate interchanges a partner's
 	// profile refuses; after the message is stored, to record its
@@ -213,6 +227,9 @@ type Handler struct {
 	log     *zap.Logger
 	metrics *metrics
 	budget  *budget
+	// restartEvents counts AS2 restart transfers (registered with
+	// Options.Restart).
+	restartEvents *prometheus.CounterVec
 	// station caches the receiver's view of the station of the last
 	// snapshot of Config.
 	station atomic.Pointer[stationView]
@@ -328,12 +345,19 @@ func New(o Options) (*Handler, error) {
 			return nil, err
 		}
 	}
+	restartEvents, err := newRestartMetric(prometheus.NewRegistry())
+	if o.Restart != nil {
+		restartEvents, err = newRestartMetric(o.Registerer)
+	}
+	if err != nil {
+		return nil, err
+	}
 	for _, p := range o.PartnerIDs {
 		m.received.WithLabelValues(p, resultProcessed)
 		m.bytes.WithLabelValues(p)
 		m.inbox.WithLabelValues(p)
 	}
-	return &Handler{o: o, log: o.Logger.Named("receiver"), metrics: m, budget: b}, nil
+	return &Handler{o: o, log: o.Logger.Named("receiver"), metrics: m, budget: b, restartEvents: restartEvents}, nil
 }
 
 // noteSigner records the first time a partner signs with a certificate
@@ -409,6 +433,10 @@ const (
 // arrive within Options.ReadTimeout.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
+	if r.Method == http.MethodHead {
+		h.serveHead(w, r) // AS2 restart: how much of a transfer arrived
+		return
+	}
 	rq := parseRequest(r.Header)
 	partner, res := h.address(r.Header, &rq)
 	if res != nil {
@@ -427,6 +455,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if reportMDN && r.ContentLength > h.o.MaxMDNBytes {
 		w.Header().Set("Connection", "close")
 		h.mdnTooLarge(w, partnerLabel, r.ContentLength)
+		return
+	}
+	if h.restartable(r, partner, reportMDN) {
+		h.serveRestart(w, r, rq, partner, start)
 		return
 	}
 	if h.o.Spool != nil && !reportMDN && (r.ContentLength < 0 || r.ContentLength > h.o.SpoolFromBytes) {
@@ -661,12 +693,12 @@ type response struct {
 }
 
 func (res *response) write(w http.ResponseWriter) {
+	for k, v := range res.header {
+		w.Header()[k] = v
+	}
 	if res.text != "" {
 		http.Error(w, res.text, res.status)
 		return
-	}
-	for k, v := range res.header {
-		w.Header()[k] = v
 	}
 	if res.body != nil {
 		w.Header().Set("Content-Length", strconv.Itoa(len(res.body)))
