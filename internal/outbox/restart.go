@@ -1,7 +1,6 @@
 package outbox
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -35,10 +34,10 @@ func restartETag(it postgres.OutboxItem) string {
 	return "edihub-" + hex.EncodeToString(sum[:16])
 }
 
-// post sends req, the whole of it.Body, with AS2 restart when p asks for
-// it (see above), and reads the answer (exchange).
-func (d *Dispatcher) post(ctx context.Context, client *http.Client, req *http.Request, it postgres.OutboxItem, p *config.Partner) (*http.Response, []byte, error) {
-	size := int64(len(it.Body))
+// post sends req, whose body is the size bytes of src (built in memory or
+// into a spool file), with AS2 restart when p asks for it (see above), and
+// reads the answer (exchange).
+func (d *Dispatcher) post(ctx context.Context, client *http.Client, req *http.Request, it postgres.OutboxItem, p *config.Partner, src io.ReaderAt, size int64) (*http.Response, []byte, error) {
 	if !kindOf(it).message || p == nil || !p.AS2RestartSend || p.Chunked || size <= restartFromBytes {
 		return d.exchange(client, req, it)
 	}
@@ -55,7 +54,7 @@ func (d *Dispatcher) post(ctx context.Context, client *http.Client, req *http.Re
 	rest.Header.Del("ETag")
 	rest.Header.Set("If-Match", etag)
 	rest.Header.Set("Content-Range", fmt.Sprintf("bytes %d-%d/%d", from, size-1, size))
-	rest.Body = io.NopCloser(bytes.NewReader(it.Body[from:]))
+	rest.Body = io.NopCloser(io.NewSectionReader(src, from, size-from))
 	rest.GetBody = nil
 	rest.ContentLength = size - from
 	resp, body, err := d.exchange(client, rest, it)

@@ -233,6 +233,16 @@ func cuttingProxy(t *testing.T, target string, cut int64) string {
 // one transfer interrupted, resumed and completed, stores the message
 // once and keeps no transfer.
 func TestSendWithRestartToEdihub(t *testing.T) {
+	for _, streamed := range []bool{false, true} {
+		t.Run(map[bool]string{false: "built in memory", true: "built as a stream into the spool"}[streamed], func(t *testing.T) {
+			sendWithRestartToEdihub(t, streamed)
+		})
+	}
+}
+
+// sendWithRestartToEdihub is TestSendWithRestartToEdihub with the
+// message built in memory or, streamed, into the sender's spool.
+func sendWithRestartToEdihub(t *testing.T, streamed bool) {
 	k := keys(t)
 	recvURL := pgtest.URL(t)
 	recvStore := openStore(t, recvURL)
@@ -267,11 +277,32 @@ func TestSendWithRestartToEdihub(t *testing.T) {
 	st := openStore(t, url)
 	cfg := loadConfig(t, partnerYAML{id: partnerID, url: "http://" + proxy + "/as2",
 		extra: []string{"sign: sha-256", "encrypt: aes256-cbc", "mdn: sync", "mdn_signed: true", "as2_restart: true"}})
-	startDispatcher(t, dispatcherOpts(t, st, cfg, "replica"))
+	o := dispatcherOpts(t, st, cfg, "replica")
+	if streamed {
+		sendSpool, err := spool.New(t.TempDir(), 1<<30)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { sendSpool.Close() })
+		o.Spool, o.SpoolFromBytes = sendSpool, 1<<20
+	}
+	startDispatcher(t, o)
 	payload := bytes.Repeat([]byte("ISA*00*restart test line of a large catalogue~\n"), (9<<20)/48)
 	q := enqueue(t, st, cfg, partnerID, payload, "application/EDI-X12", "")
 	if m := waitStatus(t, st, q.ID, "delivered", "failed"); m.Status != "delivered" {
 		t.Fatalf("message status %q (%s), want delivered", m.Status, m.Error)
+	}
+	sender, err := pgx.Connect(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sender.Close(context.Background())
+	var chunked bool
+	if err := sender.QueryRow(context.Background(), `SELECT body_chunked FROM outbox WHERE message_id = $1`, q.ID).Scan(&chunked); err != nil {
+		t.Fatal(err)
+	}
+	if chunked != streamed {
+		t.Fatalf("the built body is stored in pieces: %v, want %v (the build did not take the path under test)", chunked, streamed)
 	}
 	for _, event := range []string{"begun", "interrupted", "resumed", "completed"} {
 		if got := counterValue(t, reg, "edihub_as2_restart_total", "event", event); got != 1 {
