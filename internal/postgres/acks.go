@@ -37,27 +37,35 @@ func (s *Store) ApplyAcks(ctx context.Context, partner string, ackMessage int64,
 	var matches []AckMatch
 	var unmatched []string
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		matches, unmatched = matches[:0], unmatched[:0]
-		for _, r := range reports {
-			for _, v := range r.Verdicts() {
-				m, err := applyVerdict(ctx, tx, partner, ackMessage, v)
-				if errors.Is(err, ErrAckUnmatched) {
-					unmatched = append(unmatched, clean(v.GroupControl+v.InterchangeControl))
-					continue
-				}
-				if err != nil {
-					return err
-				}
-				if err := ackEvent(ctx, tx, m); err != nil {
-					return err
-				}
-				matches = append(matches, m)
-			}
-		}
-		return nil
+		var err error
+		matches, unmatched, err = applyAcks(ctx, tx, partner, ackMessage, reports)
+		return err
 	})
 	if err != nil {
-		return nil, nil, fmt.Errorf("apply acknowledgements from %s: %w", partner, err)
+		return nil, nil, err
+	}
+	return matches, unmatched, nil
+}
+
+// applyAcks is ApplyAcks in tx.
+func applyAcks(ctx context.Context, tx pgx.Tx, partner string, ackMessage int64, reports []*edi.AckReport) ([]AckMatch, []string, error) {
+	var matches []AckMatch
+	var unmatched []string
+	for _, r := range reports {
+		for _, v := range r.Verdicts() {
+			m, err := applyVerdict(ctx, tx, partner, ackMessage, v)
+			if errors.Is(err, ErrAckUnmatched) {
+				unmatched = append(unmatched, clean(v.GroupControl+v.InterchangeControl))
+				continue
+			}
+			if err == nil {
+				err = ackEvent(ctx, tx, m)
+			}
+			if err != nil {
+				return nil, nil, fmt.Errorf("apply acknowledgements from %s: %w", partner, err)
+			}
+			matches = append(matches, m)
+		}
 	}
 	return matches, unmatched, nil
 }

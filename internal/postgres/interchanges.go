@@ -238,24 +238,21 @@ func (s *Store) NextControlNumber(ctx context.Context, partner string) (int64, e
 // the outbound message to queue (with its envelope in EDI).
 type AckBuilder func(control int64) (NewOutbound, error)
 
-// QueueAck takes partner's next control number, builds the
-// acknowledgement with it and queues it as an outbound message, all in one
-// transaction: a number is used only by a queued acknowledgement.
-func (s *Store) QueueAck(ctx context.Context, partner string, build AckBuilder) (Enqueued, error) {
+// queueAck takes partner's next control number, builds the
+// acknowledgement with it and queues it as an outbound message, in tx: a
+// number is used only by a queued acknowledgement.
+func queueAck(ctx context.Context, tx pgx.Tx, partner string, build AckBuilder) (Enqueued, error) {
 	var e Enqueued
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		n, err := nextControlNumber(ctx, tx, partner)
-		if err != nil {
-			return err
-		}
-		m, err := build(n)
-		if err != nil {
-			return err
-		}
-		return enqueueTx(ctx, tx, m, &e)
-	})
+	n, err := nextControlNumber(ctx, tx, partner)
 	if err != nil {
-		return Enqueued{}, fmt.Errorf("queue acknowledgement for %s: %w", partner, err)
+		return e, err
+	}
+	m, err := build(n)
+	if err != nil {
+		return e, fmt.Errorf("build acknowledgement %d for %s: %w", n, partner, err)
+	}
+	if err := enqueueTx(ctx, tx, m, &e); err != nil {
+		return e, fmt.Errorf("queue acknowledgement for %s: %w", partner, err)
 	}
 	return e, nil
 }
