@@ -227,3 +227,84 @@ func TestInboundNotEDIOneStatement(t *testing.T) {
 		t.Errorf("SaveInbound(not EDI) ran %d statements %v, want the one", len(stmts), sqls)
 	}
 }
+
+// TestDuplicateInterchangeRace: two copies of one interchange received at
+// once (two replicas, two Message-IDs) are not both recorded as first.
+// The first receipt is held open after it wrote its interchange (its
+// acknowledgement waits to be built); the second must wait for it and
+// then be recorded as its duplicate. Without the lock the second would
+// find nothing uncommitted and both would be first.
+func TestDuplicateInterchangeRace(t *testing.T) {
+	ctx := context.Background()
+	url := pgtest.URL(t)
+	st, err := postgres.Open(ctx, url, postgres.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.Close)
+	admin := pgtest.Conn(t, url)
+	held, release := make(chan struct{}), make(chan struct{})
+	payload, first := inboundEDI(t, func(control int64) (postgres.NewOutbound, error) {
+		close(held)
+		<-release
+		return ourAck(t, control)
+	})
+	_, second := inboundEDI(t, func(control int64) (postgres.NewOutbound, error) { return ourAck(t, control) })
+	second.Acks = nil
+
+	type result struct {
+		id  int64
+		err error
+	}
+	firstDone, secondDone := make(chan result, 1), make(chan result, 1)
+	go func() {
+		m := acmeReceipt("<copy-1@acme>")
+		m.Payload, m.PayloadSize, m.EDI = payload, int64(len(payload)), first
+		id, err := st.SaveInbound(ctx, m)
+		firstDone <- result{id, err}
+	}()
+	<-held
+	go func() {
+		m := acmeReceipt("<copy-2@acme>")
+		m.Payload, m.PayloadSize, m.EDI = payload, int64(len(payload)), second
+		id, err := st.SaveInbound(ctx, m)
+		secondDone <- result{id, err}
+	}()
+	// Let the first commit once the second is either done or waiting for
+	// a lock the first holds.
+	var r2 result
+	secondFinished := false
+	for !secondFinished {
+		select {
+		case r2 = <-secondDone:
+			secondFinished = true
+			continue
+		default:
+		}
+		var waiting int
+		if err := admin.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted`).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		if waiting > 0 {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	close(release)
+	r1 := <-firstDone
+	if !secondFinished {
+		r2 = <-secondDone
+	}
+	if r1.err != nil || r2.err != nil {
+		t.Fatalf("SaveInbound = %v, %v", r1.err, r2.err)
+	}
+	var firsts int64
+	if err := admin.QueryRow(ctx, `SELECT count(*) FROM message_interchanges WHERE direction = 'inbound' AND control_number = '000000123' AND duplicate_of IS NULL`).Scan(&firsts); err != nil || firsts != 1 {
+		t.Errorf("copies recorded as first = %d, %v; want 1", firsts, err)
+	}
+	// The payload carries two interchanges (the 850 and the 997): both
+	// are duplicates of the first copy's.
+	if len(second.Duplicates) != 2 || second.Duplicates[0].First != r1.id || second.Duplicates[1].First != r1.id || len(first.Duplicates) != 0 {
+		t.Errorf("duplicates found: first copy %+v, second %+v; want the second's two interchanges duplicates of message %d", first.Duplicates, second.Duplicates, r1.id)
+	}
+}

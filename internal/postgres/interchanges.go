@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -94,6 +95,9 @@ func (s *Store) FindDuplicateInterchanges(ctx context.Context, partner string, d
 // insertInterchanges writes rec's interchanges for message id in tx and
 // returns the duplicates found (inbound).
 func insertInterchanges(ctx context.Context, tx pgx.Tx, id int64, rec EDIRecord) ([]Duplicate, error) {
+	if err := lockInterchanges(ctx, tx, rec); err != nil {
+		return nil, err
+	}
 	var dups []Duplicate
 	for _, ic := range rec.Doc.Interchanges {
 		var dup *int64
@@ -117,6 +121,28 @@ func insertInterchanges(ctx context.Context, tx pgx.Tx, id int64, rec EDIRecord)
 		}
 	}
 	return dups, nil
+}
+
+// lockInterchanges serialises the duplicate check of rec's inbound
+// interchanges with every other transaction receiving the same ones (same
+// partner, sender, receiver and control number), on any replica: each
+// takes a transaction-scoped advisory lock per interchange, in one order,
+// so that of two copies received at once the second waits for the first
+// to commit, then finds it, and only one is recorded as first.
+func lockInterchanges(ctx context.Context, tx pgx.Tx, rec EDIRecord) error {
+	if rec.Direction != "inbound" || rec.DuplicateWindow <= 0 || len(rec.Doc.Interchanges) == 0 {
+		return nil
+	}
+	keys := make([]string, 0, len(rec.Doc.Interchanges))
+	for _, ic := range rec.Doc.Interchanges {
+		keys = append(keys, strings.Join([]string{"edihub interchange", rec.Partner, clean(ic.Sender.ID), clean(ic.Receiver.ID), clean(ic.ControlNumber)}, "\x1f"))
+	}
+	slices.Sort(keys)
+	keys = slices.Compact(keys)
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended(k, 0)) FROM unnest($1::text[]) WITH ORDINALITY AS u(k, n) ORDER BY n`, keys); err != nil {
+		return fmt.Errorf("lock interchanges: %w", err)
+	}
+	return nil
 }
 
 func insertInterchange(ctx context.Context, tx pgx.Tx, id int64, rec EDIRecord, ic *edi.Interchange, dup *int64) error {
