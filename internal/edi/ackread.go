@@ -5,9 +5,13 @@ package edi
 // response (UCI) with its group (UCF) and message (UCM) responses.
 type AckReport struct {
 	// Kind is "997", "999" or "CONTRL".
-	Kind        string
-	Groups      []GroupAck
-	Interchange *InterchangeAck
+	Kind string
+	// Sender and Receiver are those of the interchange that carries the
+	// acknowledgement: the partner that acknowledges, and us. The
+	// interchange acknowledged went from Receiver to Sender.
+	Sender, Receiver Party
+	Groups           []GroupAck
+	Interchange      *InterchangeAck
 	// Truncated is true when more responses came than Limits.MaxAckEntries.
 	Truncated bool
 }
@@ -152,6 +156,9 @@ type AckVerdict struct {
 	// Codes are the error codes given, each with the segment that gave it
 	// ("AK9:5", "AK5/0001:4", "UCI:28", "UCM/M1:29").
 	Codes []string
+	// Sender and Receiver are the acknowledging interchange's (see
+	// AckReport): the acknowledged one went from Receiver to Sender.
+	Sender, Receiver Party
 }
 
 // x12Status maps AK901/AK501/IK501.
@@ -171,7 +178,7 @@ func x12Status(s string) AckStatus {
 func (a *AckReport) Verdicts() []AckVerdict {
 	var out []AckVerdict
 	for _, g := range a.Groups {
-		v := AckVerdict{GroupControl: g.ControlNumber, FunctionalID: g.FunctionalID, Status: x12Status(g.Status)}
+		v := AckVerdict{GroupControl: g.ControlNumber, FunctionalID: g.FunctionalID, Status: x12Status(g.Status), Sender: a.Sender, Receiver: a.Receiver}
 		for _, c := range g.Codes {
 			v.Codes = append(v.Codes, "AK9:"+c)
 		}
@@ -183,7 +190,7 @@ func (a *AckReport) Verdicts() []AckVerdict {
 		out = append(out, v)
 	}
 	if ia := a.Interchange; ia != nil {
-		v := AckVerdict{InterchangeControl: ia.ControlNumber, Status: AckAccepted}
+		v := AckVerdict{InterchangeControl: ia.ControlNumber, Status: AckAccepted, Sender: a.Sender, Receiver: a.Receiver}
 		if ia.Action == "4" {
 			v.Status = AckRejected
 		}

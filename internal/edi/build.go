@@ -65,6 +65,9 @@ func (b *builder) openSet(s Set) {
 	}
 	s.DeclaredCount = -1
 	s.Segments = 1
+	if s.Ack != nil {
+		s.Ack.Sender, s.Ack.Receiver = b.ic.Sender, b.ic.Receiver
+	}
 	b.g.SetCount++
 	if b.sets < b.lim.MaxSets && b.g != &b.scratchG {
 		b.sets++

@@ -29,7 +29,9 @@ var ErrAckUnmatched = errors.New("acknowledgement matches nothing sent")
 // ApplyAcks records what the acknowledgements carried by inbound message
 // ackMessage (from partner) say about the interchanges sent to partner: an
 // X12 997/999 verdict settles the latest outbound functional group with
-// its control number, a CONTRL the latest outbound interchange with its.
+// its control number, a CONTRL the latest outbound interchange with its;
+// either only in an interchange that went from the acknowledging
+// interchange's receiver ID to its sender ID.
 // Each settled interchange gets an "ack" event (the event feed and the
 // webhook carry it). It returns the matches and, for verdicts that match
 // nothing, their control numbers.
@@ -80,8 +82,9 @@ func applyVerdict(ctx context.Context, tx pgx.Tx, partner string, ackMessage int
 		err := tx.QueryRow(ctx, `
 UPDATE message_groups SET ack_status = $3, ack_codes = $4
  WHERE control_number = $2 AND interchange_id = (
-       SELECT max(g.interchange_id) FROM message_groups g WHERE g.partner = $1 AND g.control_number = $2)
-RETURNING interchange_id`, partner, clean(v.GroupControl), string(v.Status), codes).Scan(&m.Interchange)
+       SELECT max(g.interchange_id) FROM message_groups g JOIN message_interchanges i ON i.id = g.interchange_id
+        WHERE g.partner = $1 AND g.control_number = $2 AND i.sender_id = $5 AND i.receiver_id = $6)
+RETURNING interchange_id`, partner, clean(v.GroupControl), string(v.Status), codes, clean(v.Receiver.ID), clean(v.Sender.ID)).Scan(&m.Interchange)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return m, ErrAckUnmatched
 		}
@@ -108,9 +111,9 @@ RETURNING i.message_id, i.control_number, i.ack_status, i.ack_codes`, m.Intercha
 	err := tx.QueryRow(ctx, `
 UPDATE message_interchanges SET ack_status = $3, ack_codes = $4, acked_at = now(), ack_message = $5
  WHERE id = (SELECT max(id) FROM message_interchanges
-              WHERE partner = $1 AND direction = 'outbound' AND control_number = $2)
+              WHERE partner = $1 AND direction = 'outbound' AND control_number = $2 AND sender_id = $6 AND receiver_id = $7)
 RETURNING id, message_id, control_number, ack_status, ack_codes`,
-		partner, clean(v.InterchangeControl), string(v.Status), codes, ackMessage).
+		partner, clean(v.InterchangeControl), string(v.Status), codes, ackMessage, clean(v.Receiver.ID), clean(v.Sender.ID)).
 		Scan(&m.Interchange, &m.Message, &m.ControlNumber, &m.Status, &m.Codes)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return m, ErrAckUnmatched

@@ -117,6 +117,66 @@ func TestAckReconciliationCONTRL(t *testing.T) {
 	}
 }
 
+// TestAckMatchesParties: an acknowledgement settles only what went to its
+// sender from its receiver. The same group (4242) and interchange
+// (REF77) control numbers sent to two receiver IDs of one partner: each
+// acknowledgement settles its own, not the latest; one addressed to
+// another of our IDs settles nothing.
+func TestAckMatchesParties(t *testing.T) {
+	ctx := context.Background()
+	st := pgtest.Store(t)
+	toACME2 := strings.Replace(x12PO, "*ACME           *", "*ACME2          *", 1)
+	fromHUB2 := strings.Replace(x12PO, "*EDIHUB         *", "*EDIHUB2        *", 1)
+	const orders = "UNB+UNOC:3+EDIHUB:ZZ+ACME:ZZ+261202:0405+REF77'UNH+1+ORDERS:D:96A:UN'BGM+220'UNT+3+1'UNZ+1+REF77'"
+	ordersACME2 := strings.Replace(orders, "+ACME:ZZ+", "+ACME2:ZZ+", 1)
+	ack := func(std edi.Standard, doc string) []*edi.AckReport {
+		d := parseEDI(t, doc)
+		a, err := edi.Acknowledge(edi.AckRequest{Interchange: &d.Interchanges[0], Standard: std, Kind: edi.Ack997, Control: 5, Now: time.Now()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return parseEDI(t, string(a.Document)).Acknowledgements()
+	}
+	tests := []struct {
+		name          string
+		sent          []string // enqueued in order; the first is the one acknowledged
+		ack           []*edi.AckReport
+		wantUnmatched bool
+	}{
+		{"997 to ACME, not the later one to ACME2", []string{x12PO, toACME2}, ack(edi.X12, x12PO), false},
+		{"997 to ACME2, not the earlier one to ACME", []string{toACME2, x12PO}, ack(edi.X12, toACME2), false},
+		{"997 addressed to another of our IDs", []string{x12PO}, ack(edi.X12, fromHUB2), true},
+		{"CONTRL to ACME, not the later one to ACME2", []string{orders, ordersACME2}, ack(edi.EDIFACT, orders), false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if _, err := st.ExecSQL(ctx, `UPDATE message_interchanges SET ack_status = 'pending', ack_codes = '{}'`); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := st.ExecSQL(ctx, `UPDATE message_groups SET ack_status = '', ack_codes = '{}'`); err != nil {
+				t.Fatal(err)
+			}
+			var ids []int64
+			for _, doc := range tt.sent {
+				ids = append(ids, enqueueEDI(t, st, "ACME", doc, time.Hour).ID)
+			}
+			matches, unmatched, err := st.ApplyAcks(ctx, "ACME", 0, tt.ack)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tt.wantUnmatched {
+				if len(matches) != 0 || len(unmatched) != 1 {
+					t.Errorf("ApplyAcks = %+v, unmatched %v; want nothing settled", matches, unmatched)
+				}
+				return
+			}
+			if len(matches) != 1 || matches[0].Message != ids[0] || matches[0].Status != "accepted" {
+				t.Errorf("ApplyAcks = %+v, unmatched %v; want message %d (of %v) accepted", matches, unmatched, ids[0], ids)
+			}
+		})
+	}
+}
+
 // TestNextControlNumberConcurrent: replicas taking a partner's numbers at
 // once get each number once, without gaps.
 func TestNextControlNumberConcurrent(t *testing.T) {
