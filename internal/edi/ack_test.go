@@ -105,12 +105,14 @@ func TestAcknowledgeX12(t *testing.T) {
 func TestAcknowledgeTA1(t *testing.T) {
 	good := readFixture(t, "x12-850-x12org-004010X357-ex1.edi")
 	tests := []struct {
-		name string
-		give []byte
-		want string
+		name        string
+		give        []byte
+		want        string
+		wantVerdict edi.AckStatus
+		wantCodes   []string
 	}{
-		{"control mismatch", bytes.Replace(good, []byte("IEA*1*000000101"), []byte("IEA*1*000000102"), 1), "TA1*000000101*000506*1200*R*001~"},
-		{"requested", bytes.Replace(good, []byte("*00401*000000101*0*P*"), []byte("*00401*000000101*1*P*"), 1), "TA1*000000101*000506*1200*A*000~"},
+		{"control mismatch", bytes.Replace(good, []byte("IEA*1*000000101"), []byte("IEA*1*000000102"), 1), "TA1*000000101*000506*1200*R*001~", edi.AckRejected, []string{"TA1:001"}},
+		{"requested", bytes.Replace(good, []byte("*00401*000000101*0*P*"), []byte("*00401*000000101*1*P*"), 1), "TA1*000000101*000506*1200*A*000~", edi.AckAccepted, nil},
 	}
 	for _, tt := range tests {
 		doc := mustParse(t, tt.give)
@@ -123,6 +125,18 @@ func TestAcknowledgeTA1(t *testing.T) {
 		// node-x12 reads control numbers as numbers: 000000007 is 7.
 		if len(segs) != 11 || segs[0][0] != "ISA" || segs[0][13] != "7" || strings.Join(segs[1], "*")+"~" != tt.want || segs[2][0] != "GS" || strings.Join(segs[10], "*") != "IEA*1*7" {
 			t.Errorf("%s: node-x12 read %q, want ISA, %s, the 997 group, IEA*1*7", tt.name, segs, tt.want)
+		}
+		// Read back as the hub reads an inbound TA1: first of the
+		// acknowledgements, from the partner (ISA06) to us.
+		back := mustParse(t, ack.Document)
+		acks := back.Acknowledgements()
+		if len(acks) != 2 || acks[0].Kind != "TA1" || acks[1].Kind != "997" {
+			t.Fatalf("%s: Acknowledgements() = %d, want the TA1 and the 997", tt.name, len(acks))
+		}
+		want := []edi.AckVerdict{{Kind: "TA1", InterchangeControl: "000000101", Status: tt.wantVerdict, Codes: tt.wantCodes,
+			Sender: doc.Interchanges[0].Receiver, Receiver: doc.Interchanges[0].Sender}}
+		if diff := cmp.Diff(want, acks[0].Verdicts()); diff != "" {
+			t.Errorf("%s: TA1 Verdicts() (-want +got):\n%s", tt.name, diff)
 		}
 	}
 	if _, err := edi.Acknowledge(edi.AckRequest{Interchange: &edi.Interchange{}, Standard: edi.X12, Kind: edi.Ack997, Control: 1e9}); !errors.Is(err, edi.ErrAckControl) {

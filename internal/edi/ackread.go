@@ -16,14 +16,17 @@ type AckReport struct {
 	Truncated bool
 }
 
-// InterchangeAck is a CONTRL's UCI segment and what follows it.
+// InterchangeAck is a CONTRL's UCI segment and what follows it, or an
+// X12 TA1 (ControlNumber TA101, Action TA104, Code TA105).
 type InterchangeAck struct {
 	ControlNumber string
 	Sender        Party
 	Receiver      Party
-	// Action is UCI04: "4" rejected, "7" accepted, "8" received.
+	// Action is UCI04: "4" rejected, "7" accepted, "8" received; or
+	// TA104: "A" accepted, "E" accepted with errors, "R" rejected.
 	Action string
-	// Code is UCI05, the syntax error, "" when none.
+	// Code is UCI05, the syntax error, "" when none; or TA105, the
+	// interchange note ("000": no error).
 	Code   string
 	Groups []GroupAck
 	Sets   []SetAck
@@ -152,7 +155,10 @@ type AckVerdict struct {
 	// UCF01); "" for a verdict on a whole interchange.
 	GroupControl string
 	FunctionalID string
-	Status       AckStatus
+	// Kind is the acknowledgement's (AckReport.Kind): a "TA1" verdict is
+	// on the interchange's envelope only.
+	Kind   string
+	Status AckStatus
 	// Codes are the error codes given, each with the segment that gave it
 	// ("AK9:5", "AK5/0001:4", "UCI:28", "UCM/M1:29").
 	Codes []string
@@ -177,8 +183,15 @@ func x12Status(s string) AckStatus {
 // rejects a part of it).
 func (a *AckReport) Verdicts() []AckVerdict {
 	var out []AckVerdict
+	if a.Kind == "TA1" && a.Interchange != nil {
+		v := AckVerdict{Kind: a.Kind, InterchangeControl: a.Interchange.ControlNumber, Status: x12Status(a.Interchange.Action), Sender: a.Sender, Receiver: a.Receiver}
+		if c := a.Interchange.Code; c != "" && c != "000" {
+			v.Codes = []string{"TA1:" + c}
+		}
+		return append(out, v)
+	}
 	for _, g := range a.Groups {
-		v := AckVerdict{GroupControl: g.ControlNumber, FunctionalID: g.FunctionalID, Status: x12Status(g.Status), Sender: a.Sender, Receiver: a.Receiver}
+		v := AckVerdict{Kind: a.Kind, GroupControl: g.ControlNumber, FunctionalID: g.FunctionalID, Status: x12Status(g.Status), Sender: a.Sender, Receiver: a.Receiver}
 		for _, c := range g.Codes {
 			v.Codes = append(v.Codes, "AK9:"+c)
 		}
@@ -190,7 +203,7 @@ func (a *AckReport) Verdicts() []AckVerdict {
 		out = append(out, v)
 	}
 	if ia := a.Interchange; ia != nil {
-		v := AckVerdict{InterchangeControl: ia.ControlNumber, Status: AckAccepted, Sender: a.Sender, Receiver: a.Receiver}
+		v := AckVerdict{Kind: a.Kind, InterchangeControl: ia.ControlNumber, Status: AckAccepted, Sender: a.Sender, Receiver: a.Receiver}
 		if ia.Action == "4" {
 			v.Status = AckRejected
 		}
@@ -219,10 +232,12 @@ func (a *AckReport) Verdicts() []AckVerdict {
 	return out
 }
 
-// Acknowledgements returns the acknowledgement sets of a document, in order.
+// Acknowledgements returns the acknowledgements of a document, in order:
+// of each interchange its TA1s, then its acknowledgement sets.
 func (d *Document) Acknowledgements() []*AckReport {
 	var out []*AckReport
 	for _, ic := range d.Interchanges {
+		out = append(out, ic.TA1...)
 		for _, g := range ic.Groups {
 			for _, s := range g.Sets {
 				if s.Ack != nil {

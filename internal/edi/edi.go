@@ -97,6 +97,10 @@ type Interchange struct {
 	// not a number.
 	DeclaredCount int
 	Problems      []Problem
+	// TA1 are the X12 interchange acknowledgements (TA1 segments between
+	// ISA and the first GS) the interchange carries, at most
+	// Limits.MaxAckEntries.
+	TA1 []*AckReport
 }
 
 // Group is a functional group (GS…GE, UNG…UNE). EDIFACT messages sent

@@ -168,6 +168,9 @@ func insertInterchange(ctx context.Context, tx pgx.Tx, id int64, rec EDIRecord, 
 			}
 		}
 	}
+	if len(ic.TA1) > 0 {
+		kinds = append(kinds, "TA1")
+	}
 	if len(problems) > 64 {
 		problems = problems[:64]
 	}

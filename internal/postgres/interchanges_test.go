@@ -177,6 +177,46 @@ func TestAckMatchesParties(t *testing.T) {
 	}
 }
 
+// TestAckReconciliationTA1: an inbound TA1 that rejects our interchange
+// settles it rejected with the note code, and the 997 that comes with it
+// does not turn it accepted; an accepting TA1 leaves the interchange to
+// its 997.
+func TestAckReconciliationTA1(t *testing.T) {
+	ctx := context.Background()
+	st := pgtest.Store(t)
+	tests := []struct {
+		name      string
+		theirs    string // the interchange as the partner read it
+		want      string
+		wantCodes []string
+	}{
+		{"TA1 rejects", strings.Replace(x12PO, "IEA*1*000000777", "IEA*1*000000778", 1), "rejected", []string{"TA1:001"}},
+		{"TA1 accepts, the 997 settles", strings.Replace(x12PO, "*0*P*>~", "*1*P*>~", 1), "accepted", []string{}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			sent := enqueueEDI(t, st, "ACME", x12PO, time.Hour)
+			d := parseEDI(t, tt.theirs)
+			ack, err := edi.Acknowledge(edi.AckRequest{Interchange: &d.Interchanges[0], Standard: edi.X12, Kind: edi.Ack997, Control: 5, Now: time.Now()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			reports := parseEDI(t, string(ack.Document)).Acknowledgements()
+			if len(reports) != 2 || reports[0].Kind != "TA1" {
+				t.Fatalf("acknowledgement %s: want a TA1 and a 997", ack.Document)
+			}
+			matches, unmatched, err := st.ApplyAcks(ctx, "ACME", 0, reports)
+			if err != nil || len(matches) != 2 || len(unmatched) != 0 || matches[0].Message != sent.ID {
+				t.Fatalf("ApplyAcks = %+v, %v, %v; want the TA1 and the 997 matched to message %d", matches, unmatched, err, sent.ID)
+			}
+			got, err := st.Interchanges(ctx, sent.ID)
+			if err != nil || got[0].AckStatus != tt.want || !cmp.Equal(got[0].AckCodes, tt.wantCodes) {
+				t.Errorf("after the TA1 and the 997: %+v, %v; want %s %v", got[0], err, tt.want, tt.wantCodes)
+			}
+		})
+	}
+}
+
 // TestNextControlNumberConcurrent: replicas taking a partner's numbers at
 // once get each number once, without gaps.
 func TestNextControlNumberConcurrent(t *testing.T) {
