@@ -52,16 +52,26 @@ func readFixture(t *testing.T, name string) []byte {
 func TestAcknowledgeX12(t *testing.T) {
 	good := readFixture(t, "x12-850-x12org-004010X357-ex1.edi")
 	bad := bytes.Replace(good, []byte("SE*10*0001"), []byte("SE*11*0001"), 1)
+	worse := bytes.Replace(good, []byte("SE*10*0001"), []byte("SE*11*0002"), 1)
 	tests := []struct {
-		name     string
-		give     []byte
-		kind     edi.AckKind
-		wantBody [][]string
-		want     edi.AckStatus
+		name      string
+		give      []byte
+		kind      edi.AckKind
+		wantBody  [][]string
+		want      edi.AckStatus
+		wantCodes []string
 	}{
-		{"997 accepted", good, edi.Ack997, [][]string{{"AK1", "PO", "101"}, {"AK2", "850", "0001"}, {"AK5", "A"}, {"AK9", "A", "1", "1", "1"}}, edi.AckAccepted},
-		{"999 accepted", good, edi.Ack999, [][]string{{"AK1", "PO", "101", "004010X357"}, {"AK2", "850", "0001"}, {"IK5", "A"}, {"AK9", "A", "1", "1", "1"}}, edi.AckAccepted},
-		{"997 segment count wrong", bad, edi.Ack997, [][]string{{"AK1", "PO", "101"}, {"AK2", "850", "0001"}, {"AK5", "R", "4"}, {"AK9", "R", "1", "1", "0"}}, edi.AckRejected},
+		{"997 accepted", good, edi.Ack997, [][]string{{"AK1", "PO", "101"}, {"AK2", "850", "0001"}, {"AK5", "A"}, {"AK9", "A", "1", "1", "1"}}, edi.AckAccepted, nil},
+		{"999 accepted", good, edi.Ack999, [][]string{{"AK1", "PO", "101", "004010X357"}, {"AK2", "850", "0001"}, {"IK5", "A"}, {"AK9", "A", "1", "1", "1"}}, edi.AckAccepted, nil},
+		{"997 segment count wrong", bad, edi.Ack997, [][]string{{"AK1", "PO", "101"}, {"AK2", "850", "0001"},
+			{"AK3", "SE", "10", "", "8"}, {"AK4", "1", "96", "7", "11"}, {"AK5", "R", "4"}, {"AK9", "R", "1", "1", "0"}}, edi.AckRejected,
+			[]string{"AK3/0001/SE@10:8", "AK4/0001/SE@10/1:7", "AK5/0001:4"}},
+		{"999 segment count and control number wrong", worse, edi.Ack999, [][]string{{"AK1", "PO", "101", "004010X357"}, {"AK2", "850", "0001"},
+			{"IK3", "SE", "10", "", "8"}, {"IK4", "1", "96", "7", "11"}, {"IK4", "2", "329", "7", "0002"}, {"IK5", "R", "4", "3"}, {"AK9", "R", "1", "1", "0"}}, edi.AckRejected,
+			[]string{"IK3/0001/SE@10:8", "IK4/0001/SE@10/1:7", "IK4/0001/SE@10/2:7", "AK5/0001:4", "AK5/0001:3"}},
+		{"997 trailer missing", bytes.Replace(good, []byte("SE*10*0001~"), nil, 1), edi.Ack997, [][]string{{"AK1", "PO", "101"}, {"AK2", "850", "0001"},
+			{"AK3", "SE", "10", "", "3"}, {"AK5", "R", "2"}, {"AK9", "R", "1", "1", "0"}}, edi.AckRejected,
+			[]string{"AK3/0001/SE@10:3", "AK5/0001:2"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -93,8 +103,8 @@ func TestAcknowledgeX12(t *testing.T) {
 			if len(acks) != 1 || !back.Interchanges[0].OK() {
 				t.Fatalf("Parse(ack) = %+v, want one acknowledgement without problems", back)
 			}
-			if v := acks[0].Verdicts(); len(v) != 1 || v[0].GroupControl != "101" || v[0].Status != tt.want {
-				t.Errorf("Verdicts() = %+v, want group 101 %s", v, tt.want)
+			if v := acks[0].Verdicts(); len(v) != 1 || v[0].GroupControl != "101" || v[0].Status != tt.want || !cmp.Equal(v[0].Codes, tt.wantCodes) {
+				t.Errorf("Verdicts() = %+v, want group 101 %s %q", v, tt.want, tt.wantCodes)
 			}
 		})
 	}

@@ -50,7 +50,35 @@ type SetAck struct {
 	ControlNumber string
 	Status        string
 	Codes         []string
+	// Notes are the segment errors reported in the set (AK3 or IK3 with
+	// their AK4 or IK4), at most maxNotes.
+	Notes []SegmentNote
 }
+
+// SegmentNote is an X12 data segment note (AK3, IK3) and its data element
+// notes (AK4, IK4).
+type SegmentNote struct {
+	Tag string // AK3 or IK3
+	// Segment is its ID (AK301), Position its position in the set (AK302).
+	Segment, Position string
+	Code              string // AK304
+	Elements          []ElementNote
+}
+
+// ElementNote is an X12 data element note (AK4, IK4).
+type ElementNote struct {
+	Tag string // AK4 or IK4
+	// Position is the element's position in the segment (AK401), Ref its
+	// data element reference number (AK402).
+	Position, Ref string
+	Code          string // AK403
+	// Value is the copy of the bad element (AK404).
+	Value string
+}
+
+// maxNotes bounds the segment notes kept per set, and the element notes
+// per segment note.
+const maxNotes = 10
 
 func newAck(setType string) *AckReport {
 	switch setType {
@@ -83,6 +111,20 @@ func (p *parser) ackSegment(seg segment) {
 	case "AK2":
 		if g := lastGroup(a.Groups); g != nil && len(g.Sets) < max {
 			g.Sets = append(g.Sets, SetAck{Type: seg.el(1, 0), ControlNumber: seg.el(2, 0)})
+		}
+	case "AK3", "IK3":
+		if g := lastGroup(a.Groups); g != nil && len(g.Sets) > 0 {
+			st := &g.Sets[len(g.Sets)-1]
+			if len(st.Notes) < maxNotes {
+				st.Notes = append(st.Notes, SegmentNote{Tag: seg.tag, Segment: seg.el(1, 0), Position: seg.el(2, 0), Code: seg.el(4, 0)})
+			}
+		}
+	case "AK4", "IK4":
+		if g := lastGroup(a.Groups); g != nil && len(g.Sets) > 0 {
+			st := &g.Sets[len(g.Sets)-1]
+			if n := len(st.Notes); n > 0 && len(st.Notes[n-1].Elements) < maxNotes {
+				st.Notes[n-1].Elements = append(st.Notes[n-1].Elements, ElementNote{Tag: seg.tag, Position: seg.el(1, 0), Ref: seg.el(2, 0), Code: seg.el(3, 0), Value: seg.el(4, 0)})
+			}
 		}
 	case "AK5", "IK5":
 		if g := lastGroup(a.Groups); g != nil && len(g.Sets) > 0 {
@@ -160,7 +202,9 @@ type AckVerdict struct {
 	Kind   string
 	Status AckStatus
 	// Codes are the error codes given, each with the segment that gave it
-	// ("AK9:5", "AK5/0001:4", "UCI:28", "UCM/M1:29").
+	// ("AK9:5", "AK5/0001:4", "UCI:28", "UCM/M1:29"); a segment note
+	// names the set, the segment and its position ("AK3/0001/SE@4:8"), an
+	// element note also the element's position ("AK4/0001/SE@4/2:7").
 	Codes []string
 	// Sender and Receiver are the acknowledging interchange's (see
 	// AckReport): the acknowledged one went from Receiver to Sender.
@@ -196,6 +240,13 @@ func (a *AckReport) Verdicts() []AckVerdict {
 			v.Codes = append(v.Codes, "AK9:"+c)
 		}
 		for _, s := range g.Sets {
+			for _, n := range s.Notes {
+				at := n.Segment + "@" + n.Position
+				v.Codes = append(v.Codes, n.Tag+"/"+s.ControlNumber+"/"+at+":"+n.Code)
+				for _, e := range n.Elements {
+					v.Codes = append(v.Codes, e.Tag+"/"+s.ControlNumber+"/"+at+"/"+e.Position+":"+e.Code)
+				}
+			}
 			for _, c := range s.Codes {
 				v.Codes = append(v.Codes, "AK5/"+s.ControlNumber+":"+c)
 			}

@@ -99,7 +99,7 @@ func (b *builder) closeSet(declared int, control string, present bool) {
 		return
 	}
 	s.Segments++
-	s.DeclaredCount = declared
+	s.DeclaredCount, s.TrailerControl = declared, control
 	if declared != s.Segments {
 		addProblem(&s.Problems, ProblemCountMismatch)
 	}

@@ -132,7 +132,9 @@ type Set struct {
 	// Segments counts the set's segments, header and trailer included.
 	Segments      int
 	DeclaredCount int
-	Problems      []Problem
+	// TrailerControl is SE02 or UNT02 as received, "" without a trailer.
+	TrailerControl string
+	Problems       []Problem
 	// Ack is the content of a 997, 999 or CONTRL, nil for other sets.
 	Ack *AckReport
 }

@@ -54,7 +54,7 @@ var (
 	x12Tags     = map[string]bool{"ISA": true, "IEA": true, "GS": true, "GE": true, "ST": true, "SE": true}
 	edifactTags = map[string]bool{"UNB": true, "UNZ": true, "UNG": true, "UNE": true, "UNH": true, "UNT": true}
 	ackTags     = map[string]bool{
-		"AK1": true, "AK2": true, "AK5": true, "IK5": true, "AK9": true,
+		"AK1": true, "AK2": true, "AK3": true, "AK4": true, "IK3": true, "IK4": true, "AK5": true, "IK5": true, "AK9": true,
 		"UCI": true, "UCF": true, "UCM": true,
 	}
 )

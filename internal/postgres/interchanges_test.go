@@ -217,6 +217,28 @@ func TestAckReconciliationTA1(t *testing.T) {
 	}
 }
 
+// TestAckReconciliationSegmentNotes: the segment and element errors of
+// a 997 (AK3/AK4) are stored with the verdict and shown with the
+// interchange.
+func TestAckReconciliationSegmentNotes(t *testing.T) {
+	ctx := context.Background()
+	st := pgtest.Store(t)
+	sent := enqueueEDI(t, st, "ACME", x12PO, time.Hour)
+	theirs := parseEDI(t, strings.Replace(x12PO, "SE*3*0001", "SE*4*0009", 1))
+	ack, err := edi.Acknowledge(edi.AckRequest{Interchange: &theirs.Interchanges[0], Standard: edi.X12, Kind: edi.Ack997, Control: 5, Now: time.Now()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := st.ApplyAcks(ctx, "ACME", 0, parseEDI(t, string(ack.Document)).Acknowledgements()); err != nil {
+		t.Fatal(err)
+	}
+	got, err := st.Interchanges(ctx, sent.ID)
+	want := []string{"AK3/0001/SE@3:8", "AK4/0001/SE@3/1:7", "AK4/0001/SE@3/2:7", "AK5/0001:4", "AK5/0001:3"}
+	if err != nil || got[0].AckStatus != "rejected" || !cmp.Equal(got[0].AckCodes, want) {
+		t.Errorf("Interchanges = %+v, %v; want rejected with %q", got, err, want)
+	}
+}
+
 // TestNextControlNumberConcurrent: replicas taking a partner's numbers at
 // once get each number once, without gaps.
 func TestNextControlNumberConcurrent(t *testing.T) {
