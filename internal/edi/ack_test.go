@@ -159,27 +159,39 @@ func TestAcknowledgeTA1(t *testing.T) {
 func TestAcknowledgeCONTRL(t *testing.T) {
 	groups := readFixture(t, "edifact-orders-release-groups.edi")
 	tests := []struct {
-		name     string
-		give     []byte
-		wantBody [][]string
-		want     edi.AckStatus
+		name      string
+		give      []byte
+		wantBody  [][]string
+		want      edi.AckStatus
+		wantCodes []string
 	}{
 		{"groups and release", groups, [][]string{
 			{"UCI", "IC'1", "A+B:14", "C:ZZ", "7"},
 			{"UCF", "G1", "A:14", "C:ZZ", "7"},
 			{"UCM", "M1", "ORDERS:D:96A:UN", "7"},
 			{"UCM", "M2", "ORDERS:D:96A:UN", "7"},
-		}, edi.AckAccepted},
+		}, edi.AckAccepted, nil},
 		{"message count wrong", bytes.Replace(groups, []byte("UNT+4+M2"), []byte("UNT+5+M2"), 1), [][]string{
 			{"UCI", "IC'1", "A+B:14", "C:ZZ", "7"},
 			{"UCF", "G1", "A:14", "C:ZZ", "7"},
 			{"UCM", "M1", "ORDERS:D:96A:UN", "7"},
 			{"UCM", "M2", "ORDERS:D:96A:UN", "4", "29"},
-		}, edi.AckAcceptedWithErrors},
+			{"UCS", "4"},
+			{"UCD", "29", "1"},
+		}, edi.AckAcceptedWithErrors, []string{"UCM/M2:29", "UCD/M2@4/1:29"}},
+		{"message count and reference wrong", bytes.Replace(groups, []byte("UNT+4+M2"), []byte("UNT+5+M9"), 1), [][]string{
+			{"UCI", "IC'1", "A+B:14", "C:ZZ", "7"},
+			{"UCF", "G1", "A:14", "C:ZZ", "7"},
+			{"UCM", "M1", "ORDERS:D:96A:UN", "7"},
+			{"UCM", "M2", "ORDERS:D:96A:UN", "4", "29"},
+			{"UCS", "4"},
+			{"UCD", "29", "1"},
+			{"UCD", "28", "2"},
+		}, edi.AckAcceptedWithErrors, []string{"UCM/M2:29", "UCD/M2@4/1:29", "UCD/M2@4/2:28"}},
 		{"paores", readFixture(t, "edifact-paores-wikipedia.edi"), [][]string{
 			{"UCI", "1", "6XPPC:ZZ", "LHPPC:ZZ", "7"},
 			{"UCM", "1", "PAORES:93:1:IA", "7"},
-		}, edi.AckAccepted},
+		}, edi.AckAccepted, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -202,8 +214,8 @@ func TestAcknowledgeCONTRL(t *testing.T) {
 			}
 			back := mustParse(t, ack.Document)
 			v := back.Acknowledgements()[0].Verdicts()
-			if len(v) != 1 || v[0].InterchangeControl != doc.Interchanges[0].ControlNumber || v[0].Status != tt.want {
-				t.Errorf("Verdicts() = %+v, want interchange %s %s", v, doc.Interchanges[0].ControlNumber, tt.want)
+			if len(v) != 1 || v[0].InterchangeControl != doc.Interchanges[0].ControlNumber || v[0].Status != tt.want || !cmp.Equal(v[0].Codes, tt.wantCodes) {
+				t.Errorf("Verdicts() = %+v, want interchange %s %s %q", v, doc.Interchanges[0].ControlNumber, tt.want, tt.wantCodes)
 			}
 		})
 	}

@@ -173,7 +173,40 @@ func (p *parser) contrlSegment(a *AckReport, seg segment, max int) {
 			return
 		}
 		*sets = append(*sets, ack)
+	case "UCS", "UCD":
+		st := a.Interchange.lastSet()
+		if st == nil {
+			return
+		}
+		if seg.tag == "UCS" {
+			if len(st.Notes) < maxNotes {
+				st.Notes = append(st.Notes, SegmentNote{Tag: "UCS", Position: seg.el(1, 0), Code: seg.el(2, 0)})
+			}
+			return
+		}
+		if n := len(st.Notes); n > 0 && len(st.Notes[n-1].Elements) < maxNotes {
+			pos := seg.el(2, 0)
+			if c := seg.el(2, 1); c != "" {
+				pos += "." + c
+			}
+			st.Notes[n-1].Elements = append(st.Notes[n-1].Elements, ElementNote{Tag: "UCD", Code: seg.el(1, 0), Position: pos})
+		}
 	}
+}
+
+// lastSet is the message response (UCM) read last, nil when none.
+func (ia *InterchangeAck) lastSet() *SetAck {
+	if ia == nil {
+		return nil
+	}
+	sets := ia.Sets
+	if n := len(ia.Groups); n > 0 {
+		sets = ia.Groups[n-1].Sets
+	}
+	if len(sets) == 0 {
+		return nil
+	}
+	return &sets[len(sets)-1]
 }
 
 // codes returns the non-empty elements from..to (1-based).
@@ -269,14 +302,27 @@ func (a *AckReport) Verdicts() []AckVerdict {
 				v.Status = worse(v.Status, AckAcceptedWithErrors)
 			}
 		}
+		notes := func(ref string, ns []SegmentNote) {
+			for _, n := range ns {
+				at := ref + "@" + n.Position
+				if n.Code != "" {
+					v.Codes = append(v.Codes, n.Tag+"/"+at+":"+n.Code)
+				}
+				for _, e := range n.Elements {
+					v.Codes = append(v.Codes, e.Tag+"/"+at+"/"+e.Position+":"+e.Code)
+				}
+			}
+		}
 		for _, g := range ia.Groups {
 			part("UCF", g.ControlNumber, g.Status, g.Codes)
 			for _, s := range g.Sets {
 				part("UCM", s.ControlNumber, s.Status, s.Codes)
+				notes(s.ControlNumber, s.Notes)
 			}
 		}
 		for _, s := range ia.Sets {
 			part("UCM", s.ControlNumber, s.Status, s.Codes)
+			notes(s.ControlNumber, s.Notes)
 		}
 		out = append(out, v)
 	}

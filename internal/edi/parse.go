@@ -55,7 +55,7 @@ var (
 	edifactTags = map[string]bool{"UNB": true, "UNZ": true, "UNG": true, "UNE": true, "UNH": true, "UNT": true}
 	ackTags     = map[string]bool{
 		"AK1": true, "AK2": true, "AK3": true, "AK4": true, "IK3": true, "IK4": true, "AK5": true, "IK5": true, "AK9": true,
-		"UCI": true, "UCF": true, "UCM": true,
+		"UCI": true, "UCF": true, "UCM": true, "UCS": true, "UCD": true,
 	}
 )
 

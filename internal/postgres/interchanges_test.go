@@ -112,8 +112,10 @@ func TestAckReconciliationCONTRL(t *testing.T) {
 	bad := parseEDI(t, strings.Replace(orders, "UNT+3+1", "UNT+4+1", 1))
 	ack, _ := edi.Acknowledge(edi.AckRequest{Interchange: &bad.Interchanges[0], Standard: edi.EDIFACT, Control: 3, Now: time.Now()})
 	matches, _, err := st.ApplyAcks(ctx, "ACME", 0, parseEDI(t, string(ack.Document)).Acknowledgements())
-	if err != nil || len(matches) != 1 || matches[0].Message != sent.ID || matches[0].Status != "accepted-with-errors" || !cmp.Equal(matches[0].Codes, []string{"UCM/1:29"}) {
-		t.Fatalf("ApplyAcks = %+v, %v; want message %d accepted-with-errors [UCM/1:29]", matches, err, sent.ID)
+	// UCM names the message and its error; UCS/UCD the segment (UNT at
+	// position 3) and the element (UNT01).
+	if err != nil || len(matches) != 1 || matches[0].Message != sent.ID || matches[0].Status != "accepted-with-errors" || !cmp.Equal(matches[0].Codes, []string{"UCM/1:29", "UCD/1@3/1:29"}) {
+		t.Fatalf("ApplyAcks = %+v, %v; want message %d accepted-with-errors [UCM/1:29 UCD/1@3/1:29]", matches, err, sent.ID)
 	}
 }
 
