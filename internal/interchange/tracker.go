@@ -147,7 +147,8 @@ func (t *Tracker) Inspect(ctx context.Context, p *config.Partner, payload io.Rea
 		in.Refuse = true
 		in.Reason = fmt.Sprintf("duplicate interchange %s (first received in message %d); edi_duplicates is refuse", in.Duplicates[0].ControlNumber, in.Duplicates[0].First)
 	}
-	in.Save = &postgres.InboundEDI{Record: postgres.EDIRecord{Partner: p.AS2ID, Direction: "inbound", Doc: doc, DuplicateWindow: p.EDI.DuplicateWindow, Refused: in.Refuse}}
+	in.Save = &postgres.InboundEDI{Record: postgres.EDIRecord{Partner: p.AS2ID, Direction: "inbound", Doc: doc,
+		DuplicateWindow: p.EDI.DuplicateWindow, Refused: in.Refuse, RefuseDuplicates: p.EDI.RefuseDuplicates}}
 	if in.Refuse {
 		return in
 	}

@@ -308,3 +308,36 @@ func TestDuplicateInterchangeRace(t *testing.T) {
 		t.Errorf("duplicates found: first copy %+v, second %+v; want the second's two interchanges duplicates of message %d", first.Duplicates, second.Duplicates, r1.id)
 	}
 }
+
+// TestDuplicateInterchangeRefusedWhenStored: for a partner that refuses
+// duplicates, a receipt whose duplicate is found only when it is written
+// fails with ErrDuplicateInterchange and writes nothing; once refused
+// (Refused) it is stored and counted refused.
+func TestDuplicateInterchangeRefusedWhenStored(t *testing.T) {
+	ctx := context.Background()
+	st := pgtest.Store(t)
+	payload, first := inboundEDI(t, func(control int64) (postgres.NewOutbound, error) { return ourAck(t, control) })
+	m := acmeReceipt("<first@acme>")
+	m.Payload, m.PayloadSize, m.EDI = payload, int64(len(payload)), first
+	if _, err := st.SaveInbound(ctx, m); err != nil {
+		t.Fatal(err)
+	}
+	_, again := inboundEDI(t, func(control int64) (postgres.NewOutbound, error) { return ourAck(t, control) })
+	again.Record.RefuseDuplicates = true
+	m = acmeReceipt("<again@acme>")
+	m.Payload, m.PayloadSize, m.EDI = payload, int64(len(payload)), again
+	if _, err := st.SaveInbound(ctx, m); !errors.Is(err, postgres.ErrDuplicateInterchange) {
+		t.Fatalf("SaveInbound(duplicate not refused yet) = %v, want ErrDuplicateInterchange", err)
+	}
+	if n, err := st.CountSQL(ctx, `SELECT count(*) FROM messages WHERE message_id = '<again@acme>'`); err != nil || n != 0 {
+		t.Errorf("messages of the failed receipt = %d, %v; want 0", n, err)
+	}
+	again.Record.Refused, again.Acks, again.Reports = true, nil, nil
+	m.Status, m.Payload, m.PayloadSize = postgres.InboundError, nil, 0
+	if _, err := st.SaveInbound(ctx, m); err != nil {
+		t.Fatalf("SaveInbound(refused) = %v", err)
+	}
+	if n, err := st.CountSQL(ctx, `SELECT count(*) FROM interchange_duplicates WHERE refused`); err != nil || n != 2 {
+		t.Errorf("refused duplicates counted = %d, %v; want 2 (the 850 and the 997)", n, err)
+	}
+}

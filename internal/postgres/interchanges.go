@@ -55,7 +55,18 @@ type EDIRecord struct {
 	DuplicateWindow time.Duration
 	// Refused counts the duplicates found as refused.
 	Refused bool
+	// RefuseDuplicates, for an inbound message not Refused, makes a
+	// duplicate found only when the interchanges are written (a copy
+	// received at the same instant, committed first) fail the write with
+	// ErrDuplicateInterchange, so that the receiver answers it refused.
+	RefuseDuplicates bool
 }
+
+// ErrDuplicateInterchange reports an inbound interchange found to be a
+// duplicate only when it was being stored, for a partner that refuses
+// duplicates (EDIRecord.RefuseDuplicates); nothing was written. Match it
+// with errors.Is.
+var ErrDuplicateInterchange = errors.New("duplicate interchange found while storing it")
 
 // Duplicate is an interchange received before.
 type Duplicate struct {
@@ -105,6 +116,8 @@ func insertInterchanges(ctx context.Context, tx pgx.Tx, id int64, rec EDIRecord)
 			var first int64
 			err := tx.QueryRow(ctx, duplicateSQL, rec.Partner, clean(ic.Sender.ID), clean(ic.Receiver.ID), clean(ic.ControlNumber), rec.DuplicateWindow.Microseconds(), id).Scan(&first)
 			switch {
+			case err == nil && rec.RefuseDuplicates && !rec.Refused:
+				return nil, fmt.Errorf("interchange %s (first received in message %d): %w", clean(ic.ControlNumber), first, ErrDuplicateInterchange)
 			case err == nil:
 				dup = &first
 				dups = append(dups, Duplicate{ControlNumber: ic.ControlNumber, First: first})

@@ -839,22 +839,37 @@ func (h *Handler) receive(ctx context.Context, hdr http.Header, body []byte, rq 
 	if asyncURL != "" {
 		msg.MDNMode, msg.MDNURL, msg.Outbox, msg.MDNRetry = "async", asyncURL, true, h.mdnRetry(partner)
 	}
-	edi := h.inspectEDI(ctx, log, partner, msg, &disp)
-	msg.Disposition = disp.String()
-	var res *response
-	if rq.mdnWanted {
-		var err error
-		if res, err = h.mdnResponse(rq, plan, disp, mic); err != nil {
-			log.Error("build MDN", zap.Error(err))
-			return textResponse(http.StatusInternalServerError, partner.AS2ID, resultUnavailable, "internal error")
+	var (
+		edi       interchange.Inspection
+		res       *response
+		id        int64
+		storeTook time.Duration
+	)
+	for attempt := 1; ; attempt++ {
+		edi = h.inspectEDI(ctx, log, partner, msg, &disp)
+		msg.Disposition = disp.String()
+		if rq.mdnWanted {
+			var err error
+			if res, err = h.mdnResponse(rq, plan, disp, mic); err != nil {
+				log.Error("build MDN", zap.Error(err))
+				return textResponse(http.StatusInternalServerError, partner.AS2ID, resultUnavailable, "internal error")
+			}
+			msg.MDN = &postgres.StoredMDN{Header: res.header, Body: res.body, Disposition: msg.Disposition, MIC: mic, Signed: plan.sign}
+		} else {
+			res = &response{status: http.StatusOK}
 		}
-		msg.MDN = &postgres.StoredMDN{Header: res.header, Body: res.body, Disposition: msg.Disposition, MIC: mic, Signed: plan.sign}
-	} else {
-		res = &response{status: http.StatusOK}
+		t1 := time.Now()
+		id, err = h.o.Store.SaveInbound(ctx, msg)
+		storeTook = time.Since(t1)
+		// A copy of the same interchange, received at the same instant
+		// and stored first (another replica), for a partner that refuses
+		// duplicates: nothing was stored; look again, now to refuse it.
+		if attempt == 1 && errors.Is(err, postgres.ErrDuplicateInterchange) {
+			log.Info("duplicate interchange stored meanwhile; answering it refused", zap.Error(err))
+			continue
+		}
+		break
 	}
-	t1 := time.Now()
-	id, err := h.o.Store.SaveInbound(ctx, msg)
-	storeTook := time.Since(t1)
 	if err != nil {
 		if errors.Is(err, postgres.ErrDuplicateInbound) {
 			// A resend, or a concurrent identical post that won the race:
