@@ -33,8 +33,9 @@ var ErrAckUnmatched = errors.New("acknowledgement matches nothing sent")
 // either only in an interchange that went from the acknowledging
 // interchange's receiver ID to its sender ID.
 // Each settled interchange gets an "ack" event (the event feed and the
-// webhook carry it). It returns the matches and, for verdicts that match
-// nothing, their control numbers.
+// webhook carry it). It returns the matches (a TA1 that does not reject
+// settles nothing and is none) and, for verdicts that match nothing, their
+// control numbers.
 func (s *Store) ApplyAcks(ctx context.Context, partner string, ackMessage int64, reports []*edi.AckReport) ([]AckMatch, []string, error) {
 	var matches []AckMatch
 	var unmatched []string
@@ -60,11 +61,15 @@ func applyAcks(ctx context.Context, tx pgx.Tx, partner string, ackMessage int64,
 				unmatched = append(unmatched, clean(v.GroupControl+v.InterchangeControl))
 				continue
 			}
-			// A TA1 that does not reject settles nothing: no event.
-			if err == nil && (v.Kind != "TA1" || v.Status == edi.AckRejected) {
-				err = ackEvent(ctx, tx, m)
-			}
 			if err != nil {
+				return nil, nil, fmt.Errorf("apply acknowledgements from %s: %w", partner, err)
+			}
+			// A TA1 that does not reject settles nothing: no event, no
+			// match (its note code is kept with the interchange).
+			if v.Kind == "TA1" && v.Status != edi.AckRejected {
+				continue
+			}
+			if err := ackEvent(ctx, tx, m); err != nil {
 				return nil, nil, fmt.Errorf("apply acknowledgements from %s: %w", partner, err)
 			}
 			matches = append(matches, m)
