@@ -62,6 +62,10 @@ type InboundMessage struct {
 	// MDNRetry says.
 	Outbox   bool
 	MDNRetry Retry
+	// EDI, when set, is the payload's envelope and what it asks of us,
+	// written in the receipt's transaction; SaveInbound fills in what it
+	// wrote.
+	EDI *InboundEDI
 }
 
 // Retry bounds the retries of one outbox row: a retryable failure is
@@ -116,15 +120,16 @@ const largePayload = 8 << 20
 // loChunk is the piece size of a streamed payload.
 const loChunk = 1 << 20
 
-// SaveInbound stores m: the message row, the payload, the MDN and the
-// outbox row, atomically. It returns the message row's id, or
+// SaveInbound stores m: the message row, the payload, the MDN, the
+// outbox row and m.EDI, atomically. It returns the message row's id, or
 // ErrDuplicateInbound when the partner's Message-ID is already stored (a
 // concurrent identical insert waits for the other transaction and then
 // reports the duplicate, or succeeds if that one rolled back). Each
 // duplicate is recorded in the duplicates table for the end-of-day report.
 //
-// Up to largePayload the whole write is one statement (one round trip);
-// above it, one transaction that streams the payload.
+// Up to largePayload the whole write is one statement (one round trip),
+// and a short transaction when m.EDI is set; above it, one transaction
+// that streams the payload.
 func (s *Store) SaveInbound(ctx context.Context, m *InboundMessage) (int64, error) {
 	var hdr []byte
 	if m.MDN != nil {
@@ -216,7 +221,8 @@ func messageArgs(m *InboundMessage) []any {
 }
 
 // saveInboundOneStatement writes everything in one statement, which
-// PostgreSQL runs atomically.
+// PostgreSQL runs atomically; with m.EDI, that statement and the EDI
+// writes in one transaction.
 func (s *Store) saveInboundOneStatement(ctx context.Context, m *InboundMessage, hdr []byte) (int64, error) {
 	var mdnBody []byte
 	var mdnCT, mdnDisp, mdnMIC string
@@ -232,20 +238,37 @@ func (s *Store) saveInboundOneStatement(ctx context.Context, m *InboundMessage, 
 		m.MDN != nil, mdnCT, string(hdr), mdnBody, mdnDisp, mdnMIC, mdnSigned, // $21..$27
 		m.MDN != nil && m.Outbox, attempts, window) // $28..$30
 	var id int64
-	err := s.pool.QueryRow(ctx, `
-WITH m AS (`+insertMessage+`),
+	if m.EDI != nil {
+		err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+			err := tx.QueryRow(ctx, saveInboundSQL, args...).Scan(&id)
+			if errors.Is(err, pgx.ErrNoRows) {
+				return ErrDuplicateInbound
+			}
+			if err != nil {
+				return err
+			}
+			return saveEDI(ctx, tx, id, m.EDI)
+		})
+		return id, err
+	}
+	err := s.pool.QueryRow(ctx, saveInboundSQL, args...).Scan(&id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, ErrDuplicateInbound
+	}
+	return id, err
+}
+
+// saveInboundSQL writes an inbound message, its payload, its MDN and the
+// outbox row of an async MDN in one statement.
+const saveInboundSQL = `
+WITH m AS (` + insertMessage + `),
 p AS (INSERT INTO payloads (message_id, data) SELECT id, $20::bytea FROM m WHERE $19::boolean),
 d AS (INSERT INTO mdns (message_id, content_type, headers, body, disposition, mic, signed)
       SELECT id, $22::text, $23::jsonb, $24::bytea, $25::text, $26::text, $27::boolean FROM m WHERE $21::boolean),
 o AS (INSERT INTO outbox (kind, message_id, partner, url, headers, body, status, next_attempt_at, max_attempts, retry_until)
       SELECT 'mdn', id, $1, $16, $23::jsonb, $24::bytea, 'pending', now(), $29::integer,
              CASE WHEN $30::bigint > 0 THEN now() + $30::bigint * interval '1 microsecond' END FROM m WHERE $28::boolean)
-SELECT id FROM m`, args...).Scan(&id)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return 0, ErrDuplicateInbound
-	}
-	return id, err
-}
+SELECT id FROM m`
 
 // saveInboundStreamed writes a large payload in pieces into a large object
 // and copies it into payloads server-side, in one transaction with the rest.
@@ -284,7 +307,10 @@ func (s *Store) saveInboundStreamed(ctx context.Context, m *InboundMessage, hdr 
 		if err := los.Unlink(ctx, oid); err != nil {
 			return fmt.Errorf("unlink large object: %w", err)
 		}
-		return saveMDN(ctx, tx, id, m, hdr)
+		if err := saveMDN(ctx, tx, id, m, hdr); err != nil {
+			return err
+		}
+		return saveEDI(ctx, tx, id, m.EDI)
 	})
 	return id, err
 }
@@ -333,7 +359,10 @@ func (s *Store) saveInboundChunked(ctx context.Context, m *InboundMessage, hdr [
 		if src.bytes != m.PayloadSize {
 			return fmt.Errorf("copy payload: %d bytes in %d pieces, want %d", src.bytes, n, m.PayloadSize)
 		}
-		return saveMDN(ctx, tx, id, m, hdr)
+		if err := saveMDN(ctx, tx, id, m, hdr); err != nil {
+			return err
+		}
+		return saveEDI(ctx, tx, id, m.EDI)
 	})
 	return id, err
 }

@@ -134,6 +134,8 @@ type envOptions struct {
 	restartLimits postgres.RestartLimits
 	// dbURL, when set, is the database of another env: a second replica.
 	dbURL string
+	// edi is the receiver's EDI step; nil for none.
+	edi receiver.EDI
 }
 
 var testTime = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
@@ -212,6 +214,7 @@ partners:
 		RetryWindow:             eo.retryWindow,
 		Restart:                 restart,
 		RestartLimits:           eo.restartLimits,
+		EDI:                     eo.edi,
 	})
 	if err != nil {
 		t.Fatal(err)

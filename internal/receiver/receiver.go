@@ -195,11 +195,12 @@ type Options struct {
 	// RestartLimits bound the bytes of open transfers, per partner and
 	// in all; a transfer over them is received without restart.
 	RestartLimits postgres.RestartLimits
-	// EDI, when set, reads the envelope of every processed payload:
-	// before the answer, to refuse duplicate interchanges a partner's
-	// profile refuses; after the message is stored, to record its
-	// interchanges, settle acknowledgements and queue ours.
-	// *interchange.Tracker implements it.
+	// EDI, when set, reads the envelope of every processed payload
+	// before the answer: to refuse duplicate interchanges a partner's
+	// profile refuses, and to decide what the receipt stores with the
+	// message in its transaction (its interchanges, the settlement of
+	// acknowledgements it carries, ours); after the message is stored,
+	// to report it. *interchange.Tracker implements it.
 	EDI EDI
 }
 
@@ -208,7 +209,9 @@ type EDI interface {
 	// Inspect reads the payload's envelope (as a stream: a payload of any
 	// size).
 	Inspect(ctx context.Context, p *config.Partner, payload io.Reader) interchange.Inspection
-	Received(ctx context.Context, p *config.Partner, id int64, in interchange.Inspection)
+	// Received reports what the receipt stored with the message (its
+	// Inspection.Save, set as the message's EDI).
+	Received(p *config.Partner, id int64, in interchange.Inspection)
 }
 
 // DefaultSpoolFromBytes is the SpoolFromBytes of Options that set none:
@@ -836,22 +839,37 @@ func (h *Handler) receive(ctx context.Context, hdr http.Header, body []byte, rq 
 	if asyncURL != "" {
 		msg.MDNMode, msg.MDNURL, msg.Outbox, msg.MDNRetry = "async", asyncURL, true, h.mdnRetry(partner)
 	}
-	edi := h.inspectEDI(ctx, log, partner, msg, &disp)
-	msg.Disposition = disp.String()
-	var res *response
-	if rq.mdnWanted {
-		var err error
-		if res, err = h.mdnResponse(rq, plan, disp, mic); err != nil {
-			log.Error("build MDN", zap.Error(err))
-			return textResponse(http.StatusInternalServerError, partner.AS2ID, resultUnavailable, "internal error")
+	var (
+		edi       interchange.Inspection
+		res       *response
+		id        int64
+		storeTook time.Duration
+	)
+	for attempt := 1; ; attempt++ {
+		edi = h.inspectEDI(ctx, log, partner, msg, &disp)
+		msg.Disposition = disp.String()
+		if rq.mdnWanted {
+			var err error
+			if res, err = h.mdnResponse(rq, plan, disp, mic); err != nil {
+				log.Error("build MDN", zap.Error(err))
+				return textResponse(http.StatusInternalServerError, partner.AS2ID, resultUnavailable, "internal error")
+			}
+			msg.MDN = &postgres.StoredMDN{Header: res.header, Body: res.body, Disposition: msg.Disposition, MIC: mic, Signed: plan.sign}
+		} else {
+			res = &response{status: http.StatusOK}
 		}
-		msg.MDN = &postgres.StoredMDN{Header: res.header, Body: res.body, Disposition: msg.Disposition, MIC: mic, Signed: plan.sign}
-	} else {
-		res = &response{status: http.StatusOK}
+		t1 := time.Now()
+		id, err = h.o.Store.SaveInbound(ctx, msg)
+		storeTook = time.Since(t1)
+		// A copy of the same interchange, received at the same instant
+		// and stored first (another replica), for a partner that refuses
+		// duplicates: nothing was stored; look again, now to refuse it.
+		if attempt == 1 && errors.Is(err, postgres.ErrDuplicateInterchange) {
+			log.Info("duplicate interchange stored meanwhile; answering it refused", zap.Error(err))
+			continue
+		}
+		break
 	}
-	t1 := time.Now()
-	id, err := h.o.Store.SaveInbound(ctx, msg)
-	storeTook := time.Since(t1)
 	if err != nil {
 		if errors.Is(err, postgres.ErrDuplicateInbound) {
 			// A resend, or a concurrent identical post that won the race:
@@ -867,7 +885,7 @@ func (h *Handler) receive(ctx context.Context, hdr http.Header, body []byte, rq 
 		return unavailable(partner.AS2ID)
 	}
 	if h.o.EDI != nil {
-		h.o.EDI.Received(ctx, partner, id, edi)
+		h.o.EDI.Received(partner, id, edi)
 	}
 	res.partner, res.result = partner.AS2ID, resultFor(disp)
 	if msg.Outbox {
@@ -879,14 +897,16 @@ func (h *Handler) receive(ctx context.Context, hdr http.Header, body []byte, rq 
 	return res
 }
 
-// inspectEDI reads the envelope of a processed message's payload (Options.EDI);
-// a duplicate interchange the partner's profile refuses turns the message
-// into a refused one, *disp and msg changed accordingly.
+// inspectEDI reads the envelope of a processed message's payload
+// (Options.EDI) and sets what msg's receipt stores with it; a duplicate
+// interchange the partner's profile refuses turns the message into a
+// refused one, *disp and msg changed accordingly.
 func (h *Handler) inspectEDI(ctx context.Context, log *zap.Logger, partner *config.Partner, msg *postgres.InboundMessage, disp *mdn.Disposition) interchange.Inspection {
 	if h.o.EDI == nil || msg.Status != postgres.InboundProcessed {
 		return interchange.Inspection{}
 	}
 	edi := h.o.EDI.Inspect(ctx, partner, payloadReader(msg))
+	msg.EDI = edi.Save
 	if edi.Refuse {
 		// RFC 4130 §5.5's answer to a document received before; the
 		// payload is not kept, so nothing is delivered twice.
