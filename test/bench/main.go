@@ -107,6 +107,12 @@ type options struct {
 	consoleMessages int
 	consoleRuns     int
 	consoleOnly     bool
+	// servedDuration is loadgen's timed window against edihub serve
+	// (served.go); 0 skips it. servedProfile, when set, is where a CPU
+	// profile of edihub serve during that window is written.
+	servedDuration time.Duration
+	servedProfile  string
+	servedOnly     bool
 	// sum gathers the figures into the closing table.
 	sum *summary
 }
@@ -129,6 +135,9 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	fs.IntVar(&o.consoleMessages, "console-messages", 1_000_000, "messages in the database of the console queries run (p50 and p95 of each); 0 skips it")
 	fs.IntVar(&o.consoleRuns, "console-runs", 200, "timed runs of each console query")
 	fs.BoolVar(&o.consoleOnly, "console-only", false, "run only the console queries measurement")
+	fs.DurationVar(&o.servedDuration, "served-duration", 20*time.Second, "loadgen's timed window against the built edihub serve (whole-machine throughput vs the RSA bound, CPU per message of edihub and PostgreSQL, statements per message); 0 skips it")
+	fs.StringVar(&o.servedProfile, "served-cpuprofile", "", "write a CPU profile of edihub serve during loadgen's window to this file and print its top entries")
+	fs.BoolVar(&o.servedOnly, "served-only", false, "run only the served measurement")
 	fs.StringVar(&o.child, "rss-child", "", "internal: run the receiver for the peak-memory run with the keys in this directory")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -153,9 +162,17 @@ func sections(ctx context.Context, out io.Writer, o options) error {
 			return err
 		}
 		defer os.RemoveAll(dir)
-		srv, err := pgserver.New(pgserver.Options{Dir: dir, Settings: map[string]string{
+		settings := map[string]string{
 			"fsync": "off", "synchronous_commit": "off", "full_page_writes": "off", "shared_buffers": "256MB", "max_connections": "100",
-		}})
+		}
+		// pg_stat_statements, when installed, counts the served edihub's
+		// statements per message (served.go).
+		if bin, err := pgserver.FindBinDir(); err == nil {
+			if _, err := os.Stat(filepath.Join(bin, "..", "lib", "pg_stat_statements.so")); err == nil {
+				settings["shared_preload_libraries"] = "pg_stat_statements"
+			}
+		}
+		srv, err := pgserver.New(pgserver.Options{Dir: dir, Settings: settings})
 		if err != nil {
 			return err
 		}
@@ -189,8 +206,16 @@ func sections(ctx context.Context, out io.Writer, o options) error {
 	if o.consoleOnly {
 		return consoleBench(ctx, out, o)
 	}
+	if o.servedOnly {
+		return servedBench(ctx, out, o, partner, st)
+	}
 	if err := throughput(ctx, out, o, store, partner, st); err != nil {
 		return err
+	}
+	if o.servedDuration > 0 {
+		if err := servedBench(ctx, out, o, partner, st); err != nil {
+			return err
+		}
 	}
 	if o.pollerMDNs > 0 {
 		if err := pollerBench(ctx, out, o, store, partner, st); err != nil {
