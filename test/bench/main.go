@@ -113,6 +113,15 @@ type options struct {
 	servedDuration time.Duration
 	servedProfile  string
 	servedOnly     bool
+	// servedBoring measures a GOEXPERIMENT=boringcrypto build of edihub
+	// beside the standard one; rsaChild (internal) prints the RSA
+	// figures of this build for the station key in that directory.
+	servedBoring bool
+	rsaChild     string
+	// scaleOut is the most replicas of the scale-out run (served.go);
+	// 0 skips it.
+	scaleOut     int
+	scaleOutOnly bool
 	// sum gathers the figures into the closing table.
 	sum *summary
 }
@@ -136,14 +145,21 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	fs.IntVar(&o.consoleRuns, "console-runs", 200, "timed runs of each console query")
 	fs.BoolVar(&o.consoleOnly, "console-only", false, "run only the console queries measurement")
 	fs.DurationVar(&o.servedDuration, "served-duration", 20*time.Second, "loadgen's timed window against the built edihub serve (whole-machine throughput vs the RSA bound, CPU per message of edihub and PostgreSQL, statements per message); 0 skips it")
-	fs.StringVar(&o.servedProfile, "served-cpuprofile", "", "write a CPU profile of edihub serve during loadgen's window to this file and print its top entries")
+	fs.StringVar(&o.servedProfile, "served-cpuprofile", "", "keep the CPU profile of edihub serve during loadgen's window in this file (and the BoringCrypto build's in this file + .boring); the top entries are printed either way")
 	fs.BoolVar(&o.servedOnly, "served-only", false, "run only the served measurement")
+	fs.BoolVar(&o.servedBoring, "served-boring", true, "measure also a BoringCrypto build of edihub (GOEXPERIMENT=boringcrypto, needs cgo and gcc) with its own RSA bound, side by side")
+	fs.IntVar(&o.scaleOut, "scale-out", 3, "receive throughput with 1 up to this many replicas of edihub serve on one database (loadgen against all of them, -served-duration each); 0 skips it")
+	fs.BoolVar(&o.scaleOutOnly, "scale-out-only", false, "run only the scale-out measurement")
+	fs.StringVar(&o.rsaChild, "rsa-child", "", "internal: print this build's RSA figures for the station key in this directory")
 	fs.StringVar(&o.child, "rss-child", "", "internal: run the receiver for the peak-memory run with the keys in this directory")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if o.child != "" {
 		return child(ctx, o)
+	}
+	if o.rsaChild != "" {
+		return rsaChild(o.rsaChild, out)
 	}
 	o.sum = &summary{}
 	if err := sections(ctx, out, o); err != nil {
@@ -209,12 +225,20 @@ func sections(ctx context.Context, out io.Writer, o options) error {
 	if o.servedOnly {
 		return servedBench(ctx, out, o, partner, st)
 	}
+	if o.scaleOutOnly {
+		return scaleOutBench(ctx, out, o, partner, st)
+	}
 	if err := throughput(ctx, out, o, store, partner, st); err != nil {
 		return err
 	}
 	if o.servedDuration > 0 {
 		if err := servedBench(ctx, out, o, partner, st); err != nil {
 			return err
+		}
+		if o.scaleOut > 0 {
+			if err := scaleOutBench(ctx, out, o, partner, st); err != nil {
+				return err
+			}
 		}
 	}
 	if o.pollerMDNs > 0 {
