@@ -122,3 +122,42 @@ WHERE datname = current_database() AND pid <> pg_backend_pid() AND query ILIKE '
 		t.Fatalf("stored payload = %d bytes, %v; want %d", stored, err, size)
 	}
 }
+
+// stallingWriter takes nothing for stall on its first write, as an HTTP
+// client that stops reading a payload download would, then everything.
+type stallingWriter struct {
+	stall time.Duration
+	once  sync.Once
+	n     int64
+}
+
+func (w *stallingWriter) Write(p []byte) (int, error) {
+	w.once.Do(func() { time.Sleep(w.stall) })
+	w.n += int64(len(p))
+	return len(p), nil
+}
+
+// TestPayloadReadOutlivesASlowReader: a payload streamed out while its
+// reader stops taking bytes for longer than the dead-peer timeout (the
+// server's window to us stays closed that long, while our kernel answers
+// its probes) must still arrive whole: the server must not take us for
+// dead.
+func TestPayloadReadOutlivesASlowReader(t *testing.T) {
+	ctx := context.Background()
+	const deadPeer = 3 * time.Second
+	st := openStore(t, pgtest.URL(t), postgres.Options{DeadPeerTimeout: deadPeer})
+	const size = 64 << 20
+	src := &stallingReader{size: size, at: size, stall: func() {}}
+	id, err := st.SaveInbound(ctx, &postgres.InboundMessage{Partner: "P", AS2From: "P", AS2To: "S", MessageID: "<slow-reader@p>",
+		Status: postgres.InboundProcessed, MDNMode: "none", PayloadSize: size, PayloadOpen: func() io.Reader { return src }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &stallingWriter{stall: 3 * deadPeer}
+	if _, err := st.WritePayload(ctx, id, func(postgres.MessageInfo) io.Writer { return w }); err != nil {
+		t.Fatalf("WritePayload to a reader that stalled %s (dead-peer timeout %s) = %v, want the payload", 3*deadPeer, deadPeer, err)
+	}
+	if w.n != size {
+		t.Fatalf("WritePayload wrote %d bytes, want %d", w.n, size)
+	}
+}
