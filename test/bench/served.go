@@ -267,8 +267,12 @@ func servedRun(ctx context.Context, out io.Writer, o options, dir, cfg, edihubBi
 
 	o.sum.add(ratioAtLeast("served receive msg/s (edihub serve + loadgen)"+tag, fmt.Sprintf("%.0f", lr.rate),
 		fmt.Sprintf("RSA bound %.0f msg/s", bound), lr.rate/bound, 0.70, true))
-	o.sum.add(ratioAtMost("served: edihub CPU per message"+tag, lr.cpu[pids[0]].Round(time.Microsecond).String(),
-		"its RSA work "+rsaPerMsg.Round(time.Microsecond).String(), float64(lr.cpu[pids[0]])/float64(rsaPerMsg), 1.15))
+	// Against RSA measured at other moments of the run: moves with
+	// others' load, so shown without the target, which the profile's
+	// ratio below carries.
+	o.sum.add(figure{name: "served: edihub CPU per message" + tag, value: lr.cpu[pids[0]].Round(time.Microsecond).String(),
+		reference: "RSA work " + rsaPerMsg.Round(time.Microsecond).String() + " (before/after)",
+		ratio:     float64(lr.cpu[pids[0]]) / float64(rsaPerMsg), ratioValid: true})
 	if profOK {
 		o.sum.add(ratioAtMost("served: edihub CPU / its RSA CPU, profile"+tag, fmt.Sprintf("%.2f", profRatio),
 			"RSA share of the same profile", profRatio, 1.15))
