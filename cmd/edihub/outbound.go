@@ -41,7 +41,7 @@ func (o *outboundOptions) flags(fs *flagSet) {
 	fs.Duration(&o.lease, "dispatch-lease", 0, "how long a claimed outbox item stays claimed; a crashed replica's items are sent again after it. claims are extended while an item is being sent, so a partner timeout may be longer; 0 means 90s (the default partner timeout plus 30s); at least 1s")
 	fs.Duration(&o.backoffBase, "retry-backoff", outbox.DefaultBackoffBase, "base of the exponential retry backoff (full jitter: retry n waits up to base·2^(n-1))")
 	fs.Duration(&o.backoffMax, "retry-backoff-max", outbox.DefaultBackoffMax, "longest wait between two attempts of one message")
-	fs.Duration(&o.retryWindow, "retry-window", outbox.DefaultRetryWindow, "how long an outbound message (or webhook delivery) is retried before it fails: it fails only when both max_attempts and this window are used up; a partner's retry_window overrides it; 0 means max_attempts alone")
+	fs.Duration(&o.retryWindow, "retry-window", outbox.DefaultRetryWindow, "how long an outbound message (or webhook delivery, or async MDN owed to a partner) is retried before it fails: it fails only when both max_attempts and this window are used up; a partner's retry_window overrides it; 0 means max_attempts alone")
 	fs.String(&o.webhookURL, "webhook-url", "", "URL that receives every event of the feed (received, sent, delivered, failed, overdue) as a signed JSON POST, at least once; empty disables the webhook")
 	fs.String(&o.webhookSecretFile, "webhook-secret-file", "", "file holding the webhook secret: each delivery carries X-Edihub-Timestamp and X-Edihub-Signature: sha256= and the hex HMAC-SHA256 of the timestamp, the event id and the body joined by dots (docs/sending.md says how to verify it); required with -webhook-url")
 	fs.Duration(&o.asyncMDNWait, "async-mdn-timeout", outbox.DefaultAsyncMDNWait, "how long a partner may take to send an async MDN before the message is overdue (messages.mdn_due_at)")
@@ -131,6 +131,10 @@ func newOutbound(r *replica, reports api.Reports) (*outbound, error) {
 		BackoffMax:      o.outbound.backoffMax,
 		AsyncMDNWait:    o.outbound.asyncMDNWait,
 		WebhookSecret:   secret,
+		// Messages larger than the receiver's threshold are built as a
+		// stream into the same spool.
+		Spool:          r.spool,
+		SpoolFromBytes: o.spoolFromBytes,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%w (raise EDIHUB_DISPATCH_LEASE / -dispatch-lease, or leave it 0)", err)
@@ -159,7 +163,8 @@ func newOutbound(r *replica, reports api.Reports) (*outbound, error) {
 			}
 			return rep, true
 		},
-		Auditor: store, Audit: store, Users: &auth.Users{Store: store, Now: time.Now}})
+		Auditor: store, Audit: store, Users: &auth.Users{Store: store, Now: time.Now},
+		Spool: r.spool, SpoolFromBytes: o.spoolFromBytes})
 	if err != nil {
 		return nil, err
 	}

@@ -43,9 +43,24 @@ func sendFlags(fs *flagSet) func(context.Context, *environment) error {
 			return err
 		}
 		path := env.args[0]
-		data, err := os.ReadFile(path)
+		f, err := os.Open(path)
 		if err != nil {
 			return fmt.Errorf("send: %w", err)
+		}
+		defer f.Close()
+		fi, err := f.Stat()
+		if err != nil {
+			return fmt.Errorf("send: %w", err)
+		}
+		// A large file is stored from the file in pieces, never read
+		// whole; a small one in one statement.
+		doc := outbox.Document{Partner: partner, ContentType: contentType,
+			Open: func() io.Reader { return io.NewSectionReader(f, 0, fi.Size()) }, Size: fi.Size()}
+		if fi.Size() <= outbox.DefaultSpoolFromBytes {
+			if doc.Payload, err = io.ReadAll(f); err != nil {
+				return fmt.Errorf("send: %w", err)
+			}
+			doc.Open, doc.Size = nil, 0
 		}
 		if filename == "" {
 			filename = filepath.Base(path)
@@ -59,7 +74,8 @@ func sendFlags(fs *flagSet) func(context.Context, *environment) error {
 		if err != nil {
 			return err
 		}
-		res, err := q.Enqueue(ctx, outbox.Document{Partner: partner, ContentType: contentType, Filename: filename, Payload: data})
+		doc.Filename = filename
+		res, err := q.Enqueue(ctx, doc)
 		if err != nil {
 			return fmt.Errorf("send: %w", err)
 		}

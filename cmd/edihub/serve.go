@@ -44,6 +44,10 @@ type serveOptions struct {
 	maxMDNBytes int64
 	// as2ReadTimeout bounds reading one AS2 request body.
 	as2ReadTimeout time.Duration
+	// as2Restart* are the AS2 restart settings (receiver.Options.Restart).
+	as2Restart                bool
+	as2RestartMaxBytes        int64
+	as2RestartPartnerMaxBytes int64
 	// maxDecompressedBytes bounds the decompressed bytes of one message;
 	// 0 means 4 × maxBodyBytes (see decompressionLimit).
 	maxDecompressedBytes int64
@@ -83,9 +87,12 @@ func serveFlags(fs *flagSet) func(context.Context, *environment) error {
 	fs.Int64(&o.maxDecompressedBytes, "max-decompressed-bytes", 0, "largest number of bytes one AS2 message may decompress to, all compressed layers together (decompression-failed above it); 0 means 4 × max-body-bytes")
 	fs.Int64(&o.maxInFlightBytes, "max-in-flight-bytes", 0, "largest number of bytes all AS2 requests in flight on this replica may hold at once (bodies and decompression); over it, HTTP 503 with Retry-After so partners resend; 0 derives it from the Go memory limit (half of it, at least max-body-bytes plus the decompression limit; without a memory limit, 4 times that)")
 	fs.Int(&o.maxConcurrentPerPartner, "max-concurrent-per-partner", 32, "largest number of AS2 requests one partner may have in flight on this replica; over it, HTTP 503 with Retry-After before the body is read; 0 means no cap")
-	fs.String(&o.spoolDir, "spool-dir", "", "directory under which AS2 bodies larger than spool-from-bytes (and chunked ones) are spooled to disk and unwrapped as a stream, in a subdirectory per process removed at exit (and at the next start after a crash); empty: the system's temporary directory. On Kubernetes, an emptyDir volume")
-	fs.Int64(&o.spoolMaxBytes, "spool-max-bytes", 8<<30, "most bytes the spool holds on disk for all AS2 requests in flight on this replica (each large message takes its body and its payload); over it, HTTP 503 with Retry-After so partners resend")
-	fs.Int64(&o.spoolFromBytes, "spool-from-bytes", receiver.DefaultSpoolFromBytes, "AS2 bodies whose Content-Length is above this many bytes are spooled to disk and unwrapped as a stream in constant memory; smaller ones are unwrapped in memory")
+	fs.String(&o.spoolDir, "spool-dir", "", "directory under which AS2 bodies and API documents larger than spool-from-bytes (and chunked ones) are spooled to disk, and outbound messages that large are built, in a subdirectory per process removed at exit (and at the next start after a crash); empty: the system's temporary directory. On Kubernetes, an emptyDir volume")
+	fs.Int64(&o.spoolMaxBytes, "spool-max-bytes", 8<<30, "most bytes the spool holds on disk for all large messages in flight on this replica (a received one takes its body and its payload, an API upload its document, a send its built body); over it, HTTP 503 with Retry-After so partners and API clients resend, and a send is retried later")
+	fs.Int64(&o.spoolFromBytes, "spool-from-bytes", receiver.DefaultSpoolFromBytes, "AS2 bodies and API documents whose Content-Length is above this many bytes are spooled to disk and unwrapped (stored) as a stream in constant memory, and outbound messages whose payload is above it are built as a stream into the spool and sent from it; smaller ones are handled in memory")
+	fs.Bool(&o.as2Restart, "as2-restart", true, "let partners resume interrupted transfers of large messages (AS2 restart, draft-harding-as2-restart): a request over spool-from-bytes that asks for it (EDIINT-Features: AS2-Restart and an ETag) has its body kept in the database as it arrives, so that the partner can ask any replica how much arrived (HEAD) and send the rest; a partner's profile may turn it off (as2_restart: false)")
+	fs.Int64(&o.as2RestartMaxBytes, "as2-restart-max-bytes", receiver.DefaultRestartMaxBytes, "most bytes all partners' open AS2 restart transfers may hold in the database, counted by their declared lengths; a transfer over it is received without restart")
+	fs.Int64(&o.as2RestartPartnerMaxBytes, "as2-restart-partner-max-bytes", receiver.DefaultRestartPartnerMaxBytes, "most bytes one partner's open AS2 restart transfers may hold in the database, counted by their declared lengths; a transfer over it is received without restart")
 	fs.Duration(&o.as2ReadTimeout, "as2-read-timeout", 5*time.Minute, "how long a partner may take to send the body of one AS2 request (after its header); slower requests get HTTP 408 and nothing is stored")
 	fs.Duration(&o.drainTimeout, "shutdown-timeout", 20*time.Second, "how long shutdown waits for in-flight HTTP requests")
 	fs.Duration(&o.drainDelay, "shutdown-delay", 0, "on SIGTERM, how long to keep serving HTTP (with /readyz failing) after the lease is released, so load balancers stop sending traffic before the listeners close; 5s suits Kubernetes")
@@ -123,6 +130,9 @@ func (o serveOptions) validate() error {
 	}
 	if err := o.validateSpool(); err != nil {
 		return err
+	}
+	if o.as2RestartMaxBytes <= 0 || o.as2RestartPartnerMaxBytes <= 0 {
+		return fmt.Errorf("EDIHUB_AS2_RESTART_MAX_BYTES (-as2-restart-max-bytes) and EDIHUB_AS2_RESTART_PARTNER_MAX_BYTES (-as2-restart-partner-max-bytes) must be positive, got %d and %d; to turn AS2 restart off, set EDIHUB_AS2_RESTART=false", o.as2RestartMaxBytes, o.as2RestartPartnerMaxBytes)
 	}
 	if o.maxConcurrentPerPartner < 0 {
 		return fmt.Errorf("EDIHUB_MAX_CONCURRENT_PER_PARTNER (-max-concurrent-per-partner) must not be negative, got %d; 0 means no cap", o.maxConcurrentPerPartner)

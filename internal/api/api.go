@@ -73,6 +73,7 @@ import (
 	"github.com/edihub/edihub/internal/outbox"
 	"github.com/edihub/edihub/internal/postgres"
 	"github.com/edihub/edihub/internal/report"
+	"github.com/edihub/edihub/internal/spool"
 )
 
 // Enqueuer queues outbound documents; *outbox.Queue implements it.
@@ -209,6 +210,15 @@ type Options struct {
 	Audit AuditReader
 	// Users, when set, serves /users: users and their API tokens.
 	Users UserService
+	// Spool, when set, takes the documents of POST /messages larger than
+	// SpoolFromBytes, or of unknown length (chunked): the body is
+	// written to a spool file as it arrives and stored from it in
+	// pieces, never held whole. Without it every document is read into
+	// memory.
+	Spool *spool.Spool
+	// SpoolFromBytes is the Content-Length above which a document is
+	// spooled (outbox.DefaultSpoolFromBytes when zero).
+	SpoolFromBytes int64
 }
 
 type handler struct {
@@ -395,16 +405,11 @@ func (h *handler) enqueue(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "partner", "missing query parameter partner: the AS2 ID of the partner to send to")
 		return
 	}
-	body, err := io.ReadAll(r.Body)
-	if err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			writeError(w, http.StatusRequestEntityTooLarge, "", fmt.Sprintf("document larger than %d bytes", mbe.Limit))
-			return
-		}
-		writeError(w, http.StatusBadRequest, "", "read body: "+err.Error())
+	doc, cleanup, ok := h.readDocument(w, r)
+	if !ok {
 		return
 	}
+	defer cleanup()
 	ct := r.Header.Get("Content-Type")
 	if ct != "" {
 		if _, _, err := mime.ParseMediaType(ct); err != nil {
@@ -417,7 +422,8 @@ func (h *handler) enqueue(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, IdempotencyKeyHeader, fmt.Sprintf("one %s of 1 to %d printable ASCII characters, like a UUID", IdempotencyKeyHeader, MaxIdempotencyKey))
 		return
 	}
-	res, err := h.o.Queue.Enqueue(r.Context(), outbox.Document{Partner: partner, ContentType: ct, Filename: q.Get("filename"), Payload: body, IdempotencyKey: key})
+	doc.Partner, doc.ContentType, doc.Filename, doc.IdempotencyKey = partner, ct, q.Get("filename"), key
+	res, err := h.o.Queue.Enqueue(r.Context(), doc)
 	switch {
 	case errors.Is(err, postgres.ErrIdempotencyKeyReused):
 		writeError(w, http.StatusUnprocessableEntity, IdempotencyKeyHeader, fmt.Sprintf(
@@ -447,10 +453,62 @@ func (h *handler) enqueue(w http.ResponseWriter, r *http.Request) {
 		httpserver.WriteJSON(w, http.StatusOK, out)
 		return
 	}
-	h.log.Info("queued", zap.String("partner", partner), zap.Int64("id", res.ID), zap.String("message_id", res.MessageID), zap.Int("size", len(body)))
+	size := doc.Size
+	if doc.Open == nil {
+		size = int64(len(doc.Payload))
+	}
+	h.log.Info("queued", zap.String("partner", partner), zap.Int64("id", res.ID), zap.String("message_id", res.MessageID), zap.Int64("size", size))
 	h.audit(r, "message.send", strconv.FormatInt(res.ID, 10), map[string]any{
-		"partner": partner, "message_id": res.MessageID, "filename": q.Get("filename"), "size": len(body)})
+		"partner": partner, "message_id": res.MessageID, "filename": q.Get("filename"), "size": size})
 	httpserver.WriteJSON(w, http.StatusAccepted, out)
+}
+
+// readDocument reads the body of POST /messages: into memory up to
+// SpoolFromBytes, else (or of unknown length) into a spool file, removed
+// by cleanup. ok is false when the answer is written already: 413 past
+// the body limit, 503 with Retry-After when the spool has no room.
+func (h *handler) readDocument(w http.ResponseWriter, r *http.Request) (doc outbox.Document, cleanup func(), ok bool) {
+	cleanup = func() {}
+	readErr := func(err error) {
+		var mbe *http.MaxBytesError
+		switch {
+		case errors.As(err, &mbe):
+			writeError(w, http.StatusRequestEntityTooLarge, "", fmt.Sprintf("document larger than %d bytes", mbe.Limit))
+		case errors.Is(err, spool.ErrFull):
+			w.Header().Set("Retry-After", "60")
+			writeError(w, http.StatusServiceUnavailable, "", "no room for the document on this replica now (spool full); retry later")
+		default:
+			writeError(w, http.StatusBadRequest, "", "read body: "+err.Error())
+		}
+	}
+	from := h.o.SpoolFromBytes
+	if from <= 0 {
+		from = outbox.DefaultSpoolFromBytes
+	}
+	if h.o.Spool == nil || (r.ContentLength >= 0 && r.ContentLength <= from) {
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			readErr(err)
+			return doc, cleanup, false
+		}
+		return outbox.Document{Payload: body}, cleanup, true
+	}
+	if r.ContentLength > 0 && !h.o.Spool.Fits(r.ContentLength) {
+		readErr(spool.ErrFull)
+		return doc, cleanup, false
+	}
+	f, err := h.o.Spool.Create()
+	if err != nil {
+		h.log.Error("spool a document", zap.Error(err))
+		writeError(w, http.StatusInternalServerError, "", "the document could not be queued; retry later")
+		return doc, cleanup, false
+	}
+	if _, err := io.CopyBuffer(f, r.Body, make([]byte, 256<<10)); err != nil {
+		f.Close()
+		readErr(err)
+		return doc, cleanup, false
+	}
+	return outbox.Document{Open: f.Reader, Size: f.Size()}, func() { f.Close() }, true
 }
 
 // audit records a change made through the API: its action, target and

@@ -56,6 +56,12 @@ type env struct {
 
 func setup(t *testing.T) *env {
 	t.Helper()
+	return setupWith(t, nil)
+}
+
+// setupWith is setup with the API's options changed by opts (nil: none).
+func setupWith(t *testing.T, opts func(*api.Options)) *env {
+	t.Helper()
 	dir := t.TempDir()
 	sk, sc := writeIdentity(t, dir, "station")
 	_, pc := writeIdentity(t, dir, "partner")
@@ -85,8 +91,12 @@ partners:
 	log := zaptest.NewLogger(t)
 	reports := &report.Service{Store: st, Location: time.UTC, Now: time.Now,
 		Builder: &report.Builder{Source: st, Station: "EDIHUB", Lease: "edihub-leader", Partners: []string{"ACME CORP", "GLOBEX"}, Now: time.Now}}
-	h, err := api.New(api.Options{Queue: q, Store: st, Inbox: st, Logger: log, Reports: reports, Certificates: cfg.Certificates,
-		Tracer: st, Canceller: st, Reapplier: st})
+	o := api.Options{Queue: q, Store: st, Inbox: st, Logger: log, Reports: reports, Certificates: cfg.Certificates,
+		Tracer: st, Canceller: st, Reapplier: st}
+	if opts != nil {
+		opts(&o)
+	}
+	h, err := api.New(o)
 	if err != nil {
 		t.Fatal(err)
 	}

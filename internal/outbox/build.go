@@ -102,21 +102,56 @@ func wrapOptions(st *config.Station, p *config.Partner, now time.Time, rnd io.Re
 // returns the frozen message: the AS2 and MIME header fields (AS2 names in
 // their conventional spelling, never folded), the body and the MIC the
 // partner's MDN must return. It is the one place an outbound message is
-// built: the dispatcher builds every message with it, and a connectivity
+// built in memory: the dispatcher builds every message up to its spool
+// threshold with it (BuildStream the larger ones), and a connectivity
 // test (package probe) its test message, so the test sends what a real
 // message would. now is the Date and signing time, rnd supplies key
 // material, IVs and boundaries (nil means crypto/rand). A profile edihub
 // cannot build (an unknown algorithm) is an error naming the partner.
 func Build(st *config.Station, p *config.Partner, src postgres.OutboundSource, now time.Time, rnd io.Reader) (postgres.OutboundBuild, error) {
-	var b postgres.OutboundBuild
 	opts, err := wrapOptions(st, p, now, rnd)
 	if err != nil {
-		return b, fmt.Errorf("partner %q profile: %w", p.AS2ID, err)
+		return postgres.OutboundBuild{}, fmt.Errorf("partner %q profile: %w", p.AS2ID, err)
 	}
 	w, err := as2.Wrap(src.Payload, src.ContentType, src.Filename, opts)
 	if err != nil {
-		return b, err
+		return postgres.OutboundBuild{}, err
 	}
+	b, err := frozen(src, opts, w, now)
+	b.Body = w.Body
+	return b, err
+}
+
+// BuildStream is Build for a payload of any size: writePayload writes the
+// payload (src.Payload is not used) to the writer it is given, and the
+// message body goes to dst as it is built, never held whole (see
+// as2.WrapWriter); the OutboundBuild has no Body. A profile that cannot
+// stream (AES-GCM) is an error wrapping cms.ErrNotStreamable before
+// anything is written; a payload holding the drawn multipart boundary
+// wraps as2.ErrBoundaryInContent (build again). Errors of writePayload
+// and dst are returned as they are.
+func BuildStream(st *config.Station, p *config.Partner, src postgres.OutboundSource, writePayload func(io.Writer) error, dst io.Writer, now time.Time, rnd io.Reader) (postgres.OutboundBuild, error) {
+	opts, err := wrapOptions(st, p, now, rnd)
+	if err != nil {
+		return postgres.OutboundBuild{}, fmt.Errorf("partner %q profile: %w", p.AS2ID, err)
+	}
+	ww, err := as2.NewWrapWriter(dst, src.ContentType, src.Filename, opts)
+	if err != nil {
+		return postgres.OutboundBuild{}, err
+	}
+	if err := writePayload(ww); err != nil {
+		return postgres.OutboundBuild{}, err
+	}
+	w, err := ww.Close()
+	if err != nil {
+		return postgres.OutboundBuild{}, err
+	}
+	return frozen(src, opts, w, now)
+}
+
+// frozen is the build of src wrapped as w per opts, but for its body.
+func frozen(src postgres.OutboundSource, opts as2.WrapOptions, w *as2.Wrapped, now time.Time) (postgres.OutboundBuild, error) {
+	var b postgres.OutboundBuild
 	from, err := as2.FormatAS2Name(src.AS2From)
 	if err != nil {
 		return b, fmt.Errorf("AS2-From: %w", err)
@@ -158,7 +193,6 @@ func Build(st *config.Station, p *config.Partner, src postgres.OutboundSource, n
 		}
 	}
 	b.Headers = h
-	b.Body = w.Body
 	b.MIC = w.MIC.String()
 	b.MICAlg = as2.MICAlgName(w.MIC.Alg)
 	for _, m := range w.MICs {

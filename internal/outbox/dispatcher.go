@@ -19,6 +19,7 @@ import (
 	"github.com/edihub/edihub/internal/config"
 	"github.com/edihub/edihub/internal/mdn"
 	"github.com/edihub/edihub/internal/postgres"
+	"github.com/edihub/edihub/internal/spool"
 )
 
 // Store is what the dispatcher needs from storage; *postgres.Store
@@ -32,6 +33,14 @@ type Store interface {
 	// and sent (see keepClaim): without it another dispatcher would post
 	// the item a second time.
 	ExtendOutboxClaim(ctx context.Context, it postgres.OutboxItem, lease time.Duration) (time.Time, error)
+	// WritePayload streams a payload stored in pieces into a streamed
+	// build; WriteOutboxBody a body built as a stream into the spool
+	// file a retry posts.
+	WritePayload(ctx context.Context, id int64, to func(postgres.MessageInfo) io.Writer) (postgres.MessageInfo, error)
+	WriteOutboxBody(ctx context.Context, it postgres.OutboxItem, w io.Writer) error
+	// FreezeOutboundBody stores a body built as a stream while it is
+	// built.
+	FreezeOutboundBody(ctx context.Context, it postgres.OutboxItem) (*postgres.BodyFreezer, error)
 }
 
 // Listener delivers wakeups when rows are queued (Postgres LISTEN/NOTIFY);
@@ -66,6 +75,9 @@ const (
 	DefaultBackoffMax       = time.Hour
 	DefaultAsyncMDNWait     = time.Hour
 	DefaultMaxResponseBytes = 16 << 20
+	// DefaultSpoolFromBytes is the receiver's threshold too: the same
+	// sizes are held in memory both ways.
+	DefaultSpoolFromBytes = 8 << 20
 )
 
 // Options configure NewDispatcher.
@@ -122,6 +134,15 @@ type Options struct {
 	// WebhookSecret signs webhook deliveries (SignatureHeader). Never
 	// logged.
 	WebhookSecret []byte
+	// Spool, when set, takes the messages whose payload is larger than
+	// SpoolFromBytes: they are built as a stream into a spool file,
+	// frozen in the database in pieces and posted from the file with
+	// its Content-Length, in constant memory (see stream.go). Without
+	// it every message is built in memory.
+	Spool *spool.Spool
+	// SpoolFromBytes is the payload size above which a message is built
+	// as a stream (DefaultSpoolFromBytes).
+	SpoolFromBytes int64
 }
 
 // Dispatcher sends due outbox items. Build it with NewDispatcher and call
@@ -166,6 +187,9 @@ func NewDispatcher(o Options) (*Dispatcher, error) {
 	}
 	if o.MaxResponseBytes <= 0 {
 		o.MaxResponseBytes = DefaultMaxResponseBytes
+	}
+	if o.SpoolFromBytes <= 0 {
+		o.SpoolFromBytes = DefaultSpoolFromBytes
 	}
 	if o.Now == nil {
 		o.Now = time.Now
@@ -344,6 +368,14 @@ func (d *Dispatcher) process(ctx context.Context, it postgres.OutboxItem) {
 		p, _ = cfg.Partner(it.Partner)
 	}
 	ready := true
+	// body, when set, is the spool file the message is posted from; it
+	// is removed on every path.
+	var body *spool.File
+	defer func() {
+		if body != nil {
+			body.Close()
+		}
+	}()
 	switch it.Kind {
 	case postgres.OutboxKindWebhook:
 		log, ready = d.prepareWebhook(ctx, &it)
@@ -352,12 +384,12 @@ func (d *Dispatcher) process(ctx context.Context, it postgres.OutboxItem) {
 		if p != nil {
 			st = cfg.StationOf(p)
 		}
-		log, ready = d.prepareMessage(ctx, log, &it, st, p)
+		log, body, ready = d.prepareMessage(ctx, log, &it, st, p)
 	}
 	if !ready {
 		return
 	}
-	a := d.send(ctx, it, p)
+	a := d.send(ctx, it, p, body)
 	if ctx.Err() != nil {
 		log.Warn("send abandoned at shutdown; the claim expires and another dispatcher sends it again")
 		return
@@ -382,33 +414,39 @@ func (d *Dispatcher) prepareWebhook(ctx context.Context, it *postgres.OutboxItem
 	return log, true
 }
 
-// prepareMessage builds an AS2 message on its first attempt. ready is
-// false when the outcome is recorded already (no partner, a build that
-// can never succeed) or left to the claim's expiry.
-func (d *Dispatcher) prepareMessage(ctx context.Context, log *zap.Logger, it *postgres.OutboxItem, st *config.Station, p *config.Partner) (*zap.Logger, bool) {
+// prepareMessage builds an AS2 message on its first attempt, and for a
+// message built as a stream returns the spool file it is posted from
+// (the caller closes it). ready is false when the outcome is recorded
+// already (no partner, a build that can never succeed, a spool without
+// room) or left to the claim's expiry.
+func (d *Dispatcher) prepareMessage(ctx context.Context, log *zap.Logger, it *postgres.OutboxItem, st *config.Station, p *config.Partner) (*zap.Logger, *spool.File, bool) {
 	if p == nil {
 		d.finish(ctx, log, *it, p, attempt{err: fmt.Errorf("partner %q is no longer configured", it.Partner)})
-		return log, false
+		return log, nil, false
 	}
+	var body *spool.File
+	var err error
 	if !it.Built() {
-		err := d.buildItem(ctx, it, st, p)
-		switch {
-		case errors.Is(err, errBuild):
-			d.finish(ctx, log, *it, p, attempt{err: err})
-			return log, false
-		case errors.Is(err, postgres.ErrMessageNotFound):
-			// The message or its payload is gone (deleted by hand,
-			// purged): no attempt can ever build it.
-			d.finish(ctx, log, *it, p, attempt{err: fmt.Errorf("nothing to send: %w", err)})
-			return log, false
-		case err != nil:
-			if ctx.Err() == nil && !errors.Is(err, postgres.ErrClaimLost) {
-				log.Warn("store built message; the claim expires and the message is built again", zap.Error(err))
-			}
-			return log, false
-		}
+		body, err = d.buildItem(ctx, it, st, p)
+	} else if it.BodyChunked {
+		body, err = d.fetchBody(ctx, *it)
 	}
-	return log.With(zap.String("message_id", first(it.Headers, "Message-ID"))), true
+	switch {
+	case err == nil:
+		return log.With(zap.String("message_id", first(it.Headers, "Message-ID"))), body, true
+	case errors.Is(err, errBuild):
+		d.finish(ctx, log, *it, p, attempt{err: err})
+	case errors.Is(err, postgres.ErrMessageNotFound):
+		// The message or its payload is gone (deleted by hand,
+		// purged): no attempt can ever build it.
+		d.finish(ctx, log, *it, p, attempt{err: fmt.Errorf("nothing to send: %w", err)})
+	case errors.Is(err, spool.ErrFull):
+		// Other large messages in flight hold the spool: try later.
+		d.finish(ctx, log, *it, p, attempt{retryable: true, err: err})
+	case ctx.Err() == nil && !errors.Is(err, postgres.ErrClaimLost):
+		log.Warn("build or fetch the message; the claim expires and it is tried again", zap.Error(err))
+	}
+	return log, nil, false
 }
 
 // kind is what differs between the outbox's kinds of item.
@@ -454,20 +492,35 @@ func (d *Dispatcher) claimKinds() []string {
 
 var errBuild = errors.New("build AS2 message")
 
-func (d *Dispatcher) buildItem(ctx context.Context, it *postgres.OutboxItem, st *config.Station, p *config.Partner) error {
+// buildItem builds and freezes it's message: in memory, or as a stream
+// into the spool file it returns (see stream.go).
+func (d *Dispatcher) buildItem(ctx context.Context, it *postgres.OutboxItem, st *config.Station, p *config.Partner) (*spool.File, error) {
 	src, err := d.o.Store.OutboundSource(ctx, it.MessageID)
 	if err != nil {
-		return err
+		return nil, err
+	}
+	if d.streamed(src, p) {
+		return d.buildStreamed(ctx, it, st, p, src)
+	}
+	if src.Chunked {
+		// Stored in pieces, built in memory: no spool on this replica,
+		// or a cipher that cannot stream (AES-GCM).
+		var buf bytes.Buffer
+		buf.Grow(int(src.PayloadSize))
+		if _, err := d.o.Store.WritePayload(ctx, it.MessageID, func(postgres.MessageInfo) io.Writer { return &buf }); err != nil {
+			return nil, err
+		}
+		src.Payload = buf.Bytes()
 	}
 	b, err := Build(st, p, src, d.o.Now(), d.o.Rand)
 	if err != nil {
-		return fmt.Errorf("%w: %w", errBuild, err)
+		return nil, fmt.Errorf("%w: %w", errBuild, err)
 	}
 	if err := d.o.Store.SaveOutboundBuild(ctx, *it, b); err != nil {
-		return err
+		return nil, err
 	}
 	it.Headers, it.Body, it.MIC, it.MICAlg, it.MICs = b.Headers, b.Body, b.MIC, b.MICAlg, b.MICs
-	return nil
+	return nil, nil
 }
 
 func first(h http.Header, k string) string {
@@ -477,8 +530,8 @@ func first(h http.Header, k string) string {
 	return h.Get(k)
 }
 
-// send posts the item and judges the answer.
-func (d *Dispatcher) send(ctx context.Context, it postgres.OutboxItem, p *config.Partner) attempt {
+// send posts the item, from body when it is set, and judges the answer.
+func (d *Dispatcher) send(ctx context.Context, it postgres.OutboxItem, p *config.Partner, file *spool.File) attempt {
 	k := kindOf(it)
 	timeout := config.DefaultTimeout
 	if p != nil {
@@ -493,11 +546,22 @@ func (d *Dispatcher) send(ctx context.Context, it postgres.OutboxItem, p *config
 	}
 	rctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	req, err := NewRequest(rctx, it.URL, it.Headers, it.Body, p)
+	// The body: built in memory (it.Body) or as a stream into file.
+	var src io.ReaderAt = bytes.NewReader(it.Body)
+	size := int64(len(it.Body))
+	if file != nil {
+		src, size = file, file.Size()
+	}
+	var req *http.Request
+	if file != nil {
+		req, err = NewRequestFrom(rctx, it.URL, it.Headers, file.Reader(), size, p)
+	} else {
+		req, err = NewRequest(rctx, it.URL, it.Headers, it.Body, p)
+	}
 	if err != nil {
 		return attempt{err: err}
 	}
-	resp, body, err := d.exchange(client, req, it)
+	resp, body, err := d.post(rctx, client, req, it, p, src, size)
 	if err != nil {
 		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
 			err = fmt.Errorf("no answer within the partner timeout %s: %w", timeout, err)
@@ -526,8 +590,13 @@ func (d *Dispatcher) send(ctx context.Context, it postgres.OutboxItem, p *config
 // fields when url is on the origin of p's URL (p may be nil). h is not
 // modified. Errors hold no password.
 func NewRequest(ctx context.Context, url string, h http.Header, body []byte, p *config.Partner) (*http.Request, error) {
+	return NewRequestFrom(ctx, url, h, bytes.NewReader(body), int64(len(body)), p)
+}
+
+// NewRequestFrom is NewRequest for a body read from r, size bytes (a
+// spool file).
+func NewRequestFrom(ctx context.Context, url string, h http.Header, r io.Reader, size int64, p *config.Partner) (*http.Request, error) {
 	chunked := p != nil && p.Chunked
-	var r io.Reader = bytes.NewReader(body)
 	if chunked {
 		r = io.MultiReader(r) // hides the length: net/http sends chunked
 	}
@@ -543,7 +612,7 @@ func NewRequest(ctx context.Context, url string, h http.Header, body []byte, p *
 		req.ContentLength = -1
 		req.TransferEncoding = []string{"chunked"}
 	} else {
-		req.ContentLength = int64(len(body))
+		req.ContentLength = size
 	}
 	return req, nil
 }
@@ -616,6 +685,10 @@ func (d *Dispatcher) judgeMDN(a *attempt, it postgres.OutboxItem, p *config.Part
 		MICs:          it.MICs,
 		SignedReceipt: wantSigned,
 		Recompute: func(alg crypto.Hash) (as2.MIC, error) {
+			if it.BodyChunked {
+				// Never held whole; its MICs cover every algorithm.
+				return as2.MIC{}, errors.New("a message built as a stream is not recomputed")
+			}
 			return mdn.RecomputeMIC(it.Headers, it.Body, alg, isEnveloped(it.Headers), d.o.Limits)
 		},
 	})

@@ -11,6 +11,7 @@
 package outbox
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/rand"
@@ -47,6 +48,13 @@ type Document struct {
 	// Filename, when set, is sent in Content-Disposition.
 	Filename string
 	Payload  []byte
+	// Open, when set instead of Payload, opens a payload of Size bytes
+	// (a spool file) for reading from its start; it may be called more
+	// than once. Such a payload is read, never held whole: fingerprinted,
+	// its EDI envelope parsed, and stored in pieces in the enqueue's
+	// transaction.
+	Open func() io.Reader
+	Size int64
 	// IdempotencyKey, when set, makes Enqueue idempotent for the partner:
 	// the same key with the same document returns the message queued the
 	// first time (Queued.Replayed) instead of a second one; with another
@@ -135,12 +143,23 @@ func (q *Queue) Enqueue(ctx context.Context, d Document) (Queued, error) {
 	if strings.ContainsAny(d.Filename, "\r\n\x00/\\") || len(d.Filename) > 255 {
 		return Queued{}, fmt.Errorf("%w: filename %q must be a plain file name of at most 255 bytes", ErrInvalidDocument, d.Filename)
 	}
-	if len(d.Payload) == 0 {
+	open, size := d.Open, d.Size
+	if open == nil {
+		open, size = func() io.Reader { return bytes.NewReader(d.Payload) }, int64(len(d.Payload))
+	}
+	if size == 0 {
 		return Queued{}, fmt.Errorf("%w: empty payload", ErrInvalidDocument)
 	}
-	m := q.outbound(cfg, p, ct, d.Filename, d.Payload)
+	m := q.outbound(cfg, p, ct, d.Filename, d.Payload, open)
+	if d.Open != nil {
+		m.PayloadOpen, m.PayloadSize = d.Open, d.Size
+	}
 	if d.IdempotencyKey != "" {
-		m.IdempotencyKey, m.IdempotencyHash = d.IdempotencyKey, fingerprint(ct, d.Filename, d.Payload)
+		sum, err := fingerprint(ct, d.Filename, open(), size)
+		if err != nil {
+			return Queued{}, fmt.Errorf("read payload: %w", err)
+		}
+		m.IdempotencyKey, m.IdempotencyHash = d.IdempotencyKey, sum
 	}
 	e, err := q.store.EnqueueOutbound(ctx, m)
 	if err != nil {
@@ -159,7 +178,7 @@ func (q *Queue) Enqueue(ctx context.Context, d Document) (Queued, error) {
 // retries and URL, a fresh Message-ID, and the payload's EDI envelope
 // (an X12 or EDIFACT payload awaits its acknowledgement for p's
 // edi_ack_due).
-func (q *Queue) outbound(cfg *config.File, p *config.Partner, ct, filename string, payload []byte) postgres.NewOutbound {
+func (q *Queue) outbound(cfg *config.File, p *config.Partner, ct, filename string, payload []byte, open func() io.Reader) postgres.NewOutbound {
 	subject := "EDI message"
 	if filename != "" {
 		subject = filename
@@ -190,7 +209,7 @@ func (q *Queue) outbound(cfg *config.File, p *config.Partner, ct, filename strin
 	}
 	// A payload that is not EDI is told apart from its first bytes; an
 	// EDI one whose envelope cannot be read is sent as it is, unrecorded.
-	if doc, err := edi.Parse(bytes.NewReader(payload), edi.Limits{}); err == nil && len(doc.Interchanges) > 0 {
+	if doc, err := edi.Parse(bufio.NewReaderSize(open(), 64<<10), edi.Limits{}); err == nil && len(doc.Interchanges) > 0 {
 		m.EDI = &postgres.EDIRecord{Partner: p.AS2ID, Direction: "outbound", Doc: doc, AckDue: p.EDI.AckDue}
 	}
 	return m
@@ -225,7 +244,7 @@ func (q *Queue) EnqueueAck(ctx context.Context, partner, contentType string, bui
 		if err != nil {
 			return postgres.NewOutbound{}, err
 		}
-		m := q.outbound(cfg, p, contentType, "", b)
+		m := q.outbound(cfg, p, contentType, "", b, func() io.Reader { return bytes.NewReader(b) })
 		m.Subject = "EDI acknowledgement"
 		return m, nil
 	})
@@ -239,17 +258,25 @@ func (q *Queue) EnqueueAck(ctx context.Context, partner, contentType string, bui
 }
 
 // fingerprint identifies a document for idempotency: what the request
-// sends (content type, filename, payload), each length-prefixed so no two
-// documents share a fingerprint by moving bytes between fields.
-func fingerprint(ct, filename string, payload []byte) []byte {
+// sends (content type, filename, the size bytes of payload), each
+// length-prefixed so no two documents share a fingerprint by moving bytes
+// between fields. The payload is read as a stream.
+func fingerprint(ct, filename string, payload io.Reader, size int64) ([]byte, error) {
 	h := sha256.New()
-	for _, b := range [][]byte{[]byte(ct), []byte(filename), payload} {
-		var n [8]byte
+	var n [8]byte
+	for _, b := range [][]byte{[]byte(ct), []byte(filename)} {
 		binary.BigEndian.PutUint64(n[:], uint64(len(b)))
 		h.Write(n[:])
 		h.Write(b)
 	}
-	return h.Sum(nil)
+	binary.BigEndian.PutUint64(n[:], uint64(size))
+	h.Write(n[:])
+	if got, err := io.Copy(h, payload); err != nil {
+		return nil, err
+	} else if got != size {
+		return nil, fmt.Errorf("%d payload bytes, want %d", got, size)
+	}
+	return h.Sum(nil), nil
 }
 
 // MessageIDs returns a Message-ID generator for station: each call returns

@@ -214,10 +214,12 @@ SELECT m.id, m.partner, m.message_id, m.status, m.mic, coalesce(o.mics, '{}'), m
 
 // SentBytes returns the header fields and body of outbound message id as
 // built and sent (the outbox row), or ErrMessageNotFound when they are not
-// stored (never built, or purged).
+// stored (never built, or purged) or not held whole: a body built as a
+// stream (stored in pieces) is never read into memory; its MIC was stored
+// in every algorithm when it was built.
 func (s *Store) SentBytes(ctx context.Context, id int64) (http.Header, []byte, error) {
 	var hdr, body []byte
-	err := s.pool.QueryRow(ctx, `SELECT headers, body FROM outbox WHERE message_id = $1 AND kind = 'message' AND body IS NOT NULL`, id).Scan(&hdr, &body)
+	err := s.pool.QueryRow(ctx, `SELECT headers, body FROM outbox WHERE message_id = $1 AND kind = 'message' AND body IS NOT NULL AND NOT body_chunked`, id).Scan(&hdr, &body)
 	if err != nil {
 		return nil, nil, messageErr(fmt.Sprintf("sent bytes of message %d", id), err)
 	}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"time"
 
@@ -62,6 +63,12 @@ type NewOutbound struct {
 	IdempotencyKey  string
 	IdempotencyHash []byte
 	Payload         []byte
+	// PayloadOpen, when set instead of Payload, opens the payload (of
+	// PayloadSize bytes) for reading from its start. It is stored in
+	// pieces (payload_chunks) as it is read, in constant memory, in the
+	// enqueue's transaction; a replayed IdempotencyKey reads nothing.
+	PayloadOpen func() io.Reader
+	PayloadSize int64
 	// EDI, when set, is the payload's envelope, stored with the message
 	// (Direction outbound).
 	EDI *EDIRecord
@@ -110,13 +117,18 @@ func (s *Store) EnqueueOutbound(ctx context.Context, m NewOutbound) (Enqueued, e
 
 // OutboxItem is one claimed outbox row.
 type OutboxItem struct {
-	ID          int64
-	Kind        string
-	MessageID   int64 // messages.id; 0 when none
-	Partner     string
-	URL         string
-	Headers     http.Header // empty until built (kind message)
-	Body        []byte      // nil until built (kind message)
+	ID        int64
+	Kind      string
+	MessageID int64 // messages.id; 0 when none
+	Partner   string
+	URL       string
+	Headers   http.Header // empty until built (kind message)
+	Body      []byte      // nil until built (kind message); empty when BodyChunked
+	// BodyChunked reports a body built as a stream and stored in pieces
+	// (outbox_body_chunks) of BodySize bytes in all: WriteOutboxBody
+	// reads it.
+	BodyChunked bool
+	BodySize    int64
 	MIC         string
 	MICAlg      string
 	MICs        []string // the MIC in every supported algorithm (OutboundBuild.MICs)
@@ -133,7 +145,7 @@ type OutboxItem struct {
 }
 
 // Built reports whether the item's body has been frozen.
-func (it *OutboxItem) Built() bool { return it.Body != nil }
+func (it *OutboxItem) Built() bool { return it.Body != nil || it.BodyChunked }
 
 // ClaimOutbox claims up to limit due pending rows for by, until lease from
 // now (database clock), in one short committed statement: the rows are
@@ -204,7 +216,7 @@ UPDATE outbox o
   FROM due
  WHERE o.id = due.id
 RETURNING o.id, o.kind, coalesce(o.message_id, 0), o.partner, o.url, o.headers, o.body, o.mic, o.mic_alg, o.mics,
-          o.attempts, o.max_attempts, o.claimed_by, o.claimed_until,
+          o.body_chunked, coalesce(o.body_size, 0), o.attempts, o.max_attempts, o.claimed_by, o.claimed_until,
           coalesce(extract(epoch FROM greatest(o.retry_until - now(), interval '0')), 0)::float8`,
 		by, lease.Microseconds(), limit, kinds)
 	if err != nil {
@@ -215,7 +227,7 @@ RETURNING o.id, o.kind, coalesce(o.message_id, 0), o.partner, o.url, o.headers, 
 		var hdr []byte
 		var windowLeft float64
 		if err := r.Scan(&it.ID, &it.Kind, &it.MessageID, &it.Partner, &it.URL, &hdr, &it.Body, &it.MIC, &it.MICAlg, &it.MICs,
-			&it.Attempts, &it.MaxAttempts, &it.ClaimedBy, &it.ClaimedUntil, &windowLeft); err != nil {
+			&it.BodyChunked, &it.BodySize, &it.Attempts, &it.MaxAttempts, &it.ClaimedBy, &it.ClaimedUntil, &windowLeft); err != nil {
 			return it, err
 		}
 		it.RetryWindowLeft = time.Duration(windowLeft * float64(time.Second))
@@ -244,17 +256,24 @@ type OutboundSource struct {
 	MDNMode     string
 	MDNSigned   bool
 	MDNURL      string
+	// Payload is nil when the payload is stored in pieces (Chunked):
+	// WritePayload streams it. PayloadSize is its size either way.
 	Payload     []byte
+	Chunked     bool
+	PayloadSize int64
 }
 
-// OutboundSource returns the message and payload of messages.id id.
+// OutboundSource returns the message and payload of messages.id id; a
+// payload stored in pieces is not read (Chunked).
 func (s *Store) OutboundSource(ctx context.Context, id int64) (OutboundSource, error) {
 	var o OutboundSource
 	err := s.pool.QueryRow(ctx, `
-SELECT m.message_id, m.as2_from, m.as2_to, m.subject, m.content_type, m.filename, m.mdn_mode, m.mdn_signed, m.mdn_url, p.data
+SELECT m.message_id, m.as2_from, m.as2_to, m.subject, m.content_type, m.filename, m.mdn_mode, m.mdn_signed, m.mdn_url,
+       CASE WHEN p.chunked THEN NULL ELSE p.data END, p.chunked,
+       CASE WHEN p.chunked THEN m.payload_size ELSE octet_length(p.data) END
   FROM messages m JOIN payloads p ON p.message_id = m.id
  WHERE m.id = $1`, id).Scan(&o.MessageID, &o.AS2From, &o.AS2To, &o.Subject, &o.ContentType, &o.Filename,
-		&o.MDNMode, &o.MDNSigned, &o.MDNURL, &o.Payload)
+		&o.MDNMode, &o.MDNSigned, &o.MDNURL, &o.Payload, &o.Chunked, &o.PayloadSize)
 	return o, messageErr(fmt.Sprintf("outbound message %d", id), err)
 }
 
@@ -262,8 +281,13 @@ SELECT m.message_id, m.as2_from, m.as2_to, m.subject, m.content_type, m.filename
 type OutboundBuild struct {
 	Headers http.Header
 	Body    []byte
-	MIC     string // Received-content-MIC form, "base64, sha-256"
-	MICAlg  string
+	// BodyOpen, when set instead of Body, opens the body (of BodySize
+	// bytes) built as a stream for reading from its start: it is stored
+	// in pieces (outbox_body_chunks), in constant memory.
+	BodyOpen func() io.Reader
+	BodySize int64
+	MIC      string // Received-content-MIC form, "base64, sha-256"
+	MICAlg   string
 	// MICs is the MIC in every supported algorithm, in the same form: a
 	// partner may answer in another one than asked for.
 	MICs       []string
@@ -276,37 +300,55 @@ type OutboundBuild struct {
 // records its MIC and security on the message, in one transaction. It
 // returns ErrClaimLost when the claim is no longer held.
 func (s *Store) SaveOutboundBuild(ctx context.Context, it OutboxItem, b OutboundBuild) error {
-	hdr, err := json.Marshal(b.Headers)
-	if err != nil {
-		return fmt.Errorf("save build of outbox %d: %w", it.ID, err)
-	}
-	mics := b.MICs
-	if mics == nil {
-		mics = []string{} // the column is NOT NULL
-	}
-	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, `
-UPDATE outbox SET headers = $4, body = $5, mic = $6, mic_alg = $7, mics = $8, built_at = now()
- WHERE id = $1 AND claimed_by = $2 AND attempts = $3 AND status = 'pending' AND body IS NULL`,
-			it.ID, it.ClaimedBy, it.Attempts, hdr, b.Body, b.MIC, b.MICAlg, mics)
-		if err != nil {
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if err := saveBuild(ctx, tx, it, b, b.BodyOpen != nil); err != nil {
 			return err
 		}
-		if tag.RowsAffected() == 0 {
-			return ErrClaimLost
+		if b.BodyOpen != nil {
+			return copyOutboxBody(ctx, tx, it.ID, b.BodyOpen(), b.BodySize)
 		}
-		if it.MessageID == 0 {
-			return nil
-		}
-		_, err = tx.Exec(ctx, `
-UPDATE messages SET mic = $2, mic_alg = $3, signed = $4, encrypted = $5, compressed = $6, status = 'sending', updated_at = now()
- WHERE id = $1 AND status = 'queued'`, it.MessageID, b.MIC, b.MICAlg, b.Signed, b.Encrypted, b.Compressed)
-		return err
+		return nil
 	})
 	if err != nil {
 		return fmt.Errorf("save build of outbox %d: %w", it.ID, err)
 	}
 	return nil
+}
+
+// saveBuild records the build b of the claimed item it in tx: the outbox
+// row's headers, MIC and body (empty with its size when chunked: the
+// pieces are the caller's to write) and the message's MIC and security.
+func saveBuild(ctx context.Context, tx pgx.Tx, it OutboxItem, b OutboundBuild, chunked bool) error {
+	hdr, err := json.Marshal(b.Headers)
+	if err != nil {
+		return err
+	}
+	mics := b.MICs
+	if mics == nil {
+		mics = []string{} // the column is NOT NULL
+	}
+	body, size := b.Body, int64(len(b.Body))
+	if chunked {
+		body, size = []byte{}, b.BodySize
+	}
+	tag, err := tx.Exec(ctx, `
+UPDATE outbox SET headers = $4, body = $5, mic = $6, mic_alg = $7, mics = $8, built_at = now(),
+                  body_chunked = $9, body_size = $10
+ WHERE id = $1 AND claimed_by = $2 AND attempts = $3 AND status = 'pending' AND body IS NULL`,
+		it.ID, it.ClaimedBy, it.Attempts, hdr, body, b.MIC, b.MICAlg, mics, chunked, size)
+	if err != nil {
+		return err
+	}
+	if tag.RowsAffected() == 0 {
+		return ErrClaimLost
+	}
+	if it.MessageID == 0 {
+		return nil
+	}
+	_, err = tx.Exec(ctx, `
+UPDATE messages SET mic = $2, mic_alg = $3, signed = $4, encrypted = $5, compressed = $6, status = 'sending', updated_at = now()
+ WHERE id = $1 AND status = 'queued'`, it.MessageID, b.MIC, b.MICAlg, b.Signed, b.Encrypted, b.Compressed)
+	return err
 }
 
 // Outbox row states.
@@ -526,7 +568,7 @@ VALUES ('outbound', $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)
 ON CONFLICT (partner, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING id, message_id, status, created_at`,
 		m.Partner, m.AS2From, m.AS2To, m.MessageID, StatusQueued, m.Subject, m.ContentType,
-		m.Filename, len(m.Payload), m.MDNMode, m.MDNSigned, m.MDNURL, key, m.IdempotencyHash).
+		m.Filename, m.payloadSize(), m.MDNMode, m.MDNSigned, m.MDNURL, key, m.IdempotencyHash).
 		Scan(&e.ID, &e.MessageID, &e.Status, &e.CreatedAt)
 	if errors.Is(err, pgx.ErrNoRows) && key != nil {
 		// The key's message committed before this statement ended: a
@@ -555,7 +597,11 @@ SELECT id, message_id, status, created_at, idempotency_hash FROM messages
 	if err != nil {
 		return err
 	}
-	if _, err := tx.Exec(ctx, `INSERT INTO payloads (message_id, data) VALUES ($1, $2)`, e.ID, m.Payload); err != nil {
+	if m.PayloadOpen != nil {
+		if err := copyPayload(ctx, tx, e.ID, m.PayloadOpen(), m.PayloadSize); err != nil {
+			return err
+		}
+	} else if _, err := tx.Exec(ctx, `INSERT INTO payloads (message_id, data) VALUES ($1, $2)`, e.ID, m.Payload); err != nil {
 		return err
 	}
 	err = tx.QueryRow(ctx, `

@@ -124,6 +124,13 @@ type options struct {
 	scaleOutOnly bool
 	// sum gathers the figures into the closing table.
 	sum *summary
+
+	// sendChild is the keys directory of the large send's sender child
+	// (largesend.go), sendTo its partner's URL; sendOnly runs only the
+	// large send.
+	sendChild, sendTo string
+	sendOnly          bool
+	sendCompress      bool
 }
 
 func run(ctx context.Context, args []string, out io.Writer) error {
@@ -152,6 +159,10 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	fs.BoolVar(&o.scaleOutOnly, "scale-out-only", false, "run only the scale-out measurement")
 	fs.StringVar(&o.rsaChild, "rsa-child", "", "internal: print this build's RSA figures for the station key in this directory")
 	fs.StringVar(&o.child, "rss-child", "", "internal: run the receiver for the peak-memory run with the keys in this directory")
+	fs.StringVar(&o.sendChild, "send-child", "", "internal: run the sender of the large send with the keys in this directory")
+	fs.StringVar(&o.sendTo, "send-to", "", "internal: the large send's partner URL")
+	fs.BoolVar(&o.sendCompress, "send-compress", true, "internal: whether the large send's partner profile compresses")
+	fs.BoolVar(&o.sendOnly, "large-send-only", false, "run only the large send (-large-bytes of payload)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -160,6 +171,9 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	}
 	if o.rsaChild != "" {
 		return rsaChild(o.rsaChild, out)
+	}
+	if o.sendChild != "" {
+		return sendChild(ctx, o, o.sendTo)
 	}
 	o.sum = &summary{}
 	if err := sections(ctx, out, o); err != nil {
@@ -228,6 +242,9 @@ func sections(ctx context.Context, out io.Writer, o options) error {
 	if o.scaleOutOnly {
 		return scaleOutBench(ctx, out, o, partner, st)
 	}
+	if o.sendOnly {
+		return largeSendBench(ctx, out, o, partner, st)
+	}
 	if err := throughput(ctx, out, o, store, partner, st); err != nil {
 		return err
 	}
@@ -263,6 +280,9 @@ func sections(ctx context.Context, out io.Writer, o options) error {
 	}
 	if o.largeBytes > 0 {
 		if err := largeBench(ctx, out, o, partner, st); err != nil {
+			return err
+		}
+		if err := largeSendBench(ctx, out, o, partner, st); err != nil {
 			return err
 		}
 	}

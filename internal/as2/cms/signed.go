@@ -362,6 +362,24 @@ func SignDetached(content []byte, cert *x509.Certificate, key crypto.Signer, opt
 	if h == 0 {
 		h = crypto.SHA256
 	}
+	if !h.Available() {
+		return nil, fmt.Errorf("sign: %w: digest %v", ErrUnsupportedAlgorithm, h)
+	}
+	hh := h.New()
+	hh.Write(content)
+	return SignDigest(hh.Sum(nil), cert, key, opts)
+}
+
+// SignDigest is SignDetached for content the caller digested itself with
+// opts.Hash (SHA-256 when zero), as it streamed it: md is that digest.
+func SignDigest(md []byte, cert *x509.Certificate, key crypto.Signer, opts SignOptions) ([]byte, error) {
+	h := opts.Hash
+	if h == 0 {
+		h = crypto.SHA256
+	}
+	if len(md) != h.Size() {
+		return nil, fmt.Errorf("sign: a %v digest has %d bytes, got %d", h, h.Size(), len(md))
+	}
 	digestOID, ok := oidForHash(h)
 	if !ok {
 		return nil, fmt.Errorf("sign: %w: digest %v", ErrUnsupportedAlgorithm, h)
@@ -387,9 +405,6 @@ func SignDetached(content []byte, cert *x509.Certificate, key crypto.Signer, opt
 	}
 	digestAlg := algorithmID(digestOID, nil)
 
-	hh := h.New()
-	hh.Write(content)
-	md := hh.Sum(nil)
 	signingTime, err := asn1.Marshal(t.UTC().Truncate(time.Second))
 	if err != nil {
 		return nil, fmt.Errorf("sign: signing time: %w", err)
@@ -405,7 +420,7 @@ func SignDetached(content []byte, cert *x509.Certificate, key crypto.Signer, opt
 		attrs = append(attrs, attr(oidAttrAlgProtection, tlv(tagSequence, digestAlg, sigAlgImplicit)))
 	}
 	attrSet := tlv(tagSet, sortedSet(attrs)...)
-	hh = h.New()
+	hh := h.New()
 	hh.Write(attrSet)
 	sig, err := key.Sign(rnd, hh.Sum(nil), h)
 	if err != nil {

@@ -1,0 +1,270 @@
+package cms
+
+import (
+	"crypto"
+	"crypto/cipher"
+	"crypto/rand"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/klauspost/compress/zlib"
+)
+
+// The writers below are the streaming counterparts of Compress and
+// Encrypt: the content is written to them in pieces and the ContentInfo
+// goes to the destination as it is produced, in BER with indefinite
+// lengths and the content in OCTET STRING segments (the form openssl cms
+// -stream writes and every CMS reader accepts), so that neither the
+// content nor its encoding is ever held whole. Close writes the end of
+// the structure; it does not close the destination.
+
+// segmentSize is the content of one OCTET STRING segment a writer emits.
+const segmentSize = 64 << 10
+
+// eoc is the end-of-contents octets of an indefinite-length element.
+var eoc = []byte{0, 0}
+
+// indefinite is the identifier and indefinite-length octets of tag.
+func indefinite(tag byte) []byte { return []byte{tag, 0x80} }
+
+// segmentWriter writes what it is given as primitive OCTET STRING
+// segments of at most segmentSize bytes to w.
+type segmentWriter struct {
+	w   io.Writer
+	buf []byte
+	err error
+}
+
+func newSegmentWriter(w io.Writer) *segmentWriter {
+	return &segmentWriter{w: w, buf: make([]byte, 0, segmentSize)}
+}
+
+func (s *segmentWriter) Write(p []byte) (int, error) {
+	n := len(p)
+	for len(p) > 0 && s.err == nil {
+		c := copy(s.buf[len(s.buf):cap(s.buf)], p)
+		s.buf, p = s.buf[:len(s.buf)+c], p[c:]
+		if len(s.buf) == cap(s.buf) {
+			s.flush()
+		}
+	}
+	if s.err != nil {
+		return 0, s.err
+	}
+	return n, nil
+}
+
+// flush writes the buffered bytes as one segment.
+func (s *segmentWriter) flush() {
+	if len(s.buf) == 0 || s.err != nil {
+		return
+	}
+	hdr := appendLength([]byte{tagOctetString}, len(s.buf))
+	if _, s.err = s.w.Write(hdr); s.err == nil {
+		_, s.err = s.w.Write(s.buf)
+	}
+	s.buf = s.buf[:0]
+}
+
+// writeAll writes each part to w in order.
+func writeAll(w io.Writer, parts ...[]byte) error {
+	for _, p := range parts {
+		if _, err := w.Write(p); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// CompressWriter deflates what is written to it (zlib, RFC 3274) into a
+// CompressedData ContentInfo on its destination. Build it with
+// NewCompressWriter; it is not safe for concurrent use.
+type CompressWriter struct {
+	dst io.Writer
+	seg *segmentWriter
+	z   *zlib.Writer
+}
+
+// NewCompressWriter writes the head of a CompressedData ContentInfo to
+// dst and returns the writer of its content, deflated at level (a
+// compress/flate level; 1 is fastest) in 1 MiB blocks on up to GOMAXPROCS
+// cores (see parallelZlib): one zlib stream any inflater reads.
+func NewCompressWriter(dst io.Writer, level int) (*CompressWriter, error) {
+	err := writeAll(dst,
+		indefinite(tagSequence), mustOID(oidCompressedData), indefinite(tagContext0),
+		indefinite(tagSequence), tlv(tagInteger, []byte{0}), algorithmID(oidZlibCompress, nil),
+		indefinite(tagSequence), mustOID(oidData), indefinite(tagContext0), indefinite(tagOctetString|0x20))
+	if err != nil {
+		return nil, fmt.Errorf("compress: %w", err)
+	}
+	seg := newSegmentWriter(dst)
+	z, err := zlib.NewWriterLevel(seg, level)
+	if err != nil {
+		return nil, fmt.Errorf("compress: %w", err)
+	}
+	return &CompressWriter{dst: dst, seg: seg, z: z}, nil
+}
+
+// Write deflates p.
+func (c *CompressWriter) Write(p []byte) (int, error) {
+	n, err := c.z.Write(p)
+	if err != nil {
+		return n, fmt.Errorf("compress: %w", err)
+	}
+	return n, nil
+}
+
+// Close ends the zlib stream and the ContentInfo.
+func (c *CompressWriter) Close() error {
+	if err := c.z.Close(); err != nil {
+		return fmt.Errorf("compress: %w", err)
+	}
+	if c.seg.flush(); c.seg.err != nil {
+		return fmt.Errorf("compress: %w", c.seg.err)
+	}
+	// OCTET STRING, [0], encapContentInfo, CompressedData, [0], ContentInfo.
+	if err := writeAll(c.dst, eoc, eoc, eoc, eoc, eoc, eoc); err != nil {
+		return fmt.Errorf("compress: %w", err)
+	}
+	return nil
+}
+
+// EncryptWriter encrypts what is written to it into an EnvelopedData
+// ContentInfo on its destination (the CBC ciphers; GCM cannot be
+// streamed: its tag follows the whole content and Go's AEAD seals in one
+// call). Build it with NewEncryptWriter; it is not safe for concurrent
+// use.
+type EncryptWriter struct {
+	dst  io.Writer
+	seg  *segmentWriter
+	cbc  cipher.BlockMode
+	bs   int
+	part []byte // a partial block, < bs bytes
+	buf  []byte // encryption buffer
+}
+
+// ErrNotStreamable reports an algorithm a streaming writer cannot
+// produce (AES-GCM); it also wraps ErrUnsupportedAlgorithm.
+var ErrNotStreamable = fmt.Errorf("%w: not streamable", ErrUnsupportedAlgorithm)
+
+// NewEncryptWriter draws a content key and IV from opts.Rand, writes the
+// head of an EnvelopedData ContentInfo for recipients (key transport as
+// Encrypt does it) to dst and returns the writer of its content. A GCM
+// cipher is an error wrapping ErrNotStreamable.
+func NewEncryptWriter(dst io.Writer, recipients []*x509.Certificate, opts EncryptOptions) (*EncryptWriter, error) {
+	if len(recipients) == 0 {
+		return nil, errors.New("encrypt: no recipients")
+	}
+	if opts.Cipher == 0 {
+		opts.Cipher = AES256CBC
+	}
+	if opts.OAEPHash == 0 {
+		opts.OAEPHash = crypto.SHA256
+	}
+	rnd := opts.Rand
+	if rnd == nil {
+		rnd = rand.Reader
+	}
+	var c cipherInfo
+	for _, ci := range ciphers {
+		if ci.c == opts.Cipher {
+			c = ci
+		}
+	}
+	if c.oid == nil {
+		return nil, fmt.Errorf("encrypt: %w: cipher %d", ErrUnsupportedAlgorithm, opts.Cipher)
+	}
+	if c.gcm {
+		return nil, fmt.Errorf("encrypt: %w: %s", ErrNotStreamable, c.name)
+	}
+	cek := make([]byte, c.keyLen)
+	if _, err := io.ReadFull(rnd, cek); err != nil {
+		return nil, fmt.Errorf("encrypt: content key: %w", err)
+	}
+	var ris [][]byte
+	for _, cert := range recipients {
+		ri, err := keyTransRecipient(cert, cek, opts, rnd)
+		if err != nil {
+			return nil, fmt.Errorf("encrypt: %w", err)
+		}
+		ris = append(ris, ri)
+	}
+	block, err := newBlock(c, cek)
+	if err != nil {
+		return nil, fmt.Errorf("encrypt: %w", err)
+	}
+	bs := block.BlockSize()
+	iv := make([]byte, bs)
+	if _, err := io.ReadFull(rnd, iv); err != nil {
+		return nil, fmt.Errorf("encrypt: iv: %w", err)
+	}
+	err = writeAll(dst,
+		indefinite(tagSequence), mustOID(oidEnvelopedData), indefinite(tagContext0),
+		indefinite(tagSequence), tlv(tagInteger, []byte{0}), tlv(tagSet, sortedSet(ris)...),
+		indefinite(tagSequence), mustOID(oidData), algorithmID(c.oid, tlv(tagOctetString, iv)),
+		indefinite(tagContext0)) // [0] IMPLICIT OCTET STRING, constructed
+	if err != nil {
+		return nil, fmt.Errorf("encrypt: %w", err)
+	}
+	return &EncryptWriter{dst: dst, seg: newSegmentWriter(dst), cbc: cipher.NewCBCEncrypter(block, iv), bs: bs,
+		part: make([]byte, 0, bs), buf: make([]byte, segmentSize)}, nil
+}
+
+// Write encrypts p; the last partial block waits for more or for Close.
+func (e *EncryptWriter) Write(p []byte) (int, error) {
+	n := len(p)
+	if len(e.part) > 0 {
+		c := copy(e.part[len(e.part):e.bs], p)
+		e.part, p = e.part[:len(e.part)+c], p[c:]
+		if len(e.part) < e.bs {
+			return n, nil
+		}
+		if err := e.seal(e.part); err != nil {
+			return 0, err
+		}
+		e.part = e.part[:0]
+	}
+	for len(p) >= e.bs {
+		m := min(len(p)-len(p)%e.bs, len(e.buf))
+		if err := e.seal(p[:m]); err != nil {
+			return 0, err
+		}
+		p = p[m:]
+	}
+	e.part = append(e.part, p...)
+	return n, nil
+}
+
+// seal encrypts whole blocks of p (at most len(e.buf)) and writes them.
+func (e *EncryptWriter) seal(p []byte) error {
+	out := e.buf[:len(p)]
+	e.cbc.CryptBlocks(out, p)
+	if _, err := e.seg.Write(out); err != nil {
+		return fmt.Errorf("encrypt: %w", err)
+	}
+	return nil
+}
+
+// Close pads and encrypts the last block (PKCS #7) and ends the
+// ContentInfo.
+func (e *EncryptWriter) Close() error {
+	pad := e.bs - len(e.part)
+	last := e.part
+	for range pad {
+		last = append(last, byte(pad))
+	}
+	if err := e.seal(last); err != nil {
+		return err
+	}
+	e.part = e.part[:0]
+	if e.seg.flush(); e.seg.err != nil {
+		return fmt.Errorf("encrypt: %w", e.seg.err)
+	}
+	// [0] encryptedContent, EncryptedContentInfo, EnvelopedData, [0], ContentInfo.
+	if err := writeAll(e.dst, eoc, eoc, eoc, eoc, eoc); err != nil {
+		return fmt.Errorf("encrypt: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,462 @@
+package as2
+
+import (
+	"bytes"
+	"crypto"
+	"crypto/x509"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+
+	"github.com/edihub/edihub/internal/as2/cms"
+)
+
+// ErrBoundaryInContent means the content a streamed multipart/signed
+// signs held its boundary, which was drawn before the content was seen.
+// With 96 random bits it does not happen by chance; building again draws
+// another boundary.
+var ErrBoundaryInContent = errors.New("as2: multipart boundary found in the signed content")
+
+// StreamCompressionLevel is the zlib level of a streamed build: the
+// fastest, because a large file compressed at the default level takes
+// several times longer while saving a few percent of its size.
+const StreamCompressionLevel = 1
+
+// WrapWriter is Wrap for a payload of any size: the payload is written
+// to it in pieces and the message body goes to the destination as it is
+// built, compressed, signed (the digest taken over the exact bytes as
+// they stream by) and encrypted, never held whole. S/MIME layers are BER
+// with indefinite lengths (openssl cms -stream's form). AES-GCM cannot
+// stream (NewWrapWriter returns an error wrapping cms.ErrNotStreamable).
+// Build it with NewWrapWriter, write the payload, then Close; it is not
+// safe for concurrent use.
+type WrapWriter struct {
+	w *wrapping
+	// in receives the payload (the innermost writer).
+	in io.Writer
+	// closers end the layers, innermost first.
+	closers []func() error
+	header  Header // of the outermost entity
+	// mic digests what the MIC covers, in every algorithm.
+	mic    *micHashes
+	closed bool
+	err    error
+}
+
+// layer is one S/MIME layer of a streamed build: the header of the
+// entity it makes and how it opens: given the writer of its own body,
+// it returns the writer of its content (the inner entity, header
+// included) and the function that ends it.
+type layer struct {
+	header Header
+	open   func(body io.Writer) (io.Writer, func() error, error)
+	// micHere: the MIC covers this layer's content.
+	micHere bool
+}
+
+// NewWrapWriter returns a WrapWriter that writes the body of the message
+// for a payload of type contentType (filename in Content-Disposition
+// when not empty) built per opts to dst. Nothing is written to dst until
+// the first layer's head; dst is not closed.
+func NewWrapWriter(dst io.Writer, contentType, filename string, opts WrapOptions) (*WrapWriter, error) {
+	if contentType == "" {
+		return nil, errors.New("wrap: empty content type")
+	}
+	if opts.Encrypt == cms.AES128GCM || opts.Encrypt == cms.AES256GCM {
+		return nil, fmt.Errorf("wrap: %w: %s", cms.ErrNotStreamable, opts.Encrypt)
+	}
+	if opts.Sign != 0 && (opts.SignerKey == nil || opts.SignerCert == nil) {
+		return nil, errors.New("wrap: signing needs SignerKey and SignerCert")
+	}
+	if opts.Encrypt != 0 && opts.RecipientCert == nil {
+		return nil, errors.New("wrap: encryption needs RecipientCert")
+	}
+	ww := &WrapWriter{w: newWrapping(opts)}
+	w := ww.w
+	payloadHeader := w.payloadEntity(nil, contentType, filename).header
+
+	// The layers, innermost first, in Wrap's order.
+	var layers []layer
+	compressedFirst := false
+	if opts.Compress == CompressBeforeSigning || (opts.Compress == CompressAfterSigning && opts.Sign == 0) {
+		layers = append(layers, w.compressLayer())
+		compressedFirst = true
+	}
+	if opts.Sign != 0 {
+		l, err := ww.signLayer()
+		if err != nil {
+			return nil, err
+		}
+		layers = append(layers, l)
+		if opts.Compress == CompressAfterSigning {
+			layers = append(layers, w.compressLayer())
+		}
+	}
+	if opts.Encrypt != 0 {
+		layers = append(layers, w.encryptLayer())
+	}
+	// Where the MIC is taken, by Wrap's rules (see wrapping.mic).
+	micAtPayload, micAtEntity := false, false
+	switch {
+	case opts.Sign != 0:
+		ww.w.micHash = opts.Sign
+		// the sign layer digests its content itself
+	case opts.Encrypt != 0:
+		layers[len(layers)-1].micHere = true
+	case opts.UnsignedMIC == MICContentOnly:
+		micAtPayload = true
+	case compressedFirst:
+		layers[0].micHere = true
+	default:
+		micAtEntity = true
+	}
+	if opts.Sign == 0 {
+		ww.mic = newMICHashes(w.micHash)
+	}
+
+	// Open the layers from the outermost in: each one's content is the
+	// next one's entity, header first.
+	body := dst
+	ww.header = payloadHeader
+	if len(layers) > 0 {
+		ww.header = layers[len(layers)-1].header
+	}
+	closers := make([]func() error, 0, len(layers)+1)
+	for i := len(layers) - 1; i >= 0; i-- {
+		content, closeLayer, err := layers[i].open(body)
+		if err != nil {
+			return nil, err
+		}
+		closers = append(closers, closeLayer)
+		if layers[i].micHere {
+			content = io.MultiWriter(content, ww.mic)
+		}
+		inner := payloadHeader
+		if i > 0 {
+			inner = layers[i-1].header
+		}
+		if _, err := content.Write(append(writeHeader(nil, inner), '\r', '\n')); err != nil {
+			return nil, fmt.Errorf("wrap: %w", err)
+		}
+		body = content
+	}
+	if micAtEntity {
+		// The payload entity is the message: its header fields travel as
+		// HTTP fields but the MIC covers them as the receiver rebuilds
+		// them.
+		ww.mic.Write(append(writeHeader(nil, payloadHeader), '\r', '\n'))
+		body = io.MultiWriter(body, ww.mic)
+	}
+	if w.te == "base64" {
+		b64 := newBase64LineWriter(body)
+		closers = append(closers, b64.Close)
+		body = b64
+	}
+	if micAtPayload {
+		body = io.MultiWriter(body, ww.mic)
+	}
+	ww.in = body
+	// Close the innermost first.
+	for i, j := 0, len(closers)-1; i < j; i, j = i+1, j-1 {
+		closers[i], closers[j] = closers[j], closers[i]
+	}
+	ww.closers = closers
+	return ww, nil
+}
+
+// Write adds p to the payload.
+func (ww *WrapWriter) Write(p []byte) (int, error) {
+	if ww.err != nil {
+		return 0, ww.err
+	}
+	if ww.closed {
+		return 0, errors.New("wrap: write after close")
+	}
+	n, err := ww.in.Write(p)
+	if err != nil {
+		ww.err = fmt.Errorf("wrap: %w", err)
+		return n, ww.err
+	}
+	return n, nil
+}
+
+// Close ends every layer and returns the message: Header as Wrap's, Body
+// nil (it went to the destination), the MIC and MICs.
+func (ww *WrapWriter) Close() (*Wrapped, error) {
+	if ww.err != nil {
+		return nil, ww.err
+	}
+	if ww.closed {
+		return nil, errors.New("wrap: closed twice")
+	}
+	ww.closed = true
+	for _, c := range ww.closers {
+		if err := c(); err != nil {
+			ww.err = err
+			if !errors.Is(err, ErrBoundaryInContent) {
+				ww.err = fmt.Errorf("wrap: %w", err)
+			}
+			return nil, ww.err
+		}
+	}
+	mics := ww.mic.sums()
+	mic, ok := FindMIC(mics, ww.w.micHash)
+	if !ok {
+		mic = MIC{Alg: ww.w.micHash, Digest: ww.mic.extra.Sum(nil)}
+	}
+	return &Wrapped{Header: ww.w.header(part{header: ww.header}), MIC: mic, MICs: mics}, nil
+}
+
+// compressLayer is a compressed-data entity.
+func (w *wrapping) compressLayer() layer {
+	return layer{
+		header: smimePart("compressed-data", "smime.p7z", nil, w.te).header,
+		open: func(body io.Writer) (io.Writer, func() error, error) {
+			out, closeOut := w.transferEncoded(body)
+			cw, err := cms.NewCompressWriter(out, StreamCompressionLevel)
+			if err != nil {
+				return nil, nil, err
+			}
+			return cw, func() error {
+				if err := cw.Close(); err != nil {
+					return err
+				}
+				return closeOut()
+			}, nil
+		},
+	}
+}
+
+// encryptLayer is an enveloped-data entity (CBC).
+func (w *wrapping) encryptLayer() layer {
+	return layer{
+		header: smimePart("enveloped-data", "smime.p7m", nil, w.te).header,
+		open: func(body io.Writer) (io.Writer, func() error, error) {
+			out, closeOut := w.transferEncoded(body)
+			ew, err := cms.NewEncryptWriter(out, []*x509.Certificate{w.opts.RecipientCert}, cms.EncryptOptions{
+				Cipher: w.opts.Encrypt, OAEP: w.opts.OAEP, OAEPHash: w.opts.OAEPHash, Rand: w.rnd,
+			})
+			if err != nil {
+				return nil, nil, err
+			}
+			return ew, func() error {
+				if err := ew.Close(); err != nil {
+					return err
+				}
+				return closeOut()
+			}, nil
+		},
+	}
+}
+
+// transferEncoded is body in the S/MIME bodies' transfer encoding and
+// the function that ends it.
+func (w *wrapping) transferEncoded(body io.Writer) (io.Writer, func() error) {
+	if w.te != "base64" {
+		return body, func() error { return nil }
+	}
+	b := newBase64LineWriter(body)
+	return b, b.Close
+}
+
+// signLayer is a multipart/signed entity whose boundary is drawn now; its
+// content is digested (every MIC algorithm) as it streams to the body
+// and scanned for the boundary.
+func (ww *WrapWriter) signLayer() (layer, error) {
+	w := ww.w
+	var r [12]byte
+	if _, err := io.ReadFull(w.rnd, r[:]); err != nil {
+		return layer{}, fmt.Errorf("wrap: boundary: %w", err)
+	}
+	boundary := "----=_Part_" + hex.EncodeToString(r[:])
+	micalg := MICAlgName(w.opts.Sign)
+	if w.opts.RFC3851MICAlg {
+		micalg = MICAlgNameRFC3851(w.opts.Sign)
+	}
+	ww.mic = newMICHashes(w.opts.Sign)
+	return layer{
+		header: Header{{"Content-Type", `multipart/signed; protocol="application/pkcs7-signature"; micalg=` +
+			micalg + `; boundary="` + boundary + `"`}},
+		open: func(body io.Writer) (io.Writer, func() error, error) {
+			if _, err := io.WriteString(body, "--"+boundary+"\r\n"); err != nil {
+				return nil, nil, err
+			}
+			scan := &boundaryScan{boundary: []byte(boundary)}
+			content := io.MultiWriter(body, ww.mic, scan)
+			return content, func() error {
+				if scan.found {
+					return ErrBoundaryInContent
+				}
+				sig, err := cms.SignDigest(ww.mic.sum(w.opts.Sign), w.opts.SignerCert, w.opts.SignerKey, cms.SignOptions{
+					Hash: w.opts.Sign, SigningTime: w.opts.Time, AlgorithmProtection: w.opts.AlgorithmProtection, Rand: w.rnd,
+				})
+				if err != nil {
+					return err
+				}
+				sigPart := part{
+					header: Header{
+						{"Content-Type", "application/pkcs7-signature; name=smime.p7s"},
+						{"Content-Transfer-Encoding", "base64"},
+						{"Content-Disposition", "attachment; filename=smime.p7s"},
+					},
+					body: encodeBase64Lines(sig),
+				}.bytes()
+				var b bytes.Buffer
+				b.WriteString("\r\n--" + boundary + "\r\n")
+				b.Write(sigPart)
+				b.WriteString("\r\n--" + boundary + "--\r\n")
+				_, err = body.Write(b.Bytes())
+				return err
+			}, nil
+		},
+	}, nil
+}
+
+// micHashes digests one stream in every MIC algorithm (and in extra, an
+// algorithm outside them, when asked for one).
+type micHashes struct {
+	hs    []hash.Hash
+	extra hash.Hash
+	w     io.Writer
+}
+
+func newMICHashes(want crypto.Hash) *micHashes {
+	m := &micHashes{}
+	ws := make([]io.Writer, 0, len(MICAlgorithms)+1)
+	found := false
+	for _, alg := range MICAlgorithms {
+		h := alg.New()
+		m.hs = append(m.hs, h)
+		ws = append(ws, h)
+		found = found || alg == want
+	}
+	if !found && want != 0 && want.Available() {
+		m.extra = want.New()
+		ws = append(ws, m.extra)
+	}
+	m.w = io.MultiWriter(ws...)
+	return m
+}
+
+func (m *micHashes) Write(p []byte) (int, error) { return m.w.Write(p) }
+
+// sums are the MICs in MICAlgorithms' order.
+func (m *micHashes) sums() []MIC {
+	out := make([]MIC, len(m.hs))
+	for i, h := range m.hs {
+		out[i] = MIC{Alg: MICAlgorithms[i], Digest: h.Sum(nil)}
+	}
+	return out
+}
+
+// sum is the digest in alg.
+func (m *micHashes) sum(alg crypto.Hash) []byte {
+	for i, a := range MICAlgorithms {
+		if a == alg {
+			return m.hs[i].Sum(nil)
+		}
+	}
+	return m.extra.Sum(nil)
+}
+
+// boundaryScan records whether the bytes written to it, across writes,
+// contain boundary.
+type boundaryScan struct {
+	boundary []byte
+	tail     []byte // the last len(boundary)-1 bytes seen
+	found    bool
+}
+
+func (s *boundaryScan) Write(p []byte) (int, error) {
+	if s.found {
+		return len(p), nil
+	}
+	k := len(s.boundary) - 1
+	if len(s.tail) > 0 {
+		// A boundary across the previous write and this one.
+		joined := append(s.tail, p[:min(len(p), k)]...)
+		if bytes.Contains(joined, s.boundary) {
+			s.found = true
+			return len(p), nil
+		}
+	}
+	if bytes.Contains(p, s.boundary) {
+		s.found = true
+		return len(p), nil
+	}
+	if len(p) >= k {
+		s.tail = append(s.tail[:0], p[len(p)-k:]...)
+	} else {
+		s.tail = append(s.tail, p...)
+		if len(s.tail) > k {
+			s.tail = append(s.tail[:0], s.tail[len(s.tail)-k:]...)
+		}
+	}
+	return len(p), nil
+}
+
+// base64LineWriter writes the base64 encoding of what it is given in
+// lines of 76 characters ending in CRLF, as encodeBase64Lines does.
+type base64LineWriter struct {
+	w   io.Writer
+	in  []byte // pending input, less than a line
+	out []byte
+}
+
+// b64Line is the input of one 76-character line.
+const b64Line = 57
+
+func newBase64LineWriter(w io.Writer) *base64LineWriter {
+	return &base64LineWriter{w: w, in: make([]byte, 0, b64Line)}
+}
+
+func (b *base64LineWriter) Write(p []byte) (int, error) {
+	n := len(p)
+	if len(b.in) > 0 {
+		c := copy(b.in[len(b.in):b64Line], p)
+		b.in, p = b.in[:len(b.in)+c], p[c:]
+		if len(b.in) < b64Line {
+			return n, nil
+		}
+		if err := b.emit(b.in); err != nil {
+			return 0, err
+		}
+		b.in = b.in[:0]
+	}
+	const batch = 1024 * b64Line
+	for len(p) >= b64Line {
+		m := min(len(p)-len(p)%b64Line, batch)
+		if err := b.emit(p[:m]); err != nil {
+			return 0, err
+		}
+		p = p[m:]
+	}
+	b.in = append(b.in, p...)
+	return n, nil
+}
+
+// emit encodes p (whole lines, or the last one) and writes it.
+func (b *base64LineWriter) emit(p []byte) error {
+	b.out = b.out[:0]
+	for len(p) > 0 {
+		n := min(b64Line, len(p))
+		b.out = base64.StdEncoding.AppendEncode(b.out, p[:n])
+		b.out = append(b.out, '\r', '\n')
+		p = p[n:]
+	}
+	_, err := b.w.Write(b.out)
+	return err
+}
+
+// Close writes the last, shorter line.
+func (b *base64LineWriter) Close() error {
+	if len(b.in) == 0 {
+		return nil
+	}
+	err := b.emit(b.in)
+	b.in = b.in[:0]
+	return err
+}
