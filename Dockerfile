@@ -4,6 +4,7 @@
 # (65532) on an empty base, entrypoint edihub, command serve.
 #
 #   docker build --build-arg VERSION=v1.2.3 -t edihub:v1.2.3 .
+#   docker build --build-arg BORING=1 ...   # with BoringCrypto (make image BORING=1)
 #
 # The build base is pinned to a Go patch release on Debian 12; pin it by
 # digest in your pipeline (docker buildx imagetools inspect golang:<tag>)
@@ -16,7 +17,13 @@ RUN go mod download
 COPY cmd ./cmd
 COPY internal ./internal
 ARG VERSION=dev
-RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.buildVersion=${VERSION}" -o /out/usr/local/bin/edihub ./cmd/edihub
+ARG BORING=
+RUN if [ "$BORING" = 1 ]; then \
+      GOEXPERIMENT=boringcrypto CGO_ENABLED=1 go build -trimpath -tags netgo,osusergo \
+        -ldflags "-s -w -X main.buildVersion=${VERSION} -linkmode external -extldflags -static" -o /out/usr/local/bin/edihub ./cmd/edihub; \
+    else \
+      CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.buildVersion=${VERSION}" -o /out/usr/local/bin/edihub ./cmd/edihub; \
+    fi
 RUN mkdir -p /out/etc/ssl/certs /out/home/nonroot /out/tmp \
  && cp /etc/ssl/certs/ca-certificates.crt /out/etc/ssl/certs/ \
  && printf 'root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin\n' > /out/etc/passwd \

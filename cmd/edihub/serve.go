@@ -37,6 +37,7 @@ type serveOptions struct {
 	httpAddr     string
 	apiAddr      string
 	opsAddr      string
+	opsPprof     bool
 	migrate      bool
 	maxBodyBytes int64
 	// maxMDNBytes bounds an async MDN, in the receiver and the poller.
@@ -79,6 +80,7 @@ func serveFlags(fs *flagSet) func(context.Context, *environment) error {
 	fs.String(&o.httpAddr, "http-addr", ":8080", "address of the AS2 and API listener")
 	fs.String(&o.apiAddr, "api-addr", "", "address of a separate REST API listener, so partners reach only /as2 on the AS2 listener; empty: the API is served on the AS2 listener")
 	fs.String(&o.opsAddr, "ops-addr", ":9090", "address of the ops listener (/metrics, /healthz, /readyz, /leader)")
+	fs.Bool(&o.opsPprof, "ops-pprof", false, "serve the Go runtime's profiles (CPU, heap, goroutines) under /debug/pprof/ on the ops listener, for performance work; off in production unless the ops listener is private")
 	fs.Bool(&o.migrate, "migrate", false, "apply pending database migrations before serving (otherwise an outdated schema stops the start)")
 	fs.Int64(&o.maxBodyBytes, "max-body-bytes", 100<<20, "largest request body accepted on the AS2 and API listener, in bytes")
 	fs.Int64(&o.maxMDNBytes, "max-mdn-bytes", mdn.DefaultMaxMDNBytes, "largest async MDN accepted on the AS2 listener, in bytes (HTTP 413 above it; an MDN is a few KiB); the leader's MDN poller keeps a larger one already stored as an orphan without reading it")
@@ -384,12 +386,13 @@ func (p *parts) listen(r *replica) (srvs servers, err error) {
 		return srvs, err
 	}
 	srvs.ops, err = bind("ops", o.opsAddr, httpserver.NewOpsRouter(httpserver.OpsOptions{
-		Logger:   r.log,
-		Metrics:  p.metrics,
-		Gatherer: r.reg,
-		Ready:    readiness(r.store, &p.draining),
-		Leader:   leaderHandler(p.elector, r.cfg),
-		Healthy:  p.elector.Healthy,
+		Logger:    r.log,
+		Metrics:   p.metrics,
+		Gatherer:  r.reg,
+		Ready:     readiness(r.store, &p.draining),
+		Leader:    leaderHandler(p.elector, r.cfg),
+		Healthy:   p.elector.Healthy,
+		Profiling: o.opsPprof,
 	}), "set EDIHUB_OPS_ADDR or -ops-addr to a free address")
 	return srvs, err
 }

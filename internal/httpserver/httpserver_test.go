@@ -137,6 +137,22 @@ func TestHealthzFollowsHealthyNotReadiness(t *testing.T) {
 	}
 }
 
+// TestOpsProfilingIsOptIn: /debug/pprof/ answers on the ops listener only
+// when Profiling is set.
+func TestOpsProfilingIsOptIn(t *testing.T) {
+	for _, give := range []bool{false, true} {
+		reg := prometheus.NewRegistry()
+		base := serve(t, "ops", httpserver.NewOpsRouter(httpserver.OpsOptions{
+			Logger: zap.NewNop(), Metrics: httpserver.NewMetrics(reg), Gatherer: reg,
+			Ready: func(context.Context) error { return nil }, Profiling: give,
+		}))
+		code, body := get(t, base+"/debug/pprof/goroutine?debug=1")
+		if got := code == http.StatusOK && strings.Contains(body, "goroutine profile"); got != give {
+			t.Errorf("Profiling %v: GET /debug/pprof/goroutine = %d %.80q, want served %v", give, code, body, give)
+		}
+	}
+}
+
 func TestMetricsExposeHTTPAndPool(t *testing.T) {
 	store := pgtest.Store(t)
 	reg := prometheus.NewRegistry()

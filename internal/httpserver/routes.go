@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"net/http/pprof"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -30,6 +31,11 @@ type OpsOptions struct {
 	// workers stuck). It must not depend on the database, or every
 	// replica would restart when it is down.
 	Healthy func() error
+	// Profiling serves the Go runtime's profiles under /debug/pprof/
+	// (net/http/pprof): CPU, heap, goroutines. They show code paths and
+	// timings, never payloads or keys, but a CPU profile costs CPU while
+	// it runs: off unless asked for.
+	Profiling bool
 }
 
 // ErrShuttingDown is returned by a Ready function while the replica drains:
@@ -41,7 +47,7 @@ var ErrShuttingDown = errors.New("shutting down")
 const readyTimeout = 2 * time.Second
 
 // NewOpsRouter returns the ops listener's routes: /healthz, /readyz,
-// /metrics and, when given, /leader.
+// /metrics and, when given, /leader and /debug/pprof/.
 func NewOpsRouter(opts OpsOptions) http.Handler {
 	r := chi.NewRouter()
 	log := opts.Logger.Named("ops")
@@ -77,6 +83,13 @@ func NewOpsRouter(opts OpsOptions) http.Handler {
 	}))
 	if opts.Leader != nil {
 		r.Method(http.MethodGet, "/leader", opts.Leader)
+	}
+	if opts.Profiling {
+		r.HandleFunc("/debug/pprof/*", pprof.Index)
+		r.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		r.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		r.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		r.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	}
 	return r
 }

@@ -321,25 +321,46 @@ func (s *Store) WritePayload(ctx context.Context, id int64, to func(MessageInfo)
 		return m, err
 	}
 	w := to(m) // m.Size is the payload's: checked when it was stored
-	rows, err := s.pool.Query(ctx, `SELECT data FROM payload_chunks WHERE message_id = $1 ORDER BY seq`, id)
-	if err != nil {
-		return m, fmt.Errorf("payload of message %d: %w", id, err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		// The raw value, no copy per piece, when it comes in binary.
-		piece := rows.RawValues()[0]
-		if rows.FieldDescriptions()[0].Format != pgtype.BinaryFormatCode {
-			if err := rows.Scan(&piece); err != nil {
-				return m, fmt.Errorf("payload of message %d: %w", id, err)
-			}
+	// One piece per round trip, read whole before it is written: w may be
+	// a slow HTTP client, and a result left unread while it stalls would
+	// close the server's window to us for as long, which the server's
+	// dead-peer timeout (tcp_user_timeout) and our watch (deadpeer.go)
+	// take for a dead peer. Between round trips the connection is idle,
+	// where keepalives tell a live peer from a dead one.
+	var buf []byte
+	var written int64
+	for seq := int32(1); ; seq++ {
+		rows, err := s.pool.Query(ctx, `SELECT data FROM payload_chunks WHERE message_id = $1 AND seq = $2`, id, seq)
+		if err != nil {
+			return m, fmt.Errorf("payload of message %d: %w", id, err)
 		}
-		if _, err := w.Write(piece); err != nil {
+		found := rows.Next()
+		if found {
+			// The raw value, copied once into buf, when it comes in binary.
+			raw := rows.RawValues()[0]
+			if rows.FieldDescriptions()[0].Format != pgtype.BinaryFormatCode {
+				if err := rows.Scan(&raw); err != nil {
+					rows.Close()
+					return m, fmt.Errorf("payload of message %d: %w", id, err)
+				}
+			}
+			buf = append(buf[:0], raw...)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return m, fmt.Errorf("payload of message %d: %w", id, err)
+		}
+		if !found {
+			break
+		}
+		if _, err := w.Write(buf); err != nil {
 			return m, err
 		}
+		written += int64(len(buf))
 	}
-	if err := rows.Err(); err != nil {
-		return m, fmt.Errorf("payload of message %d: %w", id, err)
+	if written != m.Size {
+		// Pieces deleted while they were read (a purge).
+		return m, fmt.Errorf("payload of message %d: %d bytes of %d found", id, written, m.Size)
 	}
 	return m, nil
 }

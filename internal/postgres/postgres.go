@@ -9,7 +9,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"strconv"
 	"time"
 
@@ -37,10 +36,13 @@ type Options struct {
 	// idle transaction that the server is about to end.
 	TermLockTimeout time.Duration
 	// DeadPeerTimeout is how fast a connection notices a peer that went
-	// away without closing it (network cut, host down): TCP keepalives and
-	// TCP_USER_TIMEOUT on the client side, and the same settings asked of
-	// the server for its end (tcp_keepalives_*, tcp_user_timeout), unless
-	// the URL sets them. 0 means 10 s.
+	// away without closing it (network cut, host down): on the client
+	// side TCP keepalives and a watch that closes a connection whose
+	// server acknowledged nothing for this long while owing an
+	// acknowledgement (a server that only stopped reading, its window
+	// closed, is alive however long it stalls); the server is asked the
+	// same for its end (tcp_keepalives_*, tcp_user_timeout), unless the
+	// URL sets them. 0 means 10 s.
 	DeadPeerTimeout time.Duration
 }
 
@@ -108,21 +110,16 @@ func open(ctx context.Context, url string, opts Options, tracer pgx.QueryTracer)
 
 // detectDeadPeers makes connections notice within about d a peer that is
 // gone without closing the connection. Client side: TCP keepalives probe
-// an idle connection after d/3, every d/6, three times; TCP_USER_TIMEOUT
-// (Linux) drops a connection whose sent data stays unacknowledged for d.
-// Server side, unless the URL says otherwise: the same keepalives and
-// tcp_user_timeout, so the server ends the session of a replica cut off
-// with a transaction open.
+// an idle connection after d/3, every d/6, three times, and a watch
+// (deadPeerDialer) closes a connection whose server acknowledged nothing
+// for d while owing it (not TCP_USER_TIMEOUT, which also ends a
+// connection to a live server that stopped reading for d: see
+// deadpeer.go). Server side, unless the URL says otherwise: the same
+// keepalives and tcp_user_timeout, so the server ends the session of a
+// replica cut off with a transaction open.
 func detectDeadPeers(cc *pgx.ConnConfig, d time.Duration) {
 	idle, interval := max(d/3, time.Second), max(d/6, time.Second)
-	dialer := &net.Dialer{
-		Timeout: cc.ConnectTimeout,
-		KeepAliveConfig: net.KeepAliveConfig{
-			Enable: true, Idle: idle, Interval: interval, Count: 3,
-		},
-		Control: tcpUserTimeout(d),
-	}
-	cc.DialFunc = dialer.DialContext
+	cc.DialFunc = deadPeerDialer(cc.ConnectTimeout, d)
 	for k, v := range map[string]string{
 		"tcp_keepalives_idle":     strconv.Itoa(int(idle / time.Second)),
 		"tcp_keepalives_interval": strconv.Itoa(int(interval / time.Second)),

@@ -1,27 +1,36 @@
 package postgres
 
 import (
-	"syscall"
+	"net"
 	"time"
 
 	"golang.org/x/sys/unix"
 )
 
-// tcpUserTimeout returns a net.Dialer Control function that sets
-// TCP_USER_TIMEOUT to d on TCP sockets: data left unacknowledged for d
-// drops the connection.
-func tcpUserTimeout(d time.Duration) func(network, address string, c syscall.RawConn) error {
-	return func(network, _ string, c syscall.RawConn) error {
-		if network != "tcp" && network != "tcp4" && network != "tcp6" {
-			return nil
-		}
-		var serr error
-		err := c.Control(func(fd uintptr) {
-			serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_USER_TIMEOUT, int(d.Milliseconds()))
-		})
-		if err != nil {
-			return err
-		}
-		return serr
+// tcpState reads what peerSilent needs from the kernel's TCP_INFO of c.
+func tcpState(c *net.TCPConn) (tcpSample, error) {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return tcpSample{}, err
 	}
+	var (
+		info *unix.TCPInfo
+		ierr error
+	)
+	if err := rc.Control(func(fd uintptr) {
+		info, ierr = unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO)
+	}); err != nil {
+		return tcpSample{}, err
+	}
+	if ierr != nil {
+		return tcpSample{}, ierr
+	}
+	return tcpSample{
+		unacked:     info.Unacked,
+		probes:      info.Probes,
+		lastAckRecv: time.Duration(info.Last_ack_recv) * time.Millisecond,
+	}, nil
 }
+
+// watchable reports whether tcpState works here.
+const watchable = true

@@ -3,12 +3,14 @@
 package postgres
 
 import (
-	"syscall"
-	"time"
+	"errors"
+	"net"
 )
 
-// tcpUserTimeout is Linux-only; elsewhere keepalives alone detect a dead
-// peer.
-func tcpUserTimeout(time.Duration) func(network, address string, c syscall.RawConn) error {
-	return nil
+// tcpState is Linux-only; elsewhere keepalives alone detect a dead peer.
+func tcpState(*net.TCPConn) (tcpSample, error) {
+	return tcpSample{}, errors.ErrUnsupported
 }
+
+// watchable reports whether tcpState works here.
+const watchable = false

@@ -107,6 +107,21 @@ type options struct {
 	consoleMessages int
 	consoleRuns     int
 	consoleOnly     bool
+	// servedDuration is loadgen's timed window against edihub serve
+	// (served.go); 0 skips it. servedProfile, when set, is where a CPU
+	// profile of edihub serve during that window is written.
+	servedDuration time.Duration
+	servedProfile  string
+	servedOnly     bool
+	// servedBoring measures a GOEXPERIMENT=boringcrypto build of edihub
+	// beside the standard one; rsaChild (internal) prints the RSA
+	// figures of this build for the station key in that directory.
+	servedBoring bool
+	rsaChild     string
+	// scaleOut is the most replicas of the scale-out run (served.go);
+	// 0 skips it.
+	scaleOut     int
+	scaleOutOnly bool
 	// sum gathers the figures into the closing table.
 	sum *summary
 
@@ -136,6 +151,13 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	fs.IntVar(&o.consoleMessages, "console-messages", 1_000_000, "messages in the database of the console queries run (p50 and p95 of each); 0 skips it")
 	fs.IntVar(&o.consoleRuns, "console-runs", 200, "timed runs of each console query")
 	fs.BoolVar(&o.consoleOnly, "console-only", false, "run only the console queries measurement")
+	fs.DurationVar(&o.servedDuration, "served-duration", 20*time.Second, "loadgen's timed window against the built edihub serve (whole-machine throughput vs the RSA bound, CPU per message of edihub and PostgreSQL, statements per message); 0 skips it")
+	fs.StringVar(&o.servedProfile, "served-cpuprofile", "", "keep the CPU profile of edihub serve during loadgen's window in this file (and the BoringCrypto build's in this file + .boring); the top entries are printed either way")
+	fs.BoolVar(&o.servedOnly, "served-only", false, "run only the served measurement")
+	fs.BoolVar(&o.servedBoring, "served-boring", true, "measure also a BoringCrypto build of edihub (GOEXPERIMENT=boringcrypto, needs cgo and gcc) with its own RSA bound, side by side")
+	fs.IntVar(&o.scaleOut, "scale-out", 3, "receive throughput with 1 up to this many replicas of edihub serve on one database (loadgen against all of them, -served-duration each); 0 skips it")
+	fs.BoolVar(&o.scaleOutOnly, "scale-out-only", false, "run only the scale-out measurement")
+	fs.StringVar(&o.rsaChild, "rsa-child", "", "internal: print this build's RSA figures for the station key in this directory")
 	fs.StringVar(&o.child, "rss-child", "", "internal: run the receiver for the peak-memory run with the keys in this directory")
 	fs.StringVar(&o.sendChild, "send-child", "", "internal: run the sender of the large send with the keys in this directory")
 	fs.StringVar(&o.sendTo, "send-to", "", "internal: the large send's partner URL")
@@ -146,6 +168,9 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	}
 	if o.child != "" {
 		return child(ctx, o)
+	}
+	if o.rsaChild != "" {
+		return rsaChild(o.rsaChild, out)
 	}
 	if o.sendChild != "" {
 		return sendChild(ctx, o, o.sendTo)
@@ -167,9 +192,17 @@ func sections(ctx context.Context, out io.Writer, o options) error {
 			return err
 		}
 		defer os.RemoveAll(dir)
-		srv, err := pgserver.New(pgserver.Options{Dir: dir, Settings: map[string]string{
+		settings := map[string]string{
 			"fsync": "off", "synchronous_commit": "off", "full_page_writes": "off", "shared_buffers": "256MB", "max_connections": "100",
-		}})
+		}
+		// pg_stat_statements, when installed, counts the served edihub's
+		// statements per message (served.go).
+		if bin, err := pgserver.FindBinDir(); err == nil {
+			if _, err := os.Stat(filepath.Join(bin, "..", "lib", "pg_stat_statements.so")); err == nil {
+				settings["shared_preload_libraries"] = "pg_stat_statements"
+			}
+		}
+		srv, err := pgserver.New(pgserver.Options{Dir: dir, Settings: settings})
 		if err != nil {
 			return err
 		}
@@ -203,11 +236,27 @@ func sections(ctx context.Context, out io.Writer, o options) error {
 	if o.consoleOnly {
 		return consoleBench(ctx, out, o)
 	}
+	if o.servedOnly {
+		return servedBench(ctx, out, o, partner, st)
+	}
+	if o.scaleOutOnly {
+		return scaleOutBench(ctx, out, o, partner, st)
+	}
 	if o.sendOnly {
 		return largeSendBench(ctx, out, o, partner, st)
 	}
 	if err := throughput(ctx, out, o, store, partner, st); err != nil {
 		return err
+	}
+	if o.servedDuration > 0 {
+		if err := servedBench(ctx, out, o, partner, st); err != nil {
+			return err
+		}
+		if o.scaleOut > 0 {
+			if err := scaleOutBench(ctx, out, o, partner, st); err != nil {
+				return err
+			}
+		}
 	}
 	if o.pollerMDNs > 0 {
 		if err := pollerBench(ctx, out, o, store, partner, st); err != nil {

@@ -51,7 +51,7 @@ type options struct {
 
 func main() {
 	var o options
-	flag.StringVar(&o.url, "url", "", "the hub's AS2 URL (required), e.g. http://127.0.0.1:8080/as2")
+	flag.StringVar(&o.url, "url", "", "the hub's AS2 URL (required), e.g. http://127.0.0.1:8080/as2; several, comma-separated (replicas without a load balancer), share the senders in turn")
 	flag.StringVar(&o.from, "from", "", "AS2-From: the partner's AS2 ID (required)")
 	flag.StringVar(&o.to, "to", "", "AS2-To: the hub's AS2 ID (required)")
 	flag.StringVar(&o.key, "key", "", "the partner's private key (PEM) to sign with (required)")
@@ -169,7 +169,9 @@ func load(ctx context.Context, o options, msgs []message, pids []int) result {
 	var mu sync.Mutex
 	res := result{dispositions: map[string]int{}, failures: map[string]int{}}
 	var wg sync.WaitGroup
-	for range o.senders {
+	urls := senderURLs(o.url, o.senders)
+	for i := range o.senders {
+		url := urls[i]
 		wg.Go(func() {
 			for {
 				select {
@@ -179,7 +181,7 @@ func load(ctx context.Context, o options, msgs []message, pids []int) result {
 				}
 				n := seq.Add(1)
 				t0 := time.Now()
-				disp, err := post(ctx, client, o, msgs[int(n)%len(msgs)], n)
+				disp, err := post(ctx, client, o, url, msgs[int(n)%len(msgs)], n)
 				took := time.Since(t0)
 				if !counting.Load() {
 					continue
@@ -213,10 +215,26 @@ func load(ctx context.Context, o options, msgs []message, pids []int) result {
 	return res
 }
 
+// senderURLs gives each of n senders one of the comma-separated URLs of
+// list, in turn.
+func senderURLs(list string, n int) []string {
+	var urls []string
+	for _, u := range strings.Split(list, ",") {
+		if u = strings.TrimSpace(u); u != "" {
+			urls = append(urls, u)
+		}
+	}
+	out := make([]string, n)
+	for i := range out {
+		out[i] = urls[i%len(urls)]
+	}
+	return out
+}
+
 // post sends message m as the n-th request and returns the disposition
 // of its synchronous MDN ("" when none was asked).
-func post(ctx context.Context, client *http.Client, o options, m message, n int64) (string, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, o.url, bytes.NewReader(m.body))
+func post(ctx context.Context, client *http.Client, o options, url string, m message, n int64) (string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(m.body))
 	if err != nil {
 		return "", err
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"os"
+	"slices"
 	"testing"
 )
 
@@ -37,5 +38,13 @@ func TestCPUOfThisProcess(t *testing.T) {
 	}
 	if _, err := parsePIDs("1,x"); err == nil {
 		t.Error("parsePIDs accepted x")
+	}
+}
+
+func TestSenderURLs(t *testing.T) {
+	got := senderURLs("http://a/as2, http://b/as2,", 5)
+	want := []string{"http://a/as2", "http://b/as2", "http://a/as2", "http://b/as2", "http://a/as2"}
+	if !slices.Equal(got, want) {
+		t.Errorf("senderURLs = %q, want %q", got, want)
 	}
 }
