@@ -62,6 +62,7 @@ type purgeOptions struct {
 	interval       time.Duration
 	retention      time.Duration
 	auditRetention time.Duration
+	restartExpiry  time.Duration
 	batch          int
 }
 
@@ -69,6 +70,7 @@ func (o *purgeOptions) flags(fs *flagSet) {
 	fs.Duration(&o.interval, "purge-interval", outbox.DefaultPurgeInterval, "how often the leader deletes what is past its retention")
 	fs.Duration(&o.retention, "retention", outbox.DefaultRetention, "how long finished outbox rows, payloads, MDNs, processed inbox MDNs, heartbeats and events are kept")
 	fs.Duration(&o.auditRetention, "audit-retention", outbox.DefaultAuditRetention, "how long final message rows (the audit trail) are kept; at least -retention")
+	fs.Duration(&o.restartExpiry, "as2-restart-expiry", outbox.DefaultRestartExpiry, "how long an interrupted AS2 restart transfer is kept after its last byte arrived, for its partner to resume it; then the leader's purger deletes it and a resume gets HTTP 412 (the partner sends the message again)")
 	fs.Int(&o.batch, "purge-batch", outbox.DefaultPurgeBatch, "rows the purger deletes per short transaction")
 }
 
@@ -80,6 +82,8 @@ func (o purgeOptions) validate() error {
 		return fmt.Errorf("EDIHUB_RETENTION (-retention) must be positive, got %s; use a duration such as 720h (30 days)", o.retention)
 	case o.auditRetention < o.retention:
 		return fmt.Errorf("EDIHUB_AUDIT_RETENTION (-audit-retention) %s must be at least EDIHUB_RETENTION (-retention) %s; raise it (default 9600h, 400 days)", o.auditRetention, o.retention)
+	case o.restartExpiry <= 0:
+		return fmt.Errorf("EDIHUB_AS2_RESTART_EXPIRY (-as2-restart-expiry) must be positive, got %s; use a duration such as 24h", o.restartExpiry)
 	case o.batch < 1:
 		return fmt.Errorf("EDIHUB_PURGE_BATCH (-purge-batch) must be at least 1, got %d", o.batch)
 	}

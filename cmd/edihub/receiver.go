@@ -26,6 +26,10 @@ func newReceiver(log *zap.Logger, reg prometheus.Registerer, store *postgres.Sto
 	if err != nil {
 		return nil, err
 	}
+	var restart receiver.RestartStore
+	if o.as2Restart {
+		restart = store
+	}
 	return receiver.New(receiver.Options{
 		EDI:    tracker,
 		Store:  store,
@@ -47,5 +51,8 @@ func newReceiver(log *zap.Logger, reg prometheus.Registerer, store *postgres.Sto
 		MaxConcurrentPerPartner: o.maxConcurrentPerPartner,
 		Spool:                   sp,
 		SpoolFromBytes:          o.spoolFromBytes,
+		RetryWindow:             o.outbound.retryWindow,
+		Restart:                 restart,
+		RestartLimits:           postgres.RestartLimits{PartnerBytes: o.as2RestartPartnerMaxBytes, TotalBytes: o.as2RestartMaxBytes},
 	})
 }

@@ -43,6 +43,10 @@ type serveOptions struct {
 	maxMDNBytes int64
 	// as2ReadTimeout bounds reading one AS2 request body.
 	as2ReadTimeout time.Duration
+	// as2Restart* are the AS2 restart settings (receiver.Options.Restart).
+	as2Restart                bool
+	as2RestartMaxBytes        int64
+	as2RestartPartnerMaxBytes int64
 	// maxDecompressedBytes bounds the decompressed bytes of one message;
 	// 0 means 4 × maxBodyBytes (see decompressionLimit).
 	maxDecompressedBytes int64
@@ -84,6 +88,9 @@ func serveFlags(fs *flagSet) func(context.Context, *environment) error {
 	fs.String(&o.spoolDir, "spool-dir", "", "directory under which AS2 bodies and API documents larger than spool-from-bytes (and chunked ones) are spooled to disk, and outbound messages that large are built, in a subdirectory per process removed at exit (and at the next start after a crash); empty: the system's temporary directory. On Kubernetes, an emptyDir volume")
 	fs.Int64(&o.spoolMaxBytes, "spool-max-bytes", 8<<30, "most bytes the spool holds on disk for all large messages in flight on this replica (a received one takes its body and its payload, an API upload its document, a send its built body); over it, HTTP 503 with Retry-After so partners and API clients resend, and a send is retried later")
 	fs.Int64(&o.spoolFromBytes, "spool-from-bytes", receiver.DefaultSpoolFromBytes, "AS2 bodies and API documents whose Content-Length is above this many bytes are spooled to disk and unwrapped (stored) as a stream in constant memory, and outbound messages whose payload is above it are built as a stream into the spool and sent from it; smaller ones are handled in memory")
+	fs.Bool(&o.as2Restart, "as2-restart", true, "let partners resume interrupted transfers of large messages (AS2 restart, draft-harding-as2-restart): a request over spool-from-bytes that asks for it (EDIINT-Features: AS2-Restart and an ETag) has its body kept in the database as it arrives, so that the partner can ask any replica how much arrived (HEAD) and send the rest; a partner's profile may turn it off (as2_restart: false)")
+	fs.Int64(&o.as2RestartMaxBytes, "as2-restart-max-bytes", receiver.DefaultRestartMaxBytes, "most bytes all partners' open AS2 restart transfers may hold in the database, counted by their declared lengths; a transfer over it is received without restart")
+	fs.Int64(&o.as2RestartPartnerMaxBytes, "as2-restart-partner-max-bytes", receiver.DefaultRestartPartnerMaxBytes, "most bytes one partner's open AS2 restart transfers may hold in the database, counted by their declared lengths; a transfer over it is received without restart")
 	fs.Duration(&o.as2ReadTimeout, "as2-read-timeout", 5*time.Minute, "how long a partner may take to send the body of one AS2 request (after its header); slower requests get HTTP 408 and nothing is stored")
 	fs.Duration(&o.drainTimeout, "shutdown-timeout", 20*time.Second, "how long shutdown waits for in-flight HTTP requests")
 	fs.Duration(&o.drainDelay, "shutdown-delay", 0, "on SIGTERM, how long to keep serving HTTP (with /readyz failing) after the lease is released, so load balancers stop sending traffic before the listeners close; 5s suits Kubernetes")
@@ -121,6 +128,9 @@ func (o serveOptions) validate() error {
 	}
 	if err := o.validateSpool(); err != nil {
 		return err
+	}
+	if o.as2RestartMaxBytes <= 0 || o.as2RestartPartnerMaxBytes <= 0 {
+		return fmt.Errorf("EDIHUB_AS2_RESTART_MAX_BYTES (-as2-restart-max-bytes) and EDIHUB_AS2_RESTART_PARTNER_MAX_BYTES (-as2-restart-partner-max-bytes) must be positive, got %d and %d; to turn AS2 restart off, set EDIHUB_AS2_RESTART=false", o.as2RestartMaxBytes, o.as2RestartPartnerMaxBytes)
 	}
 	if o.maxConcurrentPerPartner < 0 {
 		return fmt.Errorf("EDIHUB_MAX_CONCURRENT_PER_PARTNER (-max-concurrent-per-partner) must not be negative, got %d; 0 means no cap", o.maxConcurrentPerPartner)

@@ -92,7 +92,7 @@ func newPurger(r *replica) (leader.Worker, error) {
 	po := r.o.purge
 	return outbox.NewPurger(outbox.PurgerOptions{
 		Store: r.store, Logger: r.log, Registerer: r.reg,
-		Interval: po.interval, Retention: po.retention, AuditRetention: po.auditRetention, Batch: po.batch,
+		Interval: po.interval, Retention: po.retention, AuditRetention: po.auditRetention, RestartExpiry: po.restartExpiry, Batch: po.batch,
 	})
 }
 

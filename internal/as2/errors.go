@@ -20,9 +20,12 @@ const (
 // edihub puts on what it sends and answers: only what it supports.
 // AS2-Reliability: a resend keeps its Message-ID and bytes, and a
 // repeated Message-ID is answered with the MDN stored the first time,
-// delivered once. Not listed: multiple-attachments (one payload per
-// message) and CEM (no certificate exchange messages).
-const EDIINTFeatures = "AS2-Reliability"
+// delivered once. AS2-Restart (draft-harding-as2-restart): a partner
+// may resume an interrupted transfer of a large message to edihub
+// (receiving; a partner's profile may turn it off with as2_restart).
+// Not listed: multiple-attachments (one payload per message) and CEM (no
+// certificate exchange messages).
+const EDIINTFeatures = "AS2-Reliability, AS2-Restart"
 
 // ErrInsufficientSecurity is for the caller to return when a message lacks
 // the signing or encryption its partner profile requires (Unwrap reports

@@ -294,6 +294,18 @@ type Partner struct {
 	// RefuseReplays refuses such messages (authentication-failed) instead
 	// of only flagging them.
 	RefuseReplays bool
+	// AS2Restart lets the partner resume an interrupted transfer of a
+	// large message (draft-harding-as2-restart) when its request asks
+	// for it (EDIINT-Features: AS2-Restart and an ETag); false receives
+	// such a request as any other. Default true (as2_restart absent or
+	// true).
+	AS2Restart bool
+	// AS2RestartSend sends large messages to the partner with AS2
+	// restart: an ETag, and on a retry after a broken transfer HEAD and
+	// the rest. Only when as2_restart is set to true: a partner that
+	// does not implement it could answer a HEAD with the length of
+	// something else.
+	AS2RestartSend bool
 	// EDI is what edihub does with the X12 and EDIFACT interchanges the
 	// partner exchanges (edi_* keys; see docs/edi.md).
 	EDI EDISettings
@@ -915,6 +927,8 @@ func (p *parser) partnerMDN(field string, raw *rawPartner, st *Station, pa *Part
 // message to the partner is tried.
 func (p *parser) partnerRetries(field string, raw *rawPartner, pa *Partner) error {
 	pa.RefuseReplays = raw.RefuseReplays
+	pa.AS2Restart = raw.AS2Restart == nil || *raw.AS2Restart
+	pa.AS2RestartSend = raw.AS2Restart != nil && *raw.AS2Restart
 	pa.ReplayWindow = DefaultReplayWindow
 	if raw.ReplayWindow != "" {
 		d, err := time.ParseDuration(strings.TrimSpace(raw.ReplayWindow))

@@ -27,7 +27,7 @@ var (
 		"resend_overdue",
 		"retry_window",
 		"mic_include_headers", "mdn_hosts", "allow_private_mdn_targets", "auth",
-		"tls", "headers", "proxy", "replay_window", "refuse_replays",
+		"tls", "headers", "proxy", "replay_window", "refuse_replays", "as2_restart",
 		"profile", "micalg_names",
 		"edi_acks", "edi_x12_ack", "edi_ack_due", "edi_duplicates", "edi_duplicate_window",
 	}
@@ -96,6 +96,7 @@ type rawPartner struct {
 	Proxy                  string            `yaml:"proxy,omitempty"`
 	ReplayWindow           string            `yaml:"replay_window,omitempty"`
 	RefuseReplays          bool              `yaml:"refuse_replays,omitempty"`
+	AS2Restart             *bool             `yaml:"as2_restart,omitempty"`
 	Profile                string            `yaml:"profile,omitempty"`
 	MICAlgNames            string            `yaml:"micalg_names,omitempty"`
 	EDIAcks                bool              `yaml:"edi_acks,omitempty"`

@@ -252,6 +252,7 @@ func x12GroupResponse(w *x12Writer, kind AckKind, g Group) AckStatus {
 			w.seg(setTag, "A")
 			continue
 		}
+		x12SegmentNotes(w, kind, s)
 		w.seg(setTag, append([]string{"R"}, problemCodes(s.Problems, ak5Codes, 5)...)...)
 	}
 	// Sets past the recording limit were only counted: accepted unless
@@ -271,6 +272,47 @@ func x12GroupResponse(w *x12Writer, kind AckKind, g Group) AckStatus {
 	elems := []string{status, strconv.Itoa(declared), strconv.Itoa(g.SetCount), strconv.Itoa(accepted)}
 	w.seg("AK9", append(elems, problemCodes(g.Problems, ak9Codes, 5)...)...)
 	return verdict
+}
+
+// x12SegmentNotes writes the segment and element notes (AK3/AK4, IK3/IK4
+// for a 999) of set s's problems that name a segment: its SE missing
+// where it was expected (AK304 3, mandatory segment missing), or an SE
+// whose count (SE01, data element 96) or control number (SE02, 329)
+// disagrees (AK304 8, segment has data element errors; AK403 7, invalid
+// value, with the value received). A segment out of place is not located:
+// its AK5 code (5) says it.
+func x12SegmentNotes(w *x12Writer, kind AckKind, s Set) {
+	segTag, elemTag := "AK3", "AK4"
+	if kind == Ack999 {
+		segTag, elemTag = "IK3", "IK4"
+	}
+	has := func(p Problem) bool {
+		for _, q := range s.Problems {
+			if q == p {
+				return true
+			}
+		}
+		return false
+	}
+	if has(ProblemTrailerMissing) {
+		w.seg(segTag, "SE", strconv.Itoa(s.Segments+1), "", "3")
+		return
+	}
+	count, control := has(ProblemCountMismatch), has(ProblemControlMismatch)
+	if !count && !control {
+		return
+	}
+	w.seg(segTag, "SE", strconv.Itoa(s.Segments), "", "8")
+	if count {
+		got := ""
+		if s.DeclaredCount >= 0 {
+			got = strconv.Itoa(s.DeclaredCount)
+		}
+		w.seg(elemTag, "1", "96", "7", got)
+	}
+	if control {
+		w.seg(elemTag, "2", "329", "7", s.TrailerControl)
+	}
 }
 
 func problemCodes(ps []Problem, codes map[Problem]string, max int) []string {

@@ -52,16 +52,26 @@ func readFixture(t *testing.T, name string) []byte {
 func TestAcknowledgeX12(t *testing.T) {
 	good := readFixture(t, "x12-850-x12org-004010X357-ex1.edi")
 	bad := bytes.Replace(good, []byte("SE*10*0001"), []byte("SE*11*0001"), 1)
+	worse := bytes.Replace(good, []byte("SE*10*0001"), []byte("SE*11*0002"), 1)
 	tests := []struct {
-		name     string
-		give     []byte
-		kind     edi.AckKind
-		wantBody [][]string
-		want     edi.AckStatus
+		name      string
+		give      []byte
+		kind      edi.AckKind
+		wantBody  [][]string
+		want      edi.AckStatus
+		wantCodes []string
 	}{
-		{"997 accepted", good, edi.Ack997, [][]string{{"AK1", "PO", "101"}, {"AK2", "850", "0001"}, {"AK5", "A"}, {"AK9", "A", "1", "1", "1"}}, edi.AckAccepted},
-		{"999 accepted", good, edi.Ack999, [][]string{{"AK1", "PO", "101", "004010X357"}, {"AK2", "850", "0001"}, {"IK5", "A"}, {"AK9", "A", "1", "1", "1"}}, edi.AckAccepted},
-		{"997 segment count wrong", bad, edi.Ack997, [][]string{{"AK1", "PO", "101"}, {"AK2", "850", "0001"}, {"AK5", "R", "4"}, {"AK9", "R", "1", "1", "0"}}, edi.AckRejected},
+		{"997 accepted", good, edi.Ack997, [][]string{{"AK1", "PO", "101"}, {"AK2", "850", "0001"}, {"AK5", "A"}, {"AK9", "A", "1", "1", "1"}}, edi.AckAccepted, nil},
+		{"999 accepted", good, edi.Ack999, [][]string{{"AK1", "PO", "101", "004010X357"}, {"AK2", "850", "0001"}, {"IK5", "A"}, {"AK9", "A", "1", "1", "1"}}, edi.AckAccepted, nil},
+		{"997 segment count wrong", bad, edi.Ack997, [][]string{{"AK1", "PO", "101"}, {"AK2", "850", "0001"},
+			{"AK3", "SE", "10", "", "8"}, {"AK4", "1", "96", "7", "11"}, {"AK5", "R", "4"}, {"AK9", "R", "1", "1", "0"}}, edi.AckRejected,
+			[]string{"AK3/0001/SE@10:8", "AK4/0001/SE@10/1:7", "AK5/0001:4"}},
+		{"999 segment count and control number wrong", worse, edi.Ack999, [][]string{{"AK1", "PO", "101", "004010X357"}, {"AK2", "850", "0001"},
+			{"IK3", "SE", "10", "", "8"}, {"IK4", "1", "96", "7", "11"}, {"IK4", "2", "329", "7", "0002"}, {"IK5", "R", "4", "3"}, {"AK9", "R", "1", "1", "0"}}, edi.AckRejected,
+			[]string{"IK3/0001/SE@10:8", "IK4/0001/SE@10/1:7", "IK4/0001/SE@10/2:7", "AK5/0001:4", "AK5/0001:3"}},
+		{"997 trailer missing", bytes.Replace(good, []byte("SE*10*0001~"), nil, 1), edi.Ack997, [][]string{{"AK1", "PO", "101"}, {"AK2", "850", "0001"},
+			{"AK3", "SE", "10", "", "3"}, {"AK5", "R", "2"}, {"AK9", "R", "1", "1", "0"}}, edi.AckRejected,
+			[]string{"AK3/0001/SE@10:3", "AK5/0001:2"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -93,8 +103,8 @@ func TestAcknowledgeX12(t *testing.T) {
 			if len(acks) != 1 || !back.Interchanges[0].OK() {
 				t.Fatalf("Parse(ack) = %+v, want one acknowledgement without problems", back)
 			}
-			if v := acks[0].Verdicts(); len(v) != 1 || v[0].GroupControl != "101" || v[0].Status != tt.want {
-				t.Errorf("Verdicts() = %+v, want group 101 %s", v, tt.want)
+			if v := acks[0].Verdicts(); len(v) != 1 || v[0].GroupControl != "101" || v[0].Status != tt.want || !cmp.Equal(v[0].Codes, tt.wantCodes) {
+				t.Errorf("Verdicts() = %+v, want group 101 %s %q", v, tt.want, tt.wantCodes)
 			}
 		})
 	}
@@ -105,12 +115,14 @@ func TestAcknowledgeX12(t *testing.T) {
 func TestAcknowledgeTA1(t *testing.T) {
 	good := readFixture(t, "x12-850-x12org-004010X357-ex1.edi")
 	tests := []struct {
-		name string
-		give []byte
-		want string
+		name        string
+		give        []byte
+		want        string
+		wantVerdict edi.AckStatus
+		wantCodes   []string
 	}{
-		{"control mismatch", bytes.Replace(good, []byte("IEA*1*000000101"), []byte("IEA*1*000000102"), 1), "TA1*000000101*000506*1200*R*001~"},
-		{"requested", bytes.Replace(good, []byte("*00401*000000101*0*P*"), []byte("*00401*000000101*1*P*"), 1), "TA1*000000101*000506*1200*A*000~"},
+		{"control mismatch", bytes.Replace(good, []byte("IEA*1*000000101"), []byte("IEA*1*000000102"), 1), "TA1*000000101*000506*1200*R*001~", edi.AckRejected, []string{"TA1:001"}},
+		{"requested", bytes.Replace(good, []byte("*00401*000000101*0*P*"), []byte("*00401*000000101*1*P*"), 1), "TA1*000000101*000506*1200*A*000~", edi.AckAccepted, nil},
 	}
 	for _, tt := range tests {
 		doc := mustParse(t, tt.give)
@@ -124,6 +136,18 @@ func TestAcknowledgeTA1(t *testing.T) {
 		if len(segs) != 11 || segs[0][0] != "ISA" || segs[0][13] != "7" || strings.Join(segs[1], "*")+"~" != tt.want || segs[2][0] != "GS" || strings.Join(segs[10], "*") != "IEA*1*7" {
 			t.Errorf("%s: node-x12 read %q, want ISA, %s, the 997 group, IEA*1*7", tt.name, segs, tt.want)
 		}
+		// Read back as the hub reads an inbound TA1: first of the
+		// acknowledgements, from the partner (ISA06) to us.
+		back := mustParse(t, ack.Document)
+		acks := back.Acknowledgements()
+		if len(acks) != 2 || acks[0].Kind != "TA1" || acks[1].Kind != "997" {
+			t.Fatalf("%s: Acknowledgements() = %d, want the TA1 and the 997", tt.name, len(acks))
+		}
+		want := []edi.AckVerdict{{Kind: "TA1", InterchangeControl: "000000101", Status: tt.wantVerdict, Codes: tt.wantCodes,
+			Sender: doc.Interchanges[0].Receiver, Receiver: doc.Interchanges[0].Sender}}
+		if diff := cmp.Diff(want, acks[0].Verdicts()); diff != "" {
+			t.Errorf("%s: TA1 Verdicts() (-want +got):\n%s", tt.name, diff)
+		}
 	}
 	if _, err := edi.Acknowledge(edi.AckRequest{Interchange: &edi.Interchange{}, Standard: edi.X12, Kind: edi.Ack997, Control: 1e9}); !errors.Is(err, edi.ErrAckControl) {
 		t.Errorf("Acknowledge(control 1e9) = %v, want ErrAckControl", err)
@@ -135,27 +159,39 @@ func TestAcknowledgeTA1(t *testing.T) {
 func TestAcknowledgeCONTRL(t *testing.T) {
 	groups := readFixture(t, "edifact-orders-release-groups.edi")
 	tests := []struct {
-		name     string
-		give     []byte
-		wantBody [][]string
-		want     edi.AckStatus
+		name      string
+		give      []byte
+		wantBody  [][]string
+		want      edi.AckStatus
+		wantCodes []string
 	}{
 		{"groups and release", groups, [][]string{
 			{"UCI", "IC'1", "A+B:14", "C:ZZ", "7"},
 			{"UCF", "G1", "A:14", "C:ZZ", "7"},
 			{"UCM", "M1", "ORDERS:D:96A:UN", "7"},
 			{"UCM", "M2", "ORDERS:D:96A:UN", "7"},
-		}, edi.AckAccepted},
+		}, edi.AckAccepted, nil},
 		{"message count wrong", bytes.Replace(groups, []byte("UNT+4+M2"), []byte("UNT+5+M2"), 1), [][]string{
 			{"UCI", "IC'1", "A+B:14", "C:ZZ", "7"},
 			{"UCF", "G1", "A:14", "C:ZZ", "7"},
 			{"UCM", "M1", "ORDERS:D:96A:UN", "7"},
 			{"UCM", "M2", "ORDERS:D:96A:UN", "4", "29"},
-		}, edi.AckAcceptedWithErrors},
+			{"UCS", "4"},
+			{"UCD", "29", "1"},
+		}, edi.AckAcceptedWithErrors, []string{"UCM/M2:29", "UCD/M2@4/1:29"}},
+		{"message count and reference wrong", bytes.Replace(groups, []byte("UNT+4+M2"), []byte("UNT+5+M9"), 1), [][]string{
+			{"UCI", "IC'1", "A+B:14", "C:ZZ", "7"},
+			{"UCF", "G1", "A:14", "C:ZZ", "7"},
+			{"UCM", "M1", "ORDERS:D:96A:UN", "7"},
+			{"UCM", "M2", "ORDERS:D:96A:UN", "4", "29"},
+			{"UCS", "4"},
+			{"UCD", "29", "1"},
+			{"UCD", "28", "2"},
+		}, edi.AckAcceptedWithErrors, []string{"UCM/M2:29", "UCD/M2@4/1:29", "UCD/M2@4/2:28"}},
 		{"paores", readFixture(t, "edifact-paores-wikipedia.edi"), [][]string{
 			{"UCI", "1", "6XPPC:ZZ", "LHPPC:ZZ", "7"},
 			{"UCM", "1", "PAORES:93:1:IA", "7"},
-		}, edi.AckAccepted},
+		}, edi.AckAccepted, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -178,8 +214,8 @@ func TestAcknowledgeCONTRL(t *testing.T) {
 			}
 			back := mustParse(t, ack.Document)
 			v := back.Acknowledgements()[0].Verdicts()
-			if len(v) != 1 || v[0].InterchangeControl != doc.Interchanges[0].ControlNumber || v[0].Status != tt.want {
-				t.Errorf("Verdicts() = %+v, want interchange %s %s", v, doc.Interchanges[0].ControlNumber, tt.want)
+			if len(v) != 1 || v[0].InterchangeControl != doc.Interchanges[0].ControlNumber || v[0].Status != tt.want || !cmp.Equal(v[0].Codes, tt.wantCodes) {
+				t.Errorf("Verdicts() = %+v, want interchange %s %s %q", v, doc.Interchanges[0].ControlNumber, tt.want, tt.wantCodes)
 			}
 		})
 	}

@@ -5,21 +5,28 @@ package edi
 // response (UCI) with its group (UCF) and message (UCM) responses.
 type AckReport struct {
 	// Kind is "997", "999" or "CONTRL".
-	Kind        string
-	Groups      []GroupAck
-	Interchange *InterchangeAck
+	Kind string
+	// Sender and Receiver are those of the interchange that carries the
+	// acknowledgement: the partner that acknowledges, and us. The
+	// interchange acknowledged went from Receiver to Sender.
+	Sender, Receiver Party
+	Groups           []GroupAck
+	Interchange      *InterchangeAck
 	// Truncated is true when more responses came than Limits.MaxAckEntries.
 	Truncated bool
 }
 
-// InterchangeAck is a CONTRL's UCI segment and what follows it.
+// InterchangeAck is a CONTRL's UCI segment and what follows it, or an
+// X12 TA1 (ControlNumber TA101, Action TA104, Code TA105).
 type InterchangeAck struct {
 	ControlNumber string
 	Sender        Party
 	Receiver      Party
-	// Action is UCI04: "4" rejected, "7" accepted, "8" received.
+	// Action is UCI04: "4" rejected, "7" accepted, "8" received; or
+	// TA104: "A" accepted, "E" accepted with errors, "R" rejected.
 	Action string
-	// Code is UCI05, the syntax error, "" when none.
+	// Code is UCI05, the syntax error, "" when none; or TA105, the
+	// interchange note ("000": no error).
 	Code   string
 	Groups []GroupAck
 	Sets   []SetAck
@@ -43,7 +50,35 @@ type SetAck struct {
 	ControlNumber string
 	Status        string
 	Codes         []string
+	// Notes are the segment errors reported in the set (AK3 or IK3 with
+	// their AK4 or IK4), at most maxNotes.
+	Notes []SegmentNote
 }
+
+// SegmentNote is an X12 data segment note (AK3, IK3) and its data element
+// notes (AK4, IK4).
+type SegmentNote struct {
+	Tag string // AK3 or IK3
+	// Segment is its ID (AK301), Position its position in the set (AK302).
+	Segment, Position string
+	Code              string // AK304
+	Elements          []ElementNote
+}
+
+// ElementNote is an X12 data element note (AK4, IK4).
+type ElementNote struct {
+	Tag string // AK4 or IK4
+	// Position is the element's position in the segment (AK401), Ref its
+	// data element reference number (AK402).
+	Position, Ref string
+	Code          string // AK403
+	// Value is the copy of the bad element (AK404).
+	Value string
+}
+
+// maxNotes bounds the segment notes kept per set, and the element notes
+// per segment note.
+const maxNotes = 10
 
 func newAck(setType string) *AckReport {
 	switch setType {
@@ -76,6 +111,20 @@ func (p *parser) ackSegment(seg segment) {
 	case "AK2":
 		if g := lastGroup(a.Groups); g != nil && len(g.Sets) < max {
 			g.Sets = append(g.Sets, SetAck{Type: seg.el(1, 0), ControlNumber: seg.el(2, 0)})
+		}
+	case "AK3", "IK3":
+		if g := lastGroup(a.Groups); g != nil && len(g.Sets) > 0 {
+			st := &g.Sets[len(g.Sets)-1]
+			if len(st.Notes) < maxNotes {
+				st.Notes = append(st.Notes, SegmentNote{Tag: seg.tag, Segment: seg.el(1, 0), Position: seg.el(2, 0), Code: seg.el(4, 0)})
+			}
+		}
+	case "AK4", "IK4":
+		if g := lastGroup(a.Groups); g != nil && len(g.Sets) > 0 {
+			st := &g.Sets[len(g.Sets)-1]
+			if n := len(st.Notes); n > 0 && len(st.Notes[n-1].Elements) < maxNotes {
+				st.Notes[n-1].Elements = append(st.Notes[n-1].Elements, ElementNote{Tag: seg.tag, Position: seg.el(1, 0), Ref: seg.el(2, 0), Code: seg.el(3, 0), Value: seg.el(4, 0)})
+			}
 		}
 	case "AK5", "IK5":
 		if g := lastGroup(a.Groups); g != nil && len(g.Sets) > 0 {
@@ -124,7 +173,40 @@ func (p *parser) contrlSegment(a *AckReport, seg segment, max int) {
 			return
 		}
 		*sets = append(*sets, ack)
+	case "UCS", "UCD":
+		st := a.Interchange.lastSet()
+		if st == nil {
+			return
+		}
+		if seg.tag == "UCS" {
+			if len(st.Notes) < maxNotes {
+				st.Notes = append(st.Notes, SegmentNote{Tag: "UCS", Position: seg.el(1, 0), Code: seg.el(2, 0)})
+			}
+			return
+		}
+		if n := len(st.Notes); n > 0 && len(st.Notes[n-1].Elements) < maxNotes {
+			pos := seg.el(2, 0)
+			if c := seg.el(2, 1); c != "" {
+				pos += "." + c
+			}
+			st.Notes[n-1].Elements = append(st.Notes[n-1].Elements, ElementNote{Tag: "UCD", Code: seg.el(1, 0), Position: pos})
+		}
 	}
+}
+
+// lastSet is the message response (UCM) read last, nil when none.
+func (ia *InterchangeAck) lastSet() *SetAck {
+	if ia == nil {
+		return nil
+	}
+	sets := ia.Sets
+	if n := len(ia.Groups); n > 0 {
+		sets = ia.Groups[n-1].Sets
+	}
+	if len(sets) == 0 {
+		return nil
+	}
+	return &sets[len(sets)-1]
 }
 
 // codes returns the non-empty elements from..to (1-based).
@@ -148,10 +230,18 @@ type AckVerdict struct {
 	// UCF01); "" for a verdict on a whole interchange.
 	GroupControl string
 	FunctionalID string
-	Status       AckStatus
+	// Kind is the acknowledgement's (AckReport.Kind): a "TA1" verdict is
+	// on the interchange's envelope only.
+	Kind   string
+	Status AckStatus
 	// Codes are the error codes given, each with the segment that gave it
-	// ("AK9:5", "AK5/0001:4", "UCI:28", "UCM/M1:29").
+	// ("AK9:5", "AK5/0001:4", "UCI:28", "UCM/M1:29"); a segment note
+	// names the set, the segment and its position ("AK3/0001/SE@4:8"), an
+	// element note also the element's position ("AK4/0001/SE@4/2:7").
 	Codes []string
+	// Sender and Receiver are the acknowledging interchange's (see
+	// AckReport): the acknowledged one went from Receiver to Sender.
+	Sender, Receiver Party
 }
 
 // x12Status maps AK901/AK501/IK501.
@@ -170,12 +260,26 @@ func x12Status(s string) AckStatus {
 // rejects a part of it).
 func (a *AckReport) Verdicts() []AckVerdict {
 	var out []AckVerdict
+	if a.Kind == "TA1" && a.Interchange != nil {
+		v := AckVerdict{Kind: a.Kind, InterchangeControl: a.Interchange.ControlNumber, Status: x12Status(a.Interchange.Action), Sender: a.Sender, Receiver: a.Receiver}
+		if c := a.Interchange.Code; c != "" && c != "000" {
+			v.Codes = []string{"TA1:" + c}
+		}
+		return append(out, v)
+	}
 	for _, g := range a.Groups {
-		v := AckVerdict{GroupControl: g.ControlNumber, FunctionalID: g.FunctionalID, Status: x12Status(g.Status)}
+		v := AckVerdict{Kind: a.Kind, GroupControl: g.ControlNumber, FunctionalID: g.FunctionalID, Status: x12Status(g.Status), Sender: a.Sender, Receiver: a.Receiver}
 		for _, c := range g.Codes {
 			v.Codes = append(v.Codes, "AK9:"+c)
 		}
 		for _, s := range g.Sets {
+			for _, n := range s.Notes {
+				at := n.Segment + "@" + n.Position
+				v.Codes = append(v.Codes, n.Tag+"/"+s.ControlNumber+"/"+at+":"+n.Code)
+				for _, e := range n.Elements {
+					v.Codes = append(v.Codes, e.Tag+"/"+s.ControlNumber+"/"+at+"/"+e.Position+":"+e.Code)
+				}
+			}
 			for _, c := range s.Codes {
 				v.Codes = append(v.Codes, "AK5/"+s.ControlNumber+":"+c)
 			}
@@ -183,7 +287,7 @@ func (a *AckReport) Verdicts() []AckVerdict {
 		out = append(out, v)
 	}
 	if ia := a.Interchange; ia != nil {
-		v := AckVerdict{InterchangeControl: ia.ControlNumber, Status: AckAccepted}
+		v := AckVerdict{Kind: a.Kind, InterchangeControl: ia.ControlNumber, Status: AckAccepted, Sender: a.Sender, Receiver: a.Receiver}
 		if ia.Action == "4" {
 			v.Status = AckRejected
 		}
@@ -198,24 +302,39 @@ func (a *AckReport) Verdicts() []AckVerdict {
 				v.Status = worse(v.Status, AckAcceptedWithErrors)
 			}
 		}
+		notes := func(ref string, ns []SegmentNote) {
+			for _, n := range ns {
+				at := ref + "@" + n.Position
+				if n.Code != "" {
+					v.Codes = append(v.Codes, n.Tag+"/"+at+":"+n.Code)
+				}
+				for _, e := range n.Elements {
+					v.Codes = append(v.Codes, e.Tag+"/"+at+"/"+e.Position+":"+e.Code)
+				}
+			}
+		}
 		for _, g := range ia.Groups {
 			part("UCF", g.ControlNumber, g.Status, g.Codes)
 			for _, s := range g.Sets {
 				part("UCM", s.ControlNumber, s.Status, s.Codes)
+				notes(s.ControlNumber, s.Notes)
 			}
 		}
 		for _, s := range ia.Sets {
 			part("UCM", s.ControlNumber, s.Status, s.Codes)
+			notes(s.ControlNumber, s.Notes)
 		}
 		out = append(out, v)
 	}
 	return out
 }
 
-// Acknowledgements returns the acknowledgement sets of a document, in order.
+// Acknowledgements returns the acknowledgements of a document, in order:
+// of each interchange its TA1s, then its acknowledgement sets.
 func (d *Document) Acknowledgements() []*AckReport {
 	var out []*AckReport
 	for _, ic := range d.Interchanges {
+		out = append(out, ic.TA1...)
 		for _, g := range ic.Groups {
 			for _, s := range g.Sets {
 				if s.Ack != nil {

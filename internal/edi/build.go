@@ -65,6 +65,9 @@ func (b *builder) openSet(s Set) {
 	}
 	s.DeclaredCount = -1
 	s.Segments = 1
+	if s.Ack != nil {
+		s.Ack.Sender, s.Ack.Receiver = b.ic.Sender, b.ic.Receiver
+	}
 	b.g.SetCount++
 	if b.sets < b.lim.MaxSets && b.g != &b.scratchG {
 		b.sets++
@@ -96,7 +99,7 @@ func (b *builder) closeSet(declared int, control string, present bool) {
 		return
 	}
 	s.Segments++
-	s.DeclaredCount = declared
+	s.DeclaredCount, s.TrailerControl = declared, control
 	if declared != s.Segments {
 		addProblem(&s.Problems, ProblemCountMismatch)
 	}

@@ -132,10 +132,42 @@ func contrlBody(w *edifactWriter, ic *Interchange) AckStatus {
 			sa, sc := contrlAction(s.Problems)
 			typ := append(el(s.Type), strings.Split(s.Version, ":")...)
 			w.seg("UCM", el(s.ControlNumber), typ, el(sa), el(sc))
+			contrlSegmentErrors(w, s)
 			if sa == "4" {
 				status = worse(status, AckAcceptedWithErrors)
 			}
 		}
 	}
 	return status
+}
+
+// contrlSegmentErrors writes the segment and data element errors (UCS,
+// UCD) of message s's problems that name a segment: its UNT missing where
+// it was expected (UCS with code 13, missing), or a UNT whose count
+// (UNT01) or reference (UNT02) disagrees (UCS, then UCD with code 29 or
+// 28 and the element's position). A segment out of place is not located.
+func contrlSegmentErrors(w *edifactWriter, s Set) {
+	has := func(p Problem) bool {
+		for _, q := range s.Problems {
+			if q == p {
+				return true
+			}
+		}
+		return false
+	}
+	if has(ProblemTrailerMissing) {
+		w.seg("UCS", el(strconv.Itoa(s.Segments+1)), el(contrlCodes[ProblemTrailerMissing]))
+		return
+	}
+	count, ref := has(ProblemCountMismatch), has(ProblemControlMismatch)
+	if !count && !ref {
+		return
+	}
+	w.seg("UCS", el(strconv.Itoa(s.Segments)))
+	if count {
+		w.seg("UCD", el(contrlCodes[ProblemCountMismatch]), el("1"))
+	}
+	if ref {
+		w.seg("UCD", el(contrlCodes[ProblemControlMismatch]), el("2"))
+	}
 }

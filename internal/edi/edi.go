@@ -97,6 +97,10 @@ type Interchange struct {
 	// not a number.
 	DeclaredCount int
 	Problems      []Problem
+	// TA1 are the X12 interchange acknowledgements (TA1 segments between
+	// ISA and the first GS) the interchange carries, at most
+	// Limits.MaxAckEntries.
+	TA1 []*AckReport
 }
 
 // Group is a functional group (GS…GE, UNG…UNE). EDIFACT messages sent
@@ -128,7 +132,9 @@ type Set struct {
 	// Segments counts the set's segments, header and trailer included.
 	Segments      int
 	DeclaredCount int
-	Problems      []Problem
+	// TrailerControl is SE02 or UNT02 as received, "" without a trailer.
+	TrailerControl string
+	Problems       []Problem
 	// Ack is the content of a 997, 999 or CONTRL, nil for other sets.
 	Ack *AckReport
 }

@@ -54,15 +54,16 @@ var (
 	x12Tags     = map[string]bool{"ISA": true, "IEA": true, "GS": true, "GE": true, "ST": true, "SE": true}
 	edifactTags = map[string]bool{"UNB": true, "UNZ": true, "UNG": true, "UNE": true, "UNH": true, "UNT": true}
 	ackTags     = map[string]bool{
-		"AK1": true, "AK2": true, "AK5": true, "IK5": true, "AK9": true,
-		"UCI": true, "UCF": true, "UCM": true,
+		"AK1": true, "AK2": true, "AK3": true, "AK4": true, "IK3": true, "IK4": true, "AK5": true, "IK5": true, "AK9": true,
+		"UCI": true, "UCF": true, "UCM": true, "UCS": true, "UCD": true,
 	}
 )
 
-// keep tells the scanner which segments to hold: envelopes always, and
-// the response segments inside an acknowledgement.
+// keep tells the scanner which segments to hold: envelopes always, an
+// X12 TA1 outside a set, and the response segments inside an
+// acknowledgement.
 func (p *parser) keep(tag string) bool {
-	if p.tags[tag] {
+	if p.tags[tag] || tag == "TA1" && p.b.set == nil && p.b.ic != nil && p.b.doc.Standard == X12 {
 		return true
 	}
 	return p.b.set != nil && p.b.set.Ack != nil && ackTags[tag]
@@ -134,6 +135,11 @@ func (p *parser) x12(seg segment) error {
 		// An interchange acknowledgement stands between ISA and GS.
 		if b.set != nil {
 			b.body()
+			return nil
+		}
+		if len(b.ic.TA1) < b.lim.MaxAckEntries && seg.elems != nil {
+			b.ic.TA1 = append(b.ic.TA1, &AckReport{Kind: "TA1", Sender: b.ic.Sender, Receiver: b.ic.Receiver,
+				Interchange: &InterchangeAck{ControlNumber: seg.el(1, 0), Action: seg.el(4, 0), Code: seg.el(5, 0)}})
 		}
 	default:
 		b.body()

@@ -95,7 +95,9 @@ type RouterOptions struct {
 	Version string
 	// MaxBodyBytes bounds every request body.
 	MaxBodyBytes int64
-	// AS2 serves POST /as2 (messages and async MDNs); nil leaves it out.
+	// AS2 serves POST /as2 (messages and async MDNs) and HEAD /as2 (how
+	// much of an interrupted AS2 restart transfer arrived); nil leaves
+	// them out.
 	AS2 http.Handler
 	// API is mounted under /api/v1 behind Authenticate; nil leaves it out.
 	API http.Handler
@@ -131,6 +133,8 @@ func NewRouter(opts RouterOptions) http.Handler {
 	})
 	if opts.AS2 != nil {
 		r.Method(http.MethodPost, "/as2", opts.AS2)
+		// AS2 restart: how much of an interrupted transfer arrived.
+		r.Method(http.MethodHead, "/as2", opts.AS2)
 	}
 	if opts.API != nil {
 		authenticate := opts.Authenticate

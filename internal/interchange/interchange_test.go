@@ -30,27 +30,15 @@ const po = "ISA*00*          *00*          *ZZ*ACME           *ZZ*EDIHUB        
 
 // fakeStore is the Tracker's and the Watcher's storage.
 type fakeStore struct {
-	mu       sync.Mutex
-	dups     []postgres.Duplicate
-	recorded []postgres.EDIRecord
-	applied  [][]*edi.AckReport
-	due      []postgres.DueAck
-	flagged  map[int64]bool
-	stale    bool
+	mu      sync.Mutex
+	dups    []postgres.Duplicate
+	due     []postgres.DueAck
+	flagged map[int64]bool
+	stale   bool
 }
 
 func (f *fakeStore) FindDuplicateInterchanges(context.Context, string, *edi.Document, time.Duration) ([]postgres.Duplicate, error) {
 	return f.dups, nil
-}
-
-func (f *fakeStore) RecordInterchanges(_ context.Context, _ int64, rec postgres.EDIRecord) ([]postgres.Duplicate, error) {
-	f.recorded = append(f.recorded, rec)
-	return f.dups, nil
-}
-
-func (f *fakeStore) ApplyAcks(_ context.Context, _ string, _ int64, r []*edi.AckReport) ([]postgres.AckMatch, []string, error) {
-	f.applied = append(f.applied, r)
-	return []postgres.AckMatch{{Message: 9, Status: "accepted"}}, nil, nil
 }
 
 func (f *fakeStore) OverdueAcks(context.Context, int) ([]postgres.DueAck, error) {
@@ -95,21 +83,41 @@ func (f *fakeStore) OverdueAckCounts(context.Context) (map[string]int, error) {
 	return out, nil
 }
 
-// fakeAcker records the acknowledgements queued.
-type fakeAcker struct{ docs []string }
+// fakeAcker makes acknowledgement messages and counts the wakeups.
+type fakeAcker struct{ notified int }
 
-func (a *fakeAcker) EnqueueAck(_ context.Context, _, _ string, build outbox.AckBuilder) (outbox.Queued, error) {
-	b, err := build(int64(len(a.docs) + 1))
-	if err != nil {
-		return outbox.Queued{}, err
-	}
-	a.docs = append(a.docs, string(b))
-	return outbox.Queued{ID: int64(len(a.docs))}, nil
+func (a *fakeAcker) AckOutbound(partner, contentType string, build outbox.AckBuilder) (postgres.AckBuilder, error) {
+	return func(control int64) (postgres.NewOutbound, error) {
+		b, err := build(control)
+		return postgres.NewOutbound{Partner: partner, ContentType: contentType, Payload: b}, err
+	}, nil
 }
 
-func newTracker(t *testing.T, st *fakeStore, a *fakeAcker) *interchange.Tracker {
+func (a *fakeAcker) Notify() { a.notified++ }
+
+// save does what SaveInbound does with in.Save: it builds each
+// acknowledgement with the next control number (1, 2, …) and returns
+// their documents.
+func save(t *testing.T, in interchange.Inspection) []string {
 	t.Helper()
-	tr, err := interchange.NewTracker(interchange.Options{Store: st, Acker: a, Logger: zap.NewNop(), Registerer: prometheus.NewRegistry(),
+	if in.Save == nil {
+		return nil
+	}
+	var docs []string
+	for i, build := range in.Save.Acks {
+		m, err := build(int64(i + 1))
+		if err != nil {
+			t.Fatalf("building acknowledgement %d: %v", i+1, err)
+		}
+		docs = append(docs, string(m.Payload))
+		in.Save.Queued = append(in.Save.Queued, postgres.Enqueued{ID: int64(i + 1)})
+	}
+	return docs
+}
+
+func newTracker(t *testing.T, st *fakeStore, a *fakeAcker, reg prometheus.Registerer) *interchange.Tracker {
+	t.Helper()
+	tr, err := interchange.NewTracker(interchange.Options{Store: st, Acker: a, Logger: zap.NewNop(), Registerer: reg,
 		Now: func() time.Time { return time.Date(2026, 12, 2, 4, 5, 0, 0, time.UTC) }})
 	if err != nil {
 		t.Fatal(err)
@@ -131,17 +139,20 @@ func TestTrackerAcknowledges(t *testing.T) {
 		{"acks off", config.EDISettings{X12Ack: "997"}, po, nil},
 		{"997", config.EDISettings{Acks: true, X12Ack: "997"}, po, []string{"997"}},
 		{"999", config.EDISettings{Acks: true, X12Ack: "999"}, po, []string{"999"}},
+		{"unknown kind", config.EDISettings{Acks: true, X12Ack: "998"}, po, nil},
 		{"not EDI", config.EDISettings{Acks: true, X12Ack: "997"}, "<?xml version=\"1.0\"?><a/>", nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			st, a := &fakeStore{}, &fakeAcker{}
-			tr := newTracker(t, st, a)
+			reg := prometheus.NewRegistry()
+			tr := newTracker(t, st, a, reg)
 			p := partner(tt.settings)
 			in := tr.Inspect(context.Background(), p, strings.NewReader(tt.payload))
-			tr.Received(context.Background(), p, 1, in)
+			docs := save(t, in)
+			tr.Received(p, 1, in)
 			var got []string
-			for _, d := range a.docs {
+			for _, d := range docs {
 				doc, err := edi.Parse(strings.NewReader(d), edi.Limits{})
 				if err != nil {
 					t.Fatal(err)
@@ -154,46 +165,83 @@ func TestTrackerAcknowledges(t *testing.T) {
 			if !cmp.Equal(got, tt.wantAcks) {
 				t.Errorf("acknowledgements queued = %v, want %v", got, tt.wantAcks)
 			}
-			if wantRec := tt.payload == po; (len(st.recorded) == 1) != wantRec {
-				t.Errorf("recorded %d envelopes, want %v", len(st.recorded), wantRec)
+			if wantNotified := min(len(tt.wantAcks), 1); a.notified != wantNotified {
+				t.Errorf("dispatcher woken %d times, want %d", a.notified, wantNotified)
+			}
+			if sent := sentAcks(t, reg); sent != float64(len(tt.wantAcks)) {
+				t.Errorf(`edihub_edi_acks_total{direction="sent",status="accepted"} = %v, want %d`, sent, len(tt.wantAcks))
+			}
+			wantRec := tt.payload == po
+			if (in.Save != nil) != wantRec || wantRec && (in.Save.Record.Doc != in.Doc || in.Save.Record.Direction != "inbound") {
+				t.Errorf("Inspect.Save = %+v, want the inbound envelope stored: %v", in.Save, wantRec)
 			}
 		})
 	}
 }
 
+// sentAcks is edihub_edi_acks_total{partner="ACME",direction="sent",status="accepted"}
+// in reg, 0 when the series does not exist.
+func sentAcks(t *testing.T, reg *prometheus.Registry) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"partner": "ACME", "direction": "sent", "status": "accepted"}
+	for _, mf := range mfs {
+		if mf.GetName() != "edihub_edi_acks_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			got := map[string]string{}
+			for _, l := range m.GetLabel() {
+				got[l.GetName()] = l.GetValue()
+			}
+			if cmp.Equal(got, want) {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	return 0
+}
+
 // TestTrackerDuplicates: a duplicate is refused only when the profile says
-// refuse; a refused one is not acknowledged.
+// refuse; a refused one is recorded as refused, neither settles nor is
+// acknowledged.
 func TestTrackerDuplicates(t *testing.T) {
 	for _, refuse := range []bool{false, true} {
 		st := &fakeStore{dups: []postgres.Duplicate{{ControlNumber: "000000123", First: 7}}}
 		a := &fakeAcker{}
-		tr := newTracker(t, st, a)
+		tr := newTracker(t, st, a, prometheus.NewRegistry())
 		p := partner(config.EDISettings{Acks: true, X12Ack: "997", RefuseDuplicates: refuse, DuplicateWindow: time.Hour})
 		in := tr.Inspect(context.Background(), p, strings.NewReader(po))
 		if in.Refuse != refuse || refuse && !strings.Contains(in.Reason, "000000123") {
 			t.Errorf("refuse %v: Inspect = %+v", refuse, in)
 		}
-		tr.Received(context.Background(), p, 2, in)
-		if (len(a.docs) == 0) != refuse {
-			t.Errorf("refuse %v: %d acknowledgements queued", refuse, len(a.docs))
+		if in.Save == nil || in.Save.Record.Refused != refuse || in.Save.Record.DuplicateWindow != time.Hour {
+			t.Fatalf("refuse %v: Inspect.Save = %+v, want the envelope recorded (refused %v) with the partner's window", refuse, in.Save, refuse)
 		}
+		if docs := save(t, in); (len(docs) == 0) != refuse {
+			t.Errorf("refuse %v: %d acknowledgements queued", refuse, len(docs))
+		}
+		tr.Received(p, 2, in)
 	}
 }
 
-// TestTrackerSettles: an inbound 997 goes to ApplyAcks and is never
-// acknowledged itself.
+// TestTrackerSettles: an inbound 997 is to settle what we sent and is
+// never acknowledged itself.
 func TestTrackerSettles(t *testing.T) {
 	doc, _ := edi.Parse(strings.NewReader(po), edi.Limits{})
 	ack, _ := edi.Acknowledge(edi.AckRequest{Interchange: &doc.Interchanges[0], Standard: edi.X12, Kind: edi.Ack997, Control: 5, Now: time.Now()})
 	st, a := &fakeStore{}, &fakeAcker{}
-	tr := newTracker(t, st, a)
+	tr := newTracker(t, st, a, prometheus.NewRegistry())
 	p := partner(config.EDISettings{Acks: true, X12Ack: "997"})
-	tr.Received(context.Background(), p, 3, tr.Inspect(context.Background(), p, bytes.NewReader(ack.Document)))
-	if len(st.applied) != 1 || len(st.applied[0]) != 1 || st.applied[0][0].Kind != "997" {
-		t.Errorf("ApplyAcks got %v, want one 997", st.applied)
+	in := tr.Inspect(context.Background(), p, bytes.NewReader(ack.Document))
+	if in.Save == nil || len(in.Save.Reports) != 1 || in.Save.Reports[0].Kind != "997" {
+		t.Fatalf("Inspect.Save = %+v, want one 997 report", in.Save)
 	}
-	if len(a.docs) != 0 {
-		t.Errorf("an acknowledgement was acknowledged: %q", a.docs)
+	if docs := save(t, in); len(docs) != 0 {
+		t.Errorf("an acknowledgement was acknowledged: %q", docs)
 	}
 }
 

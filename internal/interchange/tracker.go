@@ -23,15 +23,17 @@ import (
 )
 
 // Store is the storage the Tracker needs; *postgres.Store implements it.
+// What a receipt's envelope writes is written with the receipt
+// (postgres.InboundMessage.EDI), not through Store.
 type Store interface {
 	FindDuplicateInterchanges(ctx context.Context, partner string, doc *edi.Document, window time.Duration) ([]postgres.Duplicate, error)
-	RecordInterchanges(ctx context.Context, id int64, rec postgres.EDIRecord) ([]postgres.Duplicate, error)
-	ApplyAcks(ctx context.Context, partner string, ackMessage int64, reports []*edi.AckReport) ([]postgres.AckMatch, []string, error)
 }
 
-// Acker queues an acknowledgement to a partner; *outbox.Queue implements it.
+// Acker makes the outbound message of an acknowledgement to a partner,
+// and wakes the dispatcher once it is stored; *outbox.Queue implements it.
 type Acker interface {
-	EnqueueAck(ctx context.Context, partner, contentType string, build outbox.AckBuilder) (outbox.Queued, error)
+	AckOutbound(partner, contentType string, build outbox.AckBuilder) (postgres.AckBuilder, error)
+	Notify()
 }
 
 // Options configure NewTracker; all are required but Now.
@@ -103,13 +105,28 @@ type Inspection struct {
 	Refuse bool
 	// Reason says why, for the message's error and the log.
 	Reason string
+	// Save is what the receipt writes with the message, in its
+	// transaction (postgres.InboundMessage.EDI): the interchanges, the
+	// acknowledgements the payload carries, and ours when the partner's
+	// profile asks for them (edi_acks). Nil when Doc is.
+	Save *postgres.InboundEDI
+	// acks describes Save.Acks, in order.
+	acks []*ackPlan
 }
 
-// Inspect reads payload's envelope and looks for duplicate interchanges,
-// before the receiver answers. It reads payload once, front to back, with
-// bounded memory (a spooled body can be passed as it is); a payload that
-// is not EDI costs a peek at its first bytes. Failures to look are
-// logged: the message is then received as if there were no duplicate.
+// ackPlan is one acknowledgement we answer with.
+type ackPlan struct {
+	control string // of the interchange acknowledged
+	// status is what the acknowledgement says, set when it is built.
+	status edi.AckStatus
+}
+
+// Inspect reads payload's envelope, looks for duplicate interchanges and
+// decides what the receipt writes with it (Inspection.Save), before the
+// receiver answers. It reads payload once, front to back, with bounded
+// memory (a spooled body can be passed as it is); a payload that is not
+// EDI costs a peek at its first bytes. Failures to look are logged: the
+// message is then received as if there were no duplicate.
 func (t *Tracker) Inspect(ctx context.Context, p *config.Partner, payload io.Reader) Inspection {
 	doc, err := edi.Parse(payload, edi.Limits{})
 	if errors.Is(err, edi.ErrNotEDI) {
@@ -121,15 +138,57 @@ func (t *Tracker) Inspect(ctx context.Context, p *config.Partner, payload io.Rea
 		return Inspection{}
 	}
 	in := Inspection{Doc: doc}
-	dups, err := t.o.Store.FindDuplicateInterchanges(ctx, p.AS2ID, doc, p.EDI.DuplicateWindow)
-	if err != nil {
+	if dups, err := t.o.Store.FindDuplicateInterchanges(ctx, p.AS2ID, doc, p.EDI.DuplicateWindow); err != nil {
 		log.Warn("duplicate interchange check", zap.Error(err))
+	} else {
+		in.Duplicates = dups
+	}
+	if len(in.Duplicates) > 0 && p.EDI.RefuseDuplicates {
+		in.Refuse = true
+		in.Reason = fmt.Sprintf("duplicate interchange %s (first received in message %d); edi_duplicates is refuse", in.Duplicates[0].ControlNumber, in.Duplicates[0].First)
+	}
+	in.Save = &postgres.InboundEDI{Record: postgres.EDIRecord{Partner: p.AS2ID, Direction: "inbound", Doc: doc,
+		DuplicateWindow: p.EDI.DuplicateWindow, Refused: in.Refuse, RefuseDuplicates: p.EDI.RefuseDuplicates}}
+	if in.Refuse {
 		return in
 	}
-	in.Duplicates = dups
-	if len(dups) > 0 && p.EDI.RefuseDuplicates {
-		in.Refuse = true
-		in.Reason = fmt.Sprintf("duplicate interchange %s (first received in message %d); edi_duplicates is refuse", dups[0].ControlNumber, dups[0].First)
+	in.Save.Reports = doc.Acknowledgements()
+	if p.EDI.Acks {
+		t.planAcks(log, p, &in)
 	}
 	return in
+}
+
+// planAcks adds to in one acknowledgement per interchange that is not
+// itself an acknowledgement (acknowledgements are never acknowledged). An
+// acknowledgement that cannot be written (the profile names no kind edi
+// knows) is logged and left out, before anything is stored: it would
+// fail the same way at every resend of the partner.
+func (t *Tracker) planAcks(log *zap.Logger, p *config.Partner, in *Inspection) {
+	doc := in.Doc
+	ct := map[edi.Standard]string{edi.X12: "application/EDI-X12", edi.EDIFACT: "application/EDIFACT"}[doc.Standard]
+	for i := range doc.Interchanges {
+		ic := &doc.Interchanges[i]
+		if onlyAcks(ic) {
+			continue
+		}
+		req := edi.AckRequest{Interchange: ic, Standard: doc.Standard, Kind: edi.AckKind(p.EDI.X12Ack), Control: 1, Now: t.o.Now()}
+		if _, err := edi.Acknowledge(req); err != nil {
+			log.Error("acknowledgement not written", zap.String("control_number", ic.ControlNumber), zap.Error(err))
+			continue
+		}
+		plan := &ackPlan{control: ic.ControlNumber}
+		build, err := t.o.Acker.AckOutbound(p.AS2ID, ct, func(control int64) ([]byte, error) {
+			req.Control, req.Now = control, t.o.Now()
+			ack, err := edi.Acknowledge(req)
+			plan.status = ack.Status
+			return ack.Document, err
+		})
+		if err != nil {
+			log.Error("acknowledgement not queued", zap.String("control_number", ic.ControlNumber), zap.Error(err))
+			continue
+		}
+		in.Save.Acks = append(in.Save.Acks, build)
+		in.acks = append(in.acks, plan)
+	}
 }

@@ -1,7 +1,6 @@
 package outbox_test
 
 import (
-	"context"
 	"fmt"
 	"net"
 	"net/http"
@@ -11,11 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 
-	"github.com/edihub/edihub/internal/outbox"
 	"github.com/edihub/edihub/internal/postgres"
 	"github.com/edihub/edihub/internal/testenv/pgtest"
 )
@@ -127,19 +124,7 @@ func TestDispatchMDNCredentialsSameOrigin(t *testing.T) {
 				"auth: {user: edi-user, password_file: " + pw + "}",
 				"headers: {X-Partner-Key: k3y}",
 			}})
-			_, err := st.SaveInbound(context.Background(), &postgres.InboundMessage{
-				Partner: partnerID, AS2From: partnerID, AS2To: "EDIHUB TEST", MessageID: fmt.Sprintf("<cred-%d@partner>", i),
-				Status: postgres.InboundProcessed, Disposition: "automatic-action/MDN-sent-automatically; processed",
-				Payload: []byte("x"), PayloadSize: 1, MDNMode: "async", MDNURL: "http://" + hostPort + "/mdn", Outbox: true,
-				MDN: &postgres.StoredMDN{Header: http.Header{"Content-Type": {"multipart/report; boundary=b"}}, Body: []byte("--b--\r\n"), Disposition: "processed"},
-			})
-			if err != nil {
-				t.Fatal(err)
-			}
-			reg := prometheus.NewRegistry()
-			o := dispatcherOpts(t, st, cfg, "d1")
-			o.Metrics = outbox.NewMetrics(reg, st.OutboxStats)
-			startDispatcher(t, o)
+			reg := owedMDN(t, st, cfg, fmt.Sprintf("<cred-%d@partner>", i), "http://"+hostPort+"/mdn", postgres.Retry{})
 			deadline := time.Now().Add(20 * time.Second)
 			for metric(reg, "mdn-sent") == 0 && time.Now().Before(deadline) {
 				time.Sleep(50 * time.Millisecond)

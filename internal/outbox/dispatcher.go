@@ -546,16 +546,22 @@ func (d *Dispatcher) send(ctx context.Context, it postgres.OutboxItem, p *config
 	}
 	rctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
+	// The body: built in memory (it.Body) or as a stream into file.
+	var src io.ReaderAt = bytes.NewReader(it.Body)
+	size := int64(len(it.Body))
+	if file != nil {
+		src, size = file, file.Size()
+	}
 	var req *http.Request
 	if file != nil {
-		req, err = NewRequestFrom(rctx, it.URL, it.Headers, file.Reader(), file.Size(), p)
+		req, err = NewRequestFrom(rctx, it.URL, it.Headers, file.Reader(), size, p)
 	} else {
 		req, err = NewRequest(rctx, it.URL, it.Headers, it.Body, p)
 	}
 	if err != nil {
 		return attempt{err: err}
 	}
-	resp, body, err := d.exchange(client, req, it)
+	resp, body, err := d.post(rctx, client, req, it, p, src, size)
 	if err != nil {
 		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
 			err = fmt.Errorf("no answer within the partner timeout %s: %w", timeout, err)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/edihub/edihub/internal/config"
 	"github.com/edihub/edihub/internal/outbox"
 	"github.com/edihub/edihub/internal/postgres"
 	"github.com/edihub/edihub/internal/testenv/pgtest"
@@ -38,19 +39,7 @@ func TestDispatchMDNTargets(t *testing.T) {
 			u, _ := url.Parse(partner.URL)
 			mdnURL := fmt.Sprintf("http://%s:%s/mdn", tt.host, u.Port())
 			cfg := loadConfig(t, partnerYAML{id: partnerID, url: partner.URL + "/as2", extra: append([]string{"mdn: sync"}, tt.profile...)})
-			_, err := st.SaveInbound(context.Background(), &postgres.InboundMessage{
-				Partner: partnerID, AS2From: partnerID, AS2To: "EDIHUB TEST", MessageID: fmt.Sprintf("<in-%d@partner>", i),
-				Status: postgres.InboundProcessed, Disposition: "automatic-action/MDN-sent-automatically; processed",
-				Payload: []byte("x"), PayloadSize: 1, MDNMode: "async", MDNURL: mdnURL, Outbox: true,
-				MDN: &postgres.StoredMDN{Header: http.Header{"Content-Type": {"multipart/report; boundary=b"}}, Body: []byte("--b--\r\n"), Disposition: "processed"},
-			})
-			if err != nil {
-				t.Fatal(err)
-			}
-			reg := prometheus.NewRegistry()
-			o := dispatcherOpts(t, st, cfg, "d1")
-			o.Metrics = outbox.NewMetrics(reg, st.OutboxStats)
-			startDispatcher(t, o)
+			reg := owedMDN(t, st, cfg, fmt.Sprintf("<in-%d@partner>", i), mdnURL, postgres.Retry{})
 			result := "mdn-failed"
 			if tt.wantSent {
 				result = "mdn-sent"
@@ -87,4 +76,65 @@ func metric(reg *prometheus.Registry, result string) float64 {
 		}
 	}
 	return 0
+}
+
+// TestAsyncMDNRetriedThroughTheWindow: an async MDN owed to a partner whose
+// endpoint answers 503 for longer than max_attempts (its hub failing over)
+// is still delivered once it is back, within the retry window; without a
+// window it fails after max_attempts, and the partner's message then waits
+// for a receipt that never comes.
+func TestAsyncMDNRetriedThroughTheWindow(t *testing.T) {
+	tests := []struct {
+		name   string
+		retry  postgres.Retry
+		result string
+		posts  int
+	}{
+		{"window", postgres.Retry{MaxAttempts: 2, Window: time.Hour}, "mdn-sent", 6},
+		{"max_attempts alone", postgres.Retry{MaxAttempts: 2}, "mdn-failed", 2},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			st := pgtest.Store(t)
+			partner := newPartner(t, func(n int, _ request) (int, http.Header, []byte) {
+				if n <= 5 {
+					return http.StatusServiceUnavailable, nil, nil
+				}
+				return http.StatusOK, nil, nil
+			})
+			cfg := loadConfig(t, partnerYAML{id: partnerID, url: partner.URL + "/as2", extra: []string{"mdn: sync", "allow_private_mdn_targets: true"}})
+			reg := owedMDN(t, st, cfg, fmt.Sprintf("<window-%d@partner>", i), partner.URL+"/mdn", tt.retry)
+			deadline := time.Now().Add(30 * time.Second)
+			for metric(reg, tt.result) == 0 && time.Now().Before(deadline) {
+				time.Sleep(50 * time.Millisecond)
+			}
+			if metric(reg, tt.result) != 1 {
+				t.Fatalf("edihub_as2_messages_sent_total{result=%q} never reached 1 (mdn-sent %v, mdn-failed %v)", tt.result, metric(reg, "mdn-sent"), metric(reg, "mdn-failed"))
+			}
+			if n := len(partner.requests()); n != tt.posts {
+				t.Errorf("the partner got %d posts of the MDN, want %d", n, tt.posts)
+			}
+		})
+	}
+}
+
+// owedMDN stores an inbound message from partnerID whose async MDN is owed
+// to mdnURL, retried as r says, and starts a dispatcher on st; the
+// registry has its metrics.
+func owedMDN(t *testing.T, st *postgres.Store, cfg *config.File, messageID, mdnURL string, r postgres.Retry) *prometheus.Registry {
+	t.Helper()
+	_, err := st.SaveInbound(context.Background(), &postgres.InboundMessage{
+		Partner: partnerID, AS2From: partnerID, AS2To: "EDIHUB TEST", MessageID: messageID,
+		Status: postgres.InboundProcessed, Disposition: "automatic-action/MDN-sent-automatically; processed",
+		Payload: []byte("x"), PayloadSize: 1, MDNMode: "async", MDNURL: mdnURL, Outbox: true, MDNRetry: r,
+		MDN: &postgres.StoredMDN{Header: http.Header{"Content-Type": {"multipart/report; boundary=b"}}, Body: []byte("--b--\r\n"), Disposition: "processed"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	o := dispatcherOpts(t, st, cfg, "d1")
+	o.Metrics = outbox.NewMetrics(reg, st.OutboxStats)
+	startDispatcher(t, o)
+	return reg
 }

@@ -52,8 +52,8 @@ func TestDispatchUnsignedMIC(t *testing.T) {
 				t.Errorf("status %q (error %q), MIC %q; want delivered with openssl's %q", m.Status, m.Error, m.MIC, want)
 			}
 			// EDIINT-Features names only what edihub supports.
-			if features != "AS2-Reliability" {
-				t.Errorf("EDIINT-Features = %q, want %q", features, "AS2-Reliability")
+			if features != "AS2-Reliability, AS2-Restart" {
+				t.Errorf("EDIINT-Features = %q, want %q", features, "AS2-Reliability, AS2-Restart")
 			}
 		})
 	}

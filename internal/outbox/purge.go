@@ -24,6 +24,7 @@ const (
 	DefaultPurgeInterval  = time.Hour
 	DefaultRetention      = 30 * 24 * time.Hour
 	DefaultAuditRetention = 400 * 24 * time.Hour
+	DefaultRestartExpiry  = 24 * time.Hour
 	DefaultPurgeBatch     = 1000
 	DefaultPurgePause     = 20 * time.Millisecond
 )
@@ -42,6 +43,10 @@ type PurgerOptions struct {
 	// AuditRetention is how long final message rows and audit log
 	// entries are kept (DefaultAuditRetention); at least Retention.
 	AuditRetention time.Duration
+	// RestartExpiry is how long an interrupted AS2 restart transfer is
+	// kept after its last byte arrived, for its sender to resume it
+	// (DefaultRestartExpiry).
+	RestartExpiry time.Duration
 	// Batch bounds the rows one transaction deletes (DefaultPurgeBatch).
 	Batch int
 	// Pause is the least wait between two batches, so receivers and
@@ -84,6 +89,9 @@ func NewPurger(o PurgerOptions) (*Purger, error) {
 	if o.AuditRetention < o.Retention {
 		return nil, fmt.Errorf("outbox: audit retention %s is shorter than the retention %s", o.AuditRetention, o.Retention)
 	}
+	if o.RestartExpiry <= 0 {
+		o.RestartExpiry = DefaultRestartExpiry
+	}
 	if o.Batch <= 0 {
 		o.Batch = DefaultPurgeBatch
 	}
@@ -98,7 +106,7 @@ func NewPurger(o PurgerOptions) (*Purger, error) {
 	}
 	p := &Purger{o: o, log: o.Logger.Named("purger"), deleted: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "edihub_purge_deleted_total",
-		Help: "Rows the leader's purger deleted, by kind (outbox, payloads, mdns, mdn_inbox, heartbeats, events, replays, logins, messages, audit).",
+		Help: "Rows the leader's purger deleted, by kind (outbox, payloads, mdns, mdn_inbox, heartbeats, events, replays, logins, restarts, messages, audit).",
 	}, []string{"kind"})}
 	for _, k := range postgres.PurgeKinds {
 		p.deleted.WithLabelValues(k)
@@ -145,8 +153,11 @@ func (p *Purger) run(ctx context.Context, f postgres.Fence) (map[string]int64, e
 	counts := map[string]int64{}
 	for _, kind := range postgres.PurgeKinds {
 		age := p.o.Retention
-		if postgres.AuditKind(kind) {
+		switch {
+		case postgres.AuditKind(kind):
 			age = p.o.AuditRetention
+		case kind == postgres.PurgeRestarts:
+			age = p.o.RestartExpiry
 		}
 		for {
 			start := time.Now()

@@ -202,6 +202,13 @@ func TestPurgerDeletesExactlyTheEligibleRows(t *testing.T) {
 	db.exec(t, `INSERT INTO login_failures (key, failures, first_at, last_at) VALUES
         ('lf-old', 2, now() - interval '41 days', now() - interval '40 days'),
         ('lf-recent', 2, now() - interval '1 day', now() - interval '1 day')`)
+	// AS2 restart transfers have their own expiry (24h by default), far
+	// below the retention: one 25 hours and one 10 days without a byte go.
+	db.exec(t, `INSERT INTO restart_transfers (partner, etag, header, total, received, updated_at) VALUES
+        ('P', 'rt-old', '{}', 10, 1, now() - interval '25 hours'),
+        ('P', 'rt-older', '{}', 10, 1, now() - interval '10 days'),
+        ('P', 'rt-recent', '{}', 10, 1, now() - interval '1 hour')`)
+	db.exec(t, `INSERT INTO restart_chunks (transfer_id, off, data) SELECT id, 0, 'x' FROM restart_transfers`)
 
 	ctx, _ := purgeFence(t, db.st, 1)
 	reg := prometheus.NewRegistry()
@@ -236,6 +243,11 @@ func TestPurgerDeletesExactlyTheEligibleRows(t *testing.T) {
 	check("events", `SELECT detail->>'n' FROM events`, "ev-recent")
 	check("audit_log", `SELECT target FROM audit_log`, "au-old", "au-recent")
 	check("login_failures", `SELECT key FROM login_failures`, "lf-recent")
+	check("restart_transfers", `SELECT etag FROM restart_transfers`, "rt-recent")
+	check("restart_chunks", `SELECT r.etag FROM restart_chunks c JOIN restart_transfers r ON r.id = c.transfer_id`, "rt-recent")
+	if n := db.ids(t, `SELECT transfer_id::text FROM restart_chunks`); len(n) != 1 {
+		t.Errorf("restart_chunks rows = %d, want the recent transfer's 1", len(n))
+	}
 
 	// Deleted per kind, and batches of at most 2: k rows take k/2+1 calls
 	// (the last one finds fewer than 2). Payloads, MDNs and outbox rows of
@@ -244,7 +256,7 @@ func TestPurgerDeletesExactlyTheEligibleRows(t *testing.T) {
 	want := map[string]int64{
 		postgres.PurgeOutbox: 6 + 2, postgres.PurgePayloads: 7, postgres.PurgeMDNs: 7, postgres.PurgeMDNInbox: 2,
 		postgres.PurgeHeartbeats: 3, postgres.PurgeEvents: 1, postgres.PurgeMessages: 2,
-		postgres.PurgeAudit: 3, postgres.PurgeLogins: 1,
+		postgres.PurgeAudit: 3, postgres.PurgeLogins: 1, postgres.PurgeRestarts: 2,
 	}
 	for kind, n := range want {
 		calls := cs.calls[kind]

@@ -219,27 +219,20 @@ func (q *Queue) outbound(cfg *config.File, p *config.Partner, ct, filename strin
 // given and returns its bytes.
 type AckBuilder func(control int64) ([]byte, error)
 
-// AckStore queues an acknowledgement with the partner's next control
-// number in one transaction; *postgres.Store implements it.
-type AckStore interface {
-	QueueAck(ctx context.Context, partner string, build postgres.AckBuilder) (postgres.Enqueued, error)
-}
-
-// EnqueueAck queues a functional acknowledgement to partner like any
-// document (its profile, retries and MDN apply), written by build with
-// the partner's next acknowledgement control number. The acknowledgement
-// expects no acknowledgement itself.
-func (q *Queue) EnqueueAck(ctx context.Context, partner, contentType string, build AckBuilder) (Queued, error) {
-	as, ok := q.store.(AckStore)
-	if !ok {
-		return Queued{}, errors.New("outbox: the queue's store cannot queue acknowledgements")
-	}
+// AckOutbound returns what queues a functional acknowledgement to partner
+// like any document (its profile, retries and MDN apply): given the
+// partner's next acknowledgement control number, it writes the
+// acknowledgement with build and returns its outbound message, which the
+// caller stores (postgres.InboundEDI, in the receipt's transaction) and
+// then calls Notify. The acknowledgement expects no acknowledgement
+// itself. The partner's profile is the one in force now.
+func (q *Queue) AckOutbound(partner, contentType string, build AckBuilder) (postgres.AckBuilder, error) {
 	cfg := q.cfg.Current()
 	p, ok := cfg.Partner(partner)
 	if !ok {
-		return Queued{}, fmt.Errorf("%w %q", ErrUnknownPartner, partner)
+		return nil, fmt.Errorf("%w %q", ErrUnknownPartner, partner)
 	}
-	e, err := as.QueueAck(ctx, p.AS2ID, func(control int64) (postgres.NewOutbound, error) {
+	return func(control int64) (postgres.NewOutbound, error) {
 		b, err := build(control)
 		if err != nil {
 			return postgres.NewOutbound{}, err
@@ -247,14 +240,15 @@ func (q *Queue) EnqueueAck(ctx context.Context, partner, contentType string, bui
 		m := q.outbound(cfg, p, contentType, "", b, func() io.Reader { return bytes.NewReader(b) })
 		m.Subject = "EDI acknowledgement"
 		return m, nil
-	})
-	if err != nil {
-		return Queued{}, err
-	}
+	}, nil
+}
+
+// Notify wakes the local dispatcher (QueueOptions.Notify) for messages
+// stored outside Enqueue, such as acknowledgements from AckOutbound.
+func (q *Queue) Notify() {
 	if q.notify != nil {
 		q.notify()
 	}
-	return Queued{ID: e.ID, MessageID: e.MessageID, Status: e.Status, CreatedAt: e.CreatedAt}, nil
 }
 
 // fingerprint identifies a document for idempotency: what the request

@@ -29,35 +29,51 @@ var ErrAckUnmatched = errors.New("acknowledgement matches nothing sent")
 // ApplyAcks records what the acknowledgements carried by inbound message
 // ackMessage (from partner) say about the interchanges sent to partner: an
 // X12 997/999 verdict settles the latest outbound functional group with
-// its control number, a CONTRL the latest outbound interchange with its.
+// its control number, a CONTRL the latest outbound interchange with its;
+// either only in an interchange that went from the acknowledging
+// interchange's receiver ID to its sender ID.
 // Each settled interchange gets an "ack" event (the event feed and the
-// webhook carry it). It returns the matches and, for verdicts that match
-// nothing, their control numbers.
+// webhook carry it). It returns the matches (a TA1 that does not reject
+// settles nothing and is none) and, for verdicts that match nothing, their
+// control numbers.
 func (s *Store) ApplyAcks(ctx context.Context, partner string, ackMessage int64, reports []*edi.AckReport) ([]AckMatch, []string, error) {
 	var matches []AckMatch
 	var unmatched []string
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		matches, unmatched = matches[:0], unmatched[:0]
-		for _, r := range reports {
-			for _, v := range r.Verdicts() {
-				m, err := applyVerdict(ctx, tx, partner, ackMessage, v)
-				if errors.Is(err, ErrAckUnmatched) {
-					unmatched = append(unmatched, clean(v.GroupControl+v.InterchangeControl))
-					continue
-				}
-				if err != nil {
-					return err
-				}
-				if err := ackEvent(ctx, tx, m); err != nil {
-					return err
-				}
-				matches = append(matches, m)
-			}
-		}
-		return nil
+		var err error
+		matches, unmatched, err = applyAcks(ctx, tx, partner, ackMessage, reports)
+		return err
 	})
 	if err != nil {
-		return nil, nil, fmt.Errorf("apply acknowledgements from %s: %w", partner, err)
+		return nil, nil, err
+	}
+	return matches, unmatched, nil
+}
+
+// applyAcks is ApplyAcks in tx.
+func applyAcks(ctx context.Context, tx pgx.Tx, partner string, ackMessage int64, reports []*edi.AckReport) ([]AckMatch, []string, error) {
+	var matches []AckMatch
+	var unmatched []string
+	for _, r := range reports {
+		for _, v := range r.Verdicts() {
+			m, err := applyVerdict(ctx, tx, partner, ackMessage, v)
+			if errors.Is(err, ErrAckUnmatched) {
+				unmatched = append(unmatched, clean(v.GroupControl+v.InterchangeControl))
+				continue
+			}
+			if err != nil {
+				return nil, nil, fmt.Errorf("apply acknowledgements from %s: %w", partner, err)
+			}
+			// A TA1 that does not reject settles nothing: no event, no
+			// match (its note code is kept with the interchange).
+			if v.Kind == "TA1" && v.Status != edi.AckRejected {
+				continue
+			}
+			if err := ackEvent(ctx, tx, m); err != nil {
+				return nil, nil, fmt.Errorf("apply acknowledgements from %s: %w", partner, err)
+			}
+			matches = append(matches, m)
+		}
 	}
 	return matches, unmatched, nil
 }
@@ -68,12 +84,16 @@ func applyVerdict(ctx context.Context, tx pgx.Tx, partner string, ackMessage int
 		codes = append(codes, clean(c))
 	}
 	var m AckMatch
+	if v.Kind == "TA1" {
+		return applyTA1(ctx, tx, partner, ackMessage, v, codes)
+	}
 	if v.GroupControl != "" {
 		err := tx.QueryRow(ctx, `
 UPDATE message_groups SET ack_status = $3, ack_codes = $4
  WHERE control_number = $2 AND interchange_id = (
-       SELECT max(g.interchange_id) FROM message_groups g WHERE g.partner = $1 AND g.control_number = $2)
-RETURNING interchange_id`, partner, clean(v.GroupControl), string(v.Status), codes).Scan(&m.Interchange)
+       SELECT max(g.interchange_id) FROM message_groups g JOIN message_interchanges i ON i.id = g.interchange_id
+        WHERE g.partner = $1 AND g.control_number = $2 AND i.sender_id = $5 AND i.receiver_id = $6)
+RETURNING interchange_id`, partner, clean(v.GroupControl), string(v.Status), codes, clean(v.Receiver.ID), clean(v.Sender.ID)).Scan(&m.Interchange)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return m, ErrAckUnmatched
 		}
@@ -87,9 +107,14 @@ WITH s AS (
               WHEN bool_and(ack_status <> '') THEN 'accepted-with-errors'
               ELSE 'pending' END AS st,
          ARRAY(SELECT unnest(ack_codes) FROM message_groups WHERE interchange_id = $1) AS codes
-    FROM message_groups WHERE interchange_id = $1)
-UPDATE message_interchanges i SET ack_status = s.st, ack_codes = s.codes, acked_at = now(), ack_message = $2
-  FROM s WHERE i.id = $1
+    FROM message_groups WHERE interchange_id = $1),
+-- An interchange a TA1 rejected stays so.
+ta1 AS (
+  SELECT ack_status = 'rejected' AND EXISTS (SELECT 1 FROM unnest(ack_codes) c WHERE c LIKE 'TA1:%') AS rejected
+    FROM message_interchanges WHERE id = $1)
+UPDATE message_interchanges i SET ack_status = CASE WHEN ta1.rejected THEN i.ack_status ELSE s.st END,
+       ack_codes = CASE WHEN ta1.rejected THEN i.ack_codes ELSE s.codes END, acked_at = now(), ack_message = $2
+  FROM s, ta1 WHERE i.id = $1
 RETURNING i.message_id, i.control_number, i.ack_status, i.ack_codes`, m.Interchange, ackMessage).
 			Scan(&m.Message, &m.ControlNumber, &m.Status, &m.Codes)
 		if err != nil {
@@ -100,15 +125,50 @@ RETURNING i.message_id, i.control_number, i.ack_status, i.ack_codes`, m.Intercha
 	err := tx.QueryRow(ctx, `
 UPDATE message_interchanges SET ack_status = $3, ack_codes = $4, acked_at = now(), ack_message = $5
  WHERE id = (SELECT max(id) FROM message_interchanges
-              WHERE partner = $1 AND direction = 'outbound' AND control_number = $2)
+              WHERE partner = $1 AND direction = 'outbound' AND control_number = $2 AND sender_id = $6 AND receiver_id = $7)
 RETURNING id, message_id, control_number, ack_status, ack_codes`,
-		partner, clean(v.InterchangeControl), string(v.Status), codes, ackMessage).
+		partner, clean(v.InterchangeControl), string(v.Status), codes, ackMessage, clean(v.Receiver.ID), clean(v.Sender.ID)).
 		Scan(&m.Interchange, &m.Message, &m.ControlNumber, &m.Status, &m.Codes)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return m, ErrAckUnmatched
 	}
 	if err != nil {
 		return m, fmt.Errorf("settle interchange %s: %w", v.InterchangeControl, err)
+	}
+	return m, nil
+}
+
+// sentInterchange selects the latest interchange sent to partner ($1)
+// with control number $2, from $3 to $4.
+const sentInterchange = `(SELECT max(id) FROM message_interchanges
+              WHERE partner = $1 AND direction = 'outbound' AND control_number = $2 AND sender_id = $3 AND receiver_id = $4)`
+
+// applyTA1 applies an X12 interchange acknowledgement: a rejecting one
+// (TA104 R) settles the interchange rejected with its note code, and a
+// 997/999 that comes with or after it no longer changes that; an
+// accepting one (A, E) only adds its note code, if any, and leaves the
+// interchange to its 997/999.
+func applyTA1(ctx context.Context, tx pgx.Tx, partner string, ackMessage int64, v edi.AckVerdict, codes []string) (AckMatch, error) {
+	var m AckMatch
+	args := []any{partner, clean(v.InterchangeControl), clean(v.Receiver.ID), clean(v.Sender.ID), codes, ackMessage}
+	sql := `
+UPDATE message_interchanges SET ack_codes = ack_codes || $5::text[]
+ WHERE id = ` + sentInterchange + `
+RETURNING id, message_id, control_number, ack_status, ack_codes`
+	if v.Status == edi.AckRejected {
+		sql = `
+UPDATE message_interchanges SET ack_status = 'rejected', ack_codes = $5, acked_at = now(), ack_message = $6
+ WHERE id = ` + sentInterchange + `
+RETURNING id, message_id, control_number, ack_status, ack_codes`
+	} else {
+		args = args[:5]
+	}
+	err := tx.QueryRow(ctx, sql, args...).Scan(&m.Interchange, &m.Message, &m.ControlNumber, &m.Status, &m.Codes)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return m, ErrAckUnmatched
+	}
+	if err != nil {
+		return m, fmt.Errorf("apply TA1 for interchange %s: %w", v.InterchangeControl, err)
 	}
 	return m, nil
 }

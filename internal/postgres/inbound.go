@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -57,8 +58,34 @@ type InboundMessage struct {
 	// MDN is the MDN answered, stored for resends and non-repudiation; nil
 	// when none was requested.
 	MDN *StoredMDN
-	// Outbox queues MDN for delivery to MDNURL (async MDNs).
-	Outbox bool
+	// Outbox queues MDN for delivery to MDNURL (async MDNs), retried as
+	// MDNRetry says.
+	Outbox   bool
+	MDNRetry Retry
+	// EDI, when set, is the payload's envelope and what it asks of us,
+	// written in the receipt's transaction; SaveInbound fills in what it
+	// wrote.
+	EDI *InboundEDI
+}
+
+// Retry bounds the retries of one outbox row: a retryable failure is
+// retried while fewer than MaxAttempts attempts were made (0 means
+// DefaultMaxAttempts) or until Window after the row was queued (database
+// clock; 0 means MaxAttempts alone).
+type Retry struct {
+	MaxAttempts int
+	Window      time.Duration
+}
+
+// DefaultMaxAttempts is the attempts of a Retry that sets none.
+const DefaultMaxAttempts = 8
+
+// args are r's max_attempts and window (microseconds) as bind values.
+func (r Retry) args() (int, int64) {
+	if r.MaxAttempts <= 0 {
+		return DefaultMaxAttempts, r.Window.Microseconds()
+	}
+	return r.MaxAttempts, r.Window.Microseconds()
 }
 
 // StoredMDN is an MDN kept in the mdns table: the HTTP header fields and
@@ -93,15 +120,16 @@ const largePayload = 8 << 20
 // loChunk is the piece size of a streamed payload.
 const loChunk = 1 << 20
 
-// SaveInbound stores m: the message row, the payload, the MDN and the
-// outbox row, atomically. It returns the message row's id, or
+// SaveInbound stores m: the message row, the payload, the MDN, the
+// outbox row and m.EDI, atomically. It returns the message row's id, or
 // ErrDuplicateInbound when the partner's Message-ID is already stored (a
 // concurrent identical insert waits for the other transaction and then
 // reports the duplicate, or succeeds if that one rolled back). Each
 // duplicate is recorded in the duplicates table for the end-of-day report.
 //
-// Up to largePayload the whole write is one statement (one round trip);
-// above it, one transaction that streams the payload.
+// Up to largePayload the whole write is one statement (one round trip),
+// and a short transaction when m.EDI is set; above it, one transaction
+// that streams the payload.
 func (s *Store) SaveInbound(ctx context.Context, m *InboundMessage) (int64, error) {
 	var hdr []byte
 	if m.MDN != nil {
@@ -193,7 +221,8 @@ func messageArgs(m *InboundMessage) []any {
 }
 
 // saveInboundOneStatement writes everything in one statement, which
-// PostgreSQL runs atomically.
+// PostgreSQL runs atomically; with m.EDI, that statement and the EDI
+// writes in one transaction.
 func (s *Store) saveInboundOneStatement(ctx context.Context, m *InboundMessage, hdr []byte) (int64, error) {
 	var mdnBody []byte
 	var mdnCT, mdnDisp, mdnMIC string
@@ -203,24 +232,43 @@ func (s *Store) saveInboundOneStatement(ctx context.Context, m *InboundMessage, 
 	} else {
 		hdr = []byte("{}")
 	}
+	attempts, window := m.MDNRetry.args()
 	args := append(messageArgs(m),
 		m.Payload != nil, m.Payload, // $19, $20
 		m.MDN != nil, mdnCT, string(hdr), mdnBody, mdnDisp, mdnMIC, mdnSigned, // $21..$27
-		m.MDN != nil && m.Outbox) // $28
+		m.MDN != nil && m.Outbox, attempts, window) // $28..$30
 	var id int64
-	err := s.pool.QueryRow(ctx, `
-WITH m AS (`+insertMessage+`),
-p AS (INSERT INTO payloads (message_id, data) SELECT id, $20::bytea FROM m WHERE $19::boolean),
-d AS (INSERT INTO mdns (message_id, content_type, headers, body, disposition, mic, signed)
-      SELECT id, $22::text, $23::jsonb, $24::bytea, $25::text, $26::text, $27::boolean FROM m WHERE $21::boolean),
-o AS (INSERT INTO outbox (kind, message_id, partner, url, headers, body, status, next_attempt_at)
-      SELECT 'mdn', id, $1, $16, $23::jsonb, $24::bytea, 'pending', now() FROM m WHERE $28::boolean)
-SELECT id FROM m`, args...).Scan(&id)
+	if m.EDI != nil {
+		err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+			err := tx.QueryRow(ctx, saveInboundSQL, args...).Scan(&id)
+			if errors.Is(err, pgx.ErrNoRows) {
+				return ErrDuplicateInbound
+			}
+			if err != nil {
+				return err
+			}
+			return saveEDI(ctx, tx, id, m.EDI)
+		})
+		return id, err
+	}
+	err := s.pool.QueryRow(ctx, saveInboundSQL, args...).Scan(&id)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, ErrDuplicateInbound
 	}
 	return id, err
 }
+
+// saveInboundSQL writes an inbound message, its payload, its MDN and the
+// outbox row of an async MDN in one statement.
+const saveInboundSQL = `
+WITH m AS (` + insertMessage + `),
+p AS (INSERT INTO payloads (message_id, data) SELECT id, $20::bytea FROM m WHERE $19::boolean),
+d AS (INSERT INTO mdns (message_id, content_type, headers, body, disposition, mic, signed)
+      SELECT id, $22::text, $23::jsonb, $24::bytea, $25::text, $26::text, $27::boolean FROM m WHERE $21::boolean),
+o AS (INSERT INTO outbox (kind, message_id, partner, url, headers, body, status, next_attempt_at, max_attempts, retry_until)
+      SELECT 'mdn', id, $1, $16, $23::jsonb, $24::bytea, 'pending', now(), $29::integer,
+             CASE WHEN $30::bigint > 0 THEN now() + $30::bigint * interval '1 microsecond' END FROM m WHERE $28::boolean)
+SELECT id FROM m`
 
 // saveInboundStreamed writes a large payload in pieces into a large object
 // and copies it into payloads server-side, in one transaction with the rest.
@@ -259,7 +307,10 @@ func (s *Store) saveInboundStreamed(ctx context.Context, m *InboundMessage, hdr 
 		if err := los.Unlink(ctx, oid); err != nil {
 			return fmt.Errorf("unlink large object: %w", err)
 		}
-		return saveMDN(ctx, tx, id, m, hdr)
+		if err := saveMDN(ctx, tx, id, m, hdr); err != nil {
+			return err
+		}
+		return saveEDI(ctx, tx, id, m.EDI)
 	})
 	return id, err
 }
@@ -276,7 +327,7 @@ VALUES ($1, $2, $3, $4, $5, $6, $7)`,
 		return fmt.Errorf("insert MDN: %w", err)
 	}
 	if m.Outbox {
-		return queueMDN(ctx, tx, id, m.Partner, m.MDNURL, string(hdr), m.MDN.Body)
+		return queueMDN(ctx, tx, id, m.Partner, m.MDNURL, string(hdr), m.MDN.Body, m.MDNRetry)
 	}
 	return nil
 }
@@ -308,7 +359,10 @@ func (s *Store) saveInboundChunked(ctx context.Context, m *InboundMessage, hdr [
 		if src.bytes != m.PayloadSize {
 			return fmt.Errorf("copy payload: %d bytes in %d pieces, want %d", src.bytes, n, m.PayloadSize)
 		}
-		return saveMDN(ctx, tx, id, m, hdr)
+		if err := saveMDN(ctx, tx, id, m, hdr); err != nil {
+			return err
+		}
+		return saveEDI(ctx, tx, id, m.EDI)
 	})
 	return id, err
 }
@@ -347,11 +401,12 @@ func (c *chunkSource) Values() ([]any, error) {
 
 func (c *chunkSource) Err() error { return c.err }
 
-func queueMDN(ctx context.Context, tx pgx.Tx, messageRowID int64, partner, url, header string, body []byte) error {
+func queueMDN(ctx context.Context, tx pgx.Tx, messageRowID int64, partner, url, header string, body []byte, r Retry) error {
+	attempts, window := r.args()
 	if _, err := tx.Exec(ctx, `
-INSERT INTO outbox (kind, message_id, partner, url, headers, body, status, next_attempt_at)
-VALUES ('mdn', $1, $2, $3, $4, $5, 'pending', now())`,
-		messageRowID, partner, url, header, body); err != nil {
+INSERT INTO outbox (kind, message_id, partner, url, headers, body, status, next_attempt_at, max_attempts, retry_until)
+VALUES ('mdn', $1, $2, $3, $4, $5, 'pending', now(), $6, CASE WHEN $7::bigint > 0 THEN now() + $7::bigint * interval '1 microsecond' END)`,
+		messageRowID, partner, url, header, body, attempts, window); err != nil {
 		return fmt.Errorf("queue MDN: %w", err)
 	}
 	return nil
@@ -359,14 +414,16 @@ VALUES ('mdn', $1, $2, $3, $4, $5, 'pending', now())`,
 
 // RequeueInboundMDN queues the stored MDN of inbound message id for
 // delivery to url again (a partner that resent a message asking for an
-// asynchronous MDN evidently lacks it). It returns ErrInboundNotFound when the
-// message has no stored MDN.
-func (s *Store) RequeueInboundMDN(ctx context.Context, id int64, url string) error {
+// asynchronous MDN evidently lacks it), retried as r says. It returns
+// ErrInboundNotFound when the message has no stored MDN.
+func (s *Store) RequeueInboundMDN(ctx context.Context, id int64, url string, r Retry) error {
+	attempts, window := r.args()
 	tag, err := s.pool.Exec(ctx, `
-INSERT INTO outbox (kind, message_id, partner, url, headers, body, status, next_attempt_at)
-SELECT 'mdn', m.id, m.partner, $2, d.headers, d.body, 'pending', now()
+INSERT INTO outbox (kind, message_id, partner, url, headers, body, status, next_attempt_at, max_attempts, retry_until)
+SELECT 'mdn', m.id, m.partner, $2, d.headers, d.body, 'pending', now(), $3,
+       CASE WHEN $4::bigint > 0 THEN now() + $4::bigint * interval '1 microsecond' END
   FROM messages m JOIN mdns d ON d.message_id = m.id
- WHERE m.id = $1`, id, url)
+ WHERE m.id = $1`, id, url, attempts, window)
 	if err != nil {
 		return fmt.Errorf("requeue MDN: %w", err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -54,7 +55,18 @@ type EDIRecord struct {
 	DuplicateWindow time.Duration
 	// Refused counts the duplicates found as refused.
 	Refused bool
+	// RefuseDuplicates, for an inbound message not Refused, makes a
+	// duplicate found only when the interchanges are written (a copy
+	// received at the same instant, committed first) fail the write with
+	// ErrDuplicateInterchange, so that the receiver answers it refused.
+	RefuseDuplicates bool
 }
+
+// ErrDuplicateInterchange reports an inbound interchange found to be a
+// duplicate only when it was being stored, for a partner that refuses
+// duplicates (EDIRecord.RefuseDuplicates); nothing was written. Match it
+// with errors.Is.
+var ErrDuplicateInterchange = errors.New("duplicate interchange found while storing it")
 
 // Duplicate is an interchange received before.
 type Duplicate struct {
@@ -94,6 +106,9 @@ func (s *Store) FindDuplicateInterchanges(ctx context.Context, partner string, d
 // insertInterchanges writes rec's interchanges for message id in tx and
 // returns the duplicates found (inbound).
 func insertInterchanges(ctx context.Context, tx pgx.Tx, id int64, rec EDIRecord) ([]Duplicate, error) {
+	if err := lockInterchanges(ctx, tx, rec); err != nil {
+		return nil, err
+	}
 	var dups []Duplicate
 	for _, ic := range rec.Doc.Interchanges {
 		var dup *int64
@@ -101,6 +116,8 @@ func insertInterchanges(ctx context.Context, tx pgx.Tx, id int64, rec EDIRecord)
 			var first int64
 			err := tx.QueryRow(ctx, duplicateSQL, rec.Partner, clean(ic.Sender.ID), clean(ic.Receiver.ID), clean(ic.ControlNumber), rec.DuplicateWindow.Microseconds(), id).Scan(&first)
 			switch {
+			case err == nil && rec.RefuseDuplicates && !rec.Refused:
+				return nil, fmt.Errorf("interchange %s (first received in message %d): %w", clean(ic.ControlNumber), first, ErrDuplicateInterchange)
 			case err == nil:
 				dup = &first
 				dups = append(dups, Duplicate{ControlNumber: ic.ControlNumber, First: first})
@@ -117,6 +134,28 @@ func insertInterchanges(ctx context.Context, tx pgx.Tx, id int64, rec EDIRecord)
 		}
 	}
 	return dups, nil
+}
+
+// lockInterchanges serialises the duplicate check of rec's inbound
+// interchanges with every other transaction receiving the same ones (same
+// partner, sender, receiver and control number), on any replica: each
+// takes a transaction-scoped advisory lock per interchange, in one order,
+// so that of two copies received at once the second waits for the first
+// to commit, then finds it, and only one is recorded as first.
+func lockInterchanges(ctx context.Context, tx pgx.Tx, rec EDIRecord) error {
+	if rec.Direction != "inbound" || rec.DuplicateWindow <= 0 || len(rec.Doc.Interchanges) == 0 {
+		return nil
+	}
+	keys := make([]string, 0, len(rec.Doc.Interchanges))
+	for _, ic := range rec.Doc.Interchanges {
+		keys = append(keys, strings.Join([]string{"edihub interchange", rec.Partner, clean(ic.Sender.ID), clean(ic.Receiver.ID), clean(ic.ControlNumber)}, "\x1f"))
+	}
+	slices.Sort(keys)
+	keys = slices.Compact(keys)
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended(k, 0)) FROM unnest($1::text[]) WITH ORDINALITY AS u(k, n) ORDER BY n`, keys); err != nil {
+		return fmt.Errorf("lock interchanges: %w", err)
+	}
+	return nil
 }
 
 func insertInterchange(ctx context.Context, tx pgx.Tx, id int64, rec EDIRecord, ic *edi.Interchange, dup *int64) error {
@@ -141,6 +180,9 @@ func insertInterchange(ctx context.Context, tx pgx.Tx, id int64, rec EDIRecord, 
 				kinds = append(kinds, s.Ack.Kind)
 			}
 		}
+	}
+	if len(ic.TA1) > 0 {
+		kinds = append(kinds, "TA1")
 	}
 	if len(problems) > 64 {
 		problems = problems[:64]
@@ -238,24 +280,21 @@ func (s *Store) NextControlNumber(ctx context.Context, partner string) (int64, e
 // the outbound message to queue (with its envelope in EDI).
 type AckBuilder func(control int64) (NewOutbound, error)
 
-// QueueAck takes partner's next control number, builds the
-// acknowledgement with it and queues it as an outbound message, all in one
-// transaction: a number is used only by a queued acknowledgement.
-func (s *Store) QueueAck(ctx context.Context, partner string, build AckBuilder) (Enqueued, error) {
+// queueAck takes partner's next control number, builds the
+// acknowledgement with it and queues it as an outbound message, in tx: a
+// number is used only by a queued acknowledgement.
+func queueAck(ctx context.Context, tx pgx.Tx, partner string, build AckBuilder) (Enqueued, error) {
 	var e Enqueued
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		n, err := nextControlNumber(ctx, tx, partner)
-		if err != nil {
-			return err
-		}
-		m, err := build(n)
-		if err != nil {
-			return err
-		}
-		return enqueueTx(ctx, tx, m, &e)
-	})
+	n, err := nextControlNumber(ctx, tx, partner)
 	if err != nil {
-		return Enqueued{}, fmt.Errorf("queue acknowledgement for %s: %w", partner, err)
+		return e, err
+	}
+	m, err := build(n)
+	if err != nil {
+		return e, fmt.Errorf("build acknowledgement %d for %s: %w", n, partner, err)
+	}
+	if err := enqueueTx(ctx, tx, m, &e); err != nil {
+		return e, fmt.Errorf("queue acknowledgement for %s: %w", partner, err)
 	}
 	return e, nil
 }

@@ -112,8 +112,133 @@ func TestAckReconciliationCONTRL(t *testing.T) {
 	bad := parseEDI(t, strings.Replace(orders, "UNT+3+1", "UNT+4+1", 1))
 	ack, _ := edi.Acknowledge(edi.AckRequest{Interchange: &bad.Interchanges[0], Standard: edi.EDIFACT, Control: 3, Now: time.Now()})
 	matches, _, err := st.ApplyAcks(ctx, "ACME", 0, parseEDI(t, string(ack.Document)).Acknowledgements())
-	if err != nil || len(matches) != 1 || matches[0].Message != sent.ID || matches[0].Status != "accepted-with-errors" || !cmp.Equal(matches[0].Codes, []string{"UCM/1:29"}) {
-		t.Fatalf("ApplyAcks = %+v, %v; want message %d accepted-with-errors [UCM/1:29]", matches, err, sent.ID)
+	// UCM names the message and its error; UCS/UCD the segment (UNT at
+	// position 3) and the element (UNT01).
+	if err != nil || len(matches) != 1 || matches[0].Message != sent.ID || matches[0].Status != "accepted-with-errors" || !cmp.Equal(matches[0].Codes, []string{"UCM/1:29", "UCD/1@3/1:29"}) {
+		t.Fatalf("ApplyAcks = %+v, %v; want message %d accepted-with-errors [UCM/1:29 UCD/1@3/1:29]", matches, err, sent.ID)
+	}
+}
+
+// TestAckMatchesParties: an acknowledgement settles only what went to its
+// sender from its receiver. The same group (4242) and interchange
+// (REF77) control numbers sent to two receiver IDs of one partner: each
+// acknowledgement settles its own, not the latest; one addressed to
+// another of our IDs settles nothing.
+func TestAckMatchesParties(t *testing.T) {
+	ctx := context.Background()
+	st := pgtest.Store(t)
+	toACME2 := strings.Replace(x12PO, "*ACME           *", "*ACME2          *", 1)
+	fromHUB2 := strings.Replace(x12PO, "*EDIHUB         *", "*EDIHUB2        *", 1)
+	const orders = "UNB+UNOC:3+EDIHUB:ZZ+ACME:ZZ+261202:0405+REF77'UNH+1+ORDERS:D:96A:UN'BGM+220'UNT+3+1'UNZ+1+REF77'"
+	ordersACME2 := strings.Replace(orders, "+ACME:ZZ+", "+ACME2:ZZ+", 1)
+	ack := func(std edi.Standard, doc string) []*edi.AckReport {
+		d := parseEDI(t, doc)
+		a, err := edi.Acknowledge(edi.AckRequest{Interchange: &d.Interchanges[0], Standard: std, Kind: edi.Ack997, Control: 5, Now: time.Now()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return parseEDI(t, string(a.Document)).Acknowledgements()
+	}
+	tests := []struct {
+		name          string
+		sent          []string // enqueued in order; the first is the one acknowledged
+		ack           []*edi.AckReport
+		wantUnmatched bool
+	}{
+		{"997 to ACME, not the later one to ACME2", []string{x12PO, toACME2}, ack(edi.X12, x12PO), false},
+		{"997 to ACME2, not the earlier one to ACME", []string{toACME2, x12PO}, ack(edi.X12, toACME2), false},
+		{"997 addressed to another of our IDs", []string{x12PO}, ack(edi.X12, fromHUB2), true},
+		{"CONTRL to ACME, not the later one to ACME2", []string{orders, ordersACME2}, ack(edi.EDIFACT, orders), false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if _, err := st.ExecSQL(ctx, `UPDATE message_interchanges SET ack_status = 'pending', ack_codes = '{}'`); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := st.ExecSQL(ctx, `UPDATE message_groups SET ack_status = '', ack_codes = '{}'`); err != nil {
+				t.Fatal(err)
+			}
+			var ids []int64
+			for _, doc := range tt.sent {
+				ids = append(ids, enqueueEDI(t, st, "ACME", doc, time.Hour).ID)
+			}
+			matches, unmatched, err := st.ApplyAcks(ctx, "ACME", 0, tt.ack)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tt.wantUnmatched {
+				if len(matches) != 0 || len(unmatched) != 1 {
+					t.Errorf("ApplyAcks = %+v, unmatched %v; want nothing settled", matches, unmatched)
+				}
+				return
+			}
+			if len(matches) != 1 || matches[0].Message != ids[0] || matches[0].Status != "accepted" {
+				t.Errorf("ApplyAcks = %+v, unmatched %v; want message %d (of %v) accepted", matches, unmatched, ids[0], ids)
+			}
+		})
+	}
+}
+
+// TestAckReconciliationTA1: an inbound TA1 that rejects our interchange
+// settles it rejected with the note code, and the 997 that comes with it
+// does not turn it accepted; an accepting TA1 leaves the interchange to
+// its 997.
+func TestAckReconciliationTA1(t *testing.T) {
+	ctx := context.Background()
+	st := pgtest.Store(t)
+	tests := []struct {
+		name        string
+		theirs      string // the interchange as the partner read it
+		want        string
+		wantCodes   []string
+		wantMatches int // a TA1 that does not reject settles nothing
+	}{
+		{"TA1 rejects", strings.Replace(x12PO, "IEA*1*000000777", "IEA*1*000000778", 1), "rejected", []string{"TA1:001"}, 2},
+		{"TA1 accepts, the 997 settles", strings.Replace(x12PO, "*0*P*>~", "*1*P*>~", 1), "accepted", []string{}, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			sent := enqueueEDI(t, st, "ACME", x12PO, time.Hour)
+			d := parseEDI(t, tt.theirs)
+			ack, err := edi.Acknowledge(edi.AckRequest{Interchange: &d.Interchanges[0], Standard: edi.X12, Kind: edi.Ack997, Control: 5, Now: time.Now()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			reports := parseEDI(t, string(ack.Document)).Acknowledgements()
+			if len(reports) != 2 || reports[0].Kind != "TA1" {
+				t.Fatalf("acknowledgement %s: want a TA1 and a 997", ack.Document)
+			}
+			matches, unmatched, err := st.ApplyAcks(ctx, "ACME", 0, reports)
+			if err != nil || len(matches) != tt.wantMatches || len(unmatched) != 0 || matches[0].Message != sent.ID {
+				t.Fatalf("ApplyAcks = %+v, %v, %v; want %d matches for message %d", matches, unmatched, err, tt.wantMatches, sent.ID)
+			}
+			got, err := st.Interchanges(ctx, sent.ID)
+			if err != nil || got[0].AckStatus != tt.want || !cmp.Equal(got[0].AckCodes, tt.wantCodes) {
+				t.Errorf("after the TA1 and the 997: %+v, %v; want %s %v", got[0], err, tt.want, tt.wantCodes)
+			}
+		})
+	}
+}
+
+// TestAckReconciliationSegmentNotes: the segment and element errors of
+// a 997 (AK3/AK4) are stored with the verdict and shown with the
+// interchange.
+func TestAckReconciliationSegmentNotes(t *testing.T) {
+	ctx := context.Background()
+	st := pgtest.Store(t)
+	sent := enqueueEDI(t, st, "ACME", x12PO, time.Hour)
+	theirs := parseEDI(t, strings.Replace(x12PO, "SE*3*0001", "SE*4*0009", 1))
+	ack, err := edi.Acknowledge(edi.AckRequest{Interchange: &theirs.Interchanges[0], Standard: edi.X12, Kind: edi.Ack997, Control: 5, Now: time.Now()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := st.ApplyAcks(ctx, "ACME", 0, parseEDI(t, string(ack.Document)).Acknowledgements()); err != nil {
+		t.Fatal(err)
+	}
+	got, err := st.Interchanges(ctx, sent.ID)
+	want := []string{"AK3/0001/SE@3:8", "AK4/0001/SE@3/1:7", "AK4/0001/SE@3/2:7", "AK5/0001:4", "AK5/0001:3"}
+	if err != nil || got[0].AckStatus != "rejected" || !cmp.Equal(got[0].AckCodes, want) {
+		t.Errorf("Interchanges = %+v, %v; want rejected with %q", got, err, want)
 	}
 }
 

@@ -18,12 +18,13 @@ const (
 	PurgeEvents     = "events"     // event feed entries
 	PurgeReplays    = "replays"    // the replay check's claims of signed content
 	PurgeLogins     = "logins"     // failed-login records (login throttling) no longer locked
+	PurgeRestarts   = "restarts"   // AS2 restart transfers left incomplete, with their bytes (their own expiry)
 	PurgeMessages   = "messages"   // final message rows (the audit trail), with what is left of them
 	PurgeAudit      = "audit"      // audit log entries (who did what)
 )
 
 // PurgeKinds lists the kinds in purge order.
-var PurgeKinds = []string{PurgeOutbox, PurgePayloads, PurgeMDNs, PurgeMDNInbox, PurgeHeartbeats, PurgeEvents, PurgeReplays, PurgeLogins, PurgeMessages, PurgeAudit}
+var PurgeKinds = []string{PurgeOutbox, PurgePayloads, PurgeMDNs, PurgeMDNInbox, PurgeHeartbeats, PurgeEvents, PurgeReplays, PurgeLogins, PurgeRestarts, PurgeMessages, PurgeAudit}
 
 // AuditKind reports whether a purge kind is kept for the audit retention
 // rather than the retention: message rows and the audit log.
@@ -88,6 +89,13 @@ DELETE FROM replay_guard WHERE (partner, digest) IN (
 DELETE FROM login_failures WHERE key = ANY(ARRAY(
     SELECT key FROM login_failures WHERE last_at < $1 AND (locked_until IS NULL OR locked_until < $1)
      ORDER BY last_at LIMIT $2 FOR UPDATE SKIP LOCKED))`,
+	// An incomplete transfer past its expiry since its last byte; deleting
+	// it deletes its restart_chunks. A completed one is deleted by the
+	// receiver that processed it.
+	PurgeRestarts: `
+DELETE FROM restart_transfers WHERE id = ANY(ARRAY(
+    SELECT id FROM restart_transfers WHERE updated_at < $1
+     ORDER BY updated_at LIMIT $2 FOR UPDATE SKIP LOCKED))`,
 	PurgeAudit: `
 DELETE FROM audit_log WHERE id = ANY(ARRAY(
     SELECT id FROM audit_log WHERE at < $1

@@ -245,9 +245,11 @@ CREATE TRIGGER test_slow BEFORE INSERT ON mdns FOR EACH ROW EXECUTE FUNCTION tes
 }
 
 // TestReceiveAsyncMDN asks for an async MDN: 200 at once, the MDN queued in
-// the outbox in the same transaction.
+// the outbox in the same transaction, retried as long as the partner's
+// messages (max_attempts and the retry window), also when a resend queues
+// it again.
 func TestReceiveAsyncMDN(t *testing.T) {
-	e := newEnv(t, envOptions{})
+	e := newEnv(t, envOptions{retryWindow: 24 * time.Hour})
 	var got []*http.Request
 	listener := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { got = append(got, r) }))
 	defer listener.Close()
@@ -309,5 +311,22 @@ SELECT o.kind, o.url, o.status, o.headers, o.body FROM outbox o JOIN messages m 
 	}
 	if len(bodies) != 2 || !bytes.Equal(bodies[0], bodies[1]) {
 		t.Errorf("outbox after the resend: %d rows, identical %v", len(bodies), len(bodies) == 2 && bytes.Equal(bodies[0], bodies[1]))
+	}
+	// A partner's MDN is retried as long as its messages: 8 attempts
+	// (max_attempts unset) and then until the window ends (a partner that
+	// cannot take it for a while, a failover of its hub, must still get it).
+	rows, err = e.db.Query(context.Background(), `SELECT max_attempts, extract(epoch FROM retry_until - created_at)::float8 FROM outbox ORDER BY id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var attempts int
+		var window *float64
+		if err := rows.Scan(&attempts, &window); err != nil {
+			t.Fatal(err)
+		}
+		if attempts != 8 || window == nil || *window < 23*3600 || *window > 25*3600 {
+			t.Errorf("MDN outbox row: max_attempts %d, retry window %v s; want 8 and about %d s", attempts, window, 24*3600)
+		}
 	}
 }

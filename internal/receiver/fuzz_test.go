@@ -50,7 +50,9 @@ func (s *memStore) InboundByMessageID(_ context.Context, partner, id string) (*p
 	return &postgres.InboundRecord{Status: m.Status, Disposition: m.Disposition, MIC: m.MIC, MDN: m.MDN}, nil
 }
 
-func (s *memStore) RequeueInboundMDN(context.Context, int64, string) error { return nil }
+func (s *memStore) RequeueInboundMDN(context.Context, int64, string, postgres.Retry) error {
+	return nil
+}
 
 func (s *memStore) SaveInboxMDN(context.Context, *postgres.InboxMDN) (int64, error) { return 1, nil }
 

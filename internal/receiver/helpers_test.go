@@ -51,6 +51,9 @@ const (
 	// partnerNoReplay refuses signed content seen before under another
 	// Message-ID (refuse_replays).
 	partnerNoReplay = "NO REPLAY"
+	// partnerNoRestart does not resume interrupted transfers
+	// (as2_restart: false).
+	partnerNoRestart = "NO RESTART"
 )
 
 // identity is a throwaway key pair made by openssl, shared with the as2
@@ -94,6 +97,7 @@ func writeFile(t testing.TB, dir string, b []byte) string {
 // fresh database.
 type env struct {
 	url     string
+	dbURL   string
 	store   *postgres.Store
 	db      *pgxpool.Pool
 	reg     *prometheus.Registry
@@ -122,6 +126,16 @@ type envOptions struct {
 	// takes every body (SpoolFromBytes 1): the streaming path.
 	spool      bool
 	spoolBytes int64
+	// retryWindow is the receiver's RetryWindow for async MDNs.
+	retryWindow time.Duration
+	// restart keeps AS2 restart transfers in the store, within
+	// restartLimits.
+	restart       bool
+	restartLimits postgres.RestartLimits
+	// dbURL, when set, is the database of another env: a second replica.
+	dbURL string
+	// edi is the receiver's EDI step; nil for none.
+	edi receiver.EDI
 }
 
 var testTime = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
@@ -129,7 +143,10 @@ var testTime = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 func newEnv(t testing.TB, eo envOptions) *env {
 	t.Helper()
 	keys(t)
-	url := pgtest.URL(t)
+	url := eo.dbURL
+	if url == "" {
+		url = pgtest.URL(t)
+	}
 	ctx := context.Background()
 	store, err := postgres.Open(ctx, url, postgres.Options{MaxConns: 24})
 	if err != nil {
@@ -153,7 +170,8 @@ partners:
   - {as2_id: %q, url: "http://127.0.0.1:9/as2", certificate: as2-a.crt, encrypt: aes256-cbc}
   - {as2_id: %q, url: "http://127.0.0.1:9/as2", certificate: as2-a.crt, require_signed: false, mic_include_headers: true}
   - {as2_id: %q, url: "http://127.0.0.1:9/as2", certificate: as2-a.crt, refuse_replays: true}
-`, station, partnerACME, partnerQuoted, partnerStrict, partnerDefault, partnerLegacyMIC, partnerNoReplay)
+  - {as2_id: %q, url: "http://127.0.0.1:9/as2", certificate: as2-a.crt, require_signed: false, as2_restart: false}
+`, station, partnerACME, partnerQuoted, partnerStrict, partnerDefault, partnerLegacyMIC, partnerNoReplay, partnerNoRestart)
 	cfg, err := config.Parse([]byte(yaml), keyDir, "test.yaml", config.Options{Now: func() time.Time { return testTime }})
 	if err != nil {
 		t.Fatal(err)
@@ -173,6 +191,10 @@ partners:
 		st = receiver.StationFromConfig(cfg.Station)
 	}
 	sp := testSpool(t, eo)
+	var restart receiver.RestartStore
+	if eo.restart {
+		restart = store
+	}
 	h, err := receiver.New(receiver.Options{
 		Store:        rs,
 		Partners:     cfg,
@@ -189,6 +211,10 @@ partners:
 		MaxMDNBytes:             eo.maxMDN,
 		Spool:                   sp,
 		SpoolFromBytes:          1,
+		RetryWindow:             eo.retryWindow,
+		Restart:                 restart,
+		RestartLimits:           eo.restartLimits,
+		EDI:                     eo.edi,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -200,7 +226,7 @@ partners:
 		Logger: zap.NewNop(), Metrics: httpserver.NewMetrics(prometheus.NewRegistry()), MaxBodyBytes: eo.maxBody, AS2: h,
 	}))
 	t.Cleanup(srv.Close)
-	return &env{url: srv.URL + "/as2", store: store, db: db, reg: reg, cfg: cfg, handler: h, spool: sp}
+	return &env{url: srv.URL + "/as2", dbURL: url, store: store, db: db, reg: reg, cfg: cfg, handler: h, spool: sp}
 }
 
 // testSpool is the spool eo asks for, in the test's temporary directory,

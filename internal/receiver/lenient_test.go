@@ -119,8 +119,8 @@ func TestReceiveMICAlgorithm(t *testing.T) {
 			id := fmt.Sprintf("<micalg-%d@partner.example>", i)
 			r := post(t, e.url, request(as2Header(partnerACME, station, id, tt.micalg), m), m.body, false)
 			// EDIINT-Features names only what edihub supports.
-			if f := r.header.Values("EDIINT-Features"); len(f) != 1 || f[0] != "AS2-Reliability" {
-				t.Errorf("EDIINT-Features = %q, want [AS2-Reliability]", f)
+			if f := r.header.Values("EDIINT-Features"); len(f) != 1 || f[0] != as2.EDIINTFeatures {
+				t.Errorf("EDIINT-Features = %q, want [%s]", f, as2.EDIINTFeatures)
 			}
 			got := parseMDN(t, r)
 			if want := dgst(t, tt.want, m.micFile); got.Disposition != mdn.Processed() || got.MIC != want {

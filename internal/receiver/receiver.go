@@ -19,7 +19,9 @@
 // unavailable database (503, so that the partner retries) and requests
 // over the in-flight byte budget or the partner's concurrency cap (503
 // with Retry-After, decided from the header when possible) are HTTP
-// errors. Internal error text is logged, never sent.
+// errors, and so are resumes of an AS2 restart transfer (restart.go) at
+// another offset than the bytes held (416) or of a transfer not held
+// (412). Internal error text is logged, never sent.
 package receiver
 
 import (
@@ -63,7 +65,7 @@ type Store interface {
 	// postgres.ErrInboundNotFound when there is none.
 	InboundByMessageID(ctx context.Context, partner, messageID string) (*postgres.InboundRecord, error)
 	// RequeueInboundMDN queues a stored MDN to url again.
-	RequeueInboundMDN(ctx context.Context, id int64, url string) error
+	RequeueInboundMDN(ctx context.Context, id int64, url string, r postgres.Retry) error
 	// SaveInboxMDN stores an async MDN raw.
 	SaveInboxMDN(ctx context.Context, m *postgres.InboxMDN) (int64, error)
 	// The replay check (see checkReplay): it guards a partner against a
@@ -175,11 +177,30 @@ type Options struct {
 	// 0 means DefaultSpoolFromBytes. An async MDN told from the header is
 	// never spooled; a signed one spooled is read back for the intake.
 	SpoolFromBytes int64
-	// EDI, when set, reads the envelope of every processed payload:
-	// before the answer, to refuse duplicate interchanges a partner's
-	// profile refuses; after the message is stored, to record its
-	// interchanges, settle acknowledgements and queue ours.
-	// *interchange.Tracker implements it.
+	// RetryWindow is how long an async MDN we owe a partner is retried,
+	// past the partner's max_attempts, when its profile sets no
+	// retry_window (edihub serve's EDIHUB_RETRY_WINDOW): an MDN the
+	// partner never gets leaves its message unacknowledged there. 0 means
+	// max_attempts alone.
+	RetryWindow time.Duration
+	// Restart, when set with Spool, lets partners resume an interrupted
+	// transfer of a large message (draft-harding-as2-restart; see
+	// restart.go): a request that asks for it with EDIINT-Features:
+	// AS2-Restart and an ETag, whose Content-Length is over
+	// SpoolFromBytes, from a partner whose profile allows it
+	// (as2_restart), has its body kept here as it arrives, for HEAD and
+	// the resumed POST to find on any replica. *postgres.Store
+	// implements it.
+	Restart RestartStore
+	// RestartLimits bound the bytes of open transfers, per partner and
+	// in all; a transfer over them is received without restart.
+	RestartLimits postgres.RestartLimits
+	// EDI, when set, reads the envelope of every processed payload
+	// before the answer: to refuse duplicate interchanges a partner's
+	// profile refuses, and to decide what the receipt stores with the
+	// message in its transaction (its interchanges, the settlement of
+	// acknowledgements it carries, ours); after the message is stored,
+	// to report it. *interchange.Tracker implements it.
 	EDI EDI
 }
 
@@ -188,7 +209,9 @@ type EDI interface {
 	// Inspect reads the payload's envelope (as a stream: a payload of any
 	// size).
 	Inspect(ctx context.Context, p *config.Partner, payload io.Reader) interchange.Inspection
-	Received(ctx context.Context, p *config.Partner, id int64, in interchange.Inspection)
+	// Received reports what the receipt stored with the message (its
+	// Inspection.Save, set as the message's EDI).
+	Received(p *config.Partner, id int64, in interchange.Inspection)
 }
 
 // DefaultSpoolFromBytes is the SpoolFromBytes of Options that set none:
@@ -207,6 +230,9 @@ type Handler struct {
 	log     *zap.Logger
 	metrics *metrics
 	budget  *budget
+	// restartEvents counts AS2 restart transfers (registered with
+	// Options.Restart).
+	restartEvents *prometheus.CounterVec
 	// station caches the receiver's view of the station of the last
 	// snapshot of Config.
 	station atomic.Pointer[stationView]
@@ -322,12 +348,19 @@ func New(o Options) (*Handler, error) {
 			return nil, err
 		}
 	}
+	restartEvents, err := newRestartMetric(prometheus.NewRegistry())
+	if o.Restart != nil {
+		restartEvents, err = newRestartMetric(o.Registerer)
+	}
+	if err != nil {
+		return nil, err
+	}
 	for _, p := range o.PartnerIDs {
 		m.received.WithLabelValues(p, resultProcessed)
 		m.bytes.WithLabelValues(p)
 		m.inbox.WithLabelValues(p)
 	}
-	return &Handler{o: o, log: o.Logger.Named("receiver"), metrics: m, budget: b}, nil
+	return &Handler{o: o, log: o.Logger.Named("receiver"), metrics: m, budget: b, restartEvents: restartEvents}, nil
 }
 
 // noteSigner records the first time a partner signs with a certificate
@@ -403,6 +436,10 @@ const (
 // arrive within Options.ReadTimeout.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
+	if r.Method == http.MethodHead {
+		h.serveHead(w, r) // AS2 restart: how much of a transfer arrived
+		return
+	}
 	rq := parseRequest(r.Header)
 	partner, res := h.address(r.Header, &rq)
 	if res != nil {
@@ -421,6 +458,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if reportMDN && r.ContentLength > h.o.MaxMDNBytes {
 		w.Header().Set("Connection", "close")
 		h.mdnTooLarge(w, partnerLabel, r.ContentLength)
+		return
+	}
+	if h.restartable(r, partner, reportMDN) {
+		h.serveRestart(w, r, rq, partner, start)
 		return
 	}
 	if h.o.Spool != nil && !reportMDN && (r.ContentLength < 0 || r.ContentLength > h.o.SpoolFromBytes) {
@@ -655,12 +696,12 @@ type response struct {
 }
 
 func (res *response) write(w http.ResponseWriter) {
+	for k, v := range res.header {
+		w.Header()[k] = v
+	}
 	if res.text != "" {
 		http.Error(w, res.text, res.status)
 		return
-	}
-	for k, v := range res.header {
-		w.Header()[k] = v
 	}
 	if res.body != nil {
 		w.Header().Set("Content-Length", strconv.Itoa(len(res.body)))
@@ -796,24 +837,39 @@ func (h *Handler) receive(ctx context.Context, hdr http.Header, body []byte, rq 
 	}
 	asyncURL := h.asyncURL(log, rq, partner)
 	if asyncURL != "" {
-		msg.MDNMode, msg.MDNURL, msg.Outbox = "async", asyncURL, true
+		msg.MDNMode, msg.MDNURL, msg.Outbox, msg.MDNRetry = "async", asyncURL, true, h.mdnRetry(partner)
 	}
-	edi := h.inspectEDI(ctx, log, partner, msg, &disp)
-	msg.Disposition = disp.String()
-	var res *response
-	if rq.mdnWanted {
-		var err error
-		if res, err = h.mdnResponse(rq, plan, disp, mic); err != nil {
-			log.Error("build MDN", zap.Error(err))
-			return textResponse(http.StatusInternalServerError, partner.AS2ID, resultUnavailable, "internal error")
+	var (
+		edi       interchange.Inspection
+		res       *response
+		id        int64
+		storeTook time.Duration
+	)
+	for attempt := 1; ; attempt++ {
+		edi = h.inspectEDI(ctx, log, partner, msg, &disp)
+		msg.Disposition = disp.String()
+		if rq.mdnWanted {
+			var err error
+			if res, err = h.mdnResponse(rq, plan, disp, mic); err != nil {
+				log.Error("build MDN", zap.Error(err))
+				return textResponse(http.StatusInternalServerError, partner.AS2ID, resultUnavailable, "internal error")
+			}
+			msg.MDN = &postgres.StoredMDN{Header: res.header, Body: res.body, Disposition: msg.Disposition, MIC: mic, Signed: plan.sign}
+		} else {
+			res = &response{status: http.StatusOK}
 		}
-		msg.MDN = &postgres.StoredMDN{Header: res.header, Body: res.body, Disposition: msg.Disposition, MIC: mic, Signed: plan.sign}
-	} else {
-		res = &response{status: http.StatusOK}
+		t1 := time.Now()
+		id, err = h.o.Store.SaveInbound(ctx, msg)
+		storeTook = time.Since(t1)
+		// A copy of the same interchange, received at the same instant
+		// and stored first (another replica), for a partner that refuses
+		// duplicates: nothing was stored; look again, now to refuse it.
+		if attempt == 1 && errors.Is(err, postgres.ErrDuplicateInterchange) {
+			log.Info("duplicate interchange stored meanwhile; answering it refused", zap.Error(err))
+			continue
+		}
+		break
 	}
-	t1 := time.Now()
-	id, err := h.o.Store.SaveInbound(ctx, msg)
-	storeTook := time.Since(t1)
 	if err != nil {
 		if errors.Is(err, postgres.ErrDuplicateInbound) {
 			// A resend, or a concurrent identical post that won the race:
@@ -829,7 +885,7 @@ func (h *Handler) receive(ctx context.Context, hdr http.Header, body []byte, rq 
 		return unavailable(partner.AS2ID)
 	}
 	if h.o.EDI != nil {
-		h.o.EDI.Received(ctx, partner, id, edi)
+		h.o.EDI.Received(partner, id, edi)
 	}
 	res.partner, res.result = partner.AS2ID, resultFor(disp)
 	if msg.Outbox {
@@ -841,14 +897,16 @@ func (h *Handler) receive(ctx context.Context, hdr http.Header, body []byte, rq 
 	return res
 }
 
-// inspectEDI reads the envelope of a processed message's payload (Options.EDI);
-// a duplicate interchange the partner's profile refuses turns the message
-// into a refused one, *disp and msg changed accordingly.
+// inspectEDI reads the envelope of a processed message's payload
+// (Options.EDI) and sets what msg's receipt stores with it; a duplicate
+// interchange the partner's profile refuses turns the message into a
+// refused one, *disp and msg changed accordingly.
 func (h *Handler) inspectEDI(ctx context.Context, log *zap.Logger, partner *config.Partner, msg *postgres.InboundMessage, disp *mdn.Disposition) interchange.Inspection {
 	if h.o.EDI == nil || msg.Status != postgres.InboundProcessed {
 		return interchange.Inspection{}
 	}
 	edi := h.o.EDI.Inspect(ctx, partner, payloadReader(msg))
+	msg.EDI = edi.Save
 	if edi.Refuse {
 		// RFC 4130 §5.5's answer to a document received before; the
 		// payload is not kept, so nothing is delivered twice.
@@ -857,6 +915,17 @@ func (h *Handler) inspectEDI(ctx context.Context, log *zap.Logger, partner *conf
 		log.Warn("message refused: duplicate interchange", zap.String("reason", edi.Reason))
 	}
 	return edi
+}
+
+// mdnRetry is how an async MDN owed to partner is retried: as long as
+// the partner's outbound messages (its max_attempts, its retry_window or
+// the station's), for the partner that does not get it keeps waiting.
+func (h *Handler) mdnRetry(partner *config.Partner) postgres.Retry {
+	r := postgres.Retry{MaxAttempts: partner.MaxAttempts, Window: h.o.RetryWindow}
+	if partner.RetryWindow > 0 {
+		r.Window = partner.RetryWindow
+	}
+	return r
 }
 
 // asyncURL is the URL an asynchronous MDN goes to, or "" for an answer in
@@ -1105,7 +1174,7 @@ func (h *Handler) duplicate(ctx context.Context, x *exchange, rec *postgres.Inbo
 				log.Warn("resend asks for its MDN at another URL; sent to the first one", zap.String("receipt_delivery_option", redactURL(asyncURL)), zap.String("first", redactURL(rec.MDNURL)))
 				asyncURL = rec.MDNURL
 			}
-			if err := h.o.Store.RequeueInboundMDN(ctx, rec.ID, asyncURL); err != nil {
+			if err := h.o.Store.RequeueInboundMDN(ctx, rec.ID, asyncURL, h.mdnRetry(partner)); err != nil {
 				log.Error("requeue MDN", zap.Error(err))
 				return unavailable(partner.AS2ID)
 			}

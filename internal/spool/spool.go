@@ -149,6 +149,12 @@ func (f *File) Size() int64 { return f.size }
 // Reader reads the file from its start; each call an independent reader.
 func (f *File) Reader() io.Reader { return io.NewSectionReader(f.f, 0, f.size) }
 
+// ReadAt reads the bytes written from off (io.ReaderAt); safe for
+// concurrent use.
+func (f *File) ReadAt(p []byte, off int64) (int, error) {
+	return io.NewSectionReader(f.f, 0, f.size).ReadAt(p, off)
+}
+
 // Close removes the file and gives its bytes back to the spool. It is
 // safe to call more than once.
 func (f *File) Close() error {

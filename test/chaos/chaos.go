@@ -53,6 +53,10 @@ type Options struct {
 	// Async replicates the database asynchronously: a run that shows
 	// what breaks (the checker must report lost documents).
 	Async bool
+	// MultiHost gives the replicas a libpq multi-host URL of the two
+	// database nodes with target_session_attrs=read-write instead of one
+	// address repointed at a promotion.
+	MultiHost bool
 	// Faults, if set, runs only these kinds, once each, in this order.
 	Faults []Kind
 	// Logf receives progress lines.

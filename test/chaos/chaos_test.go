@@ -91,3 +91,35 @@ func TestChaosAsyncReplicationLoses(t *testing.T) {
 	}
 	t.Logf("expected failure: %d acknowledged partner documents and %d accepted hub documents lost", v.Lost, v.SubmittedLost)
 }
+
+// TestChaosMultiHostFailover: the replicas reach PostgreSQL through a libpq
+// multi-host URL of both nodes with target_session_attrs=read-write (no
+// address repointed): two database failovers, the primary moving to the
+// other node and back, and the leader cut from both nodes, under traffic
+// both ways. Nothing acknowledged is lost, every message ends final, the
+// fence holds, and receiving comes back after each promotion.
+func TestChaosMultiHostFailover(t *testing.T) {
+	res := run(t, chaos.Options{Mode: chaos.Short, Seed: 3, Rate: 2, MultiHost: true, NoReport: true,
+		Faults: []chaos.Kind{chaos.DBFailover, chaos.CutLeaderDB, chaos.DBFailover}})
+	for _, f := range res.Verdict.Failures() {
+		t.Errorf("broken invariant: %s", f)
+	}
+	failovers := 0
+	for _, o := range res.Outcomes {
+		if o.Err != nil {
+			t.Errorf("fault %s of %s did not heal: %v", o.Kind, o.Victim, o.Err)
+		}
+		if o.Kind == chaos.DBFailover {
+			failovers++
+			if o.Receiving < 0 {
+				t.Errorf("receiving never came back after a promotion")
+			}
+		}
+	}
+	if failovers != 2 {
+		t.Errorf("%d database failovers ran, want 2", failovers)
+	}
+	if !res.Settled || res.Verdict.Acknowledged == 0 || res.Verdict.Delivered == 0 {
+		t.Errorf("settled %v, %d acknowledged partner documents, %d delivered hub documents", res.Settled, res.Verdict.Acknowledged, res.Verdict.Delivered)
+	}
+}

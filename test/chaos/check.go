@@ -214,7 +214,7 @@ func (s *stack) checkOutbound(ctx context.Context, v *Verdict) error {
 		}
 		if m.final == 0 || (m.status != "delivered" && m.status != "failed") {
 			v.NotFinal++
-			v.detail("not final: %s is %s", id, m.status)
+			v.detail("not final: %s is %s; %s", id, m.status, s.mdnStory(ctx, id))
 		}
 		if m.final > 1 {
 			v.FinalTwice++
@@ -230,6 +230,24 @@ func (s *stack) checkOutbound(ctx context.Context, v *Verdict) error {
 		}
 	}
 	return nil
+}
+
+// mdnStory tells what became of the async MDN of outbound message id: the
+// partner's MDN deliveries and the hub's inbox rows for it.
+func (s *stack) mdnStory(ctx context.Context, id string) string {
+	var partner, hub string
+	err := s.partnerDB.QueryRow(ctx, `
+SELECT coalesce(string_agg(format('%s after %s attempts (%s)', o.status, o.attempts, o.last_error), '; '), 'none')
+  FROM outbox o JOIN messages m ON m.id = o.message_id
+ WHERE o.kind = 'mdn' AND m.direction = 'inbound' AND m.message_id = $1`, id).Scan(&partner)
+	if err != nil {
+		partner = err.Error()
+	}
+	if err := s.hubDB.QueryRow(ctx, `
+SELECT coalesce(string_agg(format('%s (%s)', state, reason), '; '), 'none') FROM mdn_inbox WHERE original_message_id = $1`, id).Scan(&hub); err != nil {
+		hub = err.Error()
+	}
+	return fmt.Sprintf("the partner's MDN deliveries: %s; the hub's inbox: %s", partner, hub)
 }
 
 // checkMDNs: every async MDN applied once; every delivered message has

@@ -21,28 +21,38 @@ import (
 // own (the replication link, which a run cuts to make the standby lag), and
 // one address the replicas use (front), repointed to the standby when it is
 // promoted, as a Kubernetes Service in front of CloudNativePG's or
-// Patroni's primary is.
+// Patroni's primary is. With multiHost the replicas instead use a libpq
+// multi-host URL of two node addresses (nodes) with
+// target_session_attrs=read-write, as with Patroni without a Service: each
+// node address stays with its slot, a failover moves the primary to the
+// other node, and the standby rebuilt afterwards takes the dead primary's
+// node.
 type haDB struct {
-	dir   string
-	async bool
-	logf  func(string, ...any)
+	dir       string
+	async     bool
+	multiHost bool
+	logf      func(string, ...any)
 	// bg runs the standby rebuilt after a failover; Close cancels and
 	// waits for it before it stops the servers.
 	bg       sync.WaitGroup
 	bgCtx    context.Context
 	bgCancel context.CancelFunc
 
-	mu       sync.Mutex
-	primary  *pgserver.Server
-	standby  *pgserver.Server
-	repl     *netproxy.Proxy // standby → primary
-	front    *netproxy.Proxy // replicas → primary
-	failures int             // failovers so far, naming the data directories
+	mu      sync.Mutex
+	primary *pgserver.Server
+	standby *pgserver.Server
+	repl    *netproxy.Proxy // standby → primary
+	front   *netproxy.Proxy // replicas → primary; nil with multiHost
+	// nodes are the two node addresses of multiHost; the primary is on
+	// nodes[primaryNode], the standby on the other.
+	nodes       [2]*netproxy.Proxy
+	primaryNode int
+	failures    int // failovers so far, naming the data directories
 }
 
 // startHA starts the primary, its standby and the front address.
-func startHA(ctx context.Context, dir string, async bool, logf func(string, ...any)) (_ *haDB, err error) {
-	h := &haDB{dir: dir, async: async, logf: logf}
+func startHA(ctx context.Context, dir string, async, multiHost bool, logf func(string, ...any)) (_ *haDB, err error) {
+	h := &haDB{dir: dir, async: async, multiHost: multiHost, logf: logf}
 	h.bgCtx, h.bgCancel = context.WithCancel(context.Background())
 	// The postgres user must walk into it (when running as root).
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -60,7 +70,11 @@ func startHA(ctx context.Context, dir string, async bool, logf func(string, ...a
 	if err := h.primary.Start(ctx); err != nil {
 		return nil, err
 	}
-	if h.front, err = netproxy.Start(addr(h.primary)); err != nil {
+	front := &h.front
+	if multiHost {
+		front = &h.nodes[0]
+	}
+	if *front, err = netproxy.Start(addr(h.primary)); err != nil {
 		return nil, err
 	}
 	if err := h.addStandby(ctx); err != nil {
@@ -71,8 +85,12 @@ func startHA(ctx context.Context, dir string, async bool, logf func(string, ...a
 
 func addr(s *pgserver.Server) string { return "127.0.0.1:" + strconv.Itoa(s.Port()) }
 
-// URL is the database URL the replicas use: the front address.
+// URL is the database URL the replicas use: the front address, or with
+// multiHost both node addresses and target_session_attrs=read-write.
 func (h *haDB) URL() string {
+	if h.multiHost {
+		return "postgres://postgres@" + h.nodes[0].Addr() + "," + h.nodes[1].Addr() + "/postgres?sslmode=disable&target_session_attrs=read-write"
+	}
 	return "postgres://postgres@" + h.front.Addr() + "/postgres?sslmode=disable"
 }
 
@@ -99,6 +117,15 @@ func (h *haDB) addStandby(ctx context.Context) error {
 		repl.Close()
 		return err
 	}
+	if h.multiHost {
+		// The standby takes the node the primary is not on: at the start
+		// the second node, after a failover the dead primary's.
+		if err := h.placeStandby(sb); err != nil {
+			_ = sb.Stop()
+			repl.Close()
+			return err
+		}
+	}
 	h.mu.Lock()
 	h.standby, h.repl = sb, repl
 	h.mu.Unlock()
@@ -110,6 +137,25 @@ func (h *haDB) addStandby(ctx context.Context) error {
 		return err
 	}
 	h.logf("PostgreSQL: primary on %s, %s standby on %s", addr(primary), mode, addr(sb))
+	return nil
+}
+
+// placeStandby points the standby's node address (the one the primary is
+// not on) at sb, dropping connections still held through it.
+func (h *haDB) placeStandby(sb *pgserver.Server) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := 1 - h.primaryNode
+	if h.nodes[n] == nil {
+		p, err := netproxy.Start(addr(sb))
+		if err != nil {
+			return err
+		}
+		h.nodes[n] = p
+		return nil
+	}
+	h.nodes[n].SetTarget(addr(sb))
+	h.nodes[n].Reset()
 	return nil
 }
 
@@ -184,9 +230,17 @@ func (h *haDB) Failover(ctx context.Context) (promoted time.Time, done <-chan er
 		return time.Time{}, nil, err
 	}
 	promoted = time.Now()
-	h.front.SetTarget(addr(sb))
-	h.front.Reset() // connections still held to the dead primary
 	h.mu.Lock()
+	if h.multiHost {
+		// The clients find the new primary on the other node themselves
+		// (target_session_attrs=read-write); the dead one's connections
+		// are dropped.
+		h.nodes[h.primaryNode].Reset()
+		h.primaryNode = 1 - h.primaryNode
+	} else {
+		h.front.SetTarget(addr(sb))
+		h.front.Reset() // connections still held to the dead primary
+	}
 	h.primary, h.standby, h.repl = sb, nil, nil
 	h.failures++
 	h.mu.Unlock()
@@ -207,7 +261,7 @@ func (h *haDB) Close() {
 			_ = s.Stop()
 		}
 	}
-	for _, p := range []*netproxy.Proxy{h.repl, h.front} {
+	for _, p := range []*netproxy.Proxy{h.repl, h.front, h.nodes[0], h.nodes[1]} {
 		if p != nil {
 			p.Close()
 		}

@@ -128,7 +128,7 @@ func start(ctx context.Context, o Options) (_ *stack, err error) {
 // startDatabases starts the hub's HA pair and the partner's server,
 // migrates both and opens the checkers' pools.
 func (s *stack) startDatabases(ctx context.Context) (err error) {
-	if s.db, err = startHA(ctx, filepath.Join(s.dir, "hub-db"), s.o.Async, s.o.Logf); err != nil {
+	if s.db, err = startHA(ctx, filepath.Join(s.dir, "hub-db"), s.o.Async, s.o.MultiHost, s.o.Logf); err != nil {
 		return err
 	}
 	s.onClose(s.db.Close)

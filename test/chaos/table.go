@@ -7,12 +7,20 @@ import (
 	"time"
 )
 
+// dbAddress says how the replicas reach the database's primary.
+func dbAddress(multiHost bool) string {
+	if multiHost {
+		return "multi-host URL (target_session_attrs=read-write)"
+	}
+	return "one address repointed at a promotion"
+}
+
 // Print writes the run's checker counts and its failover table, as
 // Markdown.
 func (r *Result) Print(w io.Writer) {
 	o := r.Options
-	fmt.Fprintf(w, "\n## Chaos run: mode %s, seed %d, rate %.1f/s each way, %s replication, took %s\n\n",
-		o.Mode, o.Seed, o.Rate, replication(o.Async), r.Took.Round(time.Second))
+	fmt.Fprintf(w, "\n## Chaos run: mode %s, seed %d, rate %.1f/s each way, %s replication, %s, took %s\n\n",
+		o.Mode, o.Seed, o.Rate, replication(o.Async), dbAddress(o.MultiHost), r.Took.Round(time.Second))
 	v := r.Verdict
 	fmt.Fprintf(w, "Traffic: %d documents hub → partner, %d partner → hub queued (%d API calls retried); settled: %v\n\n",
 		r.HubQueued, r.PartnerQueued, r.APIRetries, r.Settled)

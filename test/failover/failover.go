@@ -151,8 +151,9 @@ type Options struct {
 	// name.
 	Output io.Writer
 	// ProxyDatabase, on the Kubernetes backend, makes each replica reach
-	// PostgreSQL through a proxy of its own too (Replica.DBProxy), so a
-	// scenario can cut one replica from the database alone.
+	// PostgreSQL through a proxy of its own too (Replica.DBProxies: one
+	// per host of a libpq multi-host DatabaseURL), so a scenario can cut
+	// one replica from the database alone.
 	ProxyDatabase bool
 }
 
@@ -166,7 +167,7 @@ type Cluster struct {
 	replicas []*Replica
 	rec      *Recorder
 	proxies  []*netproxy.Proxy
-	dbProxy  []*netproxy.Proxy // per replica, or nil
+	dbProxy  []dbProxies // per replica (one per database host), or nil
 }
 
 // Replica is one edihub process slot: it keeps its name, addresses and
@@ -176,10 +177,11 @@ type Replica struct {
 	// Proxy carries this replica's traffic to the API server (Kubernetes
 	// backend) or to PostgreSQL (Postgres backend); Cut partitions it.
 	Proxy *netproxy.Proxy
-	// DBProxy carries its traffic to PostgreSQL on the Kubernetes backend
-	// with Options.ProxyDatabase; nil otherwise. CutDatabase partitions it.
-	DBProxy *netproxy.Proxy
-	cl      *Cluster
+	// DBProxies carry its traffic to PostgreSQL on the Kubernetes backend
+	// with Options.ProxyDatabase, one per host of the database URL; nil
+	// otherwise. CutDatabase partitions them.
+	DBProxies dbProxies
+	cl        *Cluster
 }
 
 // Start starts the replicas. It does not wait for readiness (WaitReady).
@@ -245,15 +247,12 @@ func Start(ctx context.Context, o Options) (_ *Cluster, err error) {
 				return nil, err
 			}
 			db := o.DatabaseURL
-			var dp *netproxy.Proxy
+			var dp dbProxies
 			if o.ProxyDatabase {
-				if dp, err = netproxy.Start(dbURL.Host); err != nil {
+				if db, dp, err = proxyDatabase(dbURL); err != nil {
 					p.Close()
 					return nil, err
 				}
-				u := *dbURL
-				u.Host = dp.Addr()
-				db = u.String()
 			}
 			cl.dbProxy = append(cl.dbProxy, dp)
 			env = append(env, "EDIHUB_DATABASE_URL="+db, "EDIHUB_KUBECONFIG="+kc, "EDIHUB_LEASE_NAMESPACE="+o.Namespace)
@@ -282,7 +281,7 @@ func Start(ctx context.Context, o Options) (_ *Cluster, err error) {
 	for i, r := range cl.c.Replicas() {
 		rep := &Replica{Replica: r, Proxy: cl.proxies[i], cl: cl}
 		if i < len(cl.dbProxy) {
-			rep.DBProxy = cl.dbProxy[i]
+			rep.DBProxies = cl.dbProxy[i]
 		}
 		cl.replicas = append(cl.replicas, rep)
 	}
@@ -304,10 +303,8 @@ func (cl *Cluster) Close() error {
 	for _, p := range cl.proxies {
 		p.Close()
 	}
-	for _, p := range cl.dbProxy {
-		if p != nil {
-			p.Close()
-		}
+	for _, ps := range cl.dbProxy {
+		ps.each(closeProxy)
 	}
 	cl.Store.Close()
 	return errors.Join(errs...)
@@ -394,12 +391,49 @@ func (r *Replica) Cut() time.Time { return r.record(MsgCut, r.Proxy.Cut) }
 // Restore ends a cut and records it.
 func (r *Replica) Restore() time.Time { return r.record(MsgRestored, r.Proxy.Restore) }
 
-// CutDatabase partitions the replica from PostgreSQL alone (DBProxy) and
-// records it.
-func (r *Replica) CutDatabase() time.Time { return r.record(MsgDBCut, r.DBProxy.Cut) }
+// CutDatabase partitions the replica from PostgreSQL alone (DBProxies:
+// every host) and records it.
+func (r *Replica) CutDatabase() time.Time {
+	return r.record(MsgDBCut, func() { r.DBProxies.each((*netproxy.Proxy).Cut) })
+}
 
 // RestoreDatabase ends a database cut and records it.
-func (r *Replica) RestoreDatabase() time.Time { return r.record(MsgDBRestored, r.DBProxy.Restore) }
+func (r *Replica) RestoreDatabase() time.Time {
+	return r.record(MsgDBRestored, func() { r.DBProxies.each((*netproxy.Proxy).Restore) })
+}
+
+// dbProxies are one replica's proxies to PostgreSQL, one per host of the
+// database URL.
+type dbProxies []*netproxy.Proxy
+
+// each calls fn on every proxy.
+func (ps dbProxies) each(fn func(*netproxy.Proxy)) {
+	for _, p := range ps {
+		fn(p)
+	}
+}
+
+func closeProxy(p *netproxy.Proxy) { p.Close() }
+
+// proxyDatabase starts a proxy to each host of u (one, or several in a
+// libpq multi-host URL) and returns u with the proxies' addresses in
+// their place.
+func proxyDatabase(u *url.URL) (string, dbProxies, error) {
+	var ps dbProxies
+	var hosts []string
+	for _, h := range strings.Split(u.Host, ",") {
+		p, err := netproxy.Start(h)
+		if err != nil {
+			ps.each(closeProxy)
+			return "", nil, err
+		}
+		ps = append(ps, p)
+		hosts = append(hosts, p.Addr())
+	}
+	v := *u
+	v.Host = strings.Join(hosts, ",")
+	return v.String(), ps, nil
+}
 
 // FreezeInFencedTransaction sends SIGSTOP to the leader r while it is
 // inside a fenced transaction, so that the transaction stays open holding
@@ -412,15 +446,16 @@ func (r *Replica) RestoreDatabase() time.Time { return r.record(MsgDBRestored, r
 // time of the SIGSTOP that held.
 func (cl *Cluster) FreezeInFencedTransaction(ctx context.Context, r *Replica) (time.Time, error) {
 	const delay = 150 * time.Millisecond
-	db := r.DBProxy
+	db := r.DBProxies
 	if cl.Backend == Postgres {
-		db = r.Proxy // all its traffic goes to PostgreSQL
+		db = dbProxies{r.Proxy} // all its traffic goes to PostgreSQL
 	}
-	if db == nil {
+	if len(db) == 0 {
 		return time.Time{}, errors.New("failover: FreezeInFencedTransaction needs Options.ProxyDatabase on the Kubernetes backend")
 	}
-	db.SetDelay(delay)
-	defer db.SetDelay(0)
+	setDelay := func(d time.Duration) { db.each(func(p *netproxy.Proxy) { p.SetDelay(d) }) }
+	setDelay(delay)
+	defer setDelay(0)
 	fenced := func(min time.Duration) (bool, error) {
 		its, err := cl.Store.IdleTransactions(ctx, min)
 		if err != nil {

@@ -79,9 +79,17 @@ function comps (el) { return el || [] }
 
 function edifactParse (req) {
   // The reader knows the UNO* character sets only; other syntax
-  // identifiers (IATB) are read with its default one.
-  const auto = /UNB.UNO[A-Z]/.test(req.document)
-  const segs = new EdifactReader({ autoDetectEncoding: auto }).parse(req.document)
+  // identifiers (IATB) are read with its default one, and so is a
+  // document whose UNA changes the service characters: switching the
+  // character set loses them (it then refuses the first byte). It knows
+  // no repetition separator (syntax 4, UNA position 7): that position is
+  // given to it as the space of syntax 3, which reads the same values as
+  // long as none holds the separator.
+  let doc = req.document
+  const una = /^(\s*UNA.{4})(.)/s.exec(doc)
+  if (una && una[2] !== ' ') doc = una[1] + ' ' + doc.slice(una[0].length)
+  const auto = /UNB.UNO[A-Z]/.test(doc) && !/^\s*UNA(?!:\+\.\? ')/.test(doc)
+  const segs = new EdifactReader({ autoDetectEncoding: auto }).parse(doc)
   const out = []
   let ic = null; let g = null; let set = null
   const val = (seg, i, c) => (comps(seg.elements[i])[c] || '')

@@ -34,6 +34,7 @@ func run(ctx context.Context) error {
 	flag.Uint64Var(&o.Seed, "seed", 1, "seed of the fault schedule (order, pauses, draws)")
 	flag.Float64Var(&o.Rate, "rate", 2, "documents per second each way (hub → partner, partner → hub)")
 	flag.BoolVar(&o.Async, "async", false, "replicate PostgreSQL asynchronously: shows what breaks (the checker reports lost documents; exit 1 expected)")
+	flag.BoolVar(&o.MultiHost, "multihost", false, "give the replicas a libpq multi-host URL of both database nodes with target_session_attrs=read-write, instead of one address repointed at a promotion")
 	faults := flag.String("faults", "", "comma-separated fault kinds to run once each, in order (default: the schedule); kinds: "+kinds())
 	flag.BoolVar(&o.KeepDir, "keep", false, "keep the run's directory (logs, data)")
 	flag.Parse()
