@@ -871,8 +871,8 @@ func child(ctx context.Context, o options) error {
 	}
 	defer sp.Close()
 	// The log to stderr (a message refused, a store failure, where the
-	// time of a large message went).
-	log, err := zap.NewDevelopment()
+	// time of a large message went: info), without the debug lines.
+	log, err := zap.NewDevelopment(zap.IncreaseLevel(zap.InfoLevel))
 	if err != nil {
 		return err
 	}
