@@ -417,10 +417,16 @@ func TestPostgresRestart(t *testing.T) {
 	}
 	t.Logf("PostgreSQL down; %s's fenced write failed %v later", l.Spec.Name, failing.Time.Sub(down))
 	time.Sleep(time.Until(down.Add(10 * time.Second)))
+	// Writes may resume before Start returns: the server accepts
+	// connections before Start has seen it ready (a replica became leader
+	// in that gap once, and the wait for an event after Start's return
+	// missed it). So the restart's start bounds the window in which no
+	// write may be accepted, and opens the one in which one must be.
+	restart := time.Now()
 	if err := srv.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	up := time.Now()
+	up := restart
 	recovered, err := sc.cl.WaitEvent(ctx, up, func(e failover.Event) bool {
 		return e.Msg == failover.MsgBeatRecovered || e.Msg == failover.MsgBecameLeader
 	})
