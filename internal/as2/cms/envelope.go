@@ -585,39 +585,13 @@ type EncryptOptions struct {
 // a DER ContentInfo: EnvelopedData for the CBC ciphers, AuthEnvelopedData
 // for the GCM ciphers. The inner content type is id-data.
 func Encrypt(content []byte, recipients []*x509.Certificate, opts EncryptOptions) ([]byte, error) {
-	if len(recipients) == 0 {
-		return nil, errors.New("encrypt: no recipients")
+	c, rnd, opts, err := encryptSetup(recipients, opts)
+	if err != nil {
+		return nil, err
 	}
-	if opts.Cipher == 0 {
-		opts.Cipher = AES256CBC
-	}
-	if opts.OAEPHash == 0 {
-		opts.OAEPHash = crypto.SHA256
-	}
-	rnd := opts.Rand
-	if rnd == nil {
-		rnd = rand.Reader
-	}
-	var c cipherInfo
-	for _, ci := range ciphers {
-		if ci.c == opts.Cipher {
-			c = ci
-		}
-	}
-	if c.oid == nil {
-		return nil, fmt.Errorf("encrypt: %w: cipher %d", ErrUnsupportedAlgorithm, opts.Cipher)
-	}
-	cek := make([]byte, c.keyLen)
-	if _, err := io.ReadFull(rnd, cek); err != nil {
-		return nil, fmt.Errorf("encrypt: content key: %w", err)
-	}
-	var ris [][]byte
-	for _, cert := range recipients {
-		ri, err := keyTransRecipient(cert, cek, opts, rnd)
-		if err != nil {
-			return nil, fmt.Errorf("encrypt: %w", err)
-		}
-		ris = append(ris, ri)
+	cek, ris, err := newContentKey(c, recipients, opts, rnd)
+	if err != nil {
+		return nil, err
 	}
 	ver := tlv(tagInteger, []byte{0})
 	riSet := tlv(tagSet, sortedSet(ris)...)
@@ -656,6 +630,54 @@ func Encrypt(content []byte, recipients []*x509.Certificate, opts EncryptOptions
 	eci := tlv(tagSequence, mustOID(oidData), algorithmID(c.oid, tlv(tagOctetString, iv)), tlv(tagContext0Pri, buf))
 	ed := tlv(tagSequence, ver, riSet, eci)
 	return wrapContentInfo(oidEnvelopedData, ed), nil
+}
+
+// encryptSetup checks recipients, fills opts' defaults and looks up its
+// cipher for Encrypt and NewEncryptWriter; it returns the cipher, the
+// source of randomness and the completed options.
+func encryptSetup(recipients []*x509.Certificate, opts EncryptOptions) (cipherInfo, io.Reader, EncryptOptions, error) {
+	if len(recipients) == 0 {
+		return cipherInfo{}, nil, opts, errors.New("encrypt: no recipients")
+	}
+	if opts.Cipher == 0 {
+		opts.Cipher = AES256CBC
+	}
+	if opts.OAEPHash == 0 {
+		opts.OAEPHash = crypto.SHA256
+	}
+	rnd := opts.Rand
+	if rnd == nil {
+		rnd = rand.Reader
+	}
+	var c cipherInfo
+	for _, ci := range ciphers {
+		if ci.c == opts.Cipher {
+			c = ci
+		}
+	}
+	if c.oid == nil {
+		return cipherInfo{}, nil, opts, fmt.Errorf("encrypt: %w: cipher %d", ErrUnsupportedAlgorithm, opts.Cipher)
+	}
+	return c, rnd, opts, nil
+}
+
+// newContentKey draws a content key for c from rnd and wraps it for each
+// recipient (key transport); it returns the key and the encoded
+// RecipientInfos in recipients' order.
+func newContentKey(c cipherInfo, recipients []*x509.Certificate, opts EncryptOptions, rnd io.Reader) ([]byte, [][]byte, error) {
+	cek := make([]byte, c.keyLen)
+	if _, err := io.ReadFull(rnd, cek); err != nil {
+		return nil, nil, fmt.Errorf("encrypt: content key: %w", err)
+	}
+	var ris [][]byte
+	for _, cert := range recipients {
+		ri, err := keyTransRecipient(cert, cek, opts, rnd)
+		if err != nil {
+			return nil, nil, fmt.Errorf("encrypt: %w", err)
+		}
+		ris = append(ris, ri)
+	}
+	return cek, ris, nil
 }
 
 func keyTransRecipient(cert *x509.Certificate, cek []byte, opts EncryptOptions, rnd io.Reader) ([]byte, error) {

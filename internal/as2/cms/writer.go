@@ -1,11 +1,8 @@
 package cms
 
 import (
-	"crypto"
 	"crypto/cipher"
-	"crypto/rand"
 	"crypto/x509"
-	"errors"
 	"fmt"
 	"io"
 
@@ -154,42 +151,16 @@ var ErrNotStreamable = fmt.Errorf("%w: not streamable", ErrUnsupportedAlgorithm)
 // Encrypt does it) to dst and returns the writer of its content. A GCM
 // cipher is an error wrapping ErrNotStreamable.
 func NewEncryptWriter(dst io.Writer, recipients []*x509.Certificate, opts EncryptOptions) (*EncryptWriter, error) {
-	if len(recipients) == 0 {
-		return nil, errors.New("encrypt: no recipients")
-	}
-	if opts.Cipher == 0 {
-		opts.Cipher = AES256CBC
-	}
-	if opts.OAEPHash == 0 {
-		opts.OAEPHash = crypto.SHA256
-	}
-	rnd := opts.Rand
-	if rnd == nil {
-		rnd = rand.Reader
-	}
-	var c cipherInfo
-	for _, ci := range ciphers {
-		if ci.c == opts.Cipher {
-			c = ci
-		}
-	}
-	if c.oid == nil {
-		return nil, fmt.Errorf("encrypt: %w: cipher %d", ErrUnsupportedAlgorithm, opts.Cipher)
+	c, rnd, opts, err := encryptSetup(recipients, opts)
+	if err != nil {
+		return nil, err
 	}
 	if c.gcm {
 		return nil, fmt.Errorf("encrypt: %w: %s", ErrNotStreamable, c.name)
 	}
-	cek := make([]byte, c.keyLen)
-	if _, err := io.ReadFull(rnd, cek); err != nil {
-		return nil, fmt.Errorf("encrypt: content key: %w", err)
-	}
-	var ris [][]byte
-	for _, cert := range recipients {
-		ri, err := keyTransRecipient(cert, cek, opts, rnd)
-		if err != nil {
-			return nil, fmt.Errorf("encrypt: %w", err)
-		}
-		ris = append(ris, ri)
+	cek, ris, err := newContentKey(c, recipients, opts, rnd)
+	if err != nil {
+		return nil, err
 	}
 	block, err := newBlock(c, cek)
 	if err != nil {
