@@ -62,86 +62,19 @@ type layer struct {
 // when not empty) built per opts to dst. Nothing is written to dst until
 // the first layer's head; dst is not closed.
 func NewWrapWriter(dst io.Writer, contentType, filename string, opts WrapOptions) (*WrapWriter, error) {
-	if contentType == "" {
-		return nil, errors.New("wrap: empty content type")
-	}
-	if opts.Encrypt == cms.AES128GCM || opts.Encrypt == cms.AES256GCM {
-		return nil, fmt.Errorf("wrap: %w: %s", cms.ErrNotStreamable, opts.Encrypt)
-	}
-	if opts.Sign != 0 && (opts.SignerKey == nil || opts.SignerCert == nil) {
-		return nil, errors.New("wrap: signing needs SignerKey and SignerCert")
-	}
-	if opts.Encrypt != 0 && opts.RecipientCert == nil {
-		return nil, errors.New("wrap: encryption needs RecipientCert")
+	if err := checkStreamOptions(contentType, opts); err != nil {
+		return nil, err
 	}
 	ww := &WrapWriter{w: newWrapping(opts)}
-	w := ww.w
-	payloadHeader := w.payloadEntity(nil, contentType, filename).header
-
-	// The layers, innermost first, in Wrap's order.
-	var layers []layer
-	compressedFirst := false
-	if opts.Compress == CompressBeforeSigning || (opts.Compress == CompressAfterSigning && opts.Sign == 0) {
-		layers = append(layers, w.compressLayer())
-		compressedFirst = true
+	payloadHeader := ww.w.payloadEntity(nil, contentType, filename).header
+	layers, compressedFirst, err := ww.layers()
+	if err != nil {
+		return nil, err
 	}
-	if opts.Sign != 0 {
-		l, err := ww.signLayer()
-		if err != nil {
-			return nil, err
-		}
-		layers = append(layers, l)
-		if opts.Compress == CompressAfterSigning {
-			layers = append(layers, w.compressLayer())
-		}
-	}
-	if opts.Encrypt != 0 {
-		layers = append(layers, w.encryptLayer())
-	}
-	// Where the MIC is taken, by Wrap's rules (see wrapping.mic).
-	micAtPayload, micAtEntity := false, false
-	switch {
-	case opts.Sign != 0:
-		ww.w.micHash = opts.Sign
-		// the sign layer digests its content itself
-	case opts.Encrypt != 0:
-		layers[len(layers)-1].micHere = true
-	case opts.UnsignedMIC == MICContentOnly:
-		micAtPayload = true
-	case compressedFirst:
-		layers[0].micHere = true
-	default:
-		micAtEntity = true
-	}
-	if opts.Sign == 0 {
-		ww.mic = newMICHashes(w.micHash)
-	}
-
-	// Open the layers from the outermost in: each one's content is the
-	// next one's entity, header first.
-	body := dst
-	ww.header = payloadHeader
-	if len(layers) > 0 {
-		ww.header = layers[len(layers)-1].header
-	}
-	closers := make([]func() error, 0, len(layers)+1)
-	for i := len(layers) - 1; i >= 0; i-- {
-		content, closeLayer, err := layers[i].open(body)
-		if err != nil {
-			return nil, err
-		}
-		closers = append(closers, closeLayer)
-		if layers[i].micHere {
-			content = io.MultiWriter(content, ww.mic)
-		}
-		inner := payloadHeader
-		if i > 0 {
-			inner = layers[i-1].header
-		}
-		if _, err := content.Write(append(writeHeader(nil, inner), '\r', '\n')); err != nil {
-			return nil, fmt.Errorf("wrap: %w", err)
-		}
-		body = content
+	micAtPayload, micAtEntity := ww.placeMIC(layers, compressedFirst)
+	body, closers, err := ww.openLayers(dst, layers, payloadHeader)
+	if err != nil {
+		return nil, err
 	}
 	if micAtEntity {
 		// The payload entity is the message: its header fields travel as
@@ -150,7 +83,7 @@ func NewWrapWriter(dst io.Writer, contentType, filename string, opts WrapOptions
 		ww.mic.Write(append(writeHeader(nil, payloadHeader), '\r', '\n'))
 		body = io.MultiWriter(body, ww.mic)
 	}
-	if w.te == "base64" {
+	if ww.w.te == "base64" {
 		b64 := newBase64LineWriter(body)
 		closers = append(closers, b64.Close)
 		body = b64
@@ -165,6 +98,107 @@ func NewWrapWriter(dst io.Writer, contentType, filename string, opts WrapOptions
 	}
 	ww.closers = closers
 	return ww, nil
+}
+
+// checkStreamOptions rejects what a streamed build cannot make or lacks.
+func checkStreamOptions(contentType string, opts WrapOptions) error {
+	if contentType == "" {
+		return errors.New("wrap: empty content type")
+	}
+	if opts.Encrypt == cms.AES128GCM || opts.Encrypt == cms.AES256GCM {
+		return fmt.Errorf("wrap: %w: %s", cms.ErrNotStreamable, opts.Encrypt)
+	}
+	if opts.Sign != 0 && (opts.SignerKey == nil || opts.SignerCert == nil) {
+		return errors.New("wrap: signing needs SignerKey and SignerCert")
+	}
+	if opts.Encrypt != 0 && opts.RecipientCert == nil {
+		return errors.New("wrap: encryption needs RecipientCert")
+	}
+	return nil
+}
+
+// layers returns the S/MIME layers of ww's options, innermost first, in
+// Wrap's order, and whether compression is the innermost. A sign layer
+// draws its boundary now.
+func (ww *WrapWriter) layers() ([]layer, bool, error) {
+	w, opts := ww.w, ww.w.opts
+	var layers []layer
+	compressedFirst := false
+	if opts.Compress == CompressBeforeSigning || (opts.Compress == CompressAfterSigning && opts.Sign == 0) {
+		layers = append(layers, w.compressLayer())
+		compressedFirst = true
+	}
+	if opts.Sign != 0 {
+		l, err := ww.signLayer()
+		if err != nil {
+			return nil, false, err
+		}
+		layers = append(layers, l)
+		if opts.Compress == CompressAfterSigning {
+			layers = append(layers, w.compressLayer())
+		}
+	}
+	if opts.Encrypt != 0 {
+		layers = append(layers, w.encryptLayer())
+	}
+	return layers, compressedFirst, nil
+}
+
+// placeMIC decides where the MIC is taken, by Wrap's rules (see
+// wrapping.mic): in a layer (marked micHere, or the sign layer itself),
+// over the payload's content, or over the payload entity with its header.
+// Unless signing, it also makes ww.mic.
+func (ww *WrapWriter) placeMIC(layers []layer, compressedFirst bool) (atPayload, atEntity bool) {
+	opts := ww.w.opts
+	switch {
+	case opts.Sign != 0:
+		ww.w.micHash = opts.Sign
+		// the sign layer digests its content itself
+	case opts.Encrypt != 0:
+		layers[len(layers)-1].micHere = true
+	case opts.UnsignedMIC == MICContentOnly:
+		atPayload = true
+	case compressedFirst:
+		layers[0].micHere = true
+	default:
+		atEntity = true
+	}
+	if opts.Sign == 0 {
+		ww.mic = newMICHashes(ww.w.micHash)
+	}
+	return atPayload, atEntity
+}
+
+// openLayers opens the layers from the outermost in, each one's content
+// being the next one's entity, header first, and sets ww.header to the
+// outermost entity's. It returns the writer of the payload entity's body
+// and the layers' closers, outermost first.
+func (ww *WrapWriter) openLayers(dst io.Writer, layers []layer, payloadHeader Header) (io.Writer, []func() error, error) {
+	body := dst
+	ww.header = payloadHeader
+	if len(layers) > 0 {
+		ww.header = layers[len(layers)-1].header
+	}
+	closers := make([]func() error, 0, len(layers)+1)
+	for i := len(layers) - 1; i >= 0; i-- {
+		content, closeLayer, err := layers[i].open(body)
+		if err != nil {
+			return nil, nil, err
+		}
+		closers = append(closers, closeLayer)
+		if layers[i].micHere {
+			content = io.MultiWriter(content, ww.mic)
+		}
+		inner := payloadHeader
+		if i > 0 {
+			inner = layers[i-1].header
+		}
+		if _, err := content.Write(append(writeHeader(nil, inner), '\r', '\n')); err != nil {
+			return nil, nil, fmt.Errorf("wrap: %w", err)
+		}
+		body = content
+	}
+	return body, closers, nil
 }
 
 // Write adds p to the payload.
