@@ -805,29 +805,13 @@ func (h *Handler) receive(ctx context.Context, hdr http.Header, body []byte, rq 
 	log := h.log.With(zap.String("as2_from", rq.from), zap.String("as2_to", rq.to), zap.String("message_id", rq.messageID), zap.String("partner", partner.AS2ID))
 	plan := planMDN(rq)
 	if rq.messageID == "" {
-		log.Warn("message without Message-ID")
-		if !rq.mdnWanted || rq.asyncURL != "" {
-			return textResponse(http.StatusBadRequest, partner.AS2ID, resultBadRequest, "the Message-ID header field is required")
-		}
-		res, err := h.mdnResponse(rq, plan, mdn.Errored(as2.DispositionUnexpectedProcessing), "")
-		if err != nil {
-			log.Error("build MDN", zap.Error(err))
-			return textResponse(http.StatusInternalServerError, partner.AS2ID, resultUnavailable, "internal error")
-		}
-		res.partner, res.result = partner.AS2ID, as2.DispositionUnexpectedProcessing
-		return res
+		return h.noMessageID(log, rq, plan, partner)
 	}
 
 	// A resend is found by the insert, not looked up first: a new message
 	// then costs one statement, and a resend (rare) an unwrap and an MDN
 	// signature that are thrown away.
-	msg := &postgres.InboundMessage{
-		Partner: partner.AS2ID, AS2From: rq.from, AS2To: rq.to, MessageID: rq.messageID,
-		MDNMode: "none", MDNSigned: plan.sign,
-	}
-	if rq.mdnWanted {
-		msg.MDNMode = "sync"
-	}
+	msg := newInbound(rq, plan, partner)
 	x := &exchange{log: log, hdr: hdr, body: body, rq: rq, plan: plan, partner: partner, budget: budget, msg: msg, sp: sp}
 	t0 := time.Now()
 	disp, mic, err := h.unwrap(ctx, x)
@@ -848,15 +832,9 @@ func (h *Handler) receive(ctx context.Context, hdr http.Header, body []byte, rq 
 	for attempt := 1; ; attempt++ {
 		edi = h.inspectEDI(ctx, log, partner, msg, &disp)
 		msg.Disposition = disp.String()
-		if rq.mdnWanted {
-			var err error
-			if res, err = h.mdnResponse(rq, plan, disp, mic); err != nil {
-				log.Error("build MDN", zap.Error(err))
-				return textResponse(http.StatusInternalServerError, partner.AS2ID, resultUnavailable, "internal error")
-			}
-			msg.MDN = &postgres.StoredMDN{Header: res.header, Body: res.body, Disposition: msg.Disposition, MIC: mic, Signed: plan.sign}
-		} else {
-			res = &response{status: http.StatusOK}
+		if res, err = h.mdnReply(x, disp, mic); err != nil {
+			log.Error("build MDN", zap.Error(err))
+			return textResponse(http.StatusInternalServerError, partner.AS2ID, resultUnavailable, "internal error")
 		}
 		t1 := time.Now()
 		id, err = h.o.Store.SaveInbound(ctx, msg)
@@ -871,18 +849,7 @@ func (h *Handler) receive(ctx context.Context, hdr http.Header, body []byte, rq 
 		break
 	}
 	if err != nil {
-		if errors.Is(err, postgres.ErrDuplicateInbound) {
-			// A resend, or a concurrent identical post that won the race:
-			// answer what was answered the first time.
-			rec, err := h.o.Store.InboundByMessageID(ctx, partner.AS2ID, rq.messageID)
-			if err != nil {
-				log.Error("read back the stored MDN", zap.Error(err))
-				return unavailable(partner.AS2ID)
-			}
-			return h.duplicate(ctx, x, rec, asyncURL)
-		}
-		log.Error("store inbound message", zap.Error(err))
-		return unavailable(partner.AS2ID)
+		return h.notStored(ctx, x, err, asyncURL)
 	}
 	if h.o.EDI != nil {
 		h.o.EDI.Received(partner, id, edi)
@@ -895,6 +862,64 @@ func (h *Handler) receive(ctx context.Context, hdr http.Header, body []byte, rq 
 	log.Info("message received", zap.String("disposition", msg.Disposition), zap.Int64("size", msg.PayloadSize), zap.String("mdn", msg.MDNMode),
 		zap.Duration("unwrap", unwrapTook), zap.Duration("store", storeTook), zap.Bool("spooled", sp != nil))
 	return res
+}
+
+// noMessageID answers a message without a Message-ID: an error MDN when a
+// synchronous one was asked for, else 400.
+func (h *Handler) noMessageID(log *zap.Logger, rq request, plan mdnPlan, partner *config.Partner) *response {
+	log.Warn("message without Message-ID")
+	if !rq.mdnWanted || rq.asyncURL != "" {
+		return textResponse(http.StatusBadRequest, partner.AS2ID, resultBadRequest, "the Message-ID header field is required")
+	}
+	res, err := h.mdnResponse(rq, plan, mdn.Errored(as2.DispositionUnexpectedProcessing), "")
+	if err != nil {
+		log.Error("build MDN", zap.Error(err))
+		return textResponse(http.StatusInternalServerError, partner.AS2ID, resultUnavailable, "internal error")
+	}
+	res.partner, res.result = partner.AS2ID, as2.DispositionUnexpectedProcessing
+	return res
+}
+
+// newInbound is the row of a received message before its unwrap.
+func newInbound(rq request, plan mdnPlan, partner *config.Partner) *postgres.InboundMessage {
+	msg := &postgres.InboundMessage{
+		Partner: partner.AS2ID, AS2From: rq.from, AS2To: rq.to, MessageID: rq.messageID,
+		MDNMode: "none", MDNSigned: plan.sign,
+	}
+	if rq.mdnWanted {
+		msg.MDNMode = "sync"
+	}
+	return msg
+}
+
+// mdnReply is the response to x with disposition disp: its MDN, also set
+// on x.msg to be stored with it, when one is wanted, else a bare 200.
+func (h *Handler) mdnReply(x *exchange, disp mdn.Disposition, mic string) (*response, error) {
+	if !x.rq.mdnWanted {
+		return &response{status: http.StatusOK}, nil
+	}
+	res, err := h.mdnResponse(x.rq, x.plan, disp, mic)
+	if err != nil {
+		return nil, err
+	}
+	x.msg.MDN = &postgres.StoredMDN{Header: res.header, Body: res.body, Disposition: x.msg.Disposition, MIC: mic, Signed: x.plan.sign}
+	return res, nil
+}
+
+// notStored answers x when storing it failed with err: a resend, or a
+// concurrent identical post that won the race, gets what was answered
+// the first time; anything else 503.
+func (h *Handler) notStored(ctx context.Context, x *exchange, err error, asyncURL string) *response {
+	if !errors.Is(err, postgres.ErrDuplicateInbound) {
+		x.log.Error("store inbound message", zap.Error(err))
+		return unavailable(x.partner.AS2ID)
+	}
+	rec, err := h.o.Store.InboundByMessageID(ctx, x.partner.AS2ID, x.rq.messageID)
+	if err != nil {
+		x.log.Error("read back the stored MDN", zap.Error(err))
+		return unavailable(x.partner.AS2ID)
+	}
+	return h.duplicate(ctx, x, rec, asyncURL)
 }
 
 // inspectEDI reads the envelope of a processed message's payload
