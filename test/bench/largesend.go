@@ -16,13 +16,10 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"go.uber.org/zap"
 
 	"github.com/edihub/edihub/internal/as2"
 	"github.com/edihub/edihub/internal/config"
 	"github.com/edihub/edihub/internal/outbox"
-	"github.com/edihub/edihub/internal/postgres"
-	"github.com/edihub/edihub/internal/spool"
 )
 
 // largeSendBench sends one large message (o.largeBytes of payload) from
@@ -267,20 +264,11 @@ func sendChild(ctx context.Context, o options, to string) error {
 	if err != nil {
 		return err
 	}
-	store, err := postgres.Open(ctx, o.databaseURL, postgres.Options{MaxConns: 8})
+	store, sp, log, closeDeps, err := openChild(ctx, o.databaseURL, 8)
 	if err != nil {
 		return err
 	}
-	defer store.Close()
-	sp, err := spool.New("", 64<<30)
-	if err != nil {
-		return err
-	}
-	defer sp.Close()
-	log, err := zap.NewDevelopment(zap.IncreaseLevel(zap.InfoLevel)) // "built as a stream": where the time went
-	if err != nil {
-		return err
-	}
+	defer closeDeps()
 	d, err := outbox.NewDispatcher(outbox.Options{Store: store, Listener: store, Config: cfg, Logger: log,
 		Metrics: outbox.NewMetrics(prometheus.NewRegistry(), store.OutboxStats), Identity: "bench-sender",
 		Spool: sp, SpoolFromBytes: outbox.DefaultSpoolFromBytes})

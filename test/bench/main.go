@@ -832,6 +832,30 @@ func procStatus(pid int, field string) (int64, error) {
 	return 0, errors.New(field + " not in /proc status")
 }
 
+// openChild opens what a child process of the bench runs on: the store
+// (a pool of maxConns), a spool and the log to stderr (a message
+// refused, a store failure, where the time of a large message went:
+// info), without the debug lines. closeDeps closes the spool, then the
+// store.
+func openChild(ctx context.Context, databaseURL string, maxConns int32) (store *postgres.Store, sp *spool.Spool, log *zap.Logger, closeDeps func(), err error) {
+	store, err = postgres.Open(ctx, databaseURL, postgres.Options{MaxConns: maxConns})
+	if err != nil {
+		return nil, nil, nil, nil, err
+	}
+	sp, err = spool.New("", 64<<30)
+	if err != nil {
+		store.Close()
+		return nil, nil, nil, nil, err
+	}
+	closeDeps = func() { sp.Close(); store.Close() }
+	log, err = zap.NewDevelopment(zap.IncreaseLevel(zap.InfoLevel))
+	if err != nil {
+		closeDeps()
+		return nil, nil, nil, nil, err
+	}
+	return store, sp, log, closeDeps, nil
+}
+
 // child serves the receiver until stdin closes, printing its URL first.
 func child(ctx context.Context, o options) error {
 	load := func(name string) (*identity, error) {
@@ -860,22 +884,11 @@ func child(ctx context.Context, o options) error {
 	if err != nil {
 		return err
 	}
-	store, err := postgres.Open(ctx, o.databaseURL, postgres.Options{MaxConns: 4})
+	store, sp, log, closeDeps, err := openChild(ctx, o.databaseURL, 4)
 	if err != nil {
 		return err
 	}
-	defer store.Close()
-	sp, err := spool.New("", 64<<30)
-	if err != nil {
-		return err
-	}
-	defer sp.Close()
-	// The log to stderr (a message refused, a store failure, where the
-	// time of a large message went: info), without the debug lines.
-	log, err := zap.NewDevelopment(zap.IncreaseLevel(zap.InfoLevel))
-	if err != nil {
-		return err
-	}
+	defer closeDeps()
 	h, err := newSpooledHandler(store, partner, st, sp, log)
 	if err != nil {
 		return err
