@@ -324,14 +324,7 @@ func multipartSigned(signed, sig []byte, micalg string, rnd io.Reader) (part, er
 			break
 		}
 	}
-	sigPart := part{
-		header: Header{
-			{"Content-Type", "application/pkcs7-signature; name=smime.p7s"},
-			{"Content-Transfer-Encoding", "base64"},
-			{"Content-Disposition", "attachment; filename=smime.p7s"},
-		},
-		body: encodeBase64Lines(sig),
-	}.bytes()
+	sigPart := signatureEntity(sig)
 	var b bytes.Buffer
 	b.Grow(len(signed) + len(sigPart) + 3*len(boundary) + 32)
 	b.WriteString("--" + boundary + "\r\n")
@@ -344,4 +337,17 @@ func multipartSigned(signed, sig []byte, micalg string, rnd io.Reader) (part, er
 			micalg + `; boundary="` + boundary + `"`}},
 		body: b.Bytes(),
 	}, nil
+}
+
+// signatureEntity is the entity of a multipart/signed's detached signature
+// sig (DER), header and base64 body.
+func signatureEntity(sig []byte) []byte {
+	return part{
+		header: Header{
+			{"Content-Type", "application/pkcs7-signature; name=smime.p7s"},
+			{"Content-Transfer-Encoding", "base64"},
+			{"Content-Disposition", "attachment; filename=smime.p7s"},
+		},
+		body: encodeBase64Lines(sig),
+	}.bytes()
 }

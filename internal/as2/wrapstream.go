@@ -254,12 +254,7 @@ func (w *wrapping) compressLayer() layer {
 			if err != nil {
 				return nil, nil, err
 			}
-			return cw, func() error {
-				if err := cw.Close(); err != nil {
-					return err
-				}
-				return closeOut()
-			}, nil
+			return cw, closeInOrder(cw.Close, closeOut), nil
 		},
 	}
 }
@@ -276,13 +271,19 @@ func (w *wrapping) encryptLayer() layer {
 			if err != nil {
 				return nil, nil, err
 			}
-			return ew, func() error {
-				if err := ew.Close(); err != nil {
-					return err
-				}
-				return closeOut()
-			}, nil
+			return ew, closeInOrder(ew.Close, closeOut), nil
 		},
+	}
+}
+
+// closeInOrder is a closer that calls first, then, when first succeeded,
+// then: a layer's writer, then the transfer encoding under it.
+func closeInOrder(first, then func() error) func() error {
+	return func() error {
+		if err := first(); err != nil {
+			return err
+		}
+		return then()
 	}
 }
 
@@ -330,17 +331,9 @@ func (ww *WrapWriter) signLayer() (layer, error) {
 				if err != nil {
 					return err
 				}
-				sigPart := part{
-					header: Header{
-						{"Content-Type", "application/pkcs7-signature; name=smime.p7s"},
-						{"Content-Transfer-Encoding", "base64"},
-						{"Content-Disposition", "attachment; filename=smime.p7s"},
-					},
-					body: encodeBase64Lines(sig),
-				}.bytes()
 				var b bytes.Buffer
 				b.WriteString("\r\n--" + boundary + "\r\n")
-				b.Write(sigPart)
+				b.Write(signatureEntity(sig))
 				b.WriteString("\r\n--" + boundary + "--\r\n")
 				_, err = body.Write(b.Bytes())
 				return err
