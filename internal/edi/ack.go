@@ -3,6 +3,7 @@ package edi
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -286,14 +287,7 @@ func x12SegmentNotes(w *x12Writer, kind AckKind, s Set) {
 	if kind == Ack999 {
 		segTag, elemTag = "IK3", "IK4"
 	}
-	has := func(p Problem) bool {
-		for _, q := range s.Problems {
-			if q == p {
-				return true
-			}
-		}
-		return false
-	}
+	has := func(p Problem) bool { return slices.Contains(s.Problems, p) }
 	if has(ProblemTrailerMissing) {
 		w.seg(segTag, "SE", strconv.Itoa(s.Segments+1), "", "3")
 		return

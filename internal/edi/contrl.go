@@ -1,6 +1,7 @@
 package edi
 
 import (
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -147,14 +148,7 @@ func contrlBody(w *edifactWriter, ic *Interchange) AckStatus {
 // (UNT01) or reference (UNT02) disagrees (UCS, then UCD with code 29 or
 // 28 and the element's position). A segment out of place is not located.
 func contrlSegmentErrors(w *edifactWriter, s Set) {
-	has := func(p Problem) bool {
-		for _, q := range s.Problems {
-			if q == p {
-				return true
-			}
-		}
-		return false
-	}
+	has := func(p Problem) bool { return slices.Contains(s.Problems, p) }
 	if has(ProblemTrailerMissing) {
 		w.seg("UCS", el(strconv.Itoa(s.Segments+1)), el(contrlCodes[ProblemTrailerMissing]))
 		return
