@@ -5,7 +5,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
-	"errors"
+	"fmt"
 	"io"
 	"mime"
 	"net/http"
@@ -24,6 +24,7 @@ import (
 	"github.com/edihub/edihub/internal/outbox"
 	"github.com/edihub/edihub/internal/postgres"
 	"github.com/edihub/edihub/internal/spool"
+	"github.com/edihub/edihub/internal/testenv/peakrss"
 	"github.com/edihub/edihub/internal/testenv/pgtest"
 )
 
@@ -184,20 +185,16 @@ func TestSendLargeMessageInConstantMemory(t *testing.T) {
 
 	defer debug.SetMemoryLimit(debug.SetMemoryLimit(largeMemLimit))
 	runtime.GC()
-	before := resetPeakRSS(t)
+	before := peakrss.Reset(t)
 	queued := enqueueFile(t, q, "BIG PARTNER", path)
 	stop := startDispatcher(t, o)
 	m := waitStatusWithin(t, st, queued.ID, 10*time.Minute, "sent", "failed")
-	peak := procStatusBytes(t, "VmHWM")
+	peak := peakrss.Peak(t)
 	stop()
 	if m.Status != "sent" {
 		t.Fatalf("status %q (error %q), want sent", m.Status, m.Error)
 	}
-	if above := peak - before; above > maxAboveIdle {
-		t.Errorf("peak RSS %d MiB above the %d MiB before the message, want under %d MiB", above>>20, before>>20, maxAboveIdle>>20)
-	} else {
-		t.Logf("peak RSS %.1f MiB above the %d MiB before the message (queue, build, store, post of %d MiB)", float64(above)/(1<<20), before>>20, largeSize>>20)
-	}
+	peakrss.WantAboveIdle(t, before, peak, maxAboveIdle, fmt.Sprintf("queue, build, store, post of %d MiB", largeSize>>20))
 	if sp.Used() != 0 {
 		t.Errorf("spool holds %d bytes after the send, want 0", sp.Used())
 	}
@@ -439,34 +436,4 @@ func waitStatusWithin(t *testing.T, st *postgres.Store, id int64, d time.Duratio
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-}
-
-// resetPeakRSS resets the process's VmHWM to its VmRSS (clear_refs 5)
-// and returns it.
-func resetPeakRSS(t *testing.T) int64 {
-	t.Helper()
-	if err := os.WriteFile("/proc/self/clear_refs", []byte("5"), 0); err != nil {
-		t.Fatalf("reset the peak RSS: %v", err)
-	}
-	return procStatusBytes(t, "VmRSS")
-}
-
-// procStatusBytes reads a kB field of /proc/self/status.
-func procStatusBytes(t *testing.T, field string) int64 {
-	t.Helper()
-	b, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, l := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(l, field+":"); ok {
-			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return kb << 10
-		}
-	}
-	t.Fatal(errors.New(field + " not in /proc/self/status"))
-	return 0
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/edihub/edihub/internal/mdn"
 	"github.com/edihub/edihub/internal/postgres"
 	"github.com/edihub/edihub/internal/testenv/openssltest"
+	"github.com/edihub/edihub/internal/testenv/peakrss"
 )
 
 // restartMessage is an openssl-built message sent with AS2 restart.
@@ -411,7 +412,7 @@ func TestRestartLargeMessageInConstantMemory(t *testing.T) {
 	defer f.Close()
 	defer debug.SetMemoryLimit(debug.SetMemoryLimit(largeMemLimit))
 	runtime.GC()
-	before := resetPeakRSS(t)
+	before := peakrss.Reset(t)
 
 	cut := m.BodySize / 2
 	conn, err := net.Dial("tcp", strings.TrimPrefix(strings.TrimSuffix(e.url, "/as2"), "http://"))
@@ -450,13 +451,13 @@ func TestRestartLargeMessageInConstantMemory(t *testing.T) {
 	}
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	peak := procStatusBytes(t, "VmHWM")
+	peak := peakrss.Peak(t)
 	got := parseMDN(t, reply{status: resp.StatusCode, header: resp.Header, body: body})
 	if got.Disposition != mdn.Processed() || got.MIC != m.MIC {
 		t.Fatalf("MDN = %s MIC %q, want processed, %q (openssl dgst)", got.Disposition, got.MIC, m.MIC)
 	}
 	t.Logf("body %d MiB, cut at %d MiB", m.BodySize>>20, cut>>20)
-	wantPeakAboveIdle(t, before, peak)
+	peakrss.WantAboveIdle(t, before, peak, maxAboveIdle, "")
 	if n := e.count(t, `SELECT count(*) FROM restart_transfers`); n != 0 {
 		t.Errorf("%d restart transfers left, want none", n)
 	}

@@ -11,6 +11,8 @@
 //   - devpki: development and test keys and self-signed certificates
 //   - freeport: loopback ports never handed out twice in one process
 //   - openssltest: openssl as the independent AS2 peer
+//   - peakrss: the test process's peak resident memory, reset before the
+//     work measured
 //   - browser: a shared headless Chromium, a tab per test, and the checks
 //     a console page must pass (accessibility, keyboard, console errors)
 //   - oidcprovider: a real OpenID Connect provider (zitadel/oidc's op) with
