@@ -24,6 +24,7 @@ import (
 	"github.com/edihub/edihub/internal/outbox"
 	"github.com/edihub/edihub/internal/postgres"
 	"github.com/edihub/edihub/internal/spool"
+	"github.com/edihub/edihub/internal/testenv/openssltest"
 	"github.com/edihub/edihub/internal/testenv/peakrss"
 	"github.com/edihub/edihub/internal/testenv/pgtest"
 )
@@ -95,9 +96,9 @@ func (s *bodySink) requests() []sunk {
 	return append([]sunk(nil), s.got...)
 }
 
-// writeLargePayload writes size bytes of X12-like lines (a pseudo-random
-// item code per line: zlib halves them, no more) to a file in dir and
-// returns its path and SHA-256, holding nothing whole.
+// writeLargePayload writes size bytes of X12-like lines
+// (openssltest.WriteCatalogue) to a file in dir and returns its path and
+// SHA-256, holding nothing whole.
 func writeLargePayload(t *testing.T, dir string, size int64) (string, []byte) {
 	t.Helper()
 	path := filepath.Join(dir, "catalogue.edi")
@@ -106,29 +107,8 @@ func writeLargePayload(t *testing.T, dir string, size int64) (string, []byte) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	w := bufio.NewWriterSize(f, 1<<20)
 	h := sha256.New()
-	out := io.MultiWriter(w, h)
-	var line []byte
-	x := uint64(88172645463325252)
-	for n, i := int64(0), 0; n < size; i++ {
-		x ^= x << 13
-		x ^= x >> 7
-		x ^= x << 17
-		line = append(line[:0], "LIN*"...)
-		line = strconv.AppendInt(line, int64(i), 10)
-		line = append(line, "*VP*"...)
-		line = strconv.AppendUint(line, x, 16)
-		line = append(line, "*PRICE*"...)
-		line = strconv.AppendInt(line, int64(i%9973), 10)
-		line = append(line, "~\n"...)
-		if int64(len(line)) > size-n {
-			line = line[:size-n]
-		}
-		out.Write(line)
-		n += int64(len(line))
-	}
-	if err := w.Flush(); err != nil {
+	if err := openssltest.WriteCatalogue(io.MultiWriter(f, h), size); err != nil {
 		t.Fatal(err)
 	}
 	return path, h.Sum(nil)

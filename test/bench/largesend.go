@@ -20,6 +20,7 @@ import (
 	"github.com/edihub/edihub/internal/as2"
 	"github.com/edihub/edihub/internal/config"
 	"github.com/edihub/edihub/internal/outbox"
+	"github.com/edihub/edihub/internal/testenv/openssltest"
 )
 
 // largeSendBench sends one large message (o.largeBytes of payload) from
@@ -100,35 +101,15 @@ func largeSendBench(ctx context.Context, out io.Writer, o options, partner, st *
 // which fails with "malloc failure" at 2 GiB.
 const opensslMaxDER = 2<<30 - 1
 
-// writeCatalogue writes size bytes of X12-like lines with a pseudo-random
-// item code each (zlib halves them, no more) to path.
+// writeCatalogue writes size bytes of X12-like lines
+// (openssltest.WriteCatalogue) to path.
 func writeCatalogue(path string, size int64) error {
 	f, err := os.Create(path)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
-	w := bufio.NewWriterSize(f, 1<<20)
-	var line []byte
-	x := uint64(88172645463325252)
-	for n, i := int64(0), 0; n < size; i++ {
-		x ^= x << 13
-		x ^= x >> 7
-		x ^= x << 17
-		line = append(line[:0], "LIN*"...)
-		line = strconv.AppendInt(line, int64(i), 10)
-		line = append(line, "*VP*"...)
-		line = strconv.AppendUint(line, x, 16)
-		line = append(line, "*PRICE*"...)
-		line = strconv.AppendInt(line, int64(i%9973), 10)
-		line = append(line, "~\n"...)
-		if int64(len(line)) > size-n {
-			line = line[:size-n]
-		}
-		w.Write(line)
-		n += int64(len(line))
-	}
-	if err := w.Flush(); err != nil {
+	if err := openssltest.WriteCatalogue(f, size); err != nil {
 		return err
 	}
 	return f.Close()

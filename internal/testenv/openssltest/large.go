@@ -102,11 +102,33 @@ func writeLargePayload(path string, size int64) ([]byte, error) {
 	w.WriteString("Content-Type: application/EDI-X12\r\nContent-Transfer-Encoding: binary\r\n" +
 		"Content-Disposition: attachment; filename=\"catalogue.edi\"\r\n\r\n")
 	h := sha256.New()
-	out := io.MultiWriter(w, h)
+	if err := writeLines(io.MultiWriter(w, h), size, true); err != nil {
+		return nil, err
+	}
+	if err := w.Flush(); err != nil {
+		return nil, err
+	}
+	return h.Sum(nil), f.Close()
+}
+
+// WriteCatalogue writes size bytes of X12-like lines, a pseudo-random
+// item code each (zlib halves them, no more), to w: a large payload made
+// as it is written, never held whole. It returns w's first error.
+func WriteCatalogue(w io.Writer, size int64) error {
+	b := bufio.NewWriterSize(w, 1<<20)
+	if err := writeLines(b, size, false); err != nil {
+		return err
+	}
+	return b.Flush()
+}
+
+// writeLines writes WriteCatalogue's lines, up to size bytes, to w;
+// secondCode adds a second pseudo-random code to each line (BuildLarge's
+// payload, whose measured figures were taken with it).
+func writeLines(w io.Writer, size int64, secondCode bool) error {
 	var line []byte
 	x := uint64(88172645463325252)
 	for n, i := int64(0), 0; n < size; i++ {
-		// A pseudo-random item code per line: zlib halves it, no more.
 		x ^= x << 13
 		x ^= x >> 7
 		x ^= x << 17
@@ -114,20 +136,21 @@ func writeLargePayload(path string, size int64) ([]byte, error) {
 		line = strconv.AppendInt(line, int64(i), 10)
 		line = append(line, "*VP*"...)
 		line = strconv.AppendUint(line, x, 16)
-		line = strconv.AppendUint(line, x*2654435761, 36)
+		if secondCode {
+			line = strconv.AppendUint(line, x*2654435761, 36)
+		}
 		line = append(line, "*PRICE*"...)
 		line = strconv.AppendInt(line, int64(i%9973), 10)
 		line = append(line, "~\n"...)
 		if int64(len(line)) > size-n {
 			line = line[:size-n]
 		}
-		out.Write(line)
+		if _, err := w.Write(line); err != nil {
+			return err
+		}
 		n += int64(len(line))
 	}
-	if err := w.Flush(); err != nil {
-		return nil, err
-	}
-	return h.Sum(nil), f.Close()
+	return nil
 }
 
 // writeCompressedEntity writes an application/pkcs7-mime compressed-data
