@@ -294,14 +294,29 @@ func tryPost(url string, h http.Header, body []byte, chunked bool) (reply, error
 	if chunked {
 		req.ContentLength = -1
 	}
+	return tryDo(req)
+}
+
+// do sends req and reads its answer whole.
+func do(t testing.TB, req *http.Request) reply {
+	t.Helper()
+	r, err := tryDo(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// tryDo is do for goroutines other than the test's.
+func tryDo(req *http.Request) (reply, error) {
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return reply{}, fmt.Errorf("POST: %w", err)
+		return reply{}, fmt.Errorf("%s: %w", req.Method, err)
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	if err != nil {
-		return reply{}, fmt.Errorf("POST: read reply: %w", err)
+		return reply{}, fmt.Errorf("%s: read reply: %w", req.Method, err)
 	}
 	return reply{status: resp.StatusCode, header: resp.Header, body: b}, nil
 }

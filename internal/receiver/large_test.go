@@ -54,14 +54,9 @@ func TestReceiveLargeMessageInConstantMemory(t *testing.T) {
 	}
 	req.ContentLength = m.BodySize
 	req.Header = request(as2Header(partnerACME, station, "<large@x>", "sha-256"), opensslMessage{header: m.Header})
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
+	r := do(t, req)
 	peak := peakrss.Peak(t)
-	got := parseMDN(t, reply{status: resp.StatusCode, header: resp.Header, body: body})
+	got := parseMDN(t, r)
 	if got.Disposition.String() != processed || got.MIC != m.MIC {
 		t.Fatalf("MDN = %s MIC %q, want processed, %q (openssl dgst)", got.Disposition, got.MIC, m.MIC)
 	}

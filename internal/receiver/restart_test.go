@@ -445,14 +445,9 @@ func TestRestartLargeMessageInConstantMemory(t *testing.T) {
 	req.Header.Set("If-Match", `"`+etag+`"`)
 	req.Header.Set("Content-Range", fmt.Sprintf("bytes %d-%d/%d", cut, m.BodySize-1, m.BodySize))
 	req.ContentLength = m.BodySize - cut
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
+	r := do(t, req)
 	peak := peakrss.Peak(t)
-	got := parseMDN(t, reply{status: resp.StatusCode, header: resp.Header, body: body})
+	got := parseMDN(t, r)
 	if got.Disposition != mdn.Processed() || got.MIC != m.MIC {
 		t.Fatalf("MDN = %s MIC %q, want processed, %q (openssl dgst)", got.Disposition, got.MIC, m.MIC)
 	}
