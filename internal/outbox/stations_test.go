@@ -88,6 +88,17 @@ func openAs(t testing.TB, r request, recipient, signer *identity) ([]byte, error
 		return nil, fmt.Errorf("decrypted Content-Type %q, want multipart/signed", e.header["content-type"])
 	}
 	part1, sig := splitSigned(t, e.body, params["boundary"])
+	if err := verifyDetached(t, dir, part1, sig, signer.certPath); err != nil {
+		return nil, fmt.Errorf("verify with %s: %w", signer.name, err)
+	}
+	return splitEntity(t, part1).decoded(t), nil
+}
+
+// verifyDetached writes the signed entity part1 and its detached
+// signature sig (DER) into dir and has openssl verify them, trusting
+// only the certificate at caPath.
+func verifyDetached(t testing.TB, dir string, part1, sig []byte, caPath string) error {
+	t.Helper()
 	p1, sd := filepath.Join(dir, "part1.bin"), filepath.Join(dir, "sig.der")
 	if err := os.WriteFile(p1, part1, 0o600); err != nil {
 		t.Fatal(err)
@@ -95,10 +106,7 @@ func openAs(t testing.TB, r request, recipient, signer *identity) ([]byte, error
 	if err := os.WriteFile(sd, sig, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := openssl("cms", "-verify", "-inform", "DER", "-in", sd, "-content", p1, "-binary", "-CAfile", signer.certPath, "-purpose", "any", "-out", os.DevNull); err != nil {
-		return nil, fmt.Errorf("verify with %s: %w", signer.name, err)
-	}
-	return splitEntity(t, part1).decoded(t), nil
+	return openssl("cms", "-verify", "-inform", "DER", "-in", sd, "-content", p1, "-binary", "-CAfile", caPath, "-purpose", "any", "-out", os.DevNull)
 }
 
 // TestDispatchStations: each partner gets messages from its station:
