@@ -125,6 +125,12 @@ func (e *env) do(t *testing.T, method, path, ct string, body []byte, tok string)
 	if tok != "" {
 		req.Header.Set("Authorization", "Bearer "+tok)
 	}
+	return send(t, req)
+}
+
+// send sends req and reads its answer whole.
+func send(t *testing.T, req *http.Request) response {
+	t.Helper()
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)

@@ -29,13 +29,7 @@ func (e *env) postDocument(t *testing.T, key string, body []byte, chunked bool) 
 	if key != "" {
 		req.Header.Set("Idempotency-Key", key)
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return response{resp.StatusCode, resp.Header, b}
+	return send(t, req)
 }
 
 // TestPostSpooledDocument: a document above the spool threshold, or of
