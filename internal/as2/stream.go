@@ -18,10 +18,9 @@ import (
 )
 
 // ErrNotStreamable means a message holds a layer UnwrapStream cannot
-// peel in one pass (AuthEnvelopedData, whose tag must be checked before
-// any plaintext is used, or an opaque signed-data, whose signature
-// follows its content): the caller unwraps it in memory with Unwrap. It
-// is reported before any payload byte was written.
+// peel in one pass (an opaque signed-data, whose signature follows its
+// content): the caller unwraps it in memory with Unwrap. It is reported
+// before any payload byte was written.
 var ErrNotStreamable = errors.New("as2: layer cannot be unwrapped as a stream")
 
 // MaxSignatureBytes bounds the signature part of a streamed
@@ -30,14 +29,15 @@ const MaxSignatureBytes = 1 << 20
 
 // UnwrapStream is Unwrap for a body of any size, read once from body and
 // held nowhere whole: layers are decrypted (EnvelopedData with a CBC
-// cipher), decompressed (zlib) and their signatures digested as the bytes
-// stream by, and the payload, transfer encoding removed, is written to
-// payload. Its size is Message.PayloadSize; Message.Payload and
-// SignedContent stay nil, SignedDigests holds the signed content's
-// digests. The MIC rules and errors are Unwrap's; a signature verifies
-// only once its content has streamed past, so payload holds unverified
-// bytes until UnwrapStream returns nil: the caller discards them on any
-// error. A layer that cannot stream is ErrNotStreamable.
+// cipher, or AuthEnvelopedData with AES-GCM), decompressed (zlib) and
+// their signatures digested as the bytes stream by, and the payload,
+// transfer encoding removed, is written to payload. Its size is
+// Message.PayloadSize; Message.Payload and SignedContent stay nil,
+// SignedDigests holds the signed content's digests. The MIC rules and errors are Unwrap's; a
+// signature verifies only once its content has streamed past, and a GCM
+// tag once its ciphertext has, so payload holds unverified bytes until
+// UnwrapStream returns nil: the caller discards them on any error. A
+// layer that cannot stream is ErrNotStreamable.
 func UnwrapStream(h http.Header, body io.Reader, opts UnwrapOptions, payload io.Writer) (_ *Message, err error) {
 	top, err := requestEntity(h, nil)
 	if err != nil {
@@ -105,7 +105,7 @@ func (u *streamUnwrapping) pkcs7(hdr Header, smimeType string, body io.Reader, d
 	var inner io.Reader
 	var s stage
 	switch typ {
-	case cms.TypeEnvelopedData:
+	case cms.TypeEnvelopedData, cms.TypeAuthEnvelopedData:
 		s = stageDecrypt
 		u.blind = u.blind || (!u.m.Signed && u.pending == 0)
 		if inner, err = cms.DecryptStream(br, u.opts.Keys); err != nil {
@@ -131,7 +131,7 @@ func (u *streamUnwrapping) pkcs7(hdr Header, smimeType string, body io.Reader, d
 				inner = io.TeeReader(inner, u.compHash)
 			}
 		}
-	case cms.TypeAuthEnvelopedData, cms.TypeSignedData:
+	case cms.TypeSignedData:
 		return fmt.Errorf("%w: %s", ErrNotStreamable, typ)
 	default:
 		return classify(stageFor(smimeType), fmt.Errorf("%w: CMS content type %v", cms.ErrContentType, typ))
@@ -140,9 +140,10 @@ func (u *streamUnwrapping) pkcs7(hdr Header, smimeType string, body io.Reader, d
 }
 
 // inner peels the MIME entity a CMS layer decrypted or decompressed, and
-// reads that layer to its end (where a CBC padding or a zlib checksum is
-// checked) before it counts as peeled. mic asks for the entity's digest,
-// the MIC of an encrypted message unless a signature inside gives it.
+// reads that layer to its end (where a CBC padding, a GCM tag or a zlib
+// checksum is checked) before it counts as peeled. mic asks for the
+// entity's digest, the MIC of an encrypted message unless a signature
+// inside gives it.
 func (u *streamUnwrapping) inner(s stage, inner io.Reader, depth int, mic bool) error {
 	ib := bufio.NewReaderSize(inner, 64<<10)
 	hdr, raw, err := readHeader(ib, u.lim)

@@ -126,8 +126,8 @@ func (h *Handler) spooledMDN(w http.ResponseWriter, r *http.Request, f *spool.Fi
 
 // peel unwraps the exchange's message: in memory, or as a stream from
 // the spool into its payload file. A spooled message with a layer that
-// cannot stream (AES-GCM, an opaque signed-data) is read into memory,
-// within the in-flight budget, and unwrapped there.
+// cannot stream (an opaque signed-data) is read into memory, within the
+// in-flight budget, and unwrapped there.
 func (h *Handler) peel(x *exchange) (*as2.Message, error) {
 	opts := as2.UnwrapOptions{
 		Keys:         x.rq.station.Keys,

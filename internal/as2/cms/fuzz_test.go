@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto"
 	"errors"
+	"io"
 	"path/filepath"
 	"slices"
 	"testing"
@@ -89,7 +90,50 @@ func FuzzDecrypt(f *testing.F) {
 		if _, err := cms.Decrypt(ct, stranger); !errors.Is(err, cms.ErrNoRecipient) {
 			t.Fatalf("Decrypt() for a certificate the message does not name = %v, want ErrNoRecipient", err)
 		}
+		fuzzDecryptStream(t, b, out, recipients, opts)
 	})
+}
+
+// fuzzDecryptStream checks DecryptStream against Decrypt's result out on
+// the fuzzed bytes b: a stream that ends in io.EOF gives what Decrypt
+// gave, or Decrypt refused b's structure (the stream leaves what follows
+// the encrypted content unread); and b as content survives EncryptWriter
+// → DecryptStream with opts.
+func fuzzDecryptStream(t *testing.T, b, out []byte, recipients []cms.Recipient, opts cms.EncryptOptions) {
+	t.Helper()
+	if r, err := cms.DecryptStream(bytes.NewReader(b), recipients); err == nil {
+		got, err := io.ReadAll(r)
+		switch {
+		case err != nil && !wrapsSentinel(err):
+			t.Fatalf("DecryptStream() read error %v wraps no sentinel", err)
+		case err == nil && out != nil && !bytes.Equal(got, out):
+			t.Fatalf("DecryptStream() = %d bytes, Decrypt() %d bytes", len(got), len(out))
+		case err == nil && out == nil:
+			if _, derr := cms.Decrypt(b, recipients); !errors.Is(derr, cms.ErrMalformed) {
+				t.Fatalf("DecryptStream() gave %d bytes where Decrypt() fails with %v", len(got), derr)
+			}
+		}
+	} else if !wrapsSentinel(err) {
+		t.Fatalf("DecryptStream() error %v wraps no sentinel", err)
+	}
+	var ct bytes.Buffer
+	w, err := cms.NewEncryptWriter(&ct, []*x509Cert{recipients[0].Cert}, opts)
+	if err != nil {
+		t.Fatalf("NewEncryptWriter(%v) error = %v", opts.Cipher, err)
+	}
+	if _, err := w.Write(b); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	r, err := cms.DecryptStream(&ct, recipients)
+	if err != nil {
+		t.Fatalf("DecryptStream(EncryptWriter(%v)) error = %v", opts.Cipher, err)
+	}
+	if got, err := io.ReadAll(r); err != nil || !bytes.Equal(got, b) {
+		t.Fatalf("DecryptStream(EncryptWriter(%d bytes, %v)) = %d bytes, %v; want the content back", len(b), opts.Cipher, len(got), err)
+	}
 }
 
 // FuzzVerify feeds Verify arbitrary signatures and content and checks:
