@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"encoding/base64"
 	"errors"
+	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -163,4 +164,58 @@ func TestUnwrapStreamFailures(t *testing.T) {
 		o.PartnerCerts = []*x509.Certificate{ids.C.Cert}
 		compareStream(t, enc.Header, enc.Body, o)
 	})
+}
+
+// TestUnwrapStreamOpaque: opaque signed-data (application/pkcs7-mime,
+// the content inside the signature) streams, alone, compressed before or
+// after signing, and encrypted (CBC and GCM), binary and base64, to what
+// Unwrap gives, its MIC openssl's digest of the signed content; altered
+// content, another signer and a truncated signature fail with Unwrap's
+// disposition.
+func TestUnwrapStreamOpaque(t *testing.T) {
+	ids := openssltest.Keys(t)
+	for _, sign := range []string{"sha1", "sha256"} {
+		for _, enc := range []string{"", "aes256", "aes128-gcm"} {
+			for _, comp := range compresses {
+				for _, cte := range ctes {
+					name := strings.Join([]string{"sign=" + sign, "enc=" + enc, "comp=" + comp, cte}, "/")
+					t.Run(name, func(t *testing.T) {
+						t.Parallel()
+						m := openssltest.Build(t, openssltest.Spec{Sign: sign, Opaque: true, Enc: enc, Comp: comp, CTE: cte, Signer: ids.A, Recipient: ids.B, Payload: doc})
+						var payload bytes.Buffer
+						got, err := as2.UnwrapStream(m.Header, bytes.NewReader(m.Body), streamOpts(ids, nil, as2.MICContentOnly), &payload)
+						if err != nil {
+							t.Fatalf("UnwrapStream: %v", err)
+						}
+						if want := dgst(t, sign, m.MICFile) + ", " + micName(sign); got.MIC.String() != want || payload.String() != doc {
+							t.Errorf("UnwrapStream = MIC %s, %d payload bytes; want openssl's %s, %d bytes", got.MIC, payload.Len(), want, len(doc))
+						}
+						for _, o := range []as2.UnwrapOptions{
+							streamOpts(ids, nil, as2.MICContentOnly),
+							streamOpts(ids, []crypto.Hash{crypto.SHA384}, as2.MICWithHeaders),
+						} {
+							compareStream(t, m.Header, m.Body, o)
+						}
+					})
+				}
+			}
+		}
+	}
+	opaque := openssltest.Build(t, openssltest.Spec{Sign: "sha256", Opaque: true, Signer: ids.A, Payload: doc})
+	opts := streamOpts(ids, nil, as2.MICContentOnly)
+	altered := bytes.Clone(opaque.Body)
+	altered[bytes.Index(altered, []byte("BEG*00"))] = 'X'
+	t.Run("altered content", func(t *testing.T) { compareStream(t, opaque.Header, altered, opts) })
+	t.Run("truncated signature", func(t *testing.T) { compareStream(t, opaque.Header, opaque.Body[:len(opaque.Body)-100], opts) })
+	t.Run("other signer", func(t *testing.T) {
+		o := opts
+		o.PartnerCerts = []*x509.Certificate{ids.C.Cert}
+		compareStream(t, opaque.Header, opaque.Body, o)
+	})
+	for name, want := range map[string]string{"altered content": as2.DispositionIntegrityCheckFailed} {
+		_, err := as2.UnwrapStream(opaque.Header, bytes.NewReader(altered), opts, io.Discard)
+		if as2.Disposition(err) != want {
+			t.Errorf("%s: %v, want %s", name, err, want)
+		}
+	}
 }

@@ -139,3 +139,74 @@ func TestReceiveLargeGCMInConstantMemory(t *testing.T) {
 		})
 	}
 }
+
+// TestReceiveLargeOpaqueInConstantMemory receives an opaque signed-data
+// (application/pkcs7-mime, the content inside the signature, BER
+// streamed by openssl) 2.5 times larger than the Go memory limit the test
+// sets, encrypted (AES-256-GCM) and then alone: its content streams into
+// the spool as it is digested, and is stored only once the signature
+// after it verified, within issue 22's 64 MiB of peak RSS above idle.
+// The unencrypted one with a content byte altered is answered
+// integrity-check-failed with nothing stored and nothing left in the
+// spool, within the same bound.
+func TestReceiveLargeOpaqueInConstantMemory(t *testing.T) {
+	e := newEnv(t, envOptions{spool: true, spoolBytes: 4 * largeSize, maxBody: 2 * largeSize})
+	ids := openssltest.Keys(t)
+	m, err := openssltest.BuildLarge(t.TempDir(), openssltest.LargeSpec{Size: largeSize, Signer: ids.A, Recipient: ids.B, Cipher: "aes-256-gcm", Opaque: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("payload %d MiB, body %d MiB", largeSize>>20, m.BodySize>>20)
+	defer debug.SetMemoryLimit(debug.SetMemoryLimit(largeMemLimit))
+
+	r, before, peak := postLargeFile(t, e, m.Header, m.BodyPath, 0, "<large-opaque-gcm@x>")
+	if got := parseMDN(t, r); got.Disposition.String() != processed || got.MIC != m.MIC {
+		t.Fatalf("MDN = %s MIC %q, want processed, %q (openssl dgst)", got.Disposition, got.MIC, m.MIC)
+	}
+	peakrss.WantAboveIdle(t, before, peak, maxAboveIdle, "opaque signed, GCM")
+	wantStoredPayload(t, e, "<large-opaque-gcm@x>", m.PayloadSHA256)
+	waitSpoolEmpty(t, e, "the encrypted opaque message")
+
+	// The signed-data entity alone: its header fields travel as HTTP
+	// fields, its DER is the body.
+	head, size := entityHead(t, m.OpaquePath)
+	mime := http.Header{"Content-Type": {`application/pkcs7-mime; smime-type=signed-data; name="smime.p7m"`}, "Content-Transfer-Encoding": {"binary"}}
+	r, before, peak = postLargeFile(t, e, mime, m.OpaquePath, head, "<large-opaque@x>")
+	if got := parseMDN(t, r); got.Disposition.String() != processed || got.MIC != m.MIC {
+		t.Fatalf("MDN = %s MIC %q, want processed, %q (openssl dgst)", got.Disposition, got.MIC, m.MIC)
+	}
+	peakrss.WantAboveIdle(t, before, peak, maxAboveIdle, "opaque signed")
+	wantStoredPayload(t, e, "<large-opaque@x>", m.PayloadSHA256)
+	waitSpoolEmpty(t, e, "the opaque message")
+
+	t.Run("content byte", func(t *testing.T) {
+		off := head + (size-head)/2
+		flipByte(t, m.OpaquePath, off)
+		defer flipByte(t, m.OpaquePath, off)
+		r, before, peak := postLargeFile(t, e, mime, m.OpaquePath, head, "<large-opaque-altered@x>")
+		peakrss.WantAboveIdle(t, before, peak, maxAboveIdle, "opaque signed, altered")
+		wantRefused(t, e, r, "<large-opaque-altered@x>", "integrity-check-failed")
+	})
+}
+
+// entityHead returns the length of the header block (blank line
+// included) of the MIME entity in the file path, and the file's size.
+func entityHead(t *testing.T, path string) (head, size int64) {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := make([]byte, 4096)
+	n, _ := io.ReadFull(f, b)
+	i := bytes.Index(b[:n], []byte("\r\n\r\n"))
+	if i < 0 {
+		t.Fatalf("%s: no header block in its first %d bytes", path, n)
+	}
+	return int64(i + 4), fi.Size()
+}

@@ -162,6 +162,9 @@ func FuzzVerify(f *testing.F) {
 		if err == nil {
 			checkVerified(t, v, certs, detached)
 		}
+		if detached == nil {
+			fuzzVerifyStream(t, b, v, err, certs)
+		}
 
 		h := hashes[len(detached)%len(hashes)]
 		sig, err := cms.SignDetached(detached, ids.A.Cert, ids.A.Key, cms.SignOptions{Hash: h})
@@ -189,6 +192,32 @@ func FuzzVerify(f *testing.F) {
 			t.Fatalf("Verify() of changed content = %v, want a sentinel error", err)
 		}
 	})
+}
+
+// fuzzVerifyStream checks VerifyStream against what Verify gave for the
+// fuzzed bytes b with their content attached (v, or err): a stream that
+// ends in io.EOF gives Verify's content and signer, or Verify refused
+// b's structure (the stream leaves what follows the signer infos
+// unread).
+func fuzzVerifyStream(t *testing.T, b []byte, v *cms.Verified, err error, certs []*x509Cert) {
+	t.Helper()
+	vr, serr := cms.VerifyStream(bytes.NewReader(b), certs)
+	if serr != nil {
+		if !wrapsSentinel(serr) {
+			t.Fatalf("VerifyStream() error %v wraps no sentinel", serr)
+		}
+		return
+	}
+	got, serr := io.ReadAll(vr)
+	switch {
+	case serr != nil && !wrapsSentinel(serr):
+		t.Fatalf("VerifyStream() read error %v wraps no sentinel", serr)
+	case serr != nil:
+	case err != nil && !errors.Is(err, cms.ErrMalformed):
+		t.Fatalf("VerifyStream() verified %d bytes where Verify() fails with %v", len(got), err)
+	case err == nil && (!bytes.Equal(got, v.Content) || vr.Verified().Signer != v.Signer):
+		t.Fatalf("VerifyStream() = %d bytes by %v, Verify() %d bytes by %v", len(got), vr.Verified().Signer.Subject, len(v.Content), v.Signer.Subject)
+	}
 }
 
 // checkVerified checks what a successful Verify promises.

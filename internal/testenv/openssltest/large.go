@@ -26,6 +26,11 @@ type LargeSpec struct {
 	// Cipher is the openssl cipher option without its dash: "aes256"
 	// when empty; "aes-256-gcm" makes AuthEnvelopedData.
 	Cipher string
+	// Opaque signs with the content inside the signature (an
+	// application/pkcs7-mime signed-data entity, BER streamed) instead
+	// of a multipart/signed; SignaturePath and MultipartPath are then
+	// empty and OpaquePath is that entity.
+	Opaque bool
 }
 
 // LargeMessage is a message built by BuildLarge, on disk.
@@ -37,8 +42,9 @@ type LargeMessage struct {
 	BodySize int64
 	// SignedPath is the signed entity (the MIC covers it), SignaturePath
 	// its detached signature (DER) and MultipartPath the multipart/signed
-	// entity of both that openssl encrypted.
-	SignedPath, SignaturePath, MultipartPath string
+	// entity of both that openssl encrypted (OpaquePath, with
+	// LargeSpec.Opaque, the signed-data entity instead).
+	SignedPath, SignaturePath, MultipartPath, OpaquePath string
 	// MIC is openssl's SHA-256 of SignedPath, as an MDN returns it.
 	MIC string
 	// PayloadSHA256 is the digest of the payload.
@@ -97,8 +103,19 @@ func BuildLarge(dir string, s LargeSpec) (*LargeMessage, error) {
 
 // signLarge signs m.SignedPath as s asks and returns the path of the
 // signed entity to encrypt: the multipart/signed of it and its detached
-// signature.
+// signature, or (s.Opaque) the signed-data entity holding it.
 func signLarge(dir string, s LargeSpec, m *LargeMessage) (string, error) {
+	if s.Opaque {
+		der := filepath.Join(dir, "opaque.der")
+		if _, err := TryRun(nil, "cms", "-sign", "-binary", "-nodetach", "-stream", "-in", m.SignedPath, "-signer", s.Signer.CertPath,
+			"-inkey", s.Signer.KeyPath, "-md", "sha256", "-outform", "DER", "-out", der); err != nil {
+			return "", fmt.Errorf("openssl sign: %w", err)
+		}
+		defer os.Remove(der)
+		m.OpaquePath = filepath.Join(dir, "opaque.mime")
+		head := "Content-Type: application/pkcs7-mime; smime-type=signed-data; name=\"smime.p7m\"\r\nContent-Transfer-Encoding: binary\r\n\r\n"
+		return m.OpaquePath, writeFiles(m.OpaquePath, []byte(head), der, nil)
+	}
 	sig := filepath.Join(dir, "sig.der")
 	m.SignaturePath = sig
 	if _, err := TryRun(nil, "cms", "-sign", "-binary", "-in", m.SignedPath, "-signer", s.Signer.CertPath, "-inkey", s.Signer.KeyPath,
