@@ -143,10 +143,11 @@ type EncryptWriter struct {
 	buf  []byte // encryption buffer
 }
 
-// ErrNotStreamable reports an algorithm a streaming writer cannot
-// produce; it also wraps ErrUnsupportedAlgorithm. Every cipher streams
-// now (AES-GCM since its tag is computed as the content streams): it is
-// kept for callers that test for it.
+// ErrNotStreamable reported an algorithm a streaming writer could not
+// produce; it wraps ErrUnsupportedAlgorithm.
+//
+// Deprecated: every cipher streams now (AES-GCM too, its tag computed as
+// the content streams); NewEncryptWriter never returns it.
 var ErrNotStreamable = fmt.Errorf("%w: not streamable", ErrUnsupportedAlgorithm)
 
 // NewEncryptWriter draws a content key and IV (a GCM nonce) from
