@@ -33,8 +33,10 @@ func newConsole(r *replica, p *parts, reports console.Reports) (*console.Console
 		Reapplier:    r.store,
 		Interchanges: r.store,
 		// A document sent from the console is bounded like one sent to
-		// the API.
+		// the API, and spooled past the same threshold.
 		MaxUploadBytes: r.o.maxBodyBytes,
+		Spool:          r.spool,
+		SpoolFromBytes: r.o.spoolFromBytes,
 		Hub:            r.store,
 		LeaseName:      r.o.leader.leaseName,
 		Leader:         p.elector.Status,

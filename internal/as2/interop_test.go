@@ -494,6 +494,7 @@ func TestUnwrapSameKindLayersMIC(t *testing.T) {
 			if got.MIC.String() != tt.want {
 				t.Errorf("Unwrap().MIC = %q, want %q (the outer layer's); the inner layer's would be %q", got.MIC, tt.want, tt.wantInner)
 			}
+			compareStream(t, tt.header, tt.body, o) // the same as a stream
 		})
 	}
 }

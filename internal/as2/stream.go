@@ -17,11 +17,11 @@ import (
 	"github.com/edihub/edihub/internal/as2/cms"
 )
 
-// ErrNotStreamable means a message holds a layer UnwrapStream cannot
-// peel in one pass (AuthEnvelopedData, whose tag must be checked before
-// any plaintext is used, or an opaque signed-data, whose signature
-// follows its content): the caller unwraps it in memory with Unwrap. It
-// is reported before any payload byte was written.
+// ErrNotStreamable meant a message held a layer UnwrapStream could not
+// peel in one pass.
+//
+// Deprecated: every layer streams now (AES-GCM and opaque signed-data
+// included); UnwrapStream never returns it.
 var ErrNotStreamable = errors.New("as2: layer cannot be unwrapped as a stream")
 
 // MaxSignatureBytes bounds the signature part of a streamed
@@ -30,14 +30,15 @@ const MaxSignatureBytes = 1 << 20
 
 // UnwrapStream is Unwrap for a body of any size, read once from body and
 // held nowhere whole: layers are decrypted (EnvelopedData with a CBC
-// cipher), decompressed (zlib) and their signatures digested as the bytes
-// stream by, and the payload, transfer encoding removed, is written to
-// payload. Its size is Message.PayloadSize; Message.Payload and
-// SignedContent stay nil, SignedDigests holds the signed content's
-// digests. The MIC rules and errors are Unwrap's; a signature verifies
-// only once its content has streamed past, so payload holds unverified
-// bytes until UnwrapStream returns nil: the caller discards them on any
-// error. A layer that cannot stream is ErrNotStreamable.
+// cipher, or AuthEnvelopedData with AES-GCM), decompressed (zlib) and
+// their signatures (multipart/signed, or an opaque signed-data)
+// digested as the bytes stream by, and the payload, transfer encoding
+// removed, is written to payload. Its size is Message.PayloadSize;
+// Message.Payload and SignedContent stay nil, SignedDigests holds the
+// signed content's digests. The MIC rules and errors are Unwrap's; a
+// signature verifies only once its content has streamed past, and a GCM
+// tag once its ciphertext has, so payload holds unverified bytes until
+// UnwrapStream returns nil: the caller discards them on any error.
 func UnwrapStream(h http.Header, body io.Reader, opts UnwrapOptions, payload io.Writer) (_ *Message, err error) {
 	top, err := requestEntity(h, nil)
 	if err != nil {
@@ -45,7 +46,7 @@ func UnwrapStream(h http.Header, body io.Reader, opts UnwrapOptions, payload io.
 	}
 	u := &streamUnwrapping{unwrapping: newUnwrapping(top, opts), payload: payload}
 	defer func() {
-		if err != nil && u.blind && !errors.Is(err, ErrNotStreamable) {
+		if err != nil && u.blind {
 			err = &Error{Disposition: DispositionDecryptionFailed, Err: err}
 		}
 	}()
@@ -105,7 +106,7 @@ func (u *streamUnwrapping) pkcs7(hdr Header, smimeType string, body io.Reader, d
 	var inner io.Reader
 	var s stage
 	switch typ {
-	case cms.TypeEnvelopedData:
+	case cms.TypeEnvelopedData, cms.TypeAuthEnvelopedData:
 		s = stageDecrypt
 		u.blind = u.blind || (!u.m.Signed && u.pending == 0)
 		if inner, err = cms.DecryptStream(br, u.opts.Keys); err != nil {
@@ -131,18 +132,43 @@ func (u *streamUnwrapping) pkcs7(hdr Header, smimeType string, body io.Reader, d
 				inner = io.TeeReader(inner, u.compHash)
 			}
 		}
-	case cms.TypeAuthEnvelopedData, cms.TypeSignedData:
-		return fmt.Errorf("%w: %s", ErrNotStreamable, typ)
+	case cms.TypeSignedData:
+		return u.opaque(br, depth)
 	default:
 		return classify(stageFor(smimeType), fmt.Errorf("%w: CMS content type %v", cms.ErrContentType, typ))
 	}
 	return u.inner(s, inner, depth, false)
 }
 
-// inner peels the MIME entity a CMS layer decrypted or decompressed, and
-// reads that layer to its end (where a CBC padding or a zlib checksum is
-// checked) before it counts as peeled. mic asks for the entity's digest,
-// the MIC of an encrypted message unless a signature inside gives it.
+// opaque streams an opaque signed-data layer: its encapsulated content
+// is digested as it is peeled (in the SignedData's digest algorithms, the
+// MIC's and SHA-256, for the replay check), and the signature that
+// follows it is checked at its end.
+func (u *streamUnwrapping) opaque(br *bufio.Reader, depth int) error {
+	extra := []crypto.Hash{crypto.SHA256}
+	if len(u.opts.MICAlgs) > 0 {
+		extra = append(extra, u.opts.MICAlgs[0])
+	}
+	vr, err := cms.VerifyStream(br, u.opts.PartnerCerts, extra...)
+	if err != nil {
+		return classify(stageVerify, fmt.Errorf("verify: %w", err))
+	}
+	u.pending++
+	u.m.Layers = append(u.m.Layers, LayerSigned) // outside what it covers
+	err = u.inner(stageVerify, vr, depth, false)
+	u.pending--
+	if err != nil {
+		return err
+	}
+	u.streamVerified(vr.Verified(), vr.Digests())
+	return nil
+}
+
+// inner peels the MIME entity a CMS layer decrypted, decompressed or
+// encapsulated, and reads that layer to its end (where a CBC padding, a
+// GCM tag, a zlib checksum or a signature is checked) before it counts
+// as peeled. mic asks for the entity's digest, the MIC of an encrypted
+// message unless a signature inside gives it.
 func (u *streamUnwrapping) inner(s stage, inner io.Reader, depth int, mic bool) error {
 	ib := bufio.NewReaderSize(inner, 64<<10)
 	hdr, raw, err := readHeader(ib, u.lim)

@@ -29,9 +29,8 @@ const StreamCompressionLevel = 1
 // to it in pieces and the message body goes to the destination as it is
 // built, compressed, signed (the digest taken over the exact bytes as
 // they stream by) and encrypted, never held whole. S/MIME layers are BER
-// with indefinite lengths (openssl cms -stream's form). AES-GCM cannot
-// stream (NewWrapWriter returns an error wrapping cms.ErrNotStreamable).
-// Build it with NewWrapWriter, write the payload, then Close; it is not
+// with indefinite lengths (openssl cms -stream's form); AES-GCM too, its
+// tag computed as the content streams. Build it with NewWrapWriter, write the payload, then Close; it is not
 // safe for concurrent use.
 type WrapWriter struct {
 	w *wrapping
@@ -104,9 +103,6 @@ func NewWrapWriter(dst io.Writer, contentType, filename string, opts WrapOptions
 func checkStreamOptions(contentType string, opts WrapOptions) error {
 	if contentType == "" {
 		return errors.New("wrap: empty content type")
-	}
-	if opts.Encrypt == cms.AES128GCM || opts.Encrypt == cms.AES256GCM {
-		return fmt.Errorf("wrap: %w: %s", cms.ErrNotStreamable, opts.Encrypt)
 	}
 	if opts.Sign != 0 && (opts.SignerKey == nil || opts.SignerCert == nil) {
 		return errors.New("wrap: signing needs SignerKey and SignerCert")
@@ -259,10 +255,15 @@ func (w *wrapping) compressLayer() layer {
 	}
 }
 
-// encryptLayer is an enveloped-data entity (CBC).
+// encryptLayer is an enveloped-data entity (CBC), or authEnveloped-data
+// (GCM).
 func (w *wrapping) encryptLayer() layer {
+	smimeType := "enveloped-data"
+	if w.opts.Encrypt == cms.AES128GCM || w.opts.Encrypt == cms.AES256GCM {
+		smimeType = "authEnveloped-data"
+	}
 	return layer{
-		header: smimePart("enveloped-data", "smime.p7m", nil, w.te).header,
+		header: smimePart(smimeType, "smime.p7m", nil, w.te).header,
 		open: func(body io.Writer) (io.Writer, func() error, error) {
 			out, closeOut := w.transferEncoded(body)
 			ew, err := cms.NewEncryptWriter(out, []*x509.Certificate{w.opts.RecipientCert}, cms.EncryptOptions{

@@ -6,7 +6,6 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -17,6 +16,7 @@ import (
 	"github.com/edihub/edihub/internal/auth"
 	"github.com/edihub/edihub/internal/outbox"
 	"github.com/edihub/edihub/internal/postgres"
+	"github.com/edihub/edihub/internal/spool"
 )
 
 // Enqueuer queues outbound documents; *outbox.Queue implements it.
@@ -219,56 +219,61 @@ func (c *Console) sendForm(w http.ResponseWriter, r *http.Request) {
 }
 
 // send queues an uploaded document for a partner, as POST /api/v1/messages
-// does. The body is bounded by MaxUploadBytes.
+// does: read as it arrives, a large one into the spool (upload.go). The
+// body is bounded by MaxUploadBytes.
 func (c *Console) send(w http.ResponseWriter, r *http.Request) {
 	d := sendData{Partners: c.partners(), ContentTypes: ContentTypes, Key: newKey(), MaxBytes: c.o.MaxUploadBytes}
 	again := func(status int, msg string) {
 		d.Error = msg
 		c.render(w, r, status, "send", c.view(r, "Send a document", "send", d))
 	}
-	// The multipart envelope adds a little to the file.
-	r.Body = http.MaxBytesReader(w, r.Body, c.o.MaxUploadBytes+64<<10)
-	file, hdr, err := r.FormFile("document")
+	r.Body = http.MaxBytesReader(w, r.Body, c.o.MaxUploadBytes+formEnvelope)
+	up, err := c.readUpload(r)
+	defer up.close()
+	d.Partner, d.ContentType = up.fields["partner"], up.fields["content_type"]
 	var mbe *http.MaxBytesError
 	switch {
-	case errors.As(err, &mbe):
+	case errors.As(err, &mbe), errors.Is(err, errTooLarge):
+		w.Header().Set("Connection", "close")
 		again(http.StatusRequestEntityTooLarge, fmt.Sprintf("The document is larger than %s, the most the console takes.", size(c.o.MaxUploadBytes)))
 		return
-	case errors.Is(err, http.ErrMissingFile):
-		d.Partner, d.ContentType = r.FormValue("partner"), r.FormValue("content_type")
+	case errors.Is(err, spool.ErrFull):
+		w.Header().Set("Connection", "close")
+		w.Header().Set("Retry-After", "60")
+		again(http.StatusServiceUnavailable, "There is no room for the document on this replica now (its spool is full). Nothing was queued; try again in a few minutes.")
+		return
+	case errors.Is(err, errSpool):
+		w.Header().Set("Connection", "close")
+		c.internal(w, r, "Spooling the document", err)
+		return
+	case errors.Is(err, errNoDocument):
 		again(http.StatusBadRequest, "Choose the file to send.")
 		return
 	case err != nil:
+		w.Header().Set("Connection", "close")
 		again(http.StatusBadRequest, "The upload could not be read: "+err.Error())
 		return
 	}
-	defer file.Close()
-	if r.MultipartForm != nil {
-		defer func() { _ = r.MultipartForm.RemoveAll() }()
-	}
-	d.Partner, d.ContentType = r.FormValue("partner"), r.FormValue("content_type")
-	payload, err := io.ReadAll(io.LimitReader(file, c.o.MaxUploadBytes+1))
-	if err != nil {
-		again(http.StatusBadRequest, "The upload could not be read: "+err.Error())
-		return
-	}
-	if int64(len(payload)) > c.o.MaxUploadBytes {
-		again(http.StatusRequestEntityTooLarge, fmt.Sprintf("The document is larger than %s, the most the console takes.", size(c.o.MaxUploadBytes)))
-		return
-	}
+	c.enqueue(w, r, up, d, again)
+}
+
+// enqueue queues the document read by send, or shows the form again.
+func (c *Console) enqueue(w http.ResponseWriter, r *http.Request, up *upload, d sendData, again func(int, string)) {
 	if d.Partner == "" {
 		again(http.StatusBadRequest, "Choose the partner to send to.")
 		return
 	}
 	ct := d.ContentType
 	if ct == "" {
-		ct = hdr.Header.Get("Content-Type")
+		ct = up.fileType
 	}
-	key := r.FormValue("key")
+	key := up.fields["key"]
 	if len(key) > 255 || strings.IndexFunc(key, func(r rune) bool { return r < 0x21 || r > 0x7e }) >= 0 {
 		key = ""
 	}
-	res, err := c.o.Queue.Enqueue(r.Context(), outbox.Document{Partner: d.Partner, ContentType: ct, Filename: hdr.Filename, Payload: payload, IdempotencyKey: key})
+	doc := up.doc
+	doc.Partner, doc.ContentType, doc.Filename, doc.IdempotencyKey = d.Partner, ct, up.filename, key
+	res, err := c.o.Queue.Enqueue(r.Context(), doc)
 	switch {
 	case errors.Is(err, outbox.ErrUnknownPartner):
 		again(http.StatusNotFound, fmt.Sprintf("No partner %q is served.", d.Partner))
@@ -281,11 +286,11 @@ func (c *Console) send(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !res.Replayed {
-		c.log.Info("queued", zap.String("partner", d.Partner), zap.Int64("id", res.ID), zap.String("message_id", res.MessageID), zap.Int("size", len(payload)))
+		c.log.Info("queued", zap.String("partner", d.Partner), zap.Int64("id", res.ID), zap.String("message_id", res.MessageID), zap.Int64("size", up.size()))
 		c.audit(r, "message.send", strconv.FormatInt(res.ID, 10), map[string]any{
-			"partner": d.Partner, "message_id": res.MessageID, "filename": hdr.Filename, "size": len(payload)})
+			"partner": d.Partner, "message_id": res.MessageID, "filename": up.filename, "size": up.size()})
 	}
-	c.flash(r, fmt.Sprintf("%s is queued for %s as message %d.", hdr.Filename, d.Partner, res.ID))
+	c.flash(r, fmt.Sprintf("%s is queued for %s as message %d.", up.filename, d.Partner, res.ID))
 	http.Redirect(w, r, fmt.Sprintf("%s/messages/%d", Prefix, res.ID), http.StatusSeeOther)
 }
 

@@ -42,6 +42,7 @@ import (
 	"github.com/edihub/edihub/internal/leader"
 	"github.com/edihub/edihub/internal/postgres"
 	"github.com/edihub/edihub/internal/probe"
+	"github.com/edihub/edihub/internal/spool"
 )
 
 // InterchangeStore reads the EDI interchanges a message carries;
@@ -136,6 +137,14 @@ type Options struct {
 	// MaxUploadBytes bounds a document sent from the console; 0 means
 	// DefaultMaxUploadBytes.
 	MaxUploadBytes int64
+	// Spool, when set, takes the documents sent from the console larger
+	// than SpoolFromBytes, as they arrive (as POST /api/v1/messages does):
+	// a spool file, removed when the request ends, that the queue stores
+	// from in pieces; nil holds a document in memory.
+	Spool *spool.Spool
+	// SpoolFromBytes is the size above which a document is spooled
+	// (outbox.DefaultSpoolFromBytes when zero).
+	SpoolFromBytes int64
 	// Hub reads the hub's state for the hub page; nil leaves the page
 	// out.
 	Hub HubStore

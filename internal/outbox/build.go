@@ -125,11 +125,9 @@ func Build(st *config.Station, p *config.Partner, src postgres.OutboundSource, n
 // BuildStream is Build for a payload of any size: writePayload writes the
 // payload (src.Payload is not used) to the writer it is given, and the
 // message body goes to dst as it is built, never held whole (see
-// as2.WrapWriter); the OutboundBuild has no Body. A profile that cannot
-// stream (AES-GCM) is an error wrapping cms.ErrNotStreamable before
-// anything is written; a payload holding the drawn multipart boundary
-// wraps as2.ErrBoundaryInContent (build again). Errors of writePayload
-// and dst are returned as they are.
+// as2.WrapWriter); the OutboundBuild has no Body. A payload holding the
+// drawn multipart boundary wraps as2.ErrBoundaryInContent (build again).
+// Errors of writePayload and dst are returned as they are.
 func BuildStream(st *config.Station, p *config.Partner, src postgres.OutboundSource, writePayload func(io.Writer) error, dst io.Writer, now time.Time, rnd io.Reader) (postgres.OutboundBuild, error) {
 	opts, err := wrapOptions(st, p, now, rnd)
 	if err != nil {

@@ -503,8 +503,7 @@ func (d *Dispatcher) buildItem(ctx context.Context, it *postgres.OutboxItem, st 
 		return d.buildStreamed(ctx, it, st, p, src)
 	}
 	if src.Chunked {
-		// Stored in pieces, built in memory: no spool on this replica,
-		// or a cipher that cannot stream (AES-GCM).
+		// Stored in pieces, built in memory: no spool on this replica.
 		var buf bytes.Buffer
 		buf.Grow(int(src.PayloadSize))
 		if _, err := d.o.Store.WritePayload(ctx, it.MessageID, func(postgres.MessageInfo) io.Writer { return &buf }); err != nil {

@@ -41,12 +41,9 @@ const boundaryTries = 3
 
 // streamed reports whether src is built as a stream for p.
 func (d *Dispatcher) streamed(src postgres.OutboundSource, p *config.Partner) bool {
-	if d.o.Spool == nil || src.PayloadSize <= d.o.SpoolFromBytes {
-		return false
-	}
-	// AES-GCM's tag follows the whole content: such a message is built
-	// in memory (docs/large-files.md).
-	return p.Encrypt != config.CipherAES128GCM && p.Encrypt != config.CipherAES256GCM
+	// Every profile streams, AES-GCM included (its tag is computed as the
+	// content streams).
+	return d.o.Spool != nil && src.PayloadSize > d.o.SpoolFromBytes
 }
 
 // buildStreamed builds src as a stream into a spool file, freezes it and

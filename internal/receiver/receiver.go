@@ -1042,7 +1042,7 @@ func (h *Handler) unwrap(ctx context.Context, x *exchange) (mdn.Disposition, str
 	msg.PayloadSize = m.PayloadSize
 	msg.Payload = m.Payload
 	switch {
-	case x.sp != nil && x.sp.streamed:
+	case x.sp != nil:
 		msg.PayloadOpen = x.sp.payload.Reader
 	case msg.Payload == nil:
 		msg.Payload = []byte{}

@@ -22,9 +22,6 @@ import (
 // its payload is unwrapped into.
 type spooled struct {
 	body, payload *spool.File
-	// streamed is set when the payload file holds the payload (false
-	// after a fallback to Unwrap in memory).
-	streamed bool
 }
 
 // serveSpooled receives a request whose body goes to the spool: a large
@@ -125,9 +122,8 @@ func (h *Handler) spooledMDN(w http.ResponseWriter, r *http.Request, f *spool.Fi
 }
 
 // peel unwraps the exchange's message: in memory, or as a stream from
-// the spool into its payload file. A spooled message with a layer that
-// cannot stream (AES-GCM, an opaque signed-data) is read into memory,
-// within the in-flight budget, and unwrapped there.
+// the spool into its payload file (every layer streams: AES-GCM and
+// opaque signed-data too).
 func (h *Handler) peel(x *exchange) (*as2.Message, error) {
 	opts := as2.UnwrapOptions{
 		Keys:         x.rq.station.Keys,
@@ -142,25 +138,11 @@ func (h *Handler) peel(x *exchange) (*as2.Message, error) {
 		return as2.Unwrap(x.hdr, x.body, opts)
 	}
 	m, err := as2.UnwrapStream(x.hdr, x.sp.body.Reader(), opts, as2.PayloadWriter(x.sp.payload))
-	switch {
-	case err == nil:
-		x.sp.streamed = true
-		return m, nil
-	case errors.Is(err, spool.ErrFull):
+	if errors.Is(err, spool.ErrFull) {
 		x.log.Warn("spool full while unwrapping", zap.Error(err))
 		return nil, fmt.Errorf("%w: %w", errBusy, err)
-	case !errors.Is(err, as2.ErrNotStreamable):
-		return nil, err
 	}
-	x.log.Info("message layer cannot be unwrapped as a stream; unwrapping in memory", zap.Error(err), zap.Int64("size", x.sp.body.Size()))
-	if err := x.budget.grow(x.sp.body.Size()); err != nil {
-		return nil, err
-	}
-	body, err := io.ReadAll(x.sp.body.Reader())
-	if err != nil {
-		return nil, fmt.Errorf("read spooled body: %w", err)
-	}
-	return as2.Unwrap(x.hdr, body, opts)
+	return m, err
 }
 
 // signedContent is what a signature covered: the bytes (Unwrap) or their

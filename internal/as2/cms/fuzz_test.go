@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto"
 	"errors"
+	"io"
 	"path/filepath"
 	"slices"
 	"testing"
@@ -89,7 +90,50 @@ func FuzzDecrypt(f *testing.F) {
 		if _, err := cms.Decrypt(ct, stranger); !errors.Is(err, cms.ErrNoRecipient) {
 			t.Fatalf("Decrypt() for a certificate the message does not name = %v, want ErrNoRecipient", err)
 		}
+		fuzzDecryptStream(t, b, out, recipients, opts)
 	})
+}
+
+// fuzzDecryptStream checks DecryptStream against Decrypt's result out on
+// the fuzzed bytes b: a stream that ends in io.EOF gives what Decrypt
+// gave, or Decrypt refused b's structure (the stream leaves what follows
+// the encrypted content unread); and b as content survives EncryptWriter
+// → DecryptStream with opts.
+func fuzzDecryptStream(t *testing.T, b, out []byte, recipients []cms.Recipient, opts cms.EncryptOptions) {
+	t.Helper()
+	if r, err := cms.DecryptStream(bytes.NewReader(b), recipients); err == nil {
+		got, err := io.ReadAll(r)
+		switch {
+		case err != nil && !wrapsSentinel(err):
+			t.Fatalf("DecryptStream() read error %v wraps no sentinel", err)
+		case err == nil && out != nil && !bytes.Equal(got, out):
+			t.Fatalf("DecryptStream() = %d bytes, Decrypt() %d bytes", len(got), len(out))
+		case err == nil && out == nil:
+			if _, derr := cms.Decrypt(b, recipients); !errors.Is(derr, cms.ErrMalformed) {
+				t.Fatalf("DecryptStream() gave %d bytes where Decrypt() fails with %v", len(got), derr)
+			}
+		}
+	} else if !wrapsSentinel(err) {
+		t.Fatalf("DecryptStream() error %v wraps no sentinel", err)
+	}
+	var ct bytes.Buffer
+	w, err := cms.NewEncryptWriter(&ct, []*x509Cert{recipients[0].Cert}, opts)
+	if err != nil {
+		t.Fatalf("NewEncryptWriter(%v) error = %v", opts.Cipher, err)
+	}
+	if _, err := w.Write(b); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	r, err := cms.DecryptStream(&ct, recipients)
+	if err != nil {
+		t.Fatalf("DecryptStream(EncryptWriter(%v)) error = %v", opts.Cipher, err)
+	}
+	if got, err := io.ReadAll(r); err != nil || !bytes.Equal(got, b) {
+		t.Fatalf("DecryptStream(EncryptWriter(%d bytes, %v)) = %d bytes, %v; want the content back", len(b), opts.Cipher, len(got), err)
+	}
 }
 
 // FuzzVerify feeds Verify arbitrary signatures and content and checks:
@@ -118,6 +162,9 @@ func FuzzVerify(f *testing.F) {
 		if err == nil {
 			checkVerified(t, v, certs, detached)
 		}
+		if detached == nil {
+			fuzzVerifyStream(t, b, v, err, certs)
+		}
 
 		h := hashes[len(detached)%len(hashes)]
 		sig, err := cms.SignDetached(detached, ids.A.Cert, ids.A.Key, cms.SignOptions{Hash: h})
@@ -145,6 +192,32 @@ func FuzzVerify(f *testing.F) {
 			t.Fatalf("Verify() of changed content = %v, want a sentinel error", err)
 		}
 	})
+}
+
+// fuzzVerifyStream checks VerifyStream against what Verify gave for the
+// fuzzed bytes b with their content attached (v, or err): a stream that
+// ends in io.EOF gives Verify's content and signer, or Verify refused
+// b's structure (the stream leaves what follows the signer infos
+// unread).
+func fuzzVerifyStream(t *testing.T, b []byte, v *cms.Verified, err error, certs []*x509Cert) {
+	t.Helper()
+	vr, serr := cms.VerifyStream(bytes.NewReader(b), certs)
+	if serr != nil {
+		if !wrapsSentinel(serr) {
+			t.Fatalf("VerifyStream() error %v wraps no sentinel", serr)
+		}
+		return
+	}
+	got, serr := io.ReadAll(vr)
+	switch {
+	case serr != nil && !wrapsSentinel(serr):
+		t.Fatalf("VerifyStream() read error %v wraps no sentinel", serr)
+	case serr != nil:
+	case err != nil && !errors.Is(err, cms.ErrMalformed):
+		t.Fatalf("VerifyStream() verified %d bytes where Verify() fails with %v", len(got), err)
+	case err == nil && (!bytes.Equal(got, v.Content) || vr.Verified().Signer != v.Signer):
+		t.Fatalf("VerifyStream() = %d bytes by %v, Verify() %d bytes by %v", len(got), vr.Verified().Signer.Subject, len(v.Content), v.Signer.Subject)
+	}
 }
 
 // checkVerified checks what a successful Verify promises.

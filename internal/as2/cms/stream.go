@@ -9,6 +9,7 @@ import (
 	"encoding/asn1"
 	"fmt"
 	"io"
+	"slices"
 
 	"github.com/klauspost/compress/zlib"
 )
@@ -246,39 +247,40 @@ func (r *segmentReader) next() error {
 }
 
 // openStream reads r's ContentInfo up to the version of its content, which
-// must be of type want (what names it in errors; notWant says what is
-// wrong with another type).
-func openStream(r io.Reader, want asn1.ObjectIdentifier, what, notWant string) (*berStream, error) {
+// must be of one of the types want (what names it in errors; notWant
+// says what is wrong with another type); it returns the type found.
+func openStream(r io.Reader, what, notWant string, want ...asn1.ObjectIdentifier) (*berStream, asn1.ObjectIdentifier, error) {
 	s := &berStream{r: bufio.NewReaderSize(r, 64<<10)}
 	ct, err := s.contentInfo()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	if !ct.Equal(want) {
-		return nil, fmt.Errorf("%w: %v %s", ErrContentType, ct, notWant)
+	if !slices.ContainsFunc(want, ct.Equal) {
+		return nil, nil, fmt.Errorf("%w: %v %s", ErrContentType, ct, notWant)
 	}
 	if _, err := s.expect(tagSequence, what); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if _, err := s.element(16); err != nil { // version
-		return nil, err
+		return nil, nil, err
 	}
-	return s, nil
+	return s, ct, nil
 }
 
-// DecryptStream reads an EnvelopedData ContentInfo from r and returns a
-// reader of its decrypted content, for the first recipient whose
-// certificate the message names and whose key unwraps its content key.
-// Only CBC ciphers stream (AuthEnvelopedData must be checked whole before
-// any plaintext is released). The reader returns the plaintext as it
-// decrypts it and an error wrapping ErrDecryption at the end when the
-// padding is wrong: the caller must not act on the content before the
-// reader returned io.EOF. Bytes after the encrypted content
-// (unprotectedAttrs, end-of-contents) are left unread. Errors wrap
-// ErrMalformed, ErrContentType, ErrUnsupportedAlgorithm, ErrNoRecipient
-// or ErrDecryption.
+// DecryptStream reads an EnvelopedData or AuthEnvelopedData ContentInfo
+// from r and returns a reader of its decrypted content, for the first
+// recipient whose certificate the message names and whose key unwraps
+// its content key. The reader returns the plaintext as it decrypts it,
+// unauthenticated, and an error wrapping ErrDecryption at the end when
+// the CBC padding is wrong or the GCM tag (which follows the content)
+// does not verify: the caller must not act on the content before the
+// reader returned io.EOF, and discards what it wrote of it on any error.
+// Bytes after the encrypted content (unprotectedAttrs; after the mac of
+// AuthEnvelopedData) are left unread. Errors wrap ErrMalformed,
+// ErrContentType, ErrUnsupportedAlgorithm, ErrNoRecipient or
+// ErrDecryption.
 func DecryptStream(r io.Reader, recipients []Recipient) (io.Reader, error) {
-	s, err := openStream(r, oidEnvelopedData, "enveloped data", "cannot be decrypted as a stream (only EnvelopedData)")
+	s, ct, err := openStream(r, "enveloped data", "is not enveloped data", oidEnvelopedData, oidAuthEnvelopedData)
 	if err != nil {
 		return nil, err
 	}
@@ -307,13 +309,14 @@ func DecryptStream(r io.Reader, recipients []Recipient) (io.Reader, error) {
 	} else if _, err := asn1.UnmarshalWithParams(der, &ris, "set"); err != nil {
 		return nil, malformed("recipient infos", err)
 	}
-	return s.encryptedContent(ris, recipients)
+	return s.encryptedContent(ris, recipients, ct.Equal(oidAuthEnvelopedData))
 }
 
 // encryptedContent reads the EncryptedContentInfo up to its content and
-// returns the decrypting reader.
-func (s *berStream) encryptedContent(ris []asn1.RawValue, recipients []Recipient) (io.Reader, error) {
-	if _, err := s.expect(tagSequence, "encrypted content info"); err != nil {
+// returns the decrypting reader; auth is set for AuthEnvelopedData.
+func (s *berStream) encryptedContent(ris []asn1.RawValue, recipients []Recipient, auth bool) (io.Reader, error) {
+	eci, err := s.expect(tagSequence, "encrypted content info")
+	if err != nil {
 		return nil, err
 	}
 	if _, err := s.oid("encrypted content type"); err != nil {
@@ -333,8 +336,8 @@ func (s *berStream) encryptedContent(ris []asn1.RawValue, recipients []Recipient
 	if !ok {
 		return nil, fmt.Errorf("%w: content encryption %v", ErrUnsupportedAlgorithm, alg.Algorithm)
 	}
-	if ciph.gcm {
-		return nil, fmt.Errorf("%w: %s content is authenticated as a whole and cannot be streamed", ErrUnsupportedAlgorithm, ciph.name)
+	if auth && !ciph.gcm {
+		return nil, fmt.Errorf("%w: cipher %s in AuthEnvelopedData", ErrUnsupportedAlgorithm, ciph.name)
 	}
 	cek, err := contentKey(ris, recipients, ciph.keyLen)
 	if err != nil {
@@ -343,6 +346,16 @@ func (s *berStream) encryptedContent(ris []asn1.RawValue, recipients []Recipient
 	block, err := newBlock(ciph, cek)
 	if err != nil {
 		return nil, fmt.Errorf("%w: content key: %w", ErrDecryption, err)
+	}
+	if ciph.gcm {
+		h, err := s.header()
+		if err != nil {
+			return nil, err
+		}
+		if h.tag != tagContext0Pri && h.tag != tagContext0 {
+			return nil, malformed("encrypted content", nil)
+		}
+		return s.gcmContent(h, block, alg, auth, eci.length < 0)
 	}
 	var iv []byte
 	if _, err := asn1.Unmarshal(alg.Parameters.FullBytes, &iv); err != nil || len(iv) != block.BlockSize() {
@@ -476,7 +489,7 @@ func DecompressStream(r io.Reader, maxSize int64) (io.Reader, error) {
 	if maxSize <= 0 {
 		maxSize = DefaultMaxDecompressedSize
 	}
-	s, err := openStream(r, oidCompressedData, "compressed data", "is not compressed data")
+	s, _, err := openStream(r, "compressed data", "is not compressed data", oidCompressedData)
 	if err != nil {
 		return nil, err
 	}

@@ -34,6 +34,11 @@ func TestDecryptStreamOpenSSL(t *testing.T) {
 		{"des3 BER stream", big[:100_003], []string{"-des3", "-stream"}},
 		{"aes256 oaep sha256", big[:70_000], []string{"-aes256", "-keyopt", "rsa_padding_mode:oaep", "-keyopt", "rsa_oaep_md:sha256"}},
 		{"one block exactly", []byte("0123456789abcdef"), []string{"-aes128"}},
+		{"aes128-gcm DER large", big, []string{"-aes-128-gcm"}},
+		{"aes192-gcm DER small", []byte(content), []string{"-aes-192-gcm"}},
+		{"aes256-gcm BER stream large", big, []string{"-aes-256-gcm", "-stream"}},
+		{"aes256-gcm oaep", big[:70_001], []string{"-aes-256-gcm", "-keyopt", "rsa_padding_mode:oaep", "-keyopt", "rsa_oaep_md:sha256"}},
+		{"aes256-gcm empty", []byte{}, []string{"-aes-256-gcm"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -61,8 +66,8 @@ func TestDecryptStreamOpenSSL(t *testing.T) {
 }
 
 // TestDecryptStreamFailures: a wrong key surfaces as a decryption error
-// at the end at the latest, GCM is refused before any plaintext, and a
-// truncated message is an error, never a short success.
+// at the end at the latest, and a truncated message is an error, never
+// a short success.
 func TestDecryptStreamFailures(t *testing.T) {
 	ids := openssltest.Keys(t)
 	dir := t.TempDir()
@@ -87,10 +92,6 @@ func TestDecryptStreamFailures(t *testing.T) {
 	}
 	if err := readAll(good, []cms.Recipient{{Cert: ids.C.Cert, Key: ids.C.Key.(crypto.Decrypter)}}); !errors.Is(err, cms.ErrNoRecipient) {
 		t.Errorf("other recipient: %v, want ErrNoRecipient", err)
-	}
-	// openssl puts GCM in AuthEnvelopedData: refused before any plaintext.
-	if err := readAll(enc("gcm.p7m", "-aes-128-gcm"), mine); !errors.Is(err, cms.ErrContentType) {
-		t.Errorf("GCM: %v, want ErrContentType", err)
 	}
 	// The last ciphertext byte flipped: bad padding, or (1 in 256) a
 	// different last byte; either way never the content as sent.
@@ -143,5 +144,60 @@ func TestVerifyDigests(t *testing.T) {
 	}
 	if _, err := cms.VerifyDigests(sig, map[crypto.Hash][]byte{crypto.SHA256: sum(crypto.SHA256, []byte(content))}, []*x509.Certificate{ids.A.Cert}); !errors.Is(err, cms.ErrUnsupportedAlgorithm) {
 		t.Errorf("digest not computed: %v, want ErrUnsupportedAlgorithm", err)
+	}
+}
+
+// TestDecryptStreamGCMOpenSSL: openssl's AuthEnvelopedData (DER and BER
+// streamed) with a ciphertext byte or a tag byte altered, truncated, or
+// for another station fails with ErrDecryption (or an error of the
+// structure), never io.EOF: the plaintext a reader released before is
+// never vouched for.
+func TestDecryptStreamGCMOpenSSL(t *testing.T) {
+	ids := openssltest.Keys(t)
+	dir := t.TempDir()
+	in := openssltest.WriteFile(t, dir, "in", bytes.Repeat([]byte("ISA*00*GCM~"), 30_000))
+	mine := []cms.Recipient{{Cert: ids.B.Cert, Key: ids.B.Key.(crypto.Decrypter)}}
+	for _, form := range []struct {
+		name string
+		args []string
+		tail int // bytes after the tag: end-of-contents octets
+	}{{"DER", nil, 0}, {"BER stream", []string{"-stream"}, 6}} {
+		t.Run(form.name, func(t *testing.T) {
+			out := filepath.Join(dir, strings.ReplaceAll(form.name, " ", "_")+".p7m")
+			openssltest.Run(t, nil, append(append([]string{"cms", "-encrypt", "-binary", "-aes-256-gcm", "-in", in, "-outform", "DER", "-out", out}, form.args...), ids.B.CertPath)...)
+			good := openssltest.ReadFile(t, out)
+			readAll := func(der []byte, rs []cms.Recipient) ([]byte, error) {
+				r, err := cms.DecryptStream(bytes.NewReader(der), rs)
+				if err != nil {
+					return nil, err
+				}
+				return io.ReadAll(r)
+			}
+			if got, err := readAll(good, mine); err != nil || !bytes.Equal(got, openssltest.ReadFile(t, in)) {
+				t.Fatalf("good message: %d bytes, %v", len(got), err)
+			}
+			flip := func(i int) []byte {
+				b := bytes.Clone(good)
+				b[i] ^= 0x01
+				return b
+			}
+			tagAt := len(good) - form.tail - 16
+			for name, der := range map[string][]byte{
+				"ciphertext byte":  flip(len(good) / 2),
+				"first tag byte":   flip(tagAt),
+				"last tag byte":    flip(tagAt + 15),
+				"last cipher byte": flip(tagAt - 2 - 1 - 4*min(form.tail, 1)),
+			} {
+				if _, err := readAll(der, mine); !errors.Is(err, cms.ErrDecryption) {
+					t.Errorf("%s altered: %v, want ErrDecryption", name, err)
+				}
+			}
+			if _, err := readAll(good[:tagAt+8], mine); err == nil || errors.Is(err, io.EOF) {
+				t.Errorf("truncated in the tag: %v, want an error", err)
+			}
+			if _, err := readAll(good, []cms.Recipient{{Cert: ids.C.Cert, Key: ids.C.Key.(crypto.Decrypter)}}); !errors.Is(err, cms.ErrNoRecipient) {
+				t.Errorf("other recipient: %v, want ErrNoRecipient", err)
+			}
+		})
 	}
 }

@@ -129,11 +129,12 @@ func (c *CompressWriter) Close() error {
 }
 
 // EncryptWriter encrypts what is written to it into an EnvelopedData
-// ContentInfo on its destination (the CBC ciphers; GCM cannot be
-// streamed: its tag follows the whole content and Go's AEAD seals in one
-// call). Build it with NewEncryptWriter; it is not safe for concurrent
-// use.
+// ContentInfo on its destination (the CBC ciphers), or an
+// AuthEnvelopedData one (AES-GCM: its tag, in mac after the content, is
+// computed as the content streams; see gcmstream.go). Build it with
+// NewEncryptWriter; it is not safe for concurrent use.
 type EncryptWriter struct {
+	gcm  *gcmSealer // AES-GCM; the fields below are CBC's
 	dst  io.Writer
 	seg  *segmentWriter
 	cbc  cipher.BlockMode
@@ -142,21 +143,21 @@ type EncryptWriter struct {
 	buf  []byte // encryption buffer
 }
 
-// ErrNotStreamable reports an algorithm a streaming writer cannot
-// produce (AES-GCM); it also wraps ErrUnsupportedAlgorithm.
+// ErrNotStreamable reported an algorithm a streaming writer could not
+// produce; it wraps ErrUnsupportedAlgorithm.
+//
+// Deprecated: every cipher streams now (AES-GCM too, its tag computed as
+// the content streams); NewEncryptWriter never returns it.
 var ErrNotStreamable = fmt.Errorf("%w: not streamable", ErrUnsupportedAlgorithm)
 
-// NewEncryptWriter draws a content key and IV from opts.Rand, writes the
-// head of an EnvelopedData ContentInfo for recipients (key transport as
-// Encrypt does it) to dst and returns the writer of its content. A GCM
-// cipher is an error wrapping ErrNotStreamable.
+// NewEncryptWriter draws a content key and IV (a GCM nonce) from
+// opts.Rand, writes the head of an EnvelopedData (AuthEnvelopedData for
+// a GCM cipher) ContentInfo for recipients (key transport as Encrypt
+// does it) to dst and returns the writer of its content.
 func NewEncryptWriter(dst io.Writer, recipients []*x509.Certificate, opts EncryptOptions) (*EncryptWriter, error) {
 	c, rnd, opts, err := encryptSetup(recipients, opts)
 	if err != nil {
 		return nil, err
-	}
-	if c.gcm {
-		return nil, fmt.Errorf("encrypt: %w: %s", ErrNotStreamable, c.name)
 	}
 	cek, ris, err := newContentKey(c, recipients, opts, rnd)
 	if err != nil {
@@ -165,6 +166,13 @@ func NewEncryptWriter(dst io.Writer, recipients []*x509.Certificate, opts Encryp
 	block, err := newBlock(c, cek)
 	if err != nil {
 		return nil, fmt.Errorf("encrypt: %w", err)
+	}
+	if c.gcm {
+		g, err := newGCMSealer(dst, c, block, ris, rnd)
+		if err != nil {
+			return nil, err
+		}
+		return &EncryptWriter{gcm: g}, nil
 	}
 	bs := block.BlockSize()
 	iv := make([]byte, bs)
@@ -185,6 +193,9 @@ func NewEncryptWriter(dst io.Writer, recipients []*x509.Certificate, opts Encryp
 
 // Write encrypts p; the last partial block waits for more or for Close.
 func (e *EncryptWriter) Write(p []byte) (int, error) {
+	if e.gcm != nil {
+		return e.gcm.Write(p)
+	}
 	n := len(p)
 	if len(e.part) > 0 {
 		c := copy(e.part[len(e.part):e.bs], p)
@@ -218,9 +229,12 @@ func (e *EncryptWriter) seal(p []byte) error {
 	return nil
 }
 
-// Close pads and encrypts the last block (PKCS #7) and ends the
-// ContentInfo.
+// Close pads and encrypts the last block (PKCS #7; GCM: seals the rest
+// and writes the tag) and ends the ContentInfo.
 func (e *EncryptWriter) Close() error {
+	if e.gcm != nil {
+		return e.gcm.Close()
+	}
 	pad := e.bs - len(e.part)
 	last := e.part
 	for range pad {

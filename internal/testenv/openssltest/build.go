@@ -26,6 +26,10 @@ type Spec struct {
 	// CTE is the content transfer encoding of every layer: "binary"
 	// (the default) or "base64".
 	CTE string
+	// Opaque signs with the content inside the signature (an
+	// application/pkcs7-mime signed-data entity) instead of a
+	// multipart/signed.
+	Opaque bool
 	// Signer signs and Recipient decrypts: required when signing or
 	// encrypting.
 	Signer, Recipient *Identity
@@ -78,8 +82,14 @@ func Build(t testing.TB, s Spec) Message {
 	if s.Sign != "" {
 		in := file(cur)
 		m.MICFile, m.MICDigest = in, s.Sign
-		cur = Run(t, nil, "cms", "-sign", "-in", in, "-signer", s.Signer.CertPath, "-inkey", s.Signer.KeyPath,
-			"-md", s.Sign, "-binary", "-crlfeol")
+		if s.Opaque {
+			der := Run(t, nil, "cms", "-sign", "-nodetach", "-in", in, "-signer", s.Signer.CertPath, "-inkey", s.Signer.KeyPath,
+				"-md", s.Sign, "-binary", "-outform", "DER")
+			cur = smimeEntity("signed-data", "smime.p7m", der, s.CTE)
+		} else {
+			cur = Run(t, nil, "cms", "-sign", "-in", in, "-signer", s.Signer.CertPath, "-inkey", s.Signer.KeyPath,
+				"-md", s.Sign, "-binary", "-crlfeol")
+		}
 		m.Layers = append([]string{"signed"}, m.Layers...)
 		if s.Comp == "after" {
 			cur = CompressedEntity(t, cur, s.CTE)

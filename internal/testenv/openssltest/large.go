@@ -23,6 +23,14 @@ type LargeSpec struct {
 	Size              int64
 	Compress          bool
 	Signer, Recipient *Identity
+	// Cipher is the openssl cipher option without its dash: "aes256"
+	// when empty; "aes-256-gcm" makes AuthEnvelopedData.
+	Cipher string
+	// Opaque signs with the content inside the signature (an
+	// application/pkcs7-mime signed-data entity, BER streamed) instead
+	// of a multipart/signed; SignaturePath and MultipartPath are then
+	// empty and OpaquePath is that entity.
+	Opaque bool
 }
 
 // LargeMessage is a message built by BuildLarge, on disk.
@@ -34,8 +42,9 @@ type LargeMessage struct {
 	BodySize int64
 	// SignedPath is the signed entity (the MIC covers it), SignaturePath
 	// its detached signature (DER) and MultipartPath the multipart/signed
-	// entity of both that openssl encrypted.
-	SignedPath, SignaturePath, MultipartPath string
+	// entity of both that openssl encrypted (OpaquePath, with
+	// LargeSpec.Opaque, the signed-data entity instead).
+	SignedPath, SignaturePath, MultipartPath, OpaquePath string
 	// MIC is openssl's SHA-256 of SignedPath, as an MDN returns it.
 	MIC string
 	// PayloadSHA256 is the digest of the payload.
@@ -59,18 +68,16 @@ func BuildLarge(dir string, s LargeSpec) (*LargeMessage, error) {
 			return nil, err
 		}
 	}
-	sig := filepath.Join(dir, "sig.der")
-	m.SignaturePath = sig
-	if _, err := TryRun(nil, "cms", "-sign", "-binary", "-in", m.SignedPath, "-signer", s.Signer.CertPath, "-inkey", s.Signer.KeyPath,
-		"-md", "sha256", "-outform", "DER", "-out", sig); err != nil {
-		return nil, fmt.Errorf("openssl sign: %w", err)
-	}
-	m.MultipartPath = filepath.Join(dir, "signed.mime")
-	if err := writeMultipartSigned(m.SignedPath, sig, m.MultipartPath); err != nil {
+	toEncrypt, err := signLarge(dir, s, m)
+	if err != nil {
 		return nil, err
 	}
+	cipher := s.Cipher
+	if cipher == "" {
+		cipher = "aes256"
+	}
 	m.BodyPath = filepath.Join(dir, "body.p7m")
-	if _, err := TryRun(nil, "cms", "-encrypt", "-binary", "-stream", "-aes256", "-in", m.MultipartPath, "-outform", "DER",
+	if _, err := TryRun(nil, "cms", "-encrypt", "-binary", "-stream", "-"+cipher, "-in", toEncrypt, "-outform", "DER",
 		"-out", m.BodyPath, s.Recipient.CertPath); err != nil {
 		return nil, fmt.Errorf("openssl encrypt: %w", err)
 	}
@@ -84,10 +91,39 @@ func BuildLarge(dir string, s LargeSpec) (*LargeMessage, error) {
 		return nil, fmt.Errorf("openssl dgst: %w", err)
 	}
 	m.MIC = base64.StdEncoding.EncodeToString(out) + ", sha-256"
+	smimeType := "enveloped-data"
+	if strings.HasSuffix(cipher, "gcm") {
+		smimeType = "authEnveloped-data"
+	}
 	m.Header = http.Header{}
-	m.Header.Set("Content-Type", `application/pkcs7-mime; smime-type=enveloped-data; name="smime.p7m"`)
+	m.Header.Set("Content-Type", `application/pkcs7-mime; smime-type=`+smimeType+`; name="smime.p7m"`)
 	m.Header.Set("Content-Transfer-Encoding", "binary")
 	return m, nil
+}
+
+// signLarge signs m.SignedPath as s asks and returns the path of the
+// signed entity to encrypt: the multipart/signed of it and its detached
+// signature, or (s.Opaque) the signed-data entity holding it.
+func signLarge(dir string, s LargeSpec, m *LargeMessage) (string, error) {
+	if s.Opaque {
+		der := filepath.Join(dir, "opaque.der")
+		if _, err := TryRun(nil, "cms", "-sign", "-binary", "-nodetach", "-stream", "-in", m.SignedPath, "-signer", s.Signer.CertPath,
+			"-inkey", s.Signer.KeyPath, "-md", "sha256", "-outform", "DER", "-out", der); err != nil {
+			return "", fmt.Errorf("openssl sign: %w", err)
+		}
+		defer os.Remove(der)
+		m.OpaquePath = filepath.Join(dir, "opaque.mime")
+		head := "Content-Type: application/pkcs7-mime; smime-type=signed-data; name=\"smime.p7m\"\r\nContent-Transfer-Encoding: binary\r\n\r\n"
+		return m.OpaquePath, writeFiles(m.OpaquePath, []byte(head), der, nil)
+	}
+	sig := filepath.Join(dir, "sig.der")
+	m.SignaturePath = sig
+	if _, err := TryRun(nil, "cms", "-sign", "-binary", "-in", m.SignedPath, "-signer", s.Signer.CertPath, "-inkey", s.Signer.KeyPath,
+		"-md", "sha256", "-outform", "DER", "-out", sig); err != nil {
+		return "", fmt.Errorf("openssl sign: %w", err)
+	}
+	m.MultipartPath = filepath.Join(dir, "signed.mime")
+	return m.MultipartPath, writeMultipartSigned(m.SignedPath, sig, m.MultipartPath)
 }
 
 // writeLargePayload writes the payload entity: X12-like segments with a

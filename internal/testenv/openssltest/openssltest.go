@@ -189,10 +189,17 @@ func CompressedEntity(t testing.TB, ent []byte, cte string) []byte {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return smimeEntity("compressed-data", "smime.p7z", der, cte)
+}
+
+// smimeEntity is an application/pkcs7-mime entity of smime-type
+// smimeType holding der in the transfer encoding cte ("binary" or
+// "base64").
+func smimeEntity(smimeType, name string, der []byte, cte string) []byte {
 	body := der
 	if cte == "base64" {
 		body = []byte(base64.StdEncoding.EncodeToString(der) + "\r\n")
 	}
-	return append([]byte("Content-Type: application/pkcs7-mime; smime-type=compressed-data; name=smime.p7z\r\n"+
+	return append([]byte("Content-Type: application/pkcs7-mime; smime-type="+smimeType+"; name="+name+"\r\n"+
 		"Content-Transfer-Encoding: "+cte+"\r\n\r\n"), body...)
 }
