@@ -2,6 +2,7 @@ package receiver
 
 import (
 	"bytes"
+	"context"
 	"crypto"
 	"errors"
 	"fmt"
@@ -25,6 +26,18 @@ type spooled struct {
 	// streamed is set when the payload file holds the payload (false
 	// after a fallback to Unwrap in memory).
 	streamed bool
+	// stage stores the payload in the database as it is unwrapped (nil
+	// when the store cannot); SaveInbound commits it, close aborts it
+	// otherwise.
+	stage *postgres.StagedPayload
+	// stats is where the unwrap's time went.
+	stats as2.StreamStats
+}
+
+// payloadStager is a Store that stores a payload as it is unwrapped
+// (*postgres.Store).
+type payloadStager interface {
+	StageInboundPayload(ctx context.Context, partner string) (*postgres.StagedPayload, error)
 }
 
 // serveSpooled receives a request whose body goes to the spool: a large
@@ -68,12 +81,29 @@ func (h *Handler) serveSpooled(w http.ResponseWriter, r *http.Request, rq reques
 	if h.spooledMDN(w, r, sp.body, label) {
 		return
 	}
+	spoolTook := time.Since(t0)
+	t1 := time.Now()
 	out := h.receive(r.Context(), r.Header, nil, rq, partner, held, sp)
 	h.answer(w, out, label, "spool", start)
+	if sp.streamed {
+		st := sp.stats
+		fields := []zap.Field{zap.String("partner", label), zap.String("message_id", rq.messageID), zap.Int64("body", sp.body.Size()),
+			zap.Duration("spool", spoolTook), zap.Duration("unwrap", st.Total), zap.Duration("after_unwrap", time.Since(t1)-st.Total),
+			zap.Duration("read", st.Read), zap.Duration("decrypt", st.Decrypt), zap.Duration("verify", st.Verify),
+			zap.Duration("inflate", st.Inflate), zap.Duration("payload", st.Payload)}
+		if sp.stage != nil {
+			ss := sp.stage.Stats()
+			fields = append(fields, zap.Duration("copy", ss.Copy), zap.Duration("copy_wait", ss.CopyWait), zap.Duration("payload_wait", ss.WriteWait),
+				zap.Duration("copy_finish", ss.Finish), zap.Duration("commit", ss.Save))
+		}
+		h.log.Info("large message timings", fields...)
+	}
 }
 
-// close removes the spool files.
+// close aborts the stage (unless it was committed) and removes the spool
+// files.
 func (sp *spooled) close() {
+	sp.stage.Abort()
 	for _, f := range []*spool.File{sp.body, sp.payload} {
 		if f != nil {
 			_ = f.Close()
@@ -128,7 +158,7 @@ func (h *Handler) spooledMDN(w http.ResponseWriter, r *http.Request, f *spool.Fi
 // the spool into its payload file. A spooled message with a layer that
 // cannot stream (AES-GCM, an opaque signed-data) is read into memory,
 // within the in-flight budget, and unwrapped there.
-func (h *Handler) peel(x *exchange) (*as2.Message, error) {
+func (h *Handler) peel(ctx context.Context, x *exchange) (*as2.Message, error) {
 	opts := as2.UnwrapOptions{
 		Keys:         x.rq.station.Keys,
 		PartnerCerts: x.partner.Certificates,
@@ -141,7 +171,29 @@ func (h *Handler) peel(x *exchange) (*as2.Message, error) {
 	if x.sp == nil {
 		return as2.Unwrap(x.hdr, x.body, opts)
 	}
-	m, err := as2.UnwrapStream(x.hdr, x.sp.body.Reader(), opts, as2.PayloadWriter(x.sp.payload))
+	opts.Stats = &x.sp.stats
+	var payload io.Writer = x.sp.payload
+	if st, ok := h.o.Store.(payloadStager); ok {
+		// Stored as it is unwrapped, and spooled all the same: the
+		// stage is used only if the message is accepted as it is, and
+		// every other path (a resend, a duplicate interchange, a failed
+		// stage) has the payload from the spool as before.
+		stage, err := st.StageInboundPayload(ctx, x.partner.AS2ID)
+		switch {
+		case errors.Is(err, postgres.ErrNoStage):
+			x.log.Debug("payload stored after its unwrap", zap.Error(err))
+		case err != nil:
+			x.log.Warn("payload not stored as it is unwrapped; stored afterwards", zap.Error(err))
+		default:
+			x.sp.stage = stage
+			payload = io.MultiWriter(payload, stage)
+		}
+	}
+	m, err := as2.UnwrapStream(x.hdr, x.sp.body.Reader(), opts, as2.PayloadWriter(payload))
+	if err != nil {
+		// Its connection is free before the failure is stored.
+		x.sp.stage.Abort()
+	}
 	switch {
 	case err == nil:
 		x.sp.streamed = true

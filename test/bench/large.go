@@ -50,7 +50,7 @@ func largeBench(ctx context.Context, out io.Writer, o options, partner, st *iden
 	if err != nil {
 		return err
 	}
-	before, hwm, took, err := largeReceive(ctx, o, keys, m)
+	before, hwm, took, phases, err := largeReceive(ctx, o, keys, m)
 	if err != nil {
 		return err
 	}
@@ -62,6 +62,11 @@ func largeBench(ctx context.Context, out io.Writer, o options, partner, st *iden
 	fmt.Fprintf(out, "  %-40s %10s  (%.1f MiB/s of body; decrypt and verify only, nothing stored)\n",
 		"openssl cms -decrypt | cms -verify", ref.Round(10*time.Millisecond), refRate)
 	fmt.Fprintf(out, "  %-40s %10.1f  (VmHWM %.1f MiB, RSS before %.1f MiB)\n", "peak RSS above idle, MiB", mib(above), mib(hwm), mib(before))
+	if phases != nil {
+		for _, l := range phaseLines(phases) {
+			fmt.Fprintf(out, "  %s\n", l)
+		}
+	}
 	fmt.Fprintln(out)
 	name := fmt.Sprintf("%.0f MiB compressed+signed+encrypted receive", mib(o.largeBytes))
 	o.sum.add(below("peak RSS above idle, "+name, fmt.Sprintf("%.1f MiB", mib(above)),
@@ -93,65 +98,71 @@ func opensslReceive(ctx context.Context, m *openssltest.LargeMessage, keys strin
 }
 
 // largeReceive posts the message from its file to a fresh receiver child
-// and returns the child's RSS before, its peak after and the time from
-// the request to the MDN, which must be processed with openssl's MIC.
-func largeReceive(ctx context.Context, o options, keys string, m *openssltest.LargeMessage) (before, hwm int64, took time.Duration, err error) {
+// and returns the child's RSS before, its peak after, the time from the
+// request to the MDN, which must be processed with openssl's MIC, and
+// the phases the child logged (phases.go; nil when none).
+func largeReceive(ctx context.Context, o options, keys string, m *openssltest.LargeMessage) (before, hwm int64, took time.Duration, phases map[string]any, err error) {
 	self, err := os.Executable()
 	if err != nil {
-		return 0, 0, 0, err
+		return 0, 0, 0, nil, err
 	}
 	cmd := exec.CommandContext(ctx, self, "-rss-child", keys, "-database-url", o.databaseURL)
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
-		return 0, 0, 0, err
+		return 0, 0, 0, nil, err
 	}
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
-		return 0, 0, 0, err
+		return 0, 0, 0, nil, err
 	}
 	if err := cmd.Start(); err != nil {
-		return 0, 0, 0, err
+		return 0, 0, 0, nil, err
 	}
 	defer func() {
 		stdin.Close()
 		_ = cmd.Wait()
 	}()
-	line, err := bufio.NewReader(stdout).ReadString('\n')
+	childOut := bufio.NewReader(stdout)
+	line, err := childOut.ReadString('\n')
 	if err != nil {
-		return 0, 0, 0, fmt.Errorf("child: %w", err)
+		return 0, 0, 0, nil, fmt.Errorf("child: %w", err)
 	}
 	before, _ = procStatus(cmd.Process.Pid, "VmRSS")
 	f, err := os.Open(m.BodyPath)
 	if err != nil {
-		return 0, 0, 0, err
+		return 0, 0, 0, nil, err
 	}
 	defer f.Close()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimSpace(line), f)
 	if err != nil {
-		return 0, 0, 0, err
+		return 0, 0, 0, nil, err
 	}
 	req.ContentLength = m.BodySize
 	req.Header = header(&as2.Wrapped{Header: m.Header}, fmt.Sprintf("<large-%d@bench>", time.Now().UnixNano()))
 	start := time.Now()
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return 0, 0, 0, err
+		return 0, 0, 0, nil, err
 	}
 	rb, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	took = time.Since(start)
 	md, err := mdn.Parse(resp.Header, rb, mdn.ParseOptions{Unverified: true})
 	if err != nil {
-		return 0, 0, 0, fmt.Errorf("reply %d: %w: %.200s", resp.StatusCode, err, rb)
+		return 0, 0, 0, nil, fmt.Errorf("reply %d: %w: %.200s", resp.StatusCode, err, rb)
 	}
 	want, err := as2.ParseMIC(m.MIC)
 	if err != nil {
-		return 0, 0, 0, err
+		return 0, 0, 0, nil, err
 	}
 	if !md.Disposition.Successful() || !md.MICMatches(want) {
-		return 0, 0, 0, fmt.Errorf("MDN %s MIC %q, want processed and %q", md.Disposition, md.MIC, m.MIC)
+		return 0, 0, 0, nil, fmt.Errorf("MDN %s MIC %q, want processed and %q", md.Disposition, md.MIC, m.MIC)
 	}
-	hwm, err = procStatus(cmd.Process.Pid, "VmHWM")
-	return before, hwm, took, err
+	if hwm, err = procStatus(cmd.Process.Pid, "VmHWM"); err != nil {
+		return 0, 0, 0, nil, err
+	}
+	// The child prints its phases when its standard input closes.
+	stdin.Close()
+	return before, hwm, took, readPhases(childOut), nil
 }
