@@ -181,7 +181,7 @@ func (s *Store) saveInbound(ctx context.Context, m *InboundMessage, hdr []byte) 
 	switch {
 	case m.PayloadOpen != nil && m.Staged != nil && m.Staged.take():
 		id, err = s.saveInboundStaged(ctx, m, hdr)
-		if err != nil && !errors.Is(err, ErrDuplicateInbound) && !isUniqueViolation(err) && ctx.Err() == nil {
+		if errors.Is(err, errStageFailed) && ctx.Err() == nil {
 			// The stage failed (it was rolled back): store the payload
 			// as if there had been none.
 			id, err = s.saveInboundChunked(ctx, m, hdr)

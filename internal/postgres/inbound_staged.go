@@ -15,8 +15,8 @@ import (
 // StagedPayload stores the payload of an inbound message while it is
 // still being unwrapped, so that storing it overlaps the decryption,
 // decompression and signature check instead of following them: its
-// bytes go, as they are written, to payload_chunks rows (by COPY, in
-// 1 MiB pieces) in a transaction of their own, attached to a placeholder
+// bytes go, as they are written, to payload_chunks rows (an INSERT
+// per 1 MiB piece) in a transaction of their own, attached to a placeholder
 // message row. SaveInbound, given it in InboundMessage.Staged, finishes
 // that transaction: it inserts the message row as it always does (the
 // duplicate check and the received event are the same), moves the pieces
@@ -29,7 +29,7 @@ import (
 // failed (the database, a cancelled request) is simply not used:
 // SaveInbound then stores the payload from InboundMessage.PayloadOpen as
 // before. Write holds at most stagedBuffers pieces in memory, and waits
-// when the COPY falls behind.
+// when the inserts fall behind.
 type StagedPayload struct {
 	s      *Store
 	tx     pgx.Tx
@@ -38,23 +38,23 @@ type StagedPayload struct {
 	// Write's side: the piece being filled, the count written.
 	cur     []byte
 	written int64
-	// full carries pieces to the COPY, free brings them back.
+	// full carries pieces to the inserts, free brings them back.
 	full, free chan []byte
-	// stop, closed by Abort, ends the COPY; copied is closed when the
-	// COPY's goroutine has returned, copyErr (then) its error.
+	// stop, closed by Abort, ends the inserts; copied is closed when
+	// their goroutine has returned, copyErr (then) its error.
 	stop     chan struct{}
 	stopOnce sync.Once
 	copied   chan struct{}
 	copyErr  error
-	failed   bool // Write saw the COPY end early
+	failed   bool // Write saw the inserts end early
 
 	mu   sync.Mutex
 	used bool // given to SaveInbound, or aborted
 
-	// copyWait is the COPY goroutine's time waiting for pieces,
-	// writeWait Write's waiting for a free piece (the COPY behind).
+	// copyWait is the inserts' time waiting for pieces, writeWait
+	// Write's waiting for a free piece (the inserts behind).
 	copyWait, writeWait, copyTook time.Duration
-	// finishTook is SaveInbound's wait for the COPY's end, saveTook its
+	// finishTook is SaveInbound's wait for the inserts' end, saveTook its
 	// statements and commit after it.
 	finishTook, saveTook time.Duration
 }
@@ -67,7 +67,11 @@ const stagedBuffers = 4
 // may hold in use: the payload is stored after its unwrap, as before.
 var ErrNoStage = errors.New("stage payload: the connections for stages are in use")
 
-// errStageAborted ends the COPY of an aborted stage.
+// errStageFailed is a stage whose pieces are not all stored: SaveInbound
+// stores the payload from PayloadOpen instead.
+var errStageFailed = errors.New("staged payload incomplete")
+
+// errStageAborted ends the inserts of an aborted stage.
 var errStageAborted = errors.New("staged payload aborted")
 
 // StageInboundPayload begins storing the payload of an inbound message
@@ -185,7 +189,7 @@ func (p *StagedPayload) send() {
 	p.cur = nil
 }
 
-// finish queues the last piece, ends the COPY and waits for it; nil
+// finish queues the last piece, ends the inserts and waits for them; nil
 // when every byte written is in payload_chunks.
 func (p *StagedPayload) finish() error {
 	if !p.failed && len(p.cur) > 0 {
@@ -212,7 +216,7 @@ func (p *StagedPayload) take() bool {
 	return true
 }
 
-// Abort rolls the stage back and waits for its COPY to end, unless
+// Abort rolls the stage back and waits for its inserts to end, unless
 // SaveInbound took it. It is safe to call more than once, and from
 // another goroutine than Write's once Write returned.
 func (p *StagedPayload) Abort() {
@@ -231,10 +235,10 @@ func (p *StagedPayload) abort() {
 	p.s.stages.Add(-1)
 }
 
-// StagedStats is where a StagedPayload's time went: CopyWait, the COPY
-// waiting for pieces (the unwrap behind); WriteWait, the unwrap waiting
-// for a free piece (the COPY behind); Copy, the COPY's wall time; Finish,
-// SaveInbound waiting for the COPY's end; Save, its statements and
+// StagedStats is where a StagedPayload's time went: CopyWait, the
+// inserts waiting for pieces (the unwrap behind); WriteWait, the unwrap
+// waiting for a free piece (the inserts behind); Copy, the inserts' wall
+// time; Finish, SaveInbound waiting for their end; Save, its statements and
 // commit after that.
 type StagedStats struct {
 	CopyWait, WriteWait, Copy, Finish, Save time.Duration
@@ -258,13 +262,13 @@ func (s *Store) saveInboundStaged(ctx context.Context, m *InboundMessage, hdr []
 	}()
 	t0 := time.Now()
 	if err := p.finish(); err != nil {
-		return 0, fmt.Errorf("copy payload: %w", err)
+		return 0, fmt.Errorf("%w: %w", errStageFailed, err)
 	}
 	t1 := time.Now()
 	p.finishTook = t1.Sub(t0)
 	defer func() { p.saveTook = time.Since(t1) }()
 	if p.written != m.PayloadSize {
-		return 0, fmt.Errorf("copy payload: %d bytes staged, want %d", p.written, m.PayloadSize)
+		return 0, fmt.Errorf("%w: %d bytes staged, want %d", errStageFailed, p.written, m.PayloadSize)
 	}
 	tx := p.tx
 	err = tx.QueryRow(ctx, insertMessage, messageArgs(m)...).Scan(&id)
