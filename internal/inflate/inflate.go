@@ -502,13 +502,27 @@ func (r *Reader) dynamicTables() bool {
 		}
 		clens[codeOrder[i]] = uint8(r.take(3))
 	}
-	var ctab [1 << 7]uint32
-	var csub []uint32
-	if !build(ctab[:], &csub, 7, clens[:], plainEntry) {
+	lens := r.lens[:nlit+ndist]
+	if !r.codeLengths(clens[:], lens) {
+		return false
+	}
+	if !build(r.litMain[:], &r.litSub, litBits, lens[:nlit], litEntry) ||
+		!build(r.distMain[:], &r.distSub, distBits, lens[nlit:], distEntry) {
 		r.fail(ErrCorrupt)
 		return false
 	}
-	lens := r.lens[:nlit+ndist]
+	return true
+}
+
+// codeLengths reads lens, coded with the code length code whose lengths
+// are clens.
+func (r *Reader) codeLengths(clens, lens []uint8) bool {
+	var ctab [1 << 7]uint32
+	var csub []uint32
+	if !build(ctab[:], &csub, 7, clens, plainEntry) {
+		r.fail(ErrCorrupt)
+		return false
+	}
 	for i := 0; i < len(lens); {
 		if !r.need(7) && !r.needSome() {
 			return false
@@ -560,11 +574,6 @@ func (r *Reader) dynamicTables() bool {
 			lens[i] = v
 			i++
 		}
-	}
-	if !build(r.litMain[:], &r.litSub, litBits, lens[:nlit], litEntry) ||
-		!build(r.distMain[:], &r.distSub, distBits, lens[nlit:], distEntry) {
-		r.fail(ErrCorrupt)
-		return false
 	}
 	return true
 }
