@@ -41,8 +41,8 @@ const (
 // raBuffers and raBufferSize size a readahead: enough to keep both sides
 // busy, little enough to keep memory constant.
 const (
-	raBuffers    = 4
-	raBufferSize = 256 << 10
+	raBuffers    = 3
+	raBufferSize = 128 << 10
 )
 
 // errReadaheadStopped is what a stopped readahead returns to a reader

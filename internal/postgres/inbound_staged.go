@@ -61,7 +61,7 @@ type StagedPayload struct {
 
 // stagedBuffers is how many pieces a StagedPayload holds: one filling,
 // the others queued or being copied.
-const stagedBuffers = 4
+const stagedBuffers = 3
 
 // ErrNoStage means StageInboundPayload found every connection stages
 // may hold in use: the payload is stored after its unwrap, as before.
