@@ -13,6 +13,7 @@ import (
 	"mime/quotedprintable"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/edihub/edihub/internal/as2/cms"
 )
@@ -45,12 +46,18 @@ func UnwrapStream(h http.Header, body io.Reader, opts UnwrapOptions, payload io.
 		return nil, err
 	}
 	u := &streamUnwrapping{unwrapping: newUnwrapping(top, opts), payload: payload}
+	start := time.Now()
 	defer func() {
+		u.pipe.stop() // before anything the stages touch is read
+		if opts.Stats != nil {
+			u.pipe.stats(opts.Stats, time.Since(start))
+		}
+		u.pipe.release()
 		if err != nil && u.blind {
 			err = &Error{Disposition: DispositionDecryptionFailed, Err: err}
 		}
 	}()
-	if err := u.entity(top.Header, body, 0); err != nil {
+	if err := u.entity(top.Header, u.pipe.add(body, stageRead), 0); err != nil {
 		return nil, err
 	}
 	m := u.m
@@ -78,6 +85,9 @@ type streamUnwrapping struct {
 	// entities and of the payload, started only when the MIC may be
 	// theirs.
 	encHash, compHash, payHash hash.Hash
+	// pipe runs the layers' readers in goroutines of their own
+	// (readahead.go).
+	pipe pipeline
 }
 
 // entity peels the entity whose header is hdr and whose body is the rest
@@ -112,6 +122,7 @@ func (u *streamUnwrapping) pkcs7(hdr Header, smimeType string, body io.Reader, d
 		if inner, err = cms.DecryptStream(br, u.opts.Keys); err != nil {
 			return classify(s, fmt.Errorf("decrypt: %w", err))
 		}
+		inner = u.pipe.add(inner, stageDecryptRun)
 		u.m.Encrypted = true
 		u.m.Layers = append(u.m.Layers, LayerEncrypted)
 		if !u.encryptedSeen {
@@ -123,6 +134,7 @@ func (u *streamUnwrapping) pkcs7(hdr Header, smimeType string, body io.Reader, d
 		if inner, err = cms.DecompressStream(br, u.decompressBudget); err != nil {
 			return classify(s, fmt.Errorf("decompress: %w", err))
 		}
+		inner = u.pipe.add(inner, stageInflateRun)
 		u.m.Compressed = true
 		u.m.Layers = append(u.m.Layers, LayerCompressed)
 		if !u.compressedSeen {
@@ -207,12 +219,17 @@ func (u *streamUnwrapping) signed(params map[string]string, body io.Reader, dept
 		w = append(w, h)
 	}
 	first := &partReader{br: br, delim: append([]byte{'\n'}, delim...)}
-	content := bufio.NewReaderSize(io.TeeReader(first, io.MultiWriter(w...)), 64<<10)
+	// The part is scanned and digested in a stage of its own; br and
+	// first are its goroutine's until it stopped.
+	ra := u.pipe.add(io.TeeReader(first, io.MultiWriter(w...)), stageVerifyRun)
+	content := bufio.NewReaderSize(ra, 64<<10)
 	u.pending++
 	u.m.Layers = append(u.m.Layers, LayerSigned) // outside what it covers
 	innerErr := u.signedContent(content, depth)
 	u.pending--
-	if _, err := io.Copy(io.Discard, content); err != nil {
+	_, err := io.Copy(io.Discard, content)
+	ra.stop()
+	if err != nil {
 		return classify(stageVerify, err)
 	}
 	if !first.found {

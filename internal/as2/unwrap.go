@@ -70,6 +70,8 @@ type UnwrapOptions struct {
 	// it after Unwrap returns (its bytes are then undefined). The
 	// Message's Payload may alias body either way.
 	InPlace bool
+	// Stats, when set, receives where UnwrapStream's time went.
+	Stats *StreamStats
 }
 
 // Message is the result of Unwrap.

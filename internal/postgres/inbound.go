@@ -51,6 +51,11 @@ type InboundMessage struct {
 	// more than once. The payload is stored in pieces (payload_chunks)
 	// as it is read, in constant memory, in the message's transaction.
 	PayloadOpen func() io.Reader
+	// Staged, when set with PayloadOpen, is the payload already being
+	// stored as it was received (StageInboundPayload): SaveInbound
+	// finishes its transaction, and falls back to PayloadOpen when it
+	// cannot (a duplicate, a failed stage).
+	Staged *StagedPayload
 	// MDNMode is "sync", "async" or "none"; MDNURL the async return URL.
 	MDNMode   string
 	MDNSigned bool
@@ -174,6 +179,13 @@ func (s *Store) saveInbound(ctx context.Context, m *InboundMessage, hdr []byte) 
 		err error
 	)
 	switch {
+	case m.PayloadOpen != nil && m.Staged != nil && m.Staged.take():
+		id, err = s.saveInboundStaged(ctx, m, hdr)
+		if errors.Is(err, errStageFailed) && ctx.Err() == nil {
+			// The stage failed (it was rolled back): store the payload
+			// as if there had been none.
+			id, err = s.saveInboundChunked(ctx, m, hdr)
+		}
 	case m.PayloadOpen != nil:
 		id, err = s.saveInboundChunked(ctx, m, hdr)
 	case len(m.Payload) <= largePayload:

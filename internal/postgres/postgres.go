@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -55,6 +56,8 @@ type Store struct {
 	// fencedIdleTimeout and termLockTimeout: see Options.
 	fencedIdleTimeout time.Duration
 	termLockTimeout   time.Duration
+	// stages counts the connections StagedPayloads hold (inbound_staged.go).
+	stages atomic.Int32
 }
 
 // ErrSchemaOutdated reports a database whose schema is older than this

@@ -1004,7 +1004,7 @@ func (h *Handler) unwrap(ctx context.Context, x *exchange) (mdn.Disposition, str
 		log.Warn("MDN request cannot be honoured", zap.String("options", hdr.Get("Disposition-Notification-Options")))
 		return mdn.Failed(plan.failure), "", nil
 	}
-	m, err := h.peel(x)
+	m, err := h.peel(ctx, x)
 	if err == nil {
 		msg.Signed, msg.Encrypted, msg.Compressed = m.Signed, m.Encrypted, m.Compressed
 		switch {
@@ -1043,7 +1043,7 @@ func (h *Handler) unwrap(ctx context.Context, x *exchange) (mdn.Disposition, str
 	msg.Payload = m.Payload
 	switch {
 	case x.sp != nil:
-		msg.PayloadOpen = x.sp.payload.Reader
+		msg.PayloadOpen, msg.Staged = x.sp.payload.Reader, x.sp.stage
 	case msg.Payload == nil:
 		msg.Payload = []byte{}
 	}

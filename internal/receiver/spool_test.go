@@ -143,3 +143,33 @@ func wantStatus(t *testing.T, got, want int) {
 		t.Errorf("status = %d, want %d", got, want)
 	}
 }
+
+// TestSpooledStagedPayload: a spooled message's payload is stored as it
+// is unwrapped (postgres.StagedPayload); a message refused half-way
+// (signature, decryption) or resent leaves nothing of its stage, and the
+// one processed has its payload once.
+func TestSpooledStagedPayload(t *testing.T) {
+	e := newEnv(t, envOptions{spool: true, spoolBytes: 64 << 20})
+	good := buildOpenSSL(t, build{sign: "sha256", enc: "aes256", comp: "before"})
+	stranger := buildOpenSSL(t, build{sign: "sha256", enc: "aes256", recipient: idC})
+	tampered := buildOpenSSL(t, build{sign: "sha256", enc: "aes256"})
+	tampered.body[len(tampered.body)/2] ^= 1
+	send := func(id string, m opensslMessage, chunked bool) string {
+		r := post(t, e.url, request(as2Header(partnerACME, station, id, "sha-256"), m), m.body, chunked)
+		return parseMDN(t, r).Disposition.String()
+	}
+	wantDisp(t, send("<staged@x>", good, true), processed)
+	wantDisp(t, send("<staged@x>", good, true), processed) // a resend: the first MDN
+	wantDisp(t, send("<stranger@x>", stranger, true), "decryption-failed")
+	wantDisp(t, send("<flipped@x>", tampered, true), "decryption-failed")
+	waitSpoolEmpty(t, e, "the messages")
+	if n := e.count(t, `SELECT count(*) FROM messages WHERE message_id LIKE 'edihub-staged-%'`); n != 0 {
+		t.Errorf("placeholder rows = %d, want 0", n)
+	}
+	if n := e.count(t, `SELECT count(DISTINCT message_id) FROM payload_chunks`); n != 1 {
+		t.Errorf("messages with payload pieces = %d, want 1 (the processed one)", n)
+	}
+	if n := e.count(t, `SELECT count(*) FROM payloads p JOIN messages m ON m.id = p.message_id WHERE m.message_id = '<staged@x>' AND p.chunked`); n != 1 {
+		t.Errorf("payloads of the processed message = %d, want 1", n)
+	}
+}

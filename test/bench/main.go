@@ -131,6 +131,8 @@ type options struct {
 	sendChild, sendTo string
 	sendOnly          bool
 	sendCompress      bool
+	// receiveOnly runs only the large receive (large.go).
+	receiveOnly bool
 }
 
 func run(ctx context.Context, args []string, out io.Writer) error {
@@ -163,6 +165,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	fs.StringVar(&o.sendTo, "send-to", "", "internal: the large send's partner URL")
 	fs.BoolVar(&o.sendCompress, "send-compress", true, "internal: whether the large send's partner profile compresses")
 	fs.BoolVar(&o.sendOnly, "large-send-only", false, "run only the large send (-large-bytes of payload)")
+	fs.BoolVar(&o.receiveOnly, "large-receive-only", false, "run only the large receive (-large-bytes of payload)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -244,6 +247,9 @@ func sections(ctx context.Context, out io.Writer, o options) error {
 	}
 	if o.sendOnly {
 		return largeSendBench(ctx, out, o, partner, st)
+	}
+	if o.receiveOnly {
+		return largeBench(ctx, out, o, partner, st)
 	}
 	if err := throughput(ctx, out, o, store, partner, st); err != nil {
 		return err
@@ -889,7 +895,8 @@ func child(ctx context.Context, o options) error {
 		return err
 	}
 	defer closeDeps()
-	h, err := newSpooledHandler(store, partner, st, sp, log)
+	phases := newPhaseCapture()
+	h, err := newSpooledHandler(store, partner, st, sp, phases.logger(log))
 	if err != nil {
 		return err
 	}
@@ -900,5 +907,6 @@ func child(ctx context.Context, o options) error {
 	defer stop()
 	fmt.Println(url)
 	_, _ = io.Copy(io.Discard, os.Stdin)
+	phases.print(os.Stdout)
 	return nil
 }

@@ -11,7 +11,7 @@ import (
 	"io"
 	"slices"
 
-	"github.com/klauspost/compress/zlib"
+	fastinflate "github.com/edihub/edihub/internal/inflate"
 )
 
 // The streaming functions read a ContentInfo from an io.Reader in one
@@ -526,22 +526,18 @@ func DecompressStream(r io.Reader, maxSize int64) (io.Reader, error) {
 }
 
 // inflateReader inflates a zlib stream within a limit. It uses
-// klauspost/compress's inflater, which took half the time of the standard
-// library's on EDI payloads (the largest cost of receiving a large
-// compressed message).
+// internal/inflate, which takes about half the time of klauspost/compress
+// (itself faster than the standard library) on EDI payloads: inflating
+// is the largest cost of receiving a large compressed message.
 type inflateReader struct {
 	src       io.Reader
-	zr        io.ReadCloser
+	zr        io.Reader
 	left, max int64
 }
 
 func (z *inflateReader) Read(p []byte) (int, error) {
 	if z.zr == nil {
-		zr, err := zlib.NewReader(z.src)
-		if err != nil {
-			return 0, fmt.Errorf("%w: %w", ErrDecompression, err)
-		}
-		z.zr = zr
+		z.zr = fastinflate.NewReader(z.src)
 	}
 	if z.left < 0 {
 		return 0, fmt.Errorf("%w: %w: more than %d bytes", ErrDecompression, ErrTooLarge, z.max)

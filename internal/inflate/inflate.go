@@ -1,0 +1,766 @@
+// Package inflate decompresses zlib streams (RFC 1950 around RFC 1951's
+// DEFLATE) as a stream, in constant memory, faster than compress/flate
+// and klauspost/compress: it reads its input 64 bits at a time, decodes
+// Huffman codes through one table lookup (two for the rare long codes)
+// whose entries carry the length or distance base and its extra bits,
+// and writes straight into its window, copying matches 8 bytes at a
+// time. Inflating is the largest cost of receiving a large compressed
+// AS2 message.
+//
+// It accepts and refuses exactly what compress/flate and compress/zlib
+// do (complete Huffman codes, or zlib's degenerate single code; no
+// distance past the output; the Adler-32 checksum), which the tests
+// check against compress/zlib.
+package inflate
+
+import (
+	"encoding/binary"
+	"errors"
+	"hash"
+	"hash/adler32"
+	"io"
+)
+
+// Errors; a Reader's errors wrap one of them, or its source's, or
+// io.ErrUnexpectedEOF for a stream cut short.
+var (
+	ErrHeader   = errors.New("inflate: invalid zlib header")
+	ErrChecksum = errors.New("inflate: invalid zlib checksum")
+	ErrCorrupt  = errors.New("inflate: corrupt DEFLATE data")
+	// ErrDictionary is a stream that needs a preset dictionary (FDICT).
+	ErrDictionary = errors.New("inflate: zlib preset dictionary not supported")
+)
+
+const (
+	windowSize = 1 << 15
+	// outChunk is the output decoded between two slides of the window.
+	outChunk = 256 << 10
+	// slack lets a match (at most 258 bytes) start anywhere below limit
+	// and be copied 8 bytes at a time past its end.
+	slack  = 320
+	inSize = 64 << 10
+	// inKeep bytes before the input position survive a refill of the
+	// input buffer: a stored block's header gives back the bytes the bit
+	// buffer held.
+	inKeep = 8
+
+	litBits  = 11
+	distBits = 8
+)
+
+// Reader reads the decompressed content of a zlib stream.
+type Reader struct {
+	src    io.Reader
+	srcErr error // the source's error once it returned one (io.EOF included)
+
+	in       []byte
+	ip, iend int
+	// bits holds nbits bits of input, the next one in bit 0; overread
+	// counts zero bytes added past the input's end (see refillSlow).
+	bits     uint64
+	nbits    uint
+	overread uint
+
+	win    []byte
+	op, rp int // write and read positions in win
+	limit  int // no symbol starts at op > limit
+
+	state      int
+	checkSum   uint32 // the stream's Adler-32, once read
+	final      bool
+	storedLeft int
+	adler      hash.Hash32
+	err        error
+
+	litMain  [1 << litBits]uint32
+	litSub   []uint32
+	distMain [1 << distBits]uint32
+	distSub  []uint32
+	lens     [maxLit + maxDist]uint8
+}
+
+// States between calls of decode.
+const (
+	stateHeader  = iota // zlib header
+	stateBlock          // a block header
+	stateHuffman        // inside a Huffman block
+	stateStored         // inside a stored block
+	stateTrailer        // the Adler-32
+	stateDone
+)
+
+// NewReader returns a Reader of the zlib stream in src. The header is
+// read on the first Read.
+func NewReader(src io.Reader) *Reader {
+	r := &Reader{src: src, in: make([]byte, inSize+inKeep), ip: inKeep, iend: inKeep,
+		win: make([]byte, windowSize+outChunk+slack), adler: adler32.New()}
+	r.limit = len(r.win) - slack
+	return r
+}
+
+// Read reads decompressed bytes. After the last one it returns io.EOF,
+// once the checksum matched.
+func (r *Reader) Read(p []byte) (int, error) {
+	for r.rp == r.op {
+		if r.err != nil {
+			return 0, r.err
+		}
+		if r.op > r.limit {
+			// Slide: the last 32 KiB stay as history.
+			copy(r.win, r.win[r.op-windowSize:r.op])
+			r.op, r.rp = windowSize, windowSize
+		}
+		start := r.op
+		r.decode()
+		r.adler.Write(r.win[start:r.op])
+		if r.state == stateDone && r.err == nil {
+			r.err = io.EOF
+			if r.adler.Sum32() != r.checkSum {
+				r.err = ErrChecksum
+			}
+		}
+	}
+	n := copy(p, r.win[r.rp:r.op])
+	r.rp += n
+	return n, nil
+}
+
+// decode decodes until the window is full (op > limit), the stream
+// ended or failed (r.err set).
+func (r *Reader) decode() {
+	for r.op <= r.limit && r.err == nil {
+		switch r.state {
+		case stateHeader:
+			r.header()
+		case stateBlock:
+			if r.final {
+				r.state = stateTrailer
+				continue
+			}
+			r.blockHeader()
+		case stateHuffman:
+			r.huffman()
+		case stateStored:
+			r.stored()
+		case stateTrailer:
+			r.trailer()
+		case stateDone:
+			return
+		}
+	}
+}
+
+func (r *Reader) fail(err error) {
+	if r.err == nil {
+		r.err = err
+	}
+}
+
+// fillInput moves the unread input (and inKeep bytes before it) to the
+// buffer's start and reads more, at least once; it reports whether any
+// byte came.
+func (r *Reader) fillInput() bool {
+	if r.srcErr != nil {
+		return false
+	}
+	keep := min(r.ip, inKeep)
+	n := copy(r.in, r.in[r.ip-keep:r.iend])
+	r.ip, r.iend = keep, n
+	got := false
+	for tries := 0; r.iend < len(r.in); tries++ {
+		m, err := r.src.Read(r.in[r.iend:])
+		r.iend += m
+		if m > 0 {
+			got = true
+		}
+		if err != nil {
+			r.srcErr = err
+			break
+		}
+		if got && r.iend-r.ip >= 16 {
+			break
+		}
+		if !got && tries >= 100 {
+			r.srcErr = io.ErrNoProgress
+			break
+		}
+	}
+	return got
+}
+
+// srcFailure is the error for input needed past the source's end.
+func (r *Reader) srcFailure() error {
+	if r.srcErr == nil || r.srcErr == io.EOF {
+		return io.ErrUnexpectedEOF
+	}
+	return r.srcErr
+}
+
+// realBits is the bits of input in the bit buffer (padding excluded).
+func (r *Reader) realBits() uint { return r.nbits - 8*r.overread }
+
+// need makes sure n bits of real input are in the bit buffer (n <= 56),
+// or fails.
+func (r *Reader) need(n uint) bool {
+	for r.realBits() < n {
+		if r.overread > 0 {
+			r.fail(r.srcFailure())
+			return false
+		}
+		if r.ip == r.iend && !r.fillInput() {
+			r.fail(r.srcFailure())
+			return false
+		}
+		r.bits |= uint64(r.in[r.ip]) << r.nbits
+		r.ip++
+		r.nbits += 8
+	}
+	return true
+}
+
+// take consumes n bits (available: see need).
+func (r *Reader) take(n uint) uint32 {
+	v := uint32(r.bits & (1<<n - 1))
+	r.bits >>= n
+	r.nbits -= n
+	return v
+}
+
+// refillSlow fills the bit buffer to at least 56 bits near the input's
+// end: real bytes while there are, then zero bytes (counted in
+// overread) so that a symbol can be decoded; using a padding bit is a
+// truncated stream (see huffman).
+func (r *Reader) refillSlow() {
+	for r.nbits <= 56 {
+		if r.ip == r.iend && r.overread == 0 {
+			r.fillInput()
+		}
+		if r.ip < r.iend && r.overread == 0 {
+			r.bits |= uint64(r.in[r.ip]) << r.nbits
+			r.ip++
+		} else {
+			r.overread++
+		}
+		r.nbits += 8
+	}
+}
+
+func (r *Reader) header() {
+	if !r.need(16) {
+		return
+	}
+	cmf, flg := r.take(8), r.take(8)
+	switch {
+	case cmf&0x0f != 8 || cmf>>4 > 7 || (cmf<<8|flg)%31 != 0:
+		r.fail(ErrHeader)
+	case flg&0x20 != 0:
+		r.fail(ErrDictionary)
+	default:
+		r.state = stateBlock
+	}
+}
+
+func (r *Reader) trailer() {
+	r.take(r.realBits() & 7) // to a byte boundary
+	if !r.need(32) {
+		return
+	}
+	var sum uint32
+	for range 4 {
+		sum = sum<<8 | r.take(8)
+	}
+	// Read compares it once it hashed what this decode call produced.
+	r.state, r.checkSum = stateDone, sum
+}
+
+func (r *Reader) blockHeader() {
+	if !r.need(3) {
+		return
+	}
+	h := r.take(3)
+	r.final = h&1 != 0
+	switch h >> 1 {
+	case 0:
+		r.storedHeader()
+	case 1:
+		r.fixedTables()
+		r.state = stateHuffman
+	case 2:
+		if r.dynamicTables() {
+			r.state = stateHuffman
+		}
+	default:
+		r.fail(ErrCorrupt)
+	}
+}
+
+// storedHeader reads LEN and NLEN and gives the bytes left in the bit
+// buffer back to the input.
+func (r *Reader) storedHeader() {
+	r.take(r.realBits() & 7)
+	if !r.need(32) {
+		return
+	}
+	n, nn := r.take(16), r.take(16)
+	if n != ^nn&0xffff {
+		r.fail(ErrCorrupt)
+		return
+	}
+	back := int(r.realBits() / 8)
+	r.ip -= back
+	r.bits, r.nbits, r.overread = 0, 0, 0
+	r.storedLeft = int(n)
+	r.state = stateStored
+}
+
+func (r *Reader) stored() {
+	for r.storedLeft > 0 && r.op <= r.limit {
+		if r.ip == r.iend && !r.fillInput() {
+			r.fail(r.srcFailure())
+			return
+		}
+		n := min(r.storedLeft, r.iend-r.ip, len(r.win)-r.op)
+		copy(r.win[r.op:], r.in[r.ip:r.ip+n])
+		r.op += n
+		r.ip += n
+		r.storedLeft -= n
+	}
+	if r.storedLeft == 0 {
+		r.state = stateBlock
+	}
+}
+
+// Table entries: bits 0-7 the bits the code takes, 8-11 the extra bits
+// that follow it (or a subtable's index bits), 12-15 flags, 16-31 the
+// literal, the length or distance base, or the subtable's offset.
+const (
+	flagLiteral = 1 << 12
+	flagEOB     = 1 << 13
+	flagSub     = 1 << 14
+	flagInvalid = 1 << 15
+)
+
+const (
+	maxLit  = 288
+	maxDist = 32
+)
+
+var (
+	lengthBase  = [29]uint32{3, 4, 5, 6, 7, 8, 9, 10, 11, 13, 15, 17, 19, 23, 27, 31, 35, 43, 51, 59, 67, 83, 99, 115, 131, 163, 195, 227, 258}
+	lengthExtra = [29]uint32{0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3, 4, 4, 4, 4, 5, 5, 5, 5, 0}
+	distBase    = [30]uint32{1, 2, 3, 4, 5, 7, 9, 13, 17, 25, 33, 49, 65, 97, 129, 193, 257, 385, 513, 769, 1025, 1537, 2049, 3073, 4097, 6145, 8193, 12289, 16385, 24577}
+	distExtra   = [30]uint32{0, 0, 0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7, 8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13}
+	// codeOrder is the order of the code length code's lengths.
+	codeOrder = [19]int{16, 17, 18, 0, 8, 7, 9, 6, 10, 5, 11, 4, 12, 3, 13, 2, 14, 1, 15}
+)
+
+func litEntry(sym int) uint32 {
+	switch {
+	case sym < 256:
+		return flagLiteral | uint32(sym)<<16
+	case sym == 256:
+		return flagEOB
+	case sym < 286:
+		return lengthExtra[sym-257]<<8 | lengthBase[sym-257]<<16
+	}
+	return flagInvalid
+}
+
+func distEntry(sym int) uint32 {
+	if sym < 30 {
+		return distExtra[sym]<<8 | distBase[sym]<<16
+	}
+	return flagInvalid
+}
+
+func plainEntry(sym int) uint32 { return uint32(sym) << 16 }
+
+// build makes the decoding table of the code whose lengths are lens:
+// main indexed by the next tb bits, sub the subtables of codes longer
+// than tb. It reports false for a code compress/flate refuses: one that
+// is over-subscribed, or incomplete but for a single code of length 1.
+// A code with no lengths at all builds a table of invalid entries.
+func build(main []uint32, sub *[]uint32, tb uint, lens []uint8, entry func(int) uint32) bool {
+	var count, next [16]int
+	maxLen := 0
+	for _, l := range lens {
+		if l > 0 {
+			count[l]++
+			maxLen = max(maxLen, int(l))
+		}
+	}
+	for i := range main {
+		main[i] = flagInvalid
+	}
+	*sub = (*sub)[:0]
+	if maxLen == 0 {
+		return true
+	}
+	code := 0
+	for i := 1; i <= maxLen; i++ {
+		code <<= 1
+		next[i] = code
+		code += count[i]
+	}
+	if code != 1<<maxLen && !(code == 1 && maxLen == 1) {
+		return false
+	}
+	// Short codes go in main; long ones are gathered by their first tb
+	// bits, each group in a subtable as wide as its longest code.
+	type long struct {
+		sym int
+		rev uint32
+		l   uint
+	}
+	var longs [maxLit]long
+	nl := 0
+	var subBits [1 << litBits]uint8
+	for sym, l := range lens {
+		if l == 0 {
+			continue
+		}
+		c := next[l]
+		next[l]++
+		rev := reverse(uint32(c), uint(l))
+		if uint(l) <= tb {
+			e := entry(sym) | uint32(l)
+			for i := rev; i < 1<<tb; i += 1 << l {
+				main[i] = e
+			}
+			continue
+		}
+		longs[nl] = long{sym, rev, uint(l)}
+		nl++
+		p := rev & (1<<tb - 1)
+		subBits[p] = max(subBits[p], l-uint8(tb))
+	}
+	for _, lc := range longs[:nl] {
+		p := lc.rev & (1<<tb - 1)
+		if main[p]&flagSub == 0 {
+			main[p] = flagSub | uint32(subBits[p])<<8 | uint32(len(*sub))<<16
+			for range 1 << subBits[p] {
+				*sub = append(*sub, flagInvalid)
+			}
+		}
+		off, sb := main[p]>>16, uint(subBits[p])
+		e := entry(lc.sym) | uint32(lc.l)
+		for i := lc.rev >> tb; i < 1<<sb; i += 1 << (lc.l - tb) {
+			(*sub)[off+i] = e
+		}
+	}
+	return true
+}
+
+// reverse reverses the n low bits of c (DEFLATE sends codes from their
+// last bit on).
+func reverse(c uint32, n uint) uint32 {
+	var r uint32
+	for range n {
+		r = r<<1 | c&1
+		c >>= 1
+	}
+	return r
+}
+
+func (r *Reader) fixedTables() {
+	for i := range 144 {
+		r.lens[i] = 8
+	}
+	for i := 144; i < 256; i++ {
+		r.lens[i] = 9
+	}
+	for i := 256; i < 280; i++ {
+		r.lens[i] = 7
+	}
+	for i := 280; i < 288; i++ {
+		r.lens[i] = 8
+	}
+	build(r.litMain[:], &r.litSub, litBits, r.lens[:maxLit], litEntry)
+	for i := range maxDist {
+		r.lens[i] = 5
+	}
+	build(r.distMain[:], &r.distSub, distBits, r.lens[:maxDist], distEntry)
+}
+
+// dynamicTables reads a dynamic block's code lengths and builds its
+// tables.
+func (r *Reader) dynamicTables() bool {
+	if !r.need(14) {
+		return false
+	}
+	nlit := int(r.take(5)) + 257
+	ndist := int(r.take(5)) + 1
+	nclen := int(r.take(4)) + 4
+	if nlit > 286 || ndist > 30 {
+		r.fail(ErrCorrupt)
+		return false
+	}
+	var clens [19]uint8
+	for i := range nclen {
+		if !r.need(3) {
+			return false
+		}
+		clens[codeOrder[i]] = uint8(r.take(3))
+	}
+	lens := r.lens[:nlit+ndist]
+	if !r.codeLengths(clens[:], lens) {
+		return false
+	}
+	if !build(r.litMain[:], &r.litSub, litBits, lens[:nlit], litEntry) ||
+		!build(r.distMain[:], &r.distSub, distBits, lens[nlit:], distEntry) {
+		r.fail(ErrCorrupt)
+		return false
+	}
+	return true
+}
+
+// codeLengths reads lens, coded with the code length code whose lengths
+// are clens.
+func (r *Reader) codeLengths(clens, lens []uint8) bool {
+	var ctab [1 << 7]uint32
+	var csub []uint32
+	if !build(ctab[:], &csub, 7, clens, plainEntry) {
+		r.fail(ErrCorrupt)
+		return false
+	}
+	for i := 0; i < len(lens); {
+		if !r.need(7) && !r.needSome() {
+			return false
+		}
+		e := ctab[r.bits&(1<<7-1)]
+		if e&flagInvalid != 0 || uint(e&0xff) > r.realBits() {
+			if e&flagInvalid != 0 {
+				r.fail(ErrCorrupt)
+			} else {
+				r.fail(r.srcFailure())
+			}
+			return false
+		}
+		r.take(uint(e & 0xff))
+		sym := int(e >> 16)
+		if sym < 16 {
+			lens[i] = uint8(sym)
+			i++
+			continue
+		}
+		var rep int
+		var v uint8
+		switch sym {
+		case 16:
+			if i == 0 {
+				r.fail(ErrCorrupt)
+				return false
+			}
+			if !r.need(2) {
+				return false
+			}
+			rep, v = 3+int(r.take(2)), lens[i-1]
+		case 17:
+			if !r.need(3) {
+				return false
+			}
+			rep = 3 + int(r.take(3))
+		default:
+			if !r.need(7) {
+				return false
+			}
+			rep = 11 + int(r.take(7))
+		}
+		if i+rep > len(lens) {
+			r.fail(ErrCorrupt)
+			return false
+		}
+		for range rep {
+			lens[i] = v
+			i++
+		}
+	}
+	return true
+}
+
+// needSome is need for a code of unknown length at the input's end: it
+// clears the failure need(7) recorded when at least one bit is there
+// (the code may be shorter; the caller checks).
+func (r *Reader) needSome() bool {
+	if r.realBits() > 0 && r.err != nil && r.overread == 0 {
+		r.err = nil
+		return true
+	}
+	return false
+}
+
+// huffman decodes a Huffman block until its end, a full window or a
+// failure.
+func (r *Reader) huffman() {
+	for r.err == nil && r.state == stateHuffman && r.op <= r.limit {
+		if r.iend-r.ip < 16 && r.srcErr == nil {
+			r.fillInput()
+		}
+		if r.iend-r.ip >= 8 && r.overread == 0 {
+			r.fast()
+		} else {
+			r.slow()
+		}
+	}
+}
+
+// fast decodes symbols while 8 bytes of input are there, refilling the
+// bit buffer 64 bits at a time: after a refill it holds at least 56
+// bits, enough for a length code, its extra bits, a distance code and
+// its extra bits (15+5+15+13).
+func (r *Reader) fast() {
+	bits, nbits, ip, op := r.bits, r.nbits, r.ip, r.op
+	in, win, lim := r.in[:r.iend], r.win, r.limit
+	defer func() { r.bits, r.nbits, r.ip, r.op = bits, nbits, ip, op }()
+	for op <= lim && ip+8 <= len(in) {
+		bits |= binary.LittleEndian.Uint64(in[ip:]) << nbits
+		ip += int((63 - nbits) >> 3)
+		nbits |= 56
+		e := r.litMain[bits&(1<<litBits-1)]
+		if e&flagSub != 0 {
+			e = r.litSub[(e>>16)+uint32(bits>>litBits)&(1<<((e>>8)&0xf)-1)]
+		}
+		n := uint(e & 0xff)
+		bits >>= n
+		nbits -= n
+		if e&flagLiteral != 0 {
+			win[op] = byte(e >> 16)
+			op++
+			// At least 41 bits are left: two more literals need no
+			// refill.
+			e = r.litMain[bits&(1<<litBits-1)]
+			if e&flagLiteral == 0 {
+				continue
+			}
+			n = uint(e & 0xff)
+			bits >>= n
+			nbits -= n
+			win[op] = byte(e >> 16)
+			op++
+			e = r.litMain[bits&(1<<litBits-1)]
+			if e&flagLiteral == 0 {
+				continue
+			}
+			n = uint(e & 0xff)
+			bits >>= n
+			nbits -= n
+			win[op] = byte(e >> 16)
+			op++
+			continue
+		}
+		if e&(flagEOB|flagInvalid) != 0 {
+			if e&flagInvalid != 0 {
+				r.fail(ErrCorrupt)
+			} else {
+				r.state = stateBlock
+			}
+			return
+		}
+		eb := uint(e>>8) & 0xf
+		length := int(e>>16) + int(bits&(1<<eb-1))
+		bits >>= eb
+		nbits -= eb
+		d := r.distMain[bits&(1<<distBits-1)]
+		if d&flagSub != 0 {
+			d = r.distSub[(d>>16)+uint32(bits>>distBits)&(1<<((d>>8)&0xf)-1)]
+		}
+		if d&flagInvalid != 0 {
+			r.fail(ErrCorrupt)
+			return
+		}
+		n = uint(d & 0xff)
+		bits >>= n
+		nbits -= n
+		eb = uint(d>>8) & 0xf
+		dist := int(d>>16) + int(bits&(1<<eb-1))
+		bits >>= eb
+		nbits -= eb
+		if dist > op {
+			r.fail(ErrCorrupt)
+			return
+		}
+		copyMatch(win, op, dist, length)
+		op += length
+	}
+}
+
+// copyMatch copies length bytes from dist back to win[op:]: 8 at a time
+// when they do not overlap within 8 bytes (past the end too: the window
+// has slack), else byte by byte.
+func copyMatch(win []byte, op, dist, length int) {
+	src := op - dist
+	if dist >= 8 {
+		for i := 0; i < length; i += 8 {
+			binary.LittleEndian.PutUint64(win[op+i:], binary.LittleEndian.Uint64(win[src+i:]))
+		}
+		return
+	}
+	if dist == 1 {
+		b := win[src]
+		w := win[op : op+length]
+		for i := range w {
+			w[i] = b
+		}
+		return
+	}
+	for i := range length {
+		win[op+i] = win[src+i]
+	}
+}
+
+// slow decodes one symbol near the input's end, where the bit buffer
+// may hold padding (refillSlow): a symbol that used padding is a
+// truncated stream.
+func (r *Reader) slow() {
+	r.refillSlow()
+	consumed := func() bool {
+		if r.nbits < 8*r.overread {
+			r.fail(r.srcFailure())
+			return true
+		}
+		return false
+	}
+	e := r.litMain[r.bits&(1<<litBits-1)]
+	if e&flagSub != 0 {
+		e = r.litSub[(e>>16)+uint32(r.bits>>litBits)&(1<<((e>>8)&0xf)-1)]
+	}
+	if e&flagInvalid != 0 {
+		r.fail(ErrCorrupt)
+		return
+	}
+	r.take(uint(e & 0xff))
+	if consumed() {
+		return
+	}
+	switch {
+	case e&flagLiteral != 0:
+		r.win[r.op] = byte(e >> 16)
+		r.op++
+		return
+	case e&flagEOB != 0:
+		r.state = stateBlock
+		return
+	}
+	eb := uint(e>>8) & 0xf
+	length := int(e>>16) + int(r.take(eb))
+	d := r.distMain[r.bits&(1<<distBits-1)]
+	if d&flagSub != 0 {
+		d = r.distSub[(d>>16)+uint32(r.bits>>distBits)&(1<<((d>>8)&0xf)-1)]
+	}
+	if d&flagInvalid != 0 {
+		r.fail(ErrCorrupt)
+		return
+	}
+	r.take(uint(d & 0xff))
+	eb = uint(d>>8) & 0xf
+	dist := int(d>>16) + int(r.take(eb))
+	if consumed() {
+		return
+	}
+	if dist > r.op {
+		r.fail(ErrCorrupt)
+		return
+	}
+	copyMatch(r.win, r.op, dist, length)
+	r.op += length
+}

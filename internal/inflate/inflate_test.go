@@ -1,0 +1,224 @@
+package inflate
+
+import (
+	"bytes"
+	"compress/flate"
+	"compress/zlib"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"strconv"
+	"testing"
+	"testing/iotest"
+)
+
+// corpus is data of the kinds a payload is: EDI-like text, random
+// bytes, runs, and a mix.
+func corpus(seed uint64, n int) []byte {
+	rnd := rand.New(rand.NewPCG(seed, 1))
+	var b bytes.Buffer
+	for b.Len() < n {
+		switch rnd.IntN(4) {
+		case 0:
+			for range 1 + rnd.IntN(200) {
+				b.WriteString("LIN*" + strconv.Itoa(rnd.IntN(100000)) + "*VP*" + strconv.FormatUint(rnd.Uint64(), 16) + "~\n")
+			}
+		case 1:
+			r := make([]byte, 1+rnd.IntN(5000))
+			for i := range r {
+				r[i] = byte(rnd.Uint32())
+			}
+			b.Write(r)
+		case 2:
+			b.Write(bytes.Repeat([]byte{byte(rnd.Uint32())}, 1+rnd.IntN(3000)))
+		default:
+			p := make([]byte, 1+rnd.IntN(7))
+			for i := range p {
+				p[i] = byte('a' + rnd.IntN(3))
+			}
+			b.Write(bytes.Repeat(p, 1+rnd.IntN(500)))
+		}
+	}
+	return b.Bytes()[:n]
+}
+
+func compress(t testing.TB, data []byte, level int) []byte {
+	var z bytes.Buffer
+	w, err := zlib.NewWriterLevel(&z, level)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Flushes in the middle put empty stored blocks and block
+	// boundaries at byte edges.
+	for len(data) > 0 {
+		n := min(len(data), 100_000)
+		w.Write(data[:n])
+		data = data[n:]
+		if len(data)%3 == 0 {
+			w.Flush()
+		}
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return z.Bytes()
+}
+
+// reference inflates z with compress/zlib.
+func reference(z []byte) ([]byte, error) {
+	r, err := zlib.NewReader(bytes.NewReader(z))
+	if err != nil {
+		return nil, err
+	}
+	return io.ReadAll(r)
+}
+
+func TestInflateMatchesZlib(t *testing.T) {
+	for _, size := range []int{0, 1, 100, 65_536, 1 << 20, 3<<20 + 7} {
+		for _, level := range []int{zlib.NoCompression, zlib.BestSpeed, zlib.DefaultCompression, zlib.BestCompression, zlib.HuffmanOnly} {
+			t.Run(fmt.Sprintf("%d/%d", size, level), func(t *testing.T) {
+				data := corpus(uint64(size+level), size)
+				z := compress(t, data, level)
+				for name, src := range map[string]io.Reader{
+					"whole": bytes.NewReader(z), "one byte at a time": iotest.OneByteReader(bytes.NewReader(z)),
+					"half": iotest.HalfReader(bytes.NewReader(z)),
+				} {
+					got, err := io.ReadAll(NewReader(src))
+					if err != nil {
+						t.Fatalf("%s: %v", name, err)
+					}
+					if !bytes.Equal(got, data) {
+						t.Fatalf("%s: %d bytes differ from the %d compressed", name, len(got), len(data))
+					}
+				}
+			})
+		}
+	}
+}
+
+func TestInflateFixedAndSmallReads(t *testing.T) {
+	// Short inputs are compressed with the fixed code.
+	for _, s := range []string{"a", "hello, hello, hello, hello", "ISA*00*~IEA*1*000000001~"} {
+		z := compress(t, []byte(s), zlib.BestCompression)
+		r := NewReader(bytes.NewReader(z))
+		got, err := io.ReadAll(iotest.OneByteReader(r))
+		if err != nil || string(got) != s {
+			t.Fatalf("%q: got %q, %v", s, got, err)
+		}
+	}
+}
+
+func TestInflateRefusesWhatZlibRefuses(t *testing.T) {
+	data := corpus(7, 200_000)
+	z := compress(t, data, zlib.DefaultCompression)
+	cases := map[string][]byte{
+		"truncated":       z[:len(z)/2],
+		"no checksum":     z[:len(z)-4],
+		"short checksum":  z[:len(z)-2],
+		"bad checksum":    append(append([]byte(nil), z[:len(z)-1]...), z[len(z)-1]^1),
+		"bad header":      append([]byte{0x78, 0x9d}, z[2:]...),
+		"dictionary":      append([]byte{0x78, 0xbb}, z[2:]...),
+		"empty":           nil,
+		"header only":     z[:2],
+		"reserved block":  {0x78, 0x9c, 0x07},
+		"stored bad nlen": {0x78, 0x9c, 0x01, 0x05, 0x00, 0x00, 0x00},
+	}
+	for name, in := range cases {
+		want, werr := reference(in)
+		got, gerr := io.ReadAll(NewReader(bytes.NewReader(in)))
+		if werr == nil || gerr == nil {
+			t.Errorf("%s: compress/zlib %v, inflate %v: want both to fail", name, werr, gerr)
+			continue
+		}
+		if !bytes.HasPrefix(want, got) && !bytes.HasPrefix(got, want) {
+			t.Errorf("%s: output differs before the failure", name)
+		}
+	}
+	// A stream cut short is io.ErrUnexpectedEOF, a bad checksum
+	// ErrChecksum.
+	if _, err := io.ReadAll(NewReader(bytes.NewReader(cases["truncated"]))); !errors.Is(err, io.ErrUnexpectedEOF) {
+		t.Errorf("truncated: %v, want io.ErrUnexpectedEOF", err)
+	}
+	if _, err := io.ReadAll(NewReader(bytes.NewReader(cases["bad checksum"]))); !errors.Is(err, ErrChecksum) {
+		t.Errorf("bad checksum: %v, want ErrChecksum", err)
+	}
+}
+
+func TestInflateSourceError(t *testing.T) {
+	z := compress(t, corpus(3, 500_000), zlib.DefaultCompression)
+	boom := errors.New("boom")
+	_, err := io.ReadAll(NewReader(io.MultiReader(bytes.NewReader(z[:len(z)/2]), iotest.ErrReader(boom))))
+	if !errors.Is(err, boom) {
+		t.Fatalf("error %v, want the source's", err)
+	}
+}
+
+// FuzzInflate checks inflate against compress/zlib on any input: both
+// succeed with the same output, or both fail.
+func FuzzInflate(f *testing.F) {
+	for i, level := range []int{0, 1, 6, 9, -2} {
+		f.Add(compress(f, corpus(uint64(i), 3000), level))
+	}
+	f.Add([]byte{0x78, 0x9c, 0x03, 0x00, 0x00, 0x00, 0x00, 0x01})
+	f.Fuzz(func(t *testing.T, in []byte) {
+		want, werr := reference(in)
+		got, gerr := io.ReadAll(NewReader(bytes.NewReader(in)))
+		if (werr == nil) != (gerr == nil) {
+			t.Fatalf("compress/zlib: %d bytes, %v; inflate: %d bytes, %v", len(want), werr, len(got), gerr)
+		}
+		if werr == nil && !bytes.Equal(got, want) {
+			t.Fatalf("outputs differ: %d and %d bytes", len(want), len(got))
+		}
+	})
+}
+
+// FuzzInflateRaw feeds arbitrary DEFLATE data (after a valid zlib
+// header) so that the fuzzer works on the block layer, not the header.
+func FuzzInflateRaw(f *testing.F) {
+	for i, level := range []int{1, 6, 9, -2} {
+		var b bytes.Buffer
+		w, _ := flate.NewWriter(&b, level)
+		w.Write(corpus(uint64(i), 2000))
+		w.Close()
+		f.Add(b.Bytes())
+	}
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		fr := flate.NewReader(bytes.NewReader(raw))
+		want, werr := io.ReadAll(fr)
+		z := append([]byte{0x78, 0x9c}, raw...)
+		r := NewReader(bytes.NewReader(z))
+		got, gerr := io.ReadAll(r)
+		// No checksum follows: a stream that inflates whole fails on it
+		// (or on the missing bytes), so compare the output only.
+		if werr == nil && !bytes.HasPrefix(got, want[:min(len(want), len(got))]) {
+			t.Fatalf("outputs differ")
+		}
+		if werr == nil && gerr != nil && !errors.Is(gerr, io.ErrUnexpectedEOF) && !errors.Is(gerr, ErrChecksum) {
+			t.Fatalf("compress/flate inflated it; inflate: %v", gerr)
+		}
+		if werr != nil && len(got) > len(want)+258 && gerr == nil {
+			t.Fatalf("compress/flate failed (%v); inflate succeeded", werr)
+		}
+	})
+}
+
+func BenchmarkInflate(b *testing.B) {
+	data := corpus(1, 16<<20)
+	z := compress(b, data, zlib.DefaultCompression)
+	b.SetBytes(int64(len(data)))
+	buf := make([]byte, 256<<10)
+	b.Run("inflate", func(b *testing.B) {
+		b.SetBytes(int64(len(data)))
+		for b.Loop() {
+			io.CopyBuffer(io.Discard, NewReader(bytes.NewReader(z)), buf)
+		}
+	})
+	b.Run("compress/zlib", func(b *testing.B) {
+		b.SetBytes(int64(len(data)))
+		for b.Loop() {
+			r, _ := zlib.NewReader(bytes.NewReader(z))
+			io.CopyBuffer(io.Discard, r, buf)
+		}
+	})
+}

@@ -1,0 +1,186 @@
+package postgres_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"testing"
+
+	"go.uber.org/goleak"
+
+	"github.com/edihub/edihub/internal/postgres"
+	"github.com/edihub/edihub/internal/testenv/pgtest"
+)
+
+// noLeak checks, after the test's cleanups (its store closed), that it
+// left no goroutine running.
+func noLeak(t *testing.T) {
+	ignore := goleak.IgnoreCurrent()
+	t.Cleanup(func() { goleak.VerifyNone(t, ignore) })
+}
+
+// stagedPayload is 3 MiB and a bit: several pieces and a short last one.
+var stagedPayload = bytes.Repeat([]byte("0123456789ABCDEF"), (3<<20)/16+1000)
+
+// stage stages p for partner P, written in uneven writes.
+func stage(t *testing.T, st *postgres.Store, ctx context.Context, p []byte) *postgres.StagedPayload {
+	t.Helper()
+	s, err := st.StageInboundPayload(ctx, "P")
+	if err != nil {
+		t.Fatalf("StageInboundPayload: %v", err)
+	}
+	for len(p) > 0 {
+		n := min(len(p), 100_003)
+		if k, err := s.Write(p[:n]); k != n || err != nil {
+			t.Fatalf("Write = %d, %v; want %d, nil", k, err, n)
+		}
+		p = p[n:]
+	}
+	return s
+}
+
+// opened is a PayloadOpen that counts its calls.
+type opened struct {
+	p     []byte
+	calls int
+}
+
+func (o *opened) open() io.Reader { o.calls++; return bytes.NewReader(o.p) }
+
+func stagedMessage(id string, o *opened, s *postgres.StagedPayload) *postgres.InboundMessage {
+	return &postgres.InboundMessage{Partner: "P", AS2From: "P", AS2To: "S", MessageID: id, Status: postgres.InboundProcessed,
+		Disposition: "automatic-action/MDN-sent-automatically; processed", MDNMode: "none",
+		PayloadSize: int64(len(o.p)), PayloadOpen: o.open, Staged: s}
+}
+
+// wantNoStage checks that nothing of a stage is left: no placeholder
+// row, no piece that is not a stored message's.
+func wantNoStage(t *testing.T, st *postgres.Store) {
+	t.Helper()
+	ctx := context.Background()
+	if n, err := st.CountSQL(ctx, `SELECT count(*) FROM messages WHERE message_id LIKE 'edihub-staged-%'`); err != nil || n != 0 {
+		t.Errorf("placeholder rows = %d, %v; want 0", n, err)
+	}
+	if n, err := st.CountSQL(ctx, `SELECT count(*) FROM payload_chunks c WHERE NOT EXISTS
+		(SELECT 1 FROM messages m WHERE m.id = c.message_id AND m.message_id NOT LIKE 'edihub-staged-%')`); err != nil || n != 0 {
+		t.Errorf("pieces of no stored message = %d, %v; want 0", n, err)
+	}
+}
+
+// TestStagedPayload stores a payload staged as it was written: the
+// pieces are the message's, read back whole, the received event is
+// there, PayloadOpen was not needed, and nothing of the stage is left.
+func TestStagedPayload(t *testing.T) {
+	noLeak(t)
+	ctx := context.Background()
+	st := pgtest.Store(t)
+	o := &opened{p: stagedPayload}
+	s := stage(t, st, ctx, stagedPayload)
+	id, err := st.SaveInbound(ctx, stagedMessage("<staged@p>", o, s))
+	if err != nil {
+		t.Fatalf("SaveInbound: %v", err)
+	}
+	s.Abort() // after a commit: nothing to do
+	if o.calls != 0 {
+		t.Errorf("PayloadOpen called %d times, want 0 (the stage stored it)", o.calls)
+	}
+	if n, err := st.CountSQL(ctx, `SELECT count(*) FROM payload_chunks WHERE message_id = $1`, id); err != nil || n != 4 {
+		t.Fatalf("payload_chunks rows = %d, %v; want 4", n, err)
+	}
+	if _, got, err := st.MessagePayload(ctx, id); err != nil || !bytes.Equal(got, stagedPayload) {
+		t.Fatalf("MessagePayload = %d bytes, %v; want the %d staged", len(got), err, len(stagedPayload))
+	}
+	if n, err := st.CountSQL(ctx, `SELECT count(*) FROM events WHERE type = 'received' AND message = $1`, id); err != nil || n != 1 {
+		t.Errorf("received events = %d, %v; want 1", n, err)
+	}
+	wantNoStage(t, st)
+}
+
+// TestStagedPayloadAbort: an aborted stage, with pieces already stored,
+// leaves nothing and gives its connection back; stages take half the
+// pool at most.
+func TestStagedPayloadAbort(t *testing.T) {
+	noLeak(t)
+	ctx := context.Background()
+	st, err := postgres.Open(ctx, pgtest.URL(t), postgres.Options{MaxConns: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	a := stage(t, st, ctx, stagedPayload)
+	b := stage(t, st, ctx, stagedPayload[:10])
+	if _, err := st.StageInboundPayload(ctx, "P"); !errors.Is(err, postgres.ErrNoStage) {
+		t.Fatalf("third stage on a pool of 4: %v, want ErrNoStage", err)
+	}
+	a.Abort()
+	a.Abort()
+	c := stage(t, st, ctx, nil)
+	b.Abort()
+	c.Abort()
+	wantNoStage(t, st)
+	if n, err := st.CountSQL(ctx, `SELECT count(*) FROM messages`); err != nil || n != 0 {
+		t.Errorf("messages = %d, %v; want 0", n, err)
+	}
+}
+
+// TestStagedPayloadDuplicate: a resend of a stored message is a
+// duplicate and its stage leaves nothing; the resend of a failed receipt
+// replaces it, its payload read from PayloadOpen.
+func TestStagedPayloadDuplicate(t *testing.T) {
+	noLeak(t)
+	ctx := context.Background()
+	st := pgtest.Store(t)
+	first := &opened{p: []byte("first")}
+	if _, err := st.SaveInbound(ctx, stagedMessage("<dup@p>", first, nil)); err != nil {
+		t.Fatal(err)
+	}
+	o := &opened{p: stagedPayload}
+	if _, err := st.SaveInbound(ctx, stagedMessage("<dup@p>", o, stage(t, st, ctx, stagedPayload))); !errors.Is(err, postgres.ErrDuplicateInbound) {
+		t.Fatalf("resend: %v, want ErrDuplicateInbound", err)
+	}
+	wantNoStage(t, st)
+
+	failed := &postgres.InboundMessage{Partner: "P", AS2From: "P", AS2To: "S", MessageID: "<failed@p>", Status: postgres.InboundError,
+		Disposition: "automatic-action/MDN-sent-automatically; processed/error: decryption-failed", MDNMode: "none"}
+	if _, err := st.SaveInbound(ctx, failed); err != nil {
+		t.Fatal(err)
+	}
+	id, err := st.SaveInbound(ctx, stagedMessage("<failed@p>", o, stage(t, st, ctx, stagedPayload)))
+	if err != nil {
+		t.Fatalf("resend of a failed receipt: %v", err)
+	}
+	if _, got, err := st.MessagePayload(ctx, id); err != nil || !bytes.Equal(got, stagedPayload) {
+		t.Fatalf("MessagePayload = %d bytes, %v; want the %d sent", len(got), err, len(stagedPayload))
+	}
+	if o.calls != 1 {
+		t.Errorf("PayloadOpen called %d times, want 1 (after the stage met the failed receipt)", o.calls)
+	}
+	wantNoStage(t, st)
+}
+
+// TestStagedPayloadFailedStage: a stage whose transaction failed half-way
+// (its request cancelled) does not fail the writes, and SaveInbound then
+// stores the payload from PayloadOpen.
+func TestStagedPayloadFailedStage(t *testing.T) {
+	noLeak(t)
+	st := pgtest.Store(t)
+	sctx, cancel := context.WithCancel(context.Background())
+	s := stage(t, st, sctx, stagedPayload[:2<<20])
+	cancel()
+	if n, err := s.Write(stagedPayload[2<<20:]); n != len(stagedPayload)-2<<20 || err != nil {
+		t.Fatalf("Write after the failure = %d, %v; want all, nil", n, err)
+	}
+	o := &opened{p: stagedPayload}
+	id, err := st.SaveInbound(context.Background(), stagedMessage("<cancelled@p>", o, s))
+	if err != nil {
+		t.Fatalf("SaveInbound: %v", err)
+	}
+	if _, got, err := st.MessagePayload(context.Background(), id); err != nil || !bytes.Equal(got, stagedPayload) {
+		t.Fatalf("MessagePayload = %d bytes, %v; want the %d sent", len(got), err, len(stagedPayload))
+	}
+	if o.calls != 1 {
+		t.Errorf("PayloadOpen called %d times, want 1 (the stage failed)", o.calls)
+	}
+	wantNoStage(t, st)
+}
