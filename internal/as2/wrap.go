@@ -77,6 +77,13 @@ type WrapOptions struct {
 	// UnsignedMIC is the MIC scope of unsigned, unencrypted messages; it
 	// must match what the partner computes.
 	UnsignedMIC MICScope
+	// OneMIC computes the MIC in its own algorithm only (Wrapped.MICs
+	// then holds just MIC) instead of in every algorithm of
+	// MICAlgorithms. The others serve only to judge an MDN that answers
+	// in another algorithm than the one asked for: a caller that asks for
+	// no MDN sets it, and a large streamed build then skips four more
+	// digests of every byte.
+	OneMIC bool
 
 	// Time is the signing time; zero means time.Now().
 	Time time.Time
@@ -97,7 +104,8 @@ type Wrapped struct {
 	// MICs is the MIC in every algorithm of MICAlgorithms, over the same
 	// bytes as MIC: a partner may answer in another supported algorithm
 	// than the one asked for, and an encrypted message's MIC cannot be
-	// recomputed from the bytes sent.
+	// recomputed from the bytes sent. With WrapOptions.OneMIC it holds
+	// MIC only.
 	MICs []MIC
 }
 
@@ -268,6 +276,10 @@ func (w *wrapping) mic(payload []byte, payloadEntity part) (MIC, []MIC) {
 		default:
 			micBytes = payloadEntity.bytes()
 		}
+	}
+	if w.opts.OneMIC {
+		mic := ComputeMIC(w.micHash, micBytes)
+		return mic, []MIC{mic}
 	}
 	mics := ComputeMICs(micBytes)
 	mic, ok := FindMIC(mics, w.micHash)

@@ -36,8 +36,10 @@ type WrapWriter struct {
 	w *wrapping
 	// in receives the payload (the innermost writer).
 	in io.Writer
-	// closers end the layers, innermost first.
+	// closers end the layers, innermost first; aborts end the
+	// goroutines of those that have some, for a build given up.
 	closers []func() error
+	aborts  []func()
 	header  Header // of the outermost entity
 	// mic digests what the MIC covers, in every algorithm.
 	mic    *micHashes
@@ -48,10 +50,12 @@ type WrapWriter struct {
 // layer is one S/MIME layer of a streamed build: the header of the
 // entity it makes and how it opens: given the writer of its own body,
 // it returns the writer of its content (the inner entity, header
-// included) and the function that ends it.
+// included), the function that ends it and, for a layer with goroutines,
+// the one that stops them without ending it (nil otherwise; a no-op
+// once ended).
 type layer struct {
 	header Header
-	open   func(body io.Writer) (io.Writer, func() error, error)
+	open   func(body io.Writer) (io.Writer, func() error, func(), error)
 	// micHere: the MIC covers this layer's content.
 	micHere bool
 }
@@ -73,6 +77,7 @@ func NewWrapWriter(dst io.Writer, contentType, filename string, opts WrapOptions
 	micAtPayload, micAtEntity := ww.placeMIC(layers, compressedFirst)
 	body, closers, err := ww.openLayers(dst, layers, payloadHeader)
 	if err != nil {
+		ww.Abort()
 		return nil, err
 	}
 	if micAtEntity {
@@ -160,7 +165,7 @@ func (ww *WrapWriter) placeMIC(layers []layer, compressedFirst bool) (atPayload,
 		atEntity = true
 	}
 	if opts.Sign == 0 {
-		ww.mic = newMICHashes(ww.w.micHash)
+		ww.mic = newMICHashes(ww.w.micHash, !opts.OneMIC)
 	}
 	return atPayload, atEntity
 }
@@ -177,11 +182,14 @@ func (ww *WrapWriter) openLayers(dst io.Writer, layers []layer, payloadHeader He
 	}
 	closers := make([]func() error, 0, len(layers)+1)
 	for i := len(layers) - 1; i >= 0; i-- {
-		content, closeLayer, err := layers[i].open(body)
+		content, closeLayer, abort, err := layers[i].open(body)
 		if err != nil {
 			return nil, nil, err
 		}
 		closers = append(closers, closeLayer)
+		if abort != nil {
+			ww.aborts = append(ww.aborts, abort)
+		}
 		if layers[i].micHere {
 			content = io.MultiWriter(content, ww.mic)
 		}
@@ -214,8 +222,10 @@ func (ww *WrapWriter) Write(p []byte) (int, error) {
 }
 
 // Close ends every layer and returns the message: Header as Wrap's, Body
-// nil (it went to the destination), the MIC and MICs.
+// nil (it went to the destination), the MIC and MICs. The writer's
+// goroutines end with it, error or not.
 func (ww *WrapWriter) Close() (*Wrapped, error) {
+	defer ww.Abort()
 	if ww.err != nil {
 		return nil, ww.err
 	}
@@ -232,25 +242,36 @@ func (ww *WrapWriter) Close() (*Wrapped, error) {
 			return nil, ww.err
 		}
 	}
-	mics := ww.mic.sums()
-	mic, ok := FindMIC(mics, ww.w.micHash)
-	if !ok {
-		mic = MIC{Alg: ww.w.micHash, Digest: ww.mic.extra.Sum(nil)}
-	}
+	mic, mics := ww.mic.sums()
 	return &Wrapped{Header: ww.w.header(part{header: ww.header}), MIC: mic, MICs: mics}, nil
+}
+
+// Abort gives the build up: it stops the writer's goroutines and waits
+// for them; nothing more is written. It is a no-op after Close, and safe
+// to call more than once (defer it).
+func (ww *WrapWriter) Abort() {
+	for _, a := range ww.aborts {
+		a()
+	}
+	if ww.mic != nil {
+		ww.mic.stop()
+	}
+	if ww.err == nil && !ww.closed {
+		ww.err = errors.New("wrap: aborted")
+	}
 }
 
 // compressLayer is a compressed-data entity.
 func (w *wrapping) compressLayer() layer {
 	return layer{
 		header: smimePart("compressed-data", "smime.p7z", nil, w.te).header,
-		open: func(body io.Writer) (io.Writer, func() error, error) {
+		open: func(body io.Writer) (io.Writer, func() error, func(), error) {
 			out, closeOut := w.transferEncoded(body)
 			cw, err := cms.NewCompressWriter(out, StreamCompressionLevel)
 			if err != nil {
-				return nil, nil, err
+				return nil, nil, nil, err
 			}
-			return cw, closeInOrder(cw.Close, closeOut), nil
+			return cw, closeInOrder(cw.Close, closeOut), cw.Abort, nil
 		},
 	}
 }
@@ -264,15 +285,15 @@ func (w *wrapping) encryptLayer() layer {
 	}
 	return layer{
 		header: smimePart(smimeType, "smime.p7m", nil, w.te).header,
-		open: func(body io.Writer) (io.Writer, func() error, error) {
+		open: func(body io.Writer) (io.Writer, func() error, func(), error) {
 			out, closeOut := w.transferEncoded(body)
 			ew, err := cms.NewEncryptWriter(out, []*x509.Certificate{w.opts.RecipientCert}, cms.EncryptOptions{
 				Cipher: w.opts.Encrypt, OAEP: w.opts.OAEP, OAEPHash: w.opts.OAEPHash, Rand: w.rnd,
 			})
 			if err != nil {
-				return nil, nil, err
+				return nil, nil, nil, err
 			}
-			return ew, closeInOrder(ew.Close, closeOut), nil
+			return ew, closeInOrder(ew.Close, closeOut), nil, nil
 		},
 	}
 }
@@ -312,13 +333,13 @@ func (ww *WrapWriter) signLayer() (layer, error) {
 	if w.opts.RFC3851MICAlg {
 		micalg = MICAlgNameRFC3851(w.opts.Sign)
 	}
-	ww.mic = newMICHashes(w.opts.Sign)
+	ww.mic = newMICHashes(w.opts.Sign, !w.opts.OneMIC)
 	return layer{
 		header: Header{{"Content-Type", `multipart/signed; protocol="application/pkcs7-signature"; micalg=` +
 			micalg + `; boundary="` + boundary + `"`}},
-		open: func(body io.Writer) (io.Writer, func() error, error) {
+		open: func(body io.Writer) (io.Writer, func() error, func(), error) {
 			if _, err := io.WriteString(body, "--"+boundary+"\r\n"); err != nil {
-				return nil, nil, err
+				return nil, nil, nil, err
 			}
 			scan := &boundaryScan{boundary: []byte(boundary)}
 			content := io.MultiWriter(body, ww.mic, scan)
@@ -326,7 +347,7 @@ func (ww *WrapWriter) signLayer() (layer, error) {
 				if scan.found {
 					return ErrBoundaryInContent
 				}
-				sig, err := cms.SignDigest(ww.mic.sum(w.opts.Sign), w.opts.SignerCert, w.opts.SignerKey, cms.SignOptions{
+				sig, err := cms.SignDigest(ww.mic.main.Sum(nil), w.opts.SignerCert, w.opts.SignerKey, cms.SignOptions{
 					Hash: w.opts.Sign, SigningTime: w.opts.Time, AlgorithmProtection: w.opts.AlgorithmProtection, Rand: w.rnd,
 				})
 				if err != nil {
@@ -338,56 +359,121 @@ func (ww *WrapWriter) signLayer() (layer, error) {
 				b.WriteString("\r\n--" + boundary + "--\r\n")
 				_, err = body.Write(b.Bytes())
 				return err
-			}, nil
+			}, nil, nil
 		},
 	}, nil
 }
 
-// micHashes digests one stream in every MIC algorithm (and in extra, an
-// algorithm outside them, when asked for one).
+// micHashes digests one stream for the MIC: in the algorithm asked for
+// (the signature's, or the MIC's) on the writer's goroutine and, when
+// every algorithm is wanted, in the other algorithms of MICAlgorithms on
+// a goroutine of its own, fed copies of the stream in blocks: four more
+// digests of every byte (SHA-384 and SHA-512 alone cost three times
+// SHA-256) then run beside the build instead of in it.
 type micHashes struct {
-	hs    []hash.Hash
-	extra hash.Hash
-	w     io.Writer
+	alg  crypto.Hash
+	main hash.Hash
+	// others are the other algorithms' digests, in MICAlgorithms' order
+	// with a nil in alg's place; nil when only alg is wanted.
+	others []hash.Hash
+	buf    []byte        // the block being filled
+	work   chan []byte   // blocks to the goroutine
+	free   chan []byte   // blocks back from it (nil: not made yet)
+	done   chan struct{} // closed when the goroutine ends
+	ended  bool
 }
 
-func newMICHashes(want crypto.Hash) *micHashes {
-	m := &micHashes{}
-	ws := make([]io.Writer, 0, len(MICAlgorithms)+1)
-	found := false
-	for _, alg := range MICAlgorithms {
-		h := alg.New()
-		m.hs = append(m.hs, h)
-		ws = append(ws, h)
-		found = found || alg == want
+// micBlock is a block of the stream the other digests take at a time;
+// micBlocks of them exist at most.
+const (
+	micBlock  = 256 << 10
+	micBlocks = 3
+)
+
+// newMICHashes digests in alg and, when all, in every algorithm of
+// MICAlgorithms.
+func newMICHashes(alg crypto.Hash, all bool) *micHashes {
+	m := &micHashes{alg: alg, main: alg.New()}
+	if !all {
+		return m
 	}
-	if !found && want != 0 && want.Available() {
-		m.extra = want.New()
-		ws = append(ws, m.extra)
+	m.others = make([]hash.Hash, len(MICAlgorithms))
+	for i, a := range MICAlgorithms {
+		if a != alg {
+			m.others[i] = a.New()
+		}
 	}
-	m.w = io.MultiWriter(ws...)
+	m.work, m.free, m.done = make(chan []byte, micBlocks), make(chan []byte, micBlocks), make(chan struct{})
+	for range micBlocks {
+		m.free <- nil
+	}
+	go func() {
+		defer close(m.done)
+		for b := range m.work {
+			for _, h := range m.others {
+				if h != nil {
+					h.Write(b)
+				}
+			}
+			m.free <- b[:0]
+		}
+	}()
 	return m
 }
 
-func (m *micHashes) Write(p []byte) (int, error) { return m.w.Write(p) }
-
-// sums are the MICs in MICAlgorithms' order.
-func (m *micHashes) sums() []MIC {
-	out := make([]MIC, len(m.hs))
-	for i, h := range m.hs {
-		out[i] = MIC{Alg: MICAlgorithms[i], Digest: h.Sum(nil)}
+func (m *micHashes) Write(p []byte) (int, error) {
+	m.main.Write(p)
+	if m.others == nil || m.ended {
+		return len(p), nil
 	}
-	return out
-}
-
-// sum is the digest in alg.
-func (m *micHashes) sum(alg crypto.Hash) []byte {
-	for i, a := range MICAlgorithms {
-		if a == alg {
-			return m.hs[i].Sum(nil)
+	for q := p; len(q) > 0; {
+		if m.buf == nil {
+			if m.buf = <-m.free; m.buf == nil {
+				m.buf = make([]byte, 0, micBlock)
+			}
+		}
+		c := copy(m.buf[len(m.buf):micBlock], q)
+		m.buf, q = m.buf[:len(m.buf)+c], q[c:]
+		if len(m.buf) == micBlock {
+			m.work <- m.buf
+			m.buf = nil
 		}
 	}
-	return m.extra.Sum(nil)
+	return len(p), nil
+}
+
+// stop hands the last block on and waits for the goroutine to digest
+// what it was given and end. It is safe to call more than once.
+func (m *micHashes) stop() {
+	if m.others == nil || m.ended {
+		return
+	}
+	m.ended = true
+	if len(m.buf) > 0 {
+		m.work <- m.buf
+	}
+	m.buf = nil
+	close(m.work)
+	<-m.done
+}
+
+// sums are the MIC in alg and the MICs: in every algorithm of
+// MICAlgorithms, in that order, or only alg's.
+func (m *micHashes) sums() (MIC, []MIC) {
+	mic := MIC{Alg: m.alg, Digest: m.main.Sum(nil)}
+	if m.others == nil {
+		return mic, []MIC{mic}
+	}
+	m.stop()
+	out := make([]MIC, len(m.others))
+	for i, h := range m.others {
+		if h == nil {
+			out[i] = mic
+		} else {
+			out[i] = MIC{Alg: MICAlgorithms[i], Digest: h.Sum(nil)}
+		}
+	}
+	return mic, out
 }
 
 // boundaryScan records whether the bytes written to it, across writes,

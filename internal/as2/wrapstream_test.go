@@ -7,11 +7,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"mime"
 	"net/http"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"go.uber.org/goleak"
 
 	"github.com/edihub/edihub/internal/as2"
 	"github.com/edihub/edihub/internal/as2/cms"
@@ -185,10 +189,15 @@ func (zeros) Read(p []byte) (int, error) { clear(p); return len(p), nil }
 // TestWrapWriterOpenSSL has openssl, the independent peer, decrypt a
 // compressed, signed and encrypted message built by a WrapWriter (BER
 // with indefinite lengths) and verify its signature over the signed
-// entity, whose SHA-256 is the writer's MIC.
+// entity, whose SHA-256 is the writer's MIC; the compressed entity (its
+// zlib stream deflated in blocks on several cores) inflates to the
+// payload entity.
 func TestWrapWriterOpenSSL(t *testing.T) {
 	ids := openssltest.Keys(t)
-	payload := bytes.Repeat([]byte("LIN*1*VP*12345*PRICE*9~\n"), 20000)
+	var payload []byte
+	for i := 0; len(payload) < 3<<20; i++ { // several blocks of the parallel deflate
+		payload = fmt.Appendf(payload, "LIN*%d*VP*%x*PRICE*%d~\n", i, uint64(i)*0x9e3779b97f4a7c15, i%9973)
+	}
 	w := wrapStream(t, payload, 4096, as2.WrapOptions{Sign: crypto.SHA256, SignerKey: ids.A.Key, SignerCert: ids.A.Cert,
 		Encrypt: cms.AES256CBC, RecipientCert: ids.B.Cert, Compress: as2.CompressBeforeSigning})
 	dir := t.TempDir()
@@ -201,6 +210,18 @@ func TestWrapWriterOpenSSL(t *testing.T) {
 	openssltest.Run(t, nil, "cms", "-verify", "-binary", "-inform", "DER", "-in", sigFile, "-content", part1, "-CAfile", ids.A.CertPath, "-out", filepath.Join(dir, "verified"))
 	if got := dgst(t, "sha256", part1) + ", sha-256"; got != w.MIC.String() {
 		t.Errorf("openssl dgst of the signed entity = %s, writer's MIC %s", got, w.MIC)
+	}
+	_, compressed := splitEntity(t, signedPart)
+	zr, err := cms.DecompressStream(bytes.NewReader(compressed), 1<<30)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inner, err := io.ReadAll(zr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, got := splitEntity(t, inner); !bytes.Equal(got, payload) {
+		t.Errorf("the compressed entity inflates to %d payload bytes, want the %d written", len(got), len(payload))
 	}
 }
 
@@ -262,4 +283,120 @@ func BenchmarkWrapWriter(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// seeded is a deterministic Rand: two builds with the same seed draw the
+// same boundary, content key and IV.
+func seeded(seed byte) io.Reader { return rand.NewChaCha8([32]byte{seed}) }
+
+// TestWrapWriterOneMIC: OneMIC changes nothing of the message but MICs,
+// which holds the MIC alone, for every place the MIC is taken; the
+// parallel compression makes the same bytes however the payload is
+// written.
+func TestWrapWriterOneMIC(t *testing.T) {
+	ids := openssltest.Keys(t)
+	var payload []byte
+	for i := 0; len(payload) < 3<<20; i++ {
+		payload = fmt.Appendf(payload, "LIN*%d*VP*%x*PRICE*%d~\n", i, uint64(i)*0x9e3779b97f4a7c15, i%9973)
+	}
+	sign := as2.WrapOptions{Sign: crypto.SHA256, SignerKey: ids.A.Key, SignerCert: ids.A.Cert}
+	for _, tt := range []struct {
+		name string
+		opts as2.WrapOptions
+	}{
+		{"plain", as2.WrapOptions{MICAlg: crypto.SHA384}},
+		{"compressed", as2.WrapOptions{Compress: as2.CompressBeforeSigning}},
+		{"encrypted", as2.WrapOptions{Encrypt: cms.AES128CBC, RecipientCert: ids.B.Cert}},
+		{"compressed, signed, encrypted", func() as2.WrapOptions {
+			o := sign
+			o.Compress, o.Encrypt, o.RecipientCert = as2.CompressBeforeSigning, cms.AES256CBC, ids.B.Cert
+			return o
+		}()},
+		{"signed SHA-512, compressed", func() as2.WrapOptions {
+			o := sign
+			o.Sign, o.Compress = crypto.SHA512, as2.CompressAfterSigning
+			return o
+		}()},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			all, one := tt.opts, tt.opts
+			all.Rand, all.Time = seeded(7), time.Unix(1e9, 0)
+			one.Rand, one.Time, one.OneMIC = seeded(7), all.Time, true
+			wAll := wrapStream(t, payload, 1<<20, all)
+			wOne := wrapStream(t, payload, 12345, one)
+			if tt.opts.Encrypt == 0 && !bytes.Equal(wAll.Body, wOne.Body) {
+				t.Fatalf("OneMIC body (%d bytes) differs from the body with every MIC (%d bytes)", len(wOne.Body), len(wAll.Body))
+			}
+			if tt.opts.Encrypt != 0 { // the key transport's padding is random: unwrap both
+				for _, w := range []*as2.Wrapped{wAll, wOne} {
+					o := stationOpts(ids)
+					o.MICAlgs = []crypto.Hash{w.MIC.Alg}
+					got, err := as2.Unwrap(w.Header, bytes.Clone(w.Body), o)
+					if err != nil || !bytes.Equal(got.Payload, payload) || !got.MIC.Equal(w.MIC) {
+						t.Fatalf("Unwrap = %v; want the payload and MIC %v", err, w.MIC)
+					}
+				}
+			}
+			if len(wAll.MICs) != len(as2.MICAlgorithms) {
+				t.Errorf("MICs = %v, want one per algorithm", wAll.MICs)
+			}
+			if len(wOne.MICs) != 1 || !wOne.MICs[0].Equal(wOne.MIC) || !wOne.MIC.Equal(wAll.MIC) {
+				t.Errorf("OneMIC: MIC %v, MICs %v; want the MIC %v alone", wOne.MIC, wOne.MICs, wAll.MIC)
+			}
+			if m, ok := as2.FindMIC(wAll.MICs, wAll.MIC.Alg); !ok || !m.Equal(wAll.MIC) {
+				t.Errorf("MICs %v lack the MIC %v", wAll.MICs, wAll.MIC)
+			}
+		})
+	}
+}
+
+// TestWrapWriterAbort: a build given up mid-way (Abort), or failing on
+// its destination, ends every goroutine it started (parallel
+// compression, the MIC in other algorithms), and later writes fail.
+func TestWrapWriterAbort(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	ids := openssltest.Keys(t)
+	opts := as2.WrapOptions{Sign: crypto.SHA256, SignerKey: ids.A.Key, SignerCert: ids.A.Cert,
+		Encrypt: cms.AES256CBC, RecipientCert: ids.B.Cert, Compress: as2.CompressBeforeSigning}
+	payload := bytes.Repeat([]byte("LIN*1*VP*0123456789abcdef*PRICE*42~\n"), 100_000)
+	ww, err := as2.NewWrapWriter(io.Discard, "application/EDI-X12", "", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ww.Write(payload); err != nil {
+		t.Fatal(err)
+	}
+	ww.Abort()
+	ww.Abort()
+	if _, err := ww.Write([]byte("more")); err == nil {
+		t.Error("Write after Abort: no error")
+	}
+	if _, err := ww.Close(); err == nil {
+		t.Error("Close after Abort: no error")
+	}
+
+	failing := errors.New("spool full")
+	ww, err = as2.NewWrapWriter(&failAfter{n: 4096, err: failing}, "application/EDI-X12", "", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, werr := ww.Write(payload)
+	_, cerr := ww.Close()
+	if !errors.Is(cerr, failing) && !errors.Is(werr, failing) {
+		t.Errorf("destination failing: Write %v, Close %v; want %v", werr, cerr, failing)
+	}
+}
+
+// failAfter accepts n bytes, then fails every write with err.
+type failAfter struct {
+	n   int
+	err error
+}
+
+func (f *failAfter) Write(p []byte) (int, error) {
+	if len(p) > f.n {
+		return 0, f.err
+	}
+	f.n -= len(p)
+	return len(p), nil
 }

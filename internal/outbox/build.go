@@ -125,18 +125,24 @@ func Build(st *config.Station, p *config.Partner, src postgres.OutboundSource, n
 // BuildStream is Build for a payload of any size: writePayload writes the
 // payload (src.Payload is not used) to the writer it is given, and the
 // message body goes to dst as it is built, never held whole (see
-// as2.WrapWriter); the OutboundBuild has no Body. A payload holding the
-// drawn multipart boundary wraps as2.ErrBoundaryInContent (build again).
-// Errors of writePayload and dst are returned as they are.
+// as2.WrapWriter); the OutboundBuild has no Body, and its MICs hold the
+// MIC alone when src asks for no MDN. A payload holding the drawn
+// multipart boundary wraps as2.ErrBoundaryInContent (build again). Errors
+// of writePayload and dst are returned as they are.
 func BuildStream(st *config.Station, p *config.Partner, src postgres.OutboundSource, writePayload func(io.Writer) error, dst io.Writer, now time.Time, rnd io.Reader) (postgres.OutboundBuild, error) {
 	opts, err := wrapOptions(st, p, now, rnd)
 	if err != nil {
 		return postgres.OutboundBuild{}, fmt.Errorf("partner %q profile: %w", p.AS2ID, err)
 	}
+	// The MIC in other algorithms serves only to judge an MDN: without
+	// one asked for (frozen's rule) it would be four more digests of every
+	// byte for nothing.
+	opts.OneMIC = src.MDNMode == config.MDNNone
 	ww, err := as2.NewWrapWriter(dst, src.ContentType, src.Filename, opts)
 	if err != nil {
 		return postgres.OutboundBuild{}, err
 	}
+	defer ww.Abort() // ends its goroutines on every path; a no-op once closed
 	if err := writePayload(ww); err != nil {
 		return postgres.OutboundBuild{}, err
 	}

@@ -9,6 +9,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -39,8 +40,8 @@ type Store interface {
 	WritePayload(ctx context.Context, id int64, to func(postgres.MessageInfo) io.Writer) (postgres.MessageInfo, error)
 	WriteOutboxBody(ctx context.Context, it postgres.OutboxItem, w io.Writer) error
 	// FreezeOutboundBody stores a body built as a stream while it is
-	// built.
-	FreezeOutboundBody(ctx context.Context, it postgres.OutboxItem) (*postgres.BodyFreezer, error)
+	// built, read back from the file it is built into.
+	FreezeOutboundBody(ctx context.Context, it postgres.OutboxItem, src io.ReaderAt) (*postgres.BodyFreezer, error)
 }
 
 // Listener delivers wakeups when rows are queued (Postgres LISTEN/NOTIFY);
@@ -553,7 +554,14 @@ func (d *Dispatcher) send(ctx context.Context, it postgres.OutboxItem, p *config
 	}
 	var req *http.Request
 	if file != nil {
-		req, err = NewRequestFrom(rctx, it.URL, it.Headers, file.Reader(), size, p)
+		// An *os.File of its own: net/http sends it with sendfile(2)
+		// over plain HTTP (and closes it once sent).
+		var body *os.File
+		if body, err = file.Open(); err != nil {
+			return attempt{retryable: true, err: err}
+		}
+		defer body.Close()
+		req, err = NewRequestFrom(rctx, it.URL, it.Headers, body, size, p)
 	} else {
 		req, err = NewRequest(rctx, it.URL, it.Headers, it.Body, p)
 	}

@@ -19,6 +19,8 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"github.com/edihub/edihub/internal/as2/cms"
 	"github.com/edihub/edihub/internal/outbox"
 	"github.com/edihub/edihub/internal/postgres"
@@ -419,4 +421,81 @@ func waitStatusWithin(t *testing.T, st *postgres.Store, id int64, d time.Duratio
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// TestSendLargeCancelledMidBuild stops the dispatcher, giving up on its
+// sends at once, while a large message is being built: every goroutine
+// the build started (the payload read ahead, the parallel compression,
+// the COPY of the freeze) has ended when the dispatcher has, the spool
+// file is gone and nothing is frozen. The next dispatcher builds it
+// again and sends it, and openssl reads what the partner got.
+func TestSendLargeCancelledMidBuild(t *testing.T) {
+	const size = 48 << 20
+	dbURL := pgtest.URL(t)
+	st, err := postgres.Open(context.Background(), dbURL, postgres.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.Close)
+	conn := pgtest.Conn(t, dbURL)
+	k := keys(t)
+	sink := newBodySink(t, nil)
+	cfg := loadConfig(t, partnerYAML{id: "BIG PARTNER", url: sink.URL,
+		extra: []string{"sign: sha-256", "encrypt: aes256-cbc", "compress: true", "mdn: none"}})
+	sp, err := spool.New(t.TempDir(), 2*size)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sp.Close() })
+	o := dispatcherOpts(t, st, cfg, "mid-build")
+	o.Spool, o.SpoolFromBytes = sp, 1<<20
+	o.ShutdownTimeout = time.Millisecond
+	q, err := outbox.NewQueue(outbox.QueueOptions{Store: st, Config: cfg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	path, payloadSum := writeLargePayload(t, t.TempDir(), size)
+	queued := enqueueFile(t, q, "BIG PARTNER", path)
+
+	idle := goleak.IgnoreCurrent()
+	stop := startDispatcher(t, o)
+	for deadline := time.Now().Add(time.Minute); sp.Used() == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the build never wrote to the spool")
+		}
+	}
+	stop()
+	if len(sink.requests()) > 0 {
+		t.Fatal("the partner got the message before the stop: the build was not cut short")
+	}
+	// The pool's connections opened meanwhile stay, with their dead-peer
+	// watch.
+	goleak.VerifyNone(t, idle, goleak.IgnoreTopFunction("github.com/edihub/edihub/internal/postgres.(*watchedConn).watch"))
+	if used, left := sp.Used(), spoolFiles(t, sp); used != 0 || len(left) > 0 {
+		t.Errorf("after the build was cut short the spool holds %d bytes in %v, want nothing", used, left)
+	}
+	var rows int
+	var chunked bool
+	if err := conn.QueryRow(context.Background(), `SELECT (SELECT count(*) FROM outbox_body_chunks c WHERE c.outbox_id = o.id), o.body_chunked
+  FROM outbox o JOIN messages m ON m.id = o.message_id WHERE m.id = $1`, queued.ID).Scan(&rows, &chunked); err != nil {
+		t.Fatal(err)
+	}
+	if rows != 0 || chunked {
+		t.Errorf("after the build was cut short: %d frozen rows, body_chunked %v; want none", rows, chunked)
+	}
+
+	if _, err := conn.Exec(context.Background(), `UPDATE outbox SET next_attempt_at = now(), claimed_until = NULL, claimed_by = '' WHERE message_id = $1`, queued.ID); err != nil {
+		t.Fatal(err)
+	}
+	o.ShutdownTimeout = 0
+	startDispatcher(t, o)
+	m := waitStatusWithin(t, st, queued.ID, 10*time.Minute, "sent", "failed")
+	if m.Status != "sent" {
+		t.Fatalf("status %q (error %q), want sent", m.Status, m.Error)
+	}
+	reqs := sink.requests()
+	if len(reqs) != 1 || reqs[0].length != reqs[0].size {
+		t.Fatalf("partner got %d requests; want 1 with its Content-Length", len(reqs))
+	}
+	checkLargeWithOpenSSL(t, k, reqs[0], m.MIC, payloadSum)
 }

@@ -2,9 +2,11 @@ package postgres
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
+	"sync"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
@@ -86,15 +88,26 @@ func (s *Store) WriteOutboxBody(ctx context.Context, it OutboxItem, w io.Writer)
 // BodyFreezer stores the body of a claimed outbox item in pieces as it is
 // built, in a transaction of its own, so that the copy into PostgreSQL
 // runs beside the build instead of after it (the server writes while the
-// build computes). Write the body to it, then Commit with the build, or
-// Abort. It is not safe for concurrent use; its goroutine ends with
-// Commit or Abort.
+// build computes). The body is read back from the file the build writes
+// it to (the spool file, through the page cache): the build writes each
+// piece to the file first, then tells the freezer (Write), and a COPY on
+// a goroutine of its own sends the file's bytes as 1 MiB rows as soon as
+// they are there. The freezer holds no copy of the body, and the build
+// never waits for PostgreSQL; Commit does, for the copy's tail. Commit
+// with the build, or Abort; keep the file open until then. It is not
+// safe for concurrent use; its goroutine ends with Commit or Abort.
 type BodyFreezer struct {
 	it   OutboxItem
 	tx   pgx.Tx
-	pw   *io.PipeWriter
-	n    int64
-	done chan struct{}
+	src  io.ReaderAt
+	n    int64         // bytes in the file (Write)
+	more chan struct{} // a signal to the COPY: n grew, or the body ended
+	mu   sync.Mutex
+	size int64 // n as the COPY sees it
+	end  bool  // the body is complete (Commit)
+	// abort tells the COPY to fail; done closes when it ended.
+	abort chan struct{}
+	done  chan struct{}
 	// copied and copyErr are the COPY's outcome, set before done closes.
 	copied  int64
 	copyErr error
@@ -102,41 +115,61 @@ type BodyFreezer struct {
 }
 
 // FreezeOutboundBody begins the transaction that freezes the body of the
-// claimed item it, and the COPY into outbox_body_chunks that its writes
-// feed.
-func (s *Store) FreezeOutboundBody(ctx context.Context, it OutboxItem) (*BodyFreezer, error) {
+// claimed item it, and the COPY into outbox_body_chunks of what Write
+// says src holds.
+func (s *Store) FreezeOutboundBody(ctx context.Context, it OutboxItem, src io.ReaderAt) (*BodyFreezer, error) {
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("freeze body of outbox %d: %w", it.ID, err)
 	}
-	pr, pw := io.Pipe()
-	f := &BodyFreezer{it: it, tx: tx, pw: pw, done: make(chan struct{})}
+	f := &BodyFreezer{it: it, tx: tx, src: src, more: make(chan struct{}, 1), abort: make(chan struct{}), done: make(chan struct{})}
 	go func() {
 		defer close(f.done)
-		src := &chunkSource{id: it.ID, r: pr, buf: make([]byte, payloadChunk)}
-		_, f.copyErr = tx.CopyFrom(ctx, pgx.Identifier{"outbox_body_chunks"}, []string{"outbox_id", "seq", "data"}, src)
-		f.copied = src.bytes
-		// A COPY that stopped early must not leave the build blocked
-		// on the pipe.
-		pr.CloseWithError(fmt.Errorf("freeze body of outbox %d: copy ended: %v", it.ID, f.copyErr))
+		cs := &copyStream{ctx: ctx, f: f, head: binaryCopyHeader()}
+		_, f.copyErr = tx.Conn().PgConn().CopyFrom(ctx, cs, `COPY outbox_body_chunks (outbox_id, seq, data) FROM STDIN (FORMAT binary)`)
+		f.copied = cs.off
+		if f.copyErr == nil && !cs.eof {
+			f.copyErr = errors.New("copy ended before the body")
+		}
 	}()
 	return f, nil
 }
 
-// Write adds p to the body; it fails when the COPY failed.
+// Write records that the next len(p) bytes of the body are in the
+// file; p, the same bytes, is not read. It fails once the COPY failed.
 func (f *BodyFreezer) Write(p []byte) (int, error) {
-	n, err := f.pw.Write(p)
-	f.n += int64(n)
-	return n, err
+	select {
+	case <-f.done:
+		return 0, fmt.Errorf("freeze body of outbox %d: copy ended: %v", f.it.ID, f.copyErr)
+	default:
+	}
+	f.n += int64(len(p))
+	f.mu.Lock()
+	f.size = f.n
+	f.mu.Unlock()
+	f.signal()
+	return len(p), nil
 }
 
-// Commit ends the body, records the build b (its BodyOpen and Body are
-// not used: the body is what was written) in the outbox row and on the
-// message as SaveOutboundBuild does, and commits. ErrClaimLost when the
-// claim is no longer held; nothing is stored then.
+// signal wakes the COPY up if it waits for more.
+func (f *BodyFreezer) signal() {
+	select {
+	case f.more <- struct{}{}:
+	default:
+	}
+}
+
+// Commit ends the body, waits for the COPY to send it, records the build
+// b (its BodyOpen and Body are not used: the body is what was written)
+// in the outbox row and on the message as SaveOutboundBuild does, and
+// commits. ErrClaimLost when the claim is no longer held; nothing is
+// stored then.
 func (f *BodyFreezer) Commit(ctx context.Context, b OutboundBuild) error {
 	f.ended = true
-	f.pw.Close()
+	f.mu.Lock()
+	f.end = true
+	f.mu.Unlock()
+	f.signal()
 	<-f.done
 	err := f.copyErr
 	if err == nil && f.copied != f.n {
@@ -156,14 +189,87 @@ func (f *BodyFreezer) Commit(ctx context.Context, b OutboundBuild) error {
 	return nil
 }
 
-// Abort drops what was written and ends the transaction. It is a no-op
-// after Commit.
+// Abort drops what was written and ends the transaction; the file is
+// not read once it returns. It is a no-op after Commit.
 func (f *BodyFreezer) Abort() {
 	if f.ended {
 		return
 	}
 	f.ended = true
-	f.pw.CloseWithError(errors.New("build aborted"))
+	close(f.abort)
 	<-f.done
 	_ = f.tx.Rollback(context.Background())
+}
+
+// copyStream is the binary COPY data (PostgreSQL's "binary" format) of
+// the outbox_body_chunks rows of f's item: the body in rows of
+// payloadChunk bytes (the last shorter), seq from 1, each read from the
+// file once it is all there (its length comes first). pgconn's CopyFrom
+// reads it.
+type copyStream struct {
+	ctx    context.Context
+	f      *BodyFreezer
+	head   []byte // the file header, a row's field header or the trailer, still to read
+	off    int64  // the next byte of the body to send
+	rowEnd int64  // the end of the row being sent
+	seq    int32
+	eof    bool // the trailer is due or read
+}
+
+// binaryCopyHeader is the header of a binary COPY: signature, flags,
+// extension length.
+func binaryCopyHeader() []byte {
+	return append([]byte("PGCOPY\n\xff\r\n\x00"), 0, 0, 0, 0, 0, 0, 0, 0)
+}
+
+func (c *copyStream) Read(p []byte) (int, error) {
+	for {
+		if len(c.head) > 0 {
+			n := copy(p, c.head)
+			c.head = c.head[n:]
+			return n, nil
+		}
+		if c.off < c.rowEnd {
+			n, err := c.f.src.ReadAt(p[:min(int64(len(p)), c.rowEnd-c.off)], c.off)
+			c.off += int64(n)
+			if n > 0 {
+				return n, nil
+			}
+			if err == nil || err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			return 0, fmt.Errorf("read the body back: %w", err)
+		}
+		if c.eof {
+			return 0, io.EOF
+		}
+		// The next row, once it is whole in the file or the body ended.
+		c.f.mu.Lock()
+		size, end := c.f.size, c.f.end
+		c.f.mu.Unlock()
+		switch {
+		case size-c.off >= payloadChunk || (end && size > c.off):
+			c.seq++
+			c.rowEnd = c.off + min(payloadChunk, size-c.off)
+			// 3 fields: outbox_id int8, seq int4, data bytea.
+			h := binary.BigEndian.AppendUint16(make([]byte, 0, 26), 3)
+			h = binary.BigEndian.AppendUint32(h, 8)
+			h = binary.BigEndian.AppendUint64(h, uint64(c.f.it.ID))
+			h = binary.BigEndian.AppendUint32(h, 4)
+			h = binary.BigEndian.AppendUint32(h, uint32(c.seq))
+			h = binary.BigEndian.AppendUint32(h, uint32(c.rowEnd-c.off))
+			c.head = h
+			continue
+		case end:
+			c.eof, c.head = true, []byte{0xff, 0xff} // field count -1
+			continue
+		}
+		select {
+		case <-c.f.more:
+		case <-c.f.abort:
+			return 0, errors.New("build aborted")
+		case <-c.ctx.Done():
+			return 0, c.ctx.Err()
+		}
+	}
 }

@@ -149,6 +149,17 @@ func (f *File) Size() int64 { return f.size }
 // Reader reads the file from its start; each call an independent reader.
 func (f *File) Reader() io.Reader { return io.NewSectionReader(f.f, 0, f.size) }
 
+// Open returns the bytes written as a read-only *os.File of its own,
+// from the start: a body net/http posts with sendfile(2), without
+// copying it through the process. The caller closes it; removing the
+// spool file (Close) does not disturb it.
+func (f *File) Open() (*os.File, error) {
+	if f.f == nil {
+		return nil, os.ErrClosed
+	}
+	return os.Open(f.f.Name())
+}
+
 // ReadAt reads the bytes written from off (io.ReaderAt); safe for
 // concurrent use.
 func (f *File) ReadAt(p []byte, off int64) (int, error) {

@@ -11,11 +11,16 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 
 	"github.com/edihub/edihub/internal/as2"
 	"github.com/edihub/edihub/internal/config"
@@ -28,11 +33,16 @@ import (
 // body to a file: queued from a file (stored in pieces), built
 // compressed (zlib), signed (SHA-256) and encrypted (AES-256-CBC) as a
 // stream into the spool, frozen in pieces and posted with its
-// Content-Length. It reports the child's peak RSS above idle (target
-// < 64 MiB) and the send's throughput against openssl signing and
+// Content-Length; then the same without compression. It reports the
+// child's peak RSS above idle (target < 64 MiB), where the send's time
+// and CPU went, and the send's throughput against openssl signing and
 // encrypting the same file in the same run (openssl cms -sign | openssl
-// cms -encrypt, streamed; openssl has no zlib, so it does not compress),
-// and has openssl decrypt the body the partner got.
+// cms -encrypt, streamed; Debian's openssl has no zlib, so it does not
+// compress), the faster of a run before the sends and one after; the
+// compressed send also against the same work done by standard tools
+// (gzip -1 | openssl cms -sign | openssl cms -encrypt: deflate at level
+// 1, SHA-256, AES-256-CBC, each in a process of its own), an added
+// reference without a target. openssl decrypts the body the partner got.
 func largeSendBench(ctx context.Context, out io.Writer, o options, partner, st *identity) error {
 	keys, err := writeKeys(partner, st)
 	if err != nil {
@@ -51,30 +61,62 @@ func largeSendBench(ctx context.Context, out io.Writer, o options, partner, st *
 	mib := func(n int64) float64 { return float64(n) / (1 << 20) }
 	fmt.Fprintf(out, "Large send: %.0f MiB payload from a file, compressed (zlib level %d), signed (SHA-256) and encrypted (AES-256-CBC) as a stream\n",
 		mib(o.largeBytes), as2.StreamCompressionLevel)
-	ref, refSize, err := opensslSend(ctx, payload, keys, work)
-	if err != nil {
+	var refs [2][]refRun // [0] openssl sign | encrypt, [1] gzip -1 | the same
+	measureRefs := func(when string) error {
+		for i, gz := range []bool{false, true} {
+			r, err := opensslSend(ctx, payload, keys, work, gz)
+			if err != nil {
+				return err
+			}
+			refs[i] = append(refs[i], r)
+			name, what := "openssl cms -sign | cms -encrypt", "no compression"
+			if gz {
+				name, what = "gzip -1 | openssl sign | encrypt", "compressed by gzip, then signed and encrypted"
+			}
+			fmt.Fprintf(out, "  %-40s %10s  (%s; %.1f MiB/s of payload; file to file, %s: body %.0f MiB; CPU %.1fs)\n",
+				name, r.took.Round(10*time.Millisecond), when, mib(o.largeBytes)/r.took.Seconds(), what, mib(r.size), r.cpu.Seconds())
+		}
+		return nil
+	}
+	if err := measureRefs("before"); err != nil {
 		return err
 	}
-	refRate := mib(o.largeBytes) / ref.Seconds()
-	fmt.Fprintf(out, "  %-40s %10s  (%.1f MiB/s of payload; file to file, no compression: body %.0f MiB)\n",
-		"openssl cms -sign | cms -encrypt", ref.Round(10*time.Millisecond), refRate, mib(refSize))
 	// The issue's figure (compressed), then the same send without
 	// compression: what openssl does, for a like-for-like ratio.
-	for _, compress := range []bool{true, false} {
+	var results [2]*sendResult
+	for i, compress := range []bool{true, false} {
 		res, err := largeSend(ctx, o, keys, payload, work, compress)
 		if err != nil {
 			return err
 		}
-		checked := "openssl decrypted the body sent"
+		res.checked = "openssl decrypted the body sent"
 		if res.bodySize < opensslMaxDER {
 			if b, err := exec.CommandContext(ctx, "openssl", "cms", "-decrypt", "-binary", "-inform", "DER", "-in", res.bodyPath,
 				"-recip", filepath.Join(keys, "partner.crt"), "-inkey", filepath.Join(keys, "partner.key"), "-out", os.DevNull).CombinedOutput(); err != nil {
 				return fmt.Errorf("openssl cannot decrypt the body edihub sent: %w: %s", err, b)
 			}
 		} else {
-			checked = "not decrypted: openssl reads a DER/BER input whole, up to 2 GiB"
+			res.checked = "not decrypted: openssl reads a DER/BER input whole, up to 2 GiB"
 		}
 		os.Remove(res.bodyPath)
+		results[i] = res
+	}
+	if err := measureRefs("after"); err != nil {
+		return err
+	}
+	fastest := func(rs []refRun) refRun {
+		best := rs[0]
+		for _, r := range rs[1:] {
+			if r.took < best.took {
+				best = r
+			}
+		}
+		return best
+	}
+	ref, gzRef := fastest(refs[0]), fastest(refs[1])
+	refRate, gzRate := mib(o.largeBytes)/ref.took.Seconds(), mib(o.largeBytes)/gzRef.took.Seconds()
+	for i, res := range results {
+		compress := i == 0
 		layers, what := "compressed+signed+encrypted", "compressed, signed, encrypted"
 		if !compress {
 			layers, what = "signed+encrypted", "signed, encrypted (no compression)"
@@ -85,12 +127,17 @@ func largeSendBench(ctx context.Context, out io.Writer, o options, partner, st *
 			"edihub queue", res.enqueue.Round(10*time.Millisecond), mib(o.largeBytes)/res.enqueue.Seconds())
 		fmt.Fprintf(out, "  %-40s %10s  (%.1f MiB/s of payload; read from PostgreSQL, %s, frozen in PostgreSQL, posted: body %.0f MiB)\n",
 			"edihub send, "+layers, res.send.Round(10*time.Millisecond), rate, what, mib(res.bodySize))
-		fmt.Fprintf(out, "  %-40s %10.1f  (VmHWM %.1f MiB, RSS before %.1f MiB; %s)\n", "peak RSS above idle, MiB", mib(above), mib(res.hwm), mib(res.before), checked)
+		res.printSplit(out)
+		fmt.Fprintf(out, "  %-40s %10.1f  (VmHWM %.1f MiB, RSS before %.1f MiB; %s)\n", "peak RSS above idle, MiB", mib(above), mib(res.hwm), mib(res.before), res.checked)
 		name := fmt.Sprintf("%.0f MiB %s send", mib(o.largeBytes), layers)
 		o.sum.add(below("peak RSS above idle, "+name, fmt.Sprintf("%.1f MiB", mib(above)),
 			fmt.Sprintf("payload %.0f MiB", mib(o.largeBytes)), float64(above)/float64(o.largeBytes), above < maxRSSAboveIdle, "< 64 MiB"))
 		o.sum.add(ratioAtLeast("throughput, "+name, fmt.Sprintf("%.1f MiB/s", rate),
 			fmt.Sprintf("openssl sign, encrypt %.1f MiB/s", refRate), rate/refRate, 0.80, true))
+		if compress {
+			o.sum.add(figure{name: "throughput, " + name + " (added reference: same work)", value: fmt.Sprintf("%.1f MiB/s", rate),
+				reference: fmt.Sprintf("gzip -1, openssl sign, encrypt %.1f MiB/s", gzRate), ratio: rate / gzRate, ratioValid: true})
+		}
 	}
 	fmt.Fprintln(out)
 	return nil
@@ -115,24 +162,39 @@ func writeCatalogue(path string, size int64) error {
 	return f.Close()
 }
 
+// refRun is one run of a reference: its time, the body's size and its
+// CPU time (every process of the pipeline).
+type refRun struct {
+	took, cpu time.Duration
+	size      int64
+}
+
 // opensslSend times openssl signing (detached, S/MIME multipart/signed,
-// streamed) and encrypting (DER, streamed) the payload file, piped, and
-// returns the time and the body's size.
-func opensslSend(ctx context.Context, payload, keys, work string) (time.Duration, int64, error) {
+// streamed) and encrypting (DER, streamed) the payload file, piped, or
+// with gzip, the payload compressed by gzip -1 first (gzip's deflate at
+// level 1: zlib's, but with a CRC-32 for the Adler-32), and returns the
+// time, the body's size and the CPU time.
+func opensslSend(ctx context.Context, payload, keys, work string, gzip bool) (refRun, error) {
 	body := filepath.Join(work, "openssl-body.p7m")
 	defer os.Remove(body)
 	script := `openssl cms -sign -binary -stream -md sha256 -in "$1" -signer "$2/station.crt" -inkey "$2/station.key" |
 openssl cms -encrypt -binary -stream -aes256 -outform DER -out "$3" "$2/partner.crt"`
-	start := time.Now()
-	if b, err := exec.CommandContext(ctx, "sh", "-ec", script, "sh", payload, keys, body).CombinedOutput(); err != nil {
-		return 0, 0, fmt.Errorf("openssl reference: %w: %s", err, b)
+	if gzip {
+		script = `gzip -1 -c "$1" | openssl cms -sign -binary -stream -md sha256 -signer "$2/station.crt" -inkey "$2/station.key" |
+openssl cms -encrypt -binary -stream -aes256 -outform DER -out "$3" "$2/partner.crt"`
 	}
-	took := time.Since(start)
+	cmd := exec.CommandContext(ctx, "sh", "-ec", script, "sh", payload, keys, body)
+	start := time.Now()
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return refRun{}, fmt.Errorf("openssl reference: %w: %s", err, b)
+	}
+	r := refRun{took: time.Since(start), cpu: cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()}
 	fi, err := os.Stat(body)
 	if err != nil {
-		return 0, 0, err
+		return refRun{}, err
 	}
-	return took, fi.Size(), nil
+	r.size = fi.Size()
+	return r, nil
 }
 
 // sendResult is what the sender child reports.
@@ -142,11 +204,31 @@ type sendResult struct {
 	bodyPath         string
 	bodySize         int64
 	partnerGotLength int64
+	checked          string // what openssl made of the body
+	// phases is the sender's split of the send (phase name, duration),
+	// cpu the CPU time spent during it.
+	phases []phase
+	cpu    sendCPU
+}
+
+// phase is one named duration of the send's split.
+type phase struct {
+	name string
+	d    time.Duration
+}
+
+// sendCPU is the CPU time spent from the message queued to sent: by the
+// sender child, PostgreSQL, this process (the partner) and the rest of
+// the machine, and the machine's capacity over that window.
+type sendCPU struct {
+	child, pg, bench, rest, capacity time.Duration
+	pgKnown                          bool
 }
 
 // largeSend runs the sender child, has it queue and send the payload to
-// a partner in this process, and returns its RSS before, its peak after
-// and the times of the queueing and of the send.
+// a partner in this process, and returns its RSS before, its peak after,
+// the times of the queueing and of the send, the send's phases and the
+// CPU time it took.
 func largeSend(ctx context.Context, o options, keys, payload, work string, compress bool) (*sendResult, error) {
 	res := &sendResult{bodyPath: filepath.Join(work, "received.p7m")}
 	partnerURL, stopPartner, err := bodyPartner(res)
@@ -158,7 +240,15 @@ func largeSend(ctx context.Context, o options, keys, payload, work string, compr
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.CommandContext(ctx, self, "-send-child", keys, "-send-to", partnerURL, "-send-compress="+strconv.FormatBool(compress), "-database-url", o.databaseURL)
+	args := []string{"-send-child", keys, "-send-to", partnerURL, "-send-compress=" + strconv.FormatBool(compress), "-database-url", o.databaseURL}
+	if o.sendProfile != "" {
+		suffix := ".plain"
+		if compress {
+			suffix = ".compressed"
+		}
+		args = append(args, "-send-cpuprofile", o.sendProfile+suffix)
+	}
+	cmd := exec.CommandContext(ctx, self, args...)
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -187,12 +277,37 @@ func largeSend(ctx context.Context, o options, keys, payload, work string, compr
 	if err != nil {
 		return nil, fmt.Errorf("send child: %w", err)
 	}
-	var enq, snd float64
-	var status string
-	if _, err := fmt.Sscan(line, &status, &enq, &snd); err != nil || status != "sent" {
+	var enq float64
+	if _, err := fmt.Sscanf(line, "queued %f", &enq); err != nil {
 		return nil, fmt.Errorf("send child: %q", strings.TrimSpace(line))
 	}
+	pid := strconv.Itoa(cmd.Process.Pid)
+	c0, child0 := readCPU(o.pgDataDir), procTicks(pid)
+	if line, err = lines.ReadString('\n'); err != nil {
+		return nil, fmt.Errorf("send child: %w", err)
+	}
+	c1, child1 := readCPU(o.pgDataDir), procTicks(pid)
+	f := strings.Fields(line)
+	var snd float64
+	if len(f) < 2 || f[0] != "sent" {
+		return nil, fmt.Errorf("send child: %q", strings.TrimSpace(line))
+	}
+	if snd, err = strconv.ParseFloat(f[1], 64); err != nil {
+		return nil, fmt.Errorf("send child: %q", strings.TrimSpace(line))
+	}
+	for _, kv := range f[2:] {
+		k, v, _ := strings.Cut(kv, "=")
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			return nil, fmt.Errorf("send child: phase %q", kv)
+		}
+		res.phases = append(res.phases, phase{k, d})
+	}
 	res.enqueue, res.send = time.Duration(enq*float64(time.Second)), time.Duration(snd*float64(time.Second))
+	tick := func(n int64) time.Duration { return time.Duration(n) * time.Second / 100 } // USER_HZ
+	res.cpu = sendCPU{child: tick(child1 - child0), pg: tick(c1.pg - c0.pg), bench: tick(c1.self - c0.self), pgKnown: c1.pgKnown,
+		capacity: time.Duration(float64(res.send) * float64(runtime.NumCPU()))}
+	res.cpu.rest = tick(c1.busy-c0.busy) - res.cpu.child - res.cpu.pg - res.cpu.bench
 	if res.hwm, err = procStatus(cmd.Process.Pid, "VmHWM"); err != nil {
 		return nil, err
 	}
@@ -200,6 +315,25 @@ func largeSend(ctx context.Context, o options, keys, payload, work string, compr
 		return nil, fmt.Errorf("partner got a body of %d bytes with Content-Length %d", res.bodySize, res.partnerGotLength)
 	}
 	return res, nil
+}
+
+// printSplit prints where the send's time and CPU went.
+func (r *sendResult) printSplit(out io.Writer) {
+	var b strings.Builder
+	for i, p := range r.phases {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "%s %s", p.name, p.d.Round(10*time.Millisecond))
+	}
+	fmt.Fprintf(out, "  %-40s %10s  (%s)\n", "  phases (sender's split)", "", b.String())
+	s := func(d time.Duration) string { return fmt.Sprintf("%.1fs", d.Seconds()) }
+	pg := "PostgreSQL ?"
+	if r.cpu.pgKnown {
+		pg = "PostgreSQL " + s(r.cpu.pg)
+	}
+	fmt.Fprintf(out, "  %-40s %10s  (sender %s, %s, partner (this process) %s, rest of the machine %s, of %s: %d CPUs)\n",
+		"  CPU time during the send", s(r.cpu.child+r.cpu.pg+r.cpu.bench+r.cpu.rest), s(r.cpu.child), pg, s(r.cpu.bench), s(r.cpu.rest), s(r.cpu.capacity), runtime.NumCPU())
 }
 
 // bodyPartner serves a partner that writes each body to res.bodyPath and
@@ -216,7 +350,9 @@ func bodyPartner(res *sendResult) (string, func(), error) {
 			return
 		}
 		defer f.Close()
-		n, err := io.Copy(f, r.Body)
+		// Large reads (net/http's and the file's own copy would go 32 KiB
+		// at a time): the partner is not what is measured.
+		n, err := io.CopyBuffer(struct{ io.Writer }{f}, r.Body, make([]byte, 1<<20))
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
@@ -230,9 +366,11 @@ func bodyPartner(res *sendResult) (string, func(), error) {
 
 // sendChild runs the sender: a dispatcher with a spool, as edihub serve
 // runs it. It prints a line when idle, then for the payload path read
-// from stdin queues it (from the file, in pieces) and prints "sent",
-// the seconds the queueing took and the seconds from then to the
-// partner's answer; it exits when stdin closes.
+// from stdin queues it (from the file, in pieces) and prints "queued"
+// and the seconds the queueing took, then "sent", the seconds from then
+// to the partner's answer and the phases the dispatcher logged (each
+// duration field of its "built as a stream" line, and post: from that
+// line to "sent"); it exits when stdin closes.
 func sendChild(ctx context.Context, o options, to string) error {
 	cfgPath := filepath.Join(o.sendChild, "edihub.yaml")
 	y := fmt.Sprintf("station: {as2_id: %q, private_key: station.key, certificate: station.crt}\npartners:\n"+
@@ -250,6 +388,8 @@ func sendChild(ctx context.Context, o options, to string) error {
 		return err
 	}
 	defer closeDeps()
+	phases := &sendPhases{}
+	log = log.WithOptions(zap.WrapCore(func(c zapcore.Core) zapcore.Core { return zapcore.NewTee(c, phases) }))
 	d, err := outbox.NewDispatcher(outbox.Options{Store: store, Listener: store, Config: cfg, Logger: log,
 		Metrics: outbox.NewMetrics(prometheus.NewRegistry(), store.OutboxStats), Identity: "bench-sender",
 		Spool: sp, SpoolFromBytes: outbox.DefaultSpoolFromBytes})
@@ -287,6 +427,18 @@ func sendChild(ctx context.Context, o options, to string) error {
 		return err
 	}
 	queued := time.Now()
+	if o.sendProfile != "" {
+		pf, err := os.Create(o.sendProfile)
+		if err != nil {
+			return err
+		}
+		defer pf.Close()
+		if err := pprof.StartCPUProfile(pf); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
+	fmt.Printf("queued %.3f\n", queued.Sub(start).Seconds())
 	for {
 		info, err := store.Message(ctx, m.ID)
 		if err != nil {
@@ -294,7 +446,9 @@ func sendChild(ctx context.Context, o options, to string) error {
 		}
 		switch info.Status {
 		case "sent":
-			fmt.Printf("sent %.3f %.3f\n", queued.Sub(start).Seconds(), time.Since(queued).Seconds())
+			took := time.Since(queued)
+			pprof.StopCPUProfile()
+			fmt.Printf("sent %.3f%s\n", took.Seconds(), phases.String())
 			_, _ = io.Copy(io.Discard, in)
 			return nil
 		case "failed", "retrying":
@@ -302,4 +456,54 @@ func sendChild(ctx context.Context, o options, to string) error {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// sendPhases is a zap core that keeps the duration fields of the
+// dispatcher's "built as a stream" line and the times of it and of
+// "sent".
+type sendPhases struct {
+	mu          sync.Mutex
+	fields      []phase
+	built, sent time.Time
+}
+
+func (c *sendPhases) Enabled(zapcore.Level) bool        { return true }
+func (c *sendPhases) With([]zapcore.Field) zapcore.Core { return c }
+func (c *sendPhases) Sync() error                       { return nil }
+
+func (c *sendPhases) Check(e zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore.CheckedEntry {
+	if e.Message == "built as a stream" || e.Message == "sent" {
+		return ce.AddCore(e, c)
+	}
+	return ce
+}
+
+func (c *sendPhases) Write(e zapcore.Entry, fields []zapcore.Field) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e.Message == "sent" {
+		c.sent = e.Time
+		return nil
+	}
+	c.built = e.Time
+	for _, f := range fields {
+		if f.Type == zapcore.DurationType {
+			c.fields = append(c.fields, phase{f.Key, time.Duration(f.Integer)})
+		}
+	}
+	return nil
+}
+
+// String is " name=duration" for each phase, post last.
+func (c *sendPhases) String() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var b strings.Builder
+	for _, p := range c.fields {
+		fmt.Fprintf(&b, " %s=%s", p.name, p.d)
+	}
+	if !c.built.IsZero() && !c.sent.IsZero() {
+		fmt.Fprintf(&b, " post=%s", c.sent.Sub(c.built))
+	}
+	return b.String()
 }

@@ -133,6 +133,9 @@ type options struct {
 	sendCompress      bool
 	// receiveOnly runs only the large receive (large.go).
 	receiveOnly bool
+	// sendProfile, when set, is where the sender child writes a CPU
+	// profile of each send (suffixed .compressed or .plain).
+	sendProfile string
 }
 
 func run(ctx context.Context, args []string, out io.Writer) error {
@@ -166,6 +169,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	fs.BoolVar(&o.sendCompress, "send-compress", true, "internal: whether the large send's partner profile compresses")
 	fs.BoolVar(&o.sendOnly, "large-send-only", false, "run only the large send (-large-bytes of payload)")
 	fs.BoolVar(&o.receiveOnly, "large-receive-only", false, "run only the large receive (-large-bytes of payload)")
+	fs.StringVar(&o.sendProfile, "send-cpuprofile", "", "write a CPU profile of the large send's sender child, from the message queued to sent, to this file + .compressed and + .plain")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}

@@ -5,8 +5,6 @@ import (
 	"crypto/x509"
 	"fmt"
 	"io"
-
-	"github.com/klauspost/compress/zlib"
 )
 
 // The writers below are the streaming counterparts of Compress and
@@ -81,26 +79,29 @@ func writeAll(w io.Writer, parts ...[]byte) error {
 type CompressWriter struct {
 	dst io.Writer
 	seg *segmentWriter
-	z   *zlib.Writer
+	z   *parallelZlib
 }
 
 // NewCompressWriter writes the head of a CompressedData ContentInfo to
 // dst and returns the writer of its content, deflated at level (a
-// compress/flate level; 1 is fastest) in 1 MiB blocks on up to GOMAXPROCS
-// cores (see parallelZlib): one zlib stream any inflater reads.
+// compress/flate level; 1 is fastest) in blocks on up to GOMAXPROCS
+// cores (see parallelZlib): one zlib stream any inflater reads. Close or
+// Abort it on every path: it ends its goroutines.
 func NewCompressWriter(dst io.Writer, level int) (*CompressWriter, error) {
-	err := writeAll(dst,
+	z, err := newParallelZlib(nil, level)
+	if err != nil {
+		return nil, fmt.Errorf("compress: %w", err)
+	}
+	err = writeAll(dst,
 		indefinite(tagSequence), mustOID(oidCompressedData), indefinite(tagContext0),
 		indefinite(tagSequence), tlv(tagInteger, []byte{0}), algorithmID(oidZlibCompress, nil),
 		indefinite(tagSequence), mustOID(oidData), indefinite(tagContext0), indefinite(tagOctetString|0x20))
 	if err != nil {
+		z.Abort()
 		return nil, fmt.Errorf("compress: %w", err)
 	}
 	seg := newSegmentWriter(dst)
-	z, err := zlib.NewWriterLevel(seg, level)
-	if err != nil {
-		return nil, fmt.Errorf("compress: %w", err)
-	}
+	z.dst = seg
 	return &CompressWriter{dst: dst, seg: seg, z: z}, nil
 }
 
@@ -113,7 +114,12 @@ func (c *CompressWriter) Write(p []byte) (int, error) {
 	return n, nil
 }
 
-// Close ends the zlib stream and the ContentInfo.
+// Abort ends the writer's goroutines without ending the stream (a build
+// given up); nothing more is written. It is a no-op after Close.
+func (c *CompressWriter) Abort() { c.z.Abort() }
+
+// Close ends the zlib stream and the ContentInfo; the writer's goroutines
+// end with it, error or not.
 func (c *CompressWriter) Close() error {
 	if err := c.z.Close(); err != nil {
 		return fmt.Errorf("compress: %w", err)
