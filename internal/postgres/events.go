@@ -13,8 +13,11 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// Event types, written by the messages trigger (migration 00005) in the
-// transaction that changes the message, whichever code path does it.
+// Event types, written in the transaction that changes the message,
+// whichever code path does it: received by the statement that stores the
+// receipt (SaveInbound; the insert trigger of migration 00005 for any
+// other insert, migration 00018), the others by the messages trigger on
+// updates (migration 00005).
 const (
 	EventReceived  = "received"  // an inbound message was stored as processed
 	EventSent      = "sent"      // an outbound message was accepted; no MDN was requested

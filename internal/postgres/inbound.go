@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -218,13 +220,44 @@ func (s *Store) deleteFailedInbound(ctx context.Context, m *InboundMessage) (boo
 	return tag.RowsAffected() > 0, nil
 }
 
-const insertMessage = `
+// insertMessageCTE inserts an inbound message as m (nothing on a
+// duplicate Message-ID) and, when it is processed, its received event as
+// e: the event is written by the statement that stores the message, not
+// by the trigger of migration 00005 (a PL/pgSQL function called for each
+// row, which cost PostgreSQL far more than the insert it makes:
+// docs/performance.md). Its detail is the trigger's, expression for
+// expression. A statement that includes it ends with
+// receivedEventMarker. $1..$18 are messageArgs.
+const insertMessageCTE = `m AS (
 INSERT INTO messages (direction, partner, as2_from, as2_to, message_id, status, content_type, filename,
                       payload_size, signed, encrypted, compressed, mic, mic_alg, mdn_mode, mdn_signed, mdn_url,
                       disposition, error, attempts, completed_at)
 VALUES ('inbound', $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, 1, now())
 ON CONFLICT (partner, direction, message_id) DO NOTHING
-RETURNING id`
+RETURNING id),
+e AS (INSERT INTO events (type, message, partner, direction, detail)
+      SELECT 'received', id, $1, 'inbound', jsonb_strip_nulls(jsonb_build_object(
+                 'message_id', $4::text,
+                 'status', $5::text,
+                 'disposition', nullif($17::text, ''),
+                 'error', nullif(left($18::text, 300), ''),
+                 'filename', nullif($7::text, '')))
+        FROM m WHERE $5::text = 'processed')`
+
+// receivedEventMarker ends every statement that inserts an inbound
+// message together with its received event (insertMessageCTE). The
+// insert trigger of migration 00018 skips the statements whose text
+// (current_query()) holds it and writes the event for any other insert
+// of a processed inbound message: an edihub of a release before 00018
+// still running during a rolling update, or SQL written by hand. Change
+// it only with a migration that changes the trigger.
+const receivedEventMarker = `
+/* edihub: this statement writes the received event */`
+
+// insertMessage inserts an inbound message and its received event and
+// returns the message's id: no row on a duplicate Message-ID.
+const insertMessage = `WITH ` + insertMessageCTE + `
+SELECT id FROM m` + receivedEventMarker
 
 func messageArgs(m *InboundMessage) []any {
 	return []any{m.Partner, m.AS2From, m.AS2To, m.MessageID, m.Status, m.ContentType, m.Filename,
@@ -236,23 +269,26 @@ func messageArgs(m *InboundMessage) []any {
 // PostgreSQL runs atomically; with m.EDI, that statement and the EDI
 // writes in one transaction.
 func (s *Store) saveInboundOneStatement(ctx context.Context, m *InboundMessage, hdr []byte) (int64, error) {
-	var mdnBody []byte
-	var mdnCT, mdnDisp, mdnMIC string
-	var mdnSigned bool
-	if m.MDN != nil {
-		mdnBody, mdnCT, mdnDisp, mdnMIC, mdnSigned = m.MDN.Body, m.MDN.Header.Get("Content-Type"), m.MDN.Disposition, m.MDN.MIC, m.MDN.Signed
-	} else {
-		hdr = []byte("{}")
+	args := messageArgs(m)
+	var shape saveShape
+	if m.Payload != nil {
+		shape |= shapePayload
+		args = append(args, m.Payload)
 	}
-	attempts, window := m.MDNRetry.args()
-	args := append(messageArgs(m),
-		m.Payload != nil, m.Payload, // $19, $20
-		m.MDN != nil, mdnCT, string(hdr), mdnBody, mdnDisp, mdnMIC, mdnSigned, // $21..$27
-		m.MDN != nil && m.Outbox, attempts, window) // $28..$30
+	if m.MDN != nil {
+		shape |= shapeMDN
+		args = append(args, m.MDN.Header.Get("Content-Type"), string(hdr), m.MDN.Body, m.MDN.Disposition, m.MDN.MIC, m.MDN.Signed)
+		if m.Outbox {
+			shape |= shapeOutbox
+			attempts, window := m.MDNRetry.args()
+			args = append(args, attempts, window)
+		}
+	}
+	sql := saveInboundSQL[shape]
 	var id int64
 	if m.EDI != nil {
 		err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-			err := tx.QueryRow(ctx, saveInboundSQL, args...).Scan(&id)
+			err := tx.QueryRow(ctx, sql, args...).Scan(&id)
 			if errors.Is(err, pgx.ErrNoRows) {
 				return ErrDuplicateInbound
 			}
@@ -263,24 +299,62 @@ func (s *Store) saveInboundOneStatement(ctx context.Context, m *InboundMessage, 
 		})
 		return id, err
 	}
-	err := s.pool.QueryRow(ctx, saveInboundSQL, args...).Scan(&id)
+	err := s.pool.QueryRow(ctx, sql, args...).Scan(&id)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, ErrDuplicateInbound
 	}
 	return id, err
 }
 
-// saveInboundSQL writes an inbound message, its payload, its MDN and the
-// outbox row of an async MDN in one statement.
-const saveInboundSQL = `
-WITH m AS (` + insertMessage + `),
-p AS (INSERT INTO payloads (message_id, data) SELECT id, $20::bytea FROM m WHERE $19::boolean),
+// saveShape says what a one-statement save writes besides the message and
+// its event.
+type saveShape uint8
+
+const (
+	shapePayload saveShape = 1 << iota // the payload ($19)
+	shapeMDN                           // the MDN (the next six parameters)
+	shapeOutbox                        // the async MDN's outbox row (two more)
+)
+
+// saveInboundSQL is the one statement of each shape: only the tables it
+// writes are in it (each data-modifying WITH, even one that writes no
+// row, costs the server the opening of its table and indexes).
+var saveInboundSQL = func() (sqls [shapeOutbox << 1]string) {
+	for shape := range saveShape(len(sqls)) {
+		sqls[shape] = saveInboundStatement(shape)
+	}
+	return sqls
+}()
+
+// saveInboundStatement writes an inbound message, its event, its payload,
+// its MDN and the outbox row of an async MDN in one statement, as shape
+// says; the parameters after messageArgs come in that order.
+func saveInboundStatement(shape saveShape) string {
+	var b strings.Builder
+	b.WriteString("WITH " + insertMessageCTE)
+	n := 18
+	next := func() string { n++; return "$" + strconv.Itoa(n) }
+	if shape&shapePayload != 0 {
+		fmt.Fprintf(&b, `,
+p AS (INSERT INTO payloads (message_id, data) SELECT id, %s::bytea FROM m)`, next())
+	}
+	if shape&shapeMDN != 0 {
+		ct, hdr, body, disp, mic, signed := next(), next(), next(), next(), next(), next()
+		fmt.Fprintf(&b, `,
 d AS (INSERT INTO mdns (message_id, content_type, headers, body, disposition, mic, signed)
-      SELECT id, $22::text, $23::jsonb, $24::bytea, $25::text, $26::text, $27::boolean FROM m WHERE $21::boolean),
+      SELECT id, %s::text, %s::jsonb, %s::bytea, %s::text, %s::text, %s::boolean FROM m)`, ct, hdr, body, disp, mic, signed)
+		if shape&shapeOutbox != 0 {
+			attempts, window := next(), next()
+			fmt.Fprintf(&b, `,
 o AS (INSERT INTO outbox (kind, message_id, partner, url, headers, body, status, next_attempt_at, max_attempts, retry_until)
-      SELECT 'mdn', id, $1, $16, $23::jsonb, $24::bytea, 'pending', now(), $29::integer,
-             CASE WHEN $30::bigint > 0 THEN now() + $30::bigint * interval '1 microsecond' END FROM m WHERE $28::boolean)
-SELECT id FROM m`
+      SELECT 'mdn', id, $1, $16, %[3]s::jsonb, %[4]s::bytea, 'pending', now(), %[1]s::integer,
+             CASE WHEN %[2]s::bigint > 0 THEN now() + %[2]s::bigint * interval '1 microsecond' END FROM m)`, attempts, window, hdr, body)
+		}
+	}
+	b.WriteString(`
+SELECT id FROM m` + receivedEventMarker)
+	return b.String()
+}
 
 // saveInboundStreamed writes a large payload in pieces into a large object
 // and copies it into payloads server-side, in one transaction with the rest.

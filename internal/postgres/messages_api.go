@@ -200,7 +200,10 @@ func messagesSQL(q MessageQuery, sortRange bool) (string, []any) {
 	if q.Filename != "" {
 		// A range of the text_pattern_ops index, whatever the plan: a
 		// LIKE pattern given as a parameter is not (a generic plan does
-		// not know its prefix).
+		// not know its prefix). The index holds only the messages that
+		// have a file name (migration 00018): "filename <> ''", true of
+		// every row in the range, lets the planner use it.
+		where = append(where, "filename <> ''")
 		add("filename ~>=~ $?", q.Filename)
 		if end, ok := prefixEnd(q.Filename); ok {
 			add("filename ~<~ $?", end)

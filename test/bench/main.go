@@ -9,6 +9,10 @@
 //     the CPU time of this process, of PostgreSQL and of the rest of the
 //     machine per message. The senders run in this process; the MDNs they
 //     get are all checked (signature included) after the timed window;
+//   - the inbound save's PostgreSQL cost alone (pgsave.go): SaveInbound
+//     of the served run's message, one after the other on one connection,
+//     and the CPU of the backend serving it per save; with
+//     -pgsave-variant, schema variants in alternating rounds;
 //   - MDN poller throughput (poller.go): a backlog of -poller-mdns (10,000)
 //     signed async MDNs in the inbox, each for an outbound message awaiting
 //     it, applied by one leader's poller; MDNs per second;
@@ -122,6 +126,14 @@ type options struct {
 	// 0 skips it.
 	scaleOut     int
 	scaleOutOnly bool
+	// pgSaves is the saves per round of the inbound save's PostgreSQL
+	// cost (pgsave.go), in pgSaveRounds rounds; 0 skips it.
+	// pgSaveVariants ("name=SQL") are schema variants measured beside
+	// the migrated schema.
+	pgSaves        int
+	pgSaveRounds   int
+	pgSaveOnly     bool
+	pgSaveVariants []string
 	// sum gathers the figures into the closing table.
 	sum *summary
 
@@ -162,6 +174,13 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	fs.BoolVar(&o.servedBoring, "served-boring", true, "measure also a BoringCrypto build of edihub (GOEXPERIMENT=boringcrypto, needs cgo and gcc) with its own RSA bound, side by side")
 	fs.IntVar(&o.scaleOut, "scale-out", 3, "receive throughput with 1 up to this many replicas of edihub serve on one database (loadgen against all of them, -served-duration each); 0 skips it")
 	fs.BoolVar(&o.scaleOutOnly, "scale-out-only", false, "run only the scale-out measurement")
+	fs.IntVar(&o.pgSaves, "pgsave", 2000, "saves per round of the inbound save's PostgreSQL cost (SaveInbound on one connection, the backend's CPU per save); 0 skips it")
+	fs.IntVar(&o.pgSaveRounds, "pgsave-rounds", 5, "rounds of -pgsave saves (the median is the figure)")
+	fs.BoolVar(&o.pgSaveOnly, "pgsave-only", false, "run only the inbound save's PostgreSQL cost")
+	fs.Func("pgsave-variant", "name=SQL: measure also the schema as the migrations and SQL leave it, in rounds alternating with the migrated schema's (repeatable)", func(v string) error {
+		o.pgSaveVariants = append(o.pgSaveVariants, v)
+		return nil
+	})
 	fs.StringVar(&o.rsaChild, "rsa-child", "", "internal: print this build's RSA figures for the station key in this directory")
 	fs.StringVar(&o.child, "rss-child", "", "internal: run the receiver for the peak-memory run with the keys in this directory")
 	fs.StringVar(&o.sendChild, "send-child", "", "internal: run the sender of the large send with the keys in this directory")
@@ -246,6 +265,9 @@ func sections(ctx context.Context, out io.Writer, o options) error {
 	if o.servedOnly {
 		return servedBench(ctx, out, o, partner, st)
 	}
+	if o.pgSaveOnly {
+		return pgSaveBench(ctx, out, o, st)
+	}
 	if o.scaleOutOnly {
 		return scaleOutBench(ctx, out, o, partner, st)
 	}
@@ -266,6 +288,11 @@ func sections(ctx context.Context, out io.Writer, o options) error {
 			if err := scaleOutBench(ctx, out, o, partner, st); err != nil {
 				return err
 			}
+		}
+	}
+	if o.pgSaves > 0 {
+		if err := pgSaveBench(ctx, out, o, st); err != nil {
+			return err
 		}
 	}
 	if o.pollerMDNs > 0 {

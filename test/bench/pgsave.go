@@ -1,0 +1,302 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/edihub/edihub/internal/mdn"
+	"github.com/edihub/edihub/internal/postgres"
+)
+
+// pgSaveBench measures what one inbound save costs PostgreSQL, apart from
+// everything else the served run does (issue 22, point 4): saves of the
+// served run's message (4 KiB payload of loadgen's filler, a signed sync
+// MDN built by internal/mdn with the station key) through SaveInbound,
+// one after the other on one connection to a fresh database, in
+// o.pgSaveRounds rounds of o.pgSaves after a warm-up. Per save: the CPU
+// of the backend serving that connection (/proc/<pid>/schedstat, in
+// nanoseconds), the CPU of PostgreSQL's other processes meanwhile (WAL
+// writer, autovacuum, ...; throwaway server only), the wall time, and
+// pg_stat_statements' mean execution time of each statement. The
+// backend's figure is the save's own cost: it moves less with other load
+// on the machine than the served run's, though still with it.
+//
+// o.pgSaveVariants ("name=SQL", each run on a fresh database of its own
+// after the migrations) measure variants of the schema against the same
+// saves: the rounds of the schema as migrated and of each variant
+// alternate, so that the machine's load, which moves from second to
+// second on a shared machine, weighs on all of them alike, and each
+// variant's figure is also given as the median of its per-round ratios
+// to the migrated schema's. docs/performance.md ("PostgreSQL") has the
+// variants measured for migration 00018.
+//
+// EDIHUB_BENCH_PGSAVE_PERF=FILE records the migrated schema's backend
+// with perf (cpu-clock, call graphs) during the rounds.
+func pgSaveBench(ctx context.Context, out io.Writer, o options, st *identity) error {
+	msg, err := pgSaveMessage(st)
+	if err != nil {
+		return err
+	}
+	runs := []*pgSaveRun{{name: "as migrated"}}
+	for _, v := range o.pgSaveVariants {
+		name, sql, ok := strings.Cut(v, "=")
+		if !ok {
+			return fmt.Errorf("-pgsave-variant %q: want name=SQL", v)
+		}
+		runs = append(runs, &pgSaveRun{name: name, setup: sql})
+	}
+	for i, r := range runs {
+		dbURL, drop, err := scratchDatabase(ctx, o.databaseURL, "edihub_bench_pgsave_"+strconv.Itoa(i))
+		if err != nil {
+			return err
+		}
+		defer drop()
+		err = r.open(ctx, dbURL, msg, max(200, o.pgSaves/10))
+		defer r.close()
+		if err != nil {
+			return fmt.Errorf("%s: %w", r.name, err)
+		}
+	}
+	fmt.Fprintf(out, "Inbound save in PostgreSQL alone (SaveInbound of the served run's message: %d B payload, signed sync MDN of %d B; one connection, %d saves per round)\n",
+		len(msg.Payload), len(msg.MDN.Body), o.pgSaves)
+	if f := os.Getenv("EDIHUB_BENCH_PGSAVE_PERF"); f != "" {
+		// perf record of the migrated schema's backend into that file,
+		// for where its time goes (perf report -i FILE --children).
+		cmd := exec.Command("perf", "record", "-e", "cpu-clock", "-g", "-o", f, "-p", strconv.Itoa(runs[0].pid))
+		if err := cmd.Start(); err != nil {
+			return err
+		}
+		time.Sleep(500 * time.Millisecond)
+		defer func() { _ = cmd.Process.Signal(os.Interrupt); _ = cmd.Wait() }()
+	}
+	fmt.Fprintf(out, "  %-6s %-24s %12s %13s %10s\n", "round", "schema", "backend CPU", "other PG CPU", "wall")
+	for round := range o.pgSaveRounds {
+		for i := range runs {
+			// Each round in another order: none always goes first.
+			r := runs[(i+round)%len(runs)]
+			last := round == o.pgSaveRounds-1
+			s, err := r.round(ctx, o.pgDataDir, o.pgSaves, last)
+			if err != nil {
+				return fmt.Errorf("%s: %w", r.name, err)
+			}
+			fmt.Fprintf(out, "  %-6d %-24s %12s %13s %10s\n", round+1, r.name, s.backend.Round(time.Microsecond), s.others, s.wall.Round(time.Microsecond))
+		}
+	}
+	base := runs[0]
+	for i, r := range runs {
+		med, lo, hi := medianOf(r.backend)
+		fmt.Fprintf(out, "  %s: backend CPU per save, median of %d rounds %s (min %s, max %s)", r.name, len(r.backend),
+			med.Round(time.Microsecond), lo.Round(time.Microsecond), hi.Round(time.Microsecond))
+		if i > 0 {
+			ratios := make([]float64, len(r.backend))
+			for j := range ratios {
+				ratios[j] = float64(r.backend[j]) / float64(base.backend[j])
+			}
+			slices.Sort(ratios)
+			fmt.Fprintf(out, "; %.2f × the migrated schema's (median of the rounds' ratios)", ratios[len(ratios)/2])
+		}
+		fmt.Fprintln(out)
+		for _, s := range r.top {
+			if s.calls*100 < int64(o.pgSaves) {
+				continue // the bench's own queries
+			}
+			fmt.Fprintf(out, "    %6.2f %8s  %s\n", float64(s.calls)/float64(o.pgSaves), (s.exec / time.Duration(s.calls)).Round(time.Microsecond), s.query)
+		}
+	}
+	fmt.Fprintln(out)
+	// No target of its own: the 0.2 ms is the served run's, which adds
+	// the other processes and the contention of 16 connections.
+	med, _, _ := medianOf(base.backend)
+	o.sum.add(figure{name: "PostgreSQL backend CPU per inbound save, alone", value: med.Round(time.Microsecond).String(),
+		reference: "part of the served figure"})
+	return nil
+}
+
+// pgSaveRun is one schema of pgSaveBench: its database, the store saving
+// into it and the backend serving the store.
+type pgSaveRun struct {
+	name, setup string
+	store       *postgres.Store
+	db          *pgx.Conn // a second connection, for the statistics
+	msg         postgres.InboundMessage
+	pid         int
+	seq         int
+	stats       bool // pg_stat_statements answers
+	backend     []time.Duration
+	top         []statementCount
+}
+
+// open migrates the empty database at dbURL, runs r.setup and warms up.
+func (r *pgSaveRun) open(ctx context.Context, dbURL string, msg *postgres.InboundMessage, warmup int) error {
+	var err error
+	if r.store, err = postgres.Open(ctx, dbURL, postgres.Options{MaxConns: 1}); err != nil {
+		return err
+	}
+	if _, err := r.store.Migrate(ctx); err != nil {
+		return err
+	}
+	if r.db, err = pgx.Connect(ctx, dbURL); err != nil {
+		return err
+	}
+	if r.setup != "" {
+		if _, err := r.db.Exec(ctx, r.setup); err != nil {
+			return fmt.Errorf("variant's SQL: %w", err)
+		}
+	}
+	if _, err := r.db.Exec(ctx, `CREATE EXTENSION IF NOT EXISTS pg_stat_statements`); err == nil {
+		r.stats = r.db.QueryRow(ctx, `SELECT count(*) FROM pg_stat_statements`).Scan(new(int64)) == nil
+	}
+	r.msg = *msg
+	// The warm-up fills the caches and prepares the statement.
+	if err := r.save(ctx, warmup); err != nil {
+		return err
+	}
+	// The store's one connection: the other "edihub" session of this
+	// database is none (r.db has no application_name).
+	err = r.db.QueryRow(ctx, `SELECT pid FROM pg_stat_activity WHERE application_name = 'edihub' AND datname = current_database()`).Scan(&r.pid)
+	if err != nil {
+		return fmt.Errorf("the saving backend: %w", err)
+	}
+	return nil
+}
+
+func (r *pgSaveRun) close() {
+	if r.db != nil {
+		_ = r.db.Close(context.Background())
+	}
+	if r.store != nil {
+		r.store.Close()
+	}
+}
+
+func (r *pgSaveRun) save(ctx context.Context, n int) error {
+	for range n {
+		r.seq++
+		r.msg.MessageID = "<pgsave-" + strconv.Itoa(r.seq) + "@bench>"
+		id, err := r.store.SaveInbound(ctx, &r.msg)
+		if err != nil {
+			return fmt.Errorf("save %d: %w", r.seq, err)
+		}
+		if id <= 0 {
+			return errors.New("save: no id")
+		}
+	}
+	return nil
+}
+
+// pgSaveRound is one round's figures per save.
+type pgSaveRound struct {
+	backend, wall time.Duration
+	others        string
+}
+
+func (r *pgSaveRun) round(ctx context.Context, pgDataDir string, n int, last bool) (pgSaveRound, error) {
+	var stmts0 map[string]statementCount
+	if last {
+		stmts0 = statementCalls(ctx, r.db, r.stats)
+	}
+	pid := strconv.Itoa(r.pid)
+	b0, o0 := schedNS(pid), pgOthersNS(pgDataDir, pid)
+	t0 := time.Now()
+	if err := r.save(ctx, n); err != nil {
+		return pgSaveRound{}, err
+	}
+	wall := time.Since(t0)
+	b1, o1 := schedNS(pid), pgOthersNS(pgDataDir, pid)
+	s := pgSaveRound{backend: time.Duration((b1 - b0) / int64(n)), wall: wall / time.Duration(n), others: "–"}
+	if pgDataDir != "" {
+		s.others = time.Duration((o1 - o0) / int64(n)).Round(time.Microsecond).String()
+	}
+	r.backend = append(r.backend, s.backend)
+	if last {
+		_, r.top = statementsBetween(stmts0, statementCalls(ctx, r.db, r.stats))
+		r.top = r.top[:min(len(r.top), 3)]
+	}
+	return s, nil
+}
+
+// medianOf returns the median, the least and the greatest of ds.
+func medianOf(ds []time.Duration) (med, lo, hi time.Duration) {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[len(s)/2], s[0], s[len(s)-1]
+}
+
+// pgSaveMessage is the message the served run stores: loadgen's payload
+// and a signed MDN for it.
+func pgSaveMessage(st *identity) (*postgres.InboundMessage, error) {
+	payload := make([]byte, 4096)
+	filler := []byte("ISA*00*LOADGEN 000000~")
+	for i := range payload {
+		payload[i] = filler[i%len(filler)]
+	}
+	const mic = "m7zF3j8bvWl8D0zGmKmcxAF5VOTvsiBq3PLX6a8nBRk=, sha-256"
+	disp := mdn.Processed()
+	hdr, body, err := mdn.Build(mdn.Report{
+		ReportingUA: "edihub", OriginalRecipient: stationID, FinalRecipient: stationID,
+		OriginalMessageID: "<loadgen-0-1@bench>", Disposition: disp, MIC: mic,
+	}, mdn.BuildOptions{Sign: true, Key: st.key, Cert: st.cert})
+	if err != nil {
+		return nil, err
+	}
+	hdr.Set("AS2-Version", "1.2")
+	hdr.Set("AS2-From", stationID)
+	hdr.Set("AS2-To", `"`+partnerID+`"`)
+	hdr.Set("Message-ID", "<edihub-0123456789abcdef@EDIHUB>")
+	hdr.Set("Date", time.Now().UTC().Format(time.RFC1123Z))
+	hdr.Set("Subject", "Message Disposition Notification")
+	hdr.Set("EDIINT-Features", "multiple-attachments, CEM, AS2-Restart")
+	return &postgres.InboundMessage{
+		Partner: partnerID, AS2From: partnerID, AS2To: stationID,
+		Status: postgres.InboundProcessed, Disposition: disp.String(),
+		MIC: mic, MICAlg: "sha-256", Signed: true, Encrypted: true,
+		ContentType: "application/edi-x12", PayloadSize: int64(len(payload)), Payload: payload,
+		MDNMode: "sync", MDNSigned: true,
+		MDN: &postgres.StoredMDN{Header: hdr, Body: body, Disposition: disp.String(), MIC: mic, Signed: true},
+	}, nil
+}
+
+// schedNS returns the CPU time of process pid in nanoseconds
+// (/proc/<pid>/schedstat), 0 when unreadable.
+func schedNS(pid string) int64 {
+	b, err := os.ReadFile("/proc/" + pid + "/schedstat")
+	if err != nil {
+		return 0
+	}
+	f, _, _ := strings.Cut(string(b), " ")
+	n, _ := strconv.ParseInt(f, 10, 64)
+	return n
+}
+
+// pgOthersNS returns the CPU time in nanoseconds of the throwaway
+// server's postmaster and its children but skip.
+func pgOthersNS(pgDataDir, skip string) int64 {
+	pm := postmasterPID(pgDataDir)
+	if pm == "" {
+		return 0
+	}
+	n := schedNS(pm)
+	dirs, _ := os.ReadDir("/proc")
+	for _, d := range dirs {
+		if d.Name() == skip {
+			continue
+		}
+		if st, err := os.ReadFile(filepath.Join("/proc", d.Name(), "stat")); err == nil {
+			if f := statFields(st); len(f) > 1 && f[1] == pm {
+				n += schedNS(d.Name())
+			}
+		}
+	}
+	return n
+}
