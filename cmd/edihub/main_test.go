@@ -135,6 +135,7 @@ func TestServeRejectsBadSettings(t *testing.T) {
 		{"bad duration", []string{"EDIHUB_SHUTDOWN_TIMEOUT", "soon"}, []string{"EDIHUB_SHUTDOWN_TIMEOUT", "-shutdown-timeout"}},
 		{"bad bool", []string{"EDIHUB_MIGRATE", "perhaps"}, []string{"EDIHUB_MIGRATE"}},
 		{"negative decompression limit", []string{"EDIHUB_DATABASE_URL", "postgres://x@127.0.0.1:1/x", "EDIHUB_CONFIG", cfg, "EDIHUB_MAX_DECOMPRESSED_BYTES", "-1"}, []string{"EDIHUB_MAX_DECOMPRESSED_BYTES", "-max-decompressed-bytes"}},
+		{"negative heap floor", []string{"EDIHUB_DATABASE_URL", "postgres://x@127.0.0.1:1/x", "EDIHUB_CONFIG", cfg, "EDIHUB_GC_HEAP_FLOOR_BYTES", "-1"}, []string{"EDIHUB_GC_HEAP_FLOOR_BYTES", "-gc-heap-floor-bytes"}},
 		{"zero MDN limit", []string{"EDIHUB_DATABASE_URL", "postgres://x@127.0.0.1:1/x", "EDIHUB_CONFIG", cfg, "EDIHUB_MAX_MDN_BYTES", "0"}, []string{"EDIHUB_MAX_MDN_BYTES", "-max-mdn-bytes", "positive"}},
 		{"zero AS2 read timeout", []string{"EDIHUB_DATABASE_URL", "postgres://x@127.0.0.1:1/x", "EDIHUB_CONFIG", cfg, "EDIHUB_AS2_READ_TIMEOUT", "0s"}, []string{"EDIHUB_AS2_READ_TIMEOUT", "-as2-read-timeout", "positive"}},
 		{"bad log format", []string{"EDIHUB_DATABASE_URL", "postgres://x@127.0.0.1:1/x", "EDIHUB_CONFIG", cfg, "EDIHUB_LOG_FORMAT", "xml"}, []string{"EDIHUB_LOG_FORMAT", "json or console"}},

@@ -136,7 +136,12 @@ func (p *mimeParser) entity(raw []byte, depth int) (*Entity, error) {
 }
 
 func (p *mimeParser) header(raw []byte) (Header, []byte, error) {
-	var h Header
+	// The header block is copied once, into one string that the fields'
+	// names and values share (a value is not an alias of raw, which a
+	// decryption in place may overwrite).
+	blk := scanHeader(raw, p.lim.MaxHeaderBytes)
+	block := string(raw[:blk.end])
+	h := make(Header, 0, min(blk.lines, p.lim.MaxHeaders))
 	// A folded field's continuation lines are collected in cont and
 	// joined once, when the next field starts or the header ends: joining
 	// per line would copy the value again for every line.
@@ -149,26 +154,15 @@ func (p *mimeParser) header(raw []byte) (Header, []byte, error) {
 			folded = false
 		}
 	}
-	rest := raw
-	for {
-		if consumed := len(raw) - len(rest); consumed > p.lim.MaxHeaderBytes {
-			return nil, nil, fmt.Errorf("%w: header block over %d bytes", ErrLimit, p.lim.MaxHeaderBytes)
-		}
-		if len(rest) == 0 {
-			unfold()
-			return h, rest, nil // all header, empty body
-		}
-		var line []byte
-		if i := bytes.IndexByte(rest, '\n'); i >= 0 {
+	rest := block
+	for rest != "" {
+		var line string
+		if i := strings.IndexByte(rest, '\n'); i >= 0 {
 			line, rest = rest[:i], rest[i+1:]
 		} else {
-			line, rest = rest, nil
+			line, rest = rest, ""
 		}
-		line = bytes.TrimSuffix(line, []byte{'\r'})
-		if len(line) == 0 {
-			unfold()
-			return h, rest, nil
-		}
+		line = strings.TrimSuffix(line, "\r")
 		if line[0] == ' ' || line[0] == '\t' {
 			if len(h) == 0 {
 				return nil, nil, fmt.Errorf("%w: continuation line before the first header field", ErrMalformedMIME)
@@ -179,21 +173,70 @@ func (p *mimeParser) header(raw []byte) (Header, []byte, error) {
 			}
 			// The same value as trimming after each line: the value so
 			// far has no trailing space, and leading space goes at the end.
-			cont.Write(bytes.TrimRightFunc(line, unicode.IsSpace))
+			cont.WriteString(strings.TrimRightFunc(line, unicode.IsSpace))
 			continue
 		}
 		unfold()
-		colon := bytes.IndexByte(line, ':')
+		colon := strings.IndexByte(line, ':')
 		if colon <= 0 {
 			return nil, nil, fmt.Errorf("%w: header line without a field name", ErrMalformedMIME)
 		}
 		if len(h) >= p.lim.MaxHeaders {
 			return nil, nil, fmt.Errorf("%w: more than %d header fields", ErrLimit, p.lim.MaxHeaders)
 		}
-		h = append(h, Field{
-			Name:  string(bytes.TrimSpace(line[:colon])),
-			Value: string(bytes.TrimSpace(line[colon+1:])),
-		})
+		h = append(h, Field{Name: strings.TrimSpace(line[:colon]), Value: strings.TrimSpace(line[colon+1:])})
+	}
+	unfold()
+	if blk.overLimit {
+		return nil, nil, fmt.Errorf("%w: header block over %d bytes", ErrLimit, p.lim.MaxHeaderBytes)
+	}
+	if len(h) == 0 {
+		h = nil
+	}
+	return h, blk.body, nil
+}
+
+// headerBlock is where an entity's header block ends (scanHeader).
+type headerBlock struct {
+	// end is the length of the header lines (their line ends included),
+	// before the blank line, or up to the line where the block went over
+	// the limit.
+	end int
+	// lines counts the lines up to end (at most one a field).
+	lines int
+	// body follows the blank line; nil when the input ends without a
+	// line end (all header).
+	body []byte
+	// overLimit: the block goes on past the limit after end.
+	overLimit bool
+}
+
+// scanHeader finds the blank line ending raw's header block (a line ended
+// by LF or CRLF), or the line from which the block is over maxBytes.
+func scanHeader(raw []byte, maxBytes int) headerBlock {
+	var b headerBlock
+	rest := raw
+	for {
+		consumed := len(raw) - len(rest)
+		if consumed > maxBytes {
+			b.end, b.overLimit = consumed, true
+			return b
+		}
+		if len(rest) == 0 {
+			b.end, b.body = consumed, rest
+			return b
+		}
+		var line []byte
+		if i := bytes.IndexByte(rest, '\n'); i >= 0 {
+			line, rest = rest[:i], rest[i+1:]
+		} else {
+			line, rest = rest, nil
+		}
+		if len(line) == 0 || (len(line) == 1 && line[0] == '\r') {
+			b.end, b.body = consumed, rest
+			return b
+		}
+		b.lines++
 	}
 }
 

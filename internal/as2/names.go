@@ -22,8 +22,16 @@ var ErrUnsupportedMICAlg = errors.New("as2: unsupported MIC algorithm")
 func ParseAS2Name(v string) (string, error) {
 	v = strings.Trim(v, " \t")
 	if len(v) >= 2 && v[0] == '"' && v[len(v)-1] == '"' {
-		var b strings.Builder
 		in := v[1 : len(v)-1]
+		if strings.IndexAny(in, `"\`) < 0 {
+			// Nothing escaped: the name is the quotes' content.
+			if err := validateAS2Name(in); err != nil {
+				return "", err
+			}
+			return in, nil
+		}
+		var b strings.Builder
+		b.Grow(len(in))
 		for i := 0; i < len(in); i++ {
 			c := in[i]
 			if c == '\\' && i+1 < len(in) {
@@ -65,6 +73,7 @@ func FormatAS2Name(name string) (string, error) {
 		return name, nil
 	}
 	var b strings.Builder
+	b.Grow(len(name) + 2 + strings.Count(name, `"`) + strings.Count(name, `\`))
 	b.WriteByte('"')
 	for i := 0; i < len(name); i++ {
 		if name[i] == '"' || name[i] == '\\' {
@@ -81,6 +90,12 @@ func FormatAS2Name(name string) (string, error) {
 // "rsa-sha1", "sha256" and "sha-256" are all accepted. Errors wrap
 // ErrUnsupportedMICAlg.
 func ParseMICAlg(s string) (crypto.Hash, error) {
+	switch s { // the usual spellings, as the normalisation below reads them
+	case "sha-256", "sha256":
+		return crypto.SHA256, nil
+	case "sha-1", "sha1":
+		return crypto.SHA1, nil
+	}
 	n := strings.ToLower(strings.Trim(s, " \t\""))
 	n = strings.TrimPrefix(n, "rsa-")
 	n = strings.ReplaceAll(strings.ReplaceAll(n, "-", ""), "_", "")
@@ -158,7 +173,9 @@ func ParseDispositionOptions(v string) (DispositionOptions, error) {
 		}
 		var importance string
 		var values []string
-		for i, item := range strings.Split(value, ",") {
+		i := -1
+		for item := range strings.SplitSeq(value, ",") {
+			i++
 			item = strings.Trim(strings.TrimSpace(item), "\"")
 			item = strings.TrimSpace(item)
 			if item == "" {

@@ -6,6 +6,7 @@ import (
 	"io"
 	"strconv"
 	"strings"
+	"sync"
 )
 
 // Parse reads the envelopes of the EDI document in r with the given limits
@@ -17,7 +18,14 @@ import (
 func Parse(r io.Reader, lim Limits) (*Document, error) {
 	br, ok := r.(*bufio.Reader)
 	if !ok || br.Size() < maxLeadingSpace+6 {
-		br = bufio.NewReaderSize(r, 4096)
+		// The scanner copies what it keeps: the buffer is free again
+		// when Parse returns.
+		br = readers.Get().(*bufio.Reader)
+		br.Reset(r)
+		defer func() {
+			br.Reset(nil)
+			readers.Put(br)
+		}()
 	}
 	std, err := Detect(br)
 	if err != nil {
@@ -43,6 +51,10 @@ func Parse(r io.Reader, lim Limits) (*Document, error) {
 	p.b.finish()
 	return &p.b.doc, err
 }
+
+// readers are Parse's buffered readers, reused: a receiver parses the
+// envelope of every payload it receives.
+var readers = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 4096) }}
 
 type parser struct {
 	b    builder

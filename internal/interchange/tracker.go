@@ -132,11 +132,11 @@ func (t *Tracker) Inspect(ctx context.Context, p *config.Partner, payload io.Rea
 	if errors.Is(err, edi.ErrNotEDI) {
 		return Inspection{}
 	}
-	log := t.log.With(zap.String("partner", p.AS2ID))
 	if err != nil {
-		log.Warn("EDI envelope unreadable; the message is carried as it is", zap.Error(err))
+		t.log.Warn("EDI envelope unreadable; the message is carried as it is", zap.String("partner", p.AS2ID), zap.Error(err))
 		return Inspection{}
 	}
+	log := t.log.With(zap.String("partner", p.AS2ID))
 	in := Inspection{Doc: doc}
 	if dups, err := t.o.Store.FindDuplicateInterchanges(ctx, p.AS2ID, doc, p.EDI.DuplicateWindow); err != nil {
 		log.Warn("duplicate interchange check", zap.Error(err))

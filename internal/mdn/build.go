@@ -55,17 +55,18 @@ type BuildOptions struct {
 }
 
 // Build returns an MDN: its HTTP header fields (Content-Type and
-// MIME-Version; the AS2 fields are the caller's) and body, with CRLF line
-// ends throughout. Unsigned it is a multipart/report;
-// report-type=disposition-notification, signed a multipart/signed whose
-// first part is that report. Build is deterministic for a fixed Rand and
-// Time. Field values must not contain line breaks.
+// MIME-Version; the AS2 fields are the caller's, and the map has room for
+// them) and body, with CRLF line ends throughout. Unsigned it is a
+// multipart/report; report-type=disposition-notification, signed a
+// multipart/signed whose first part is that report. Build is
+// deterministic for a fixed Rand and Time. Field values must not contain
+// line breaks.
 func Build(r Report, o BuildOptions) (http.Header, []byte, error) {
 	rnd := o.Rand
 	if rnd == nil {
 		rnd = rand.Reader
 	}
-	for _, v := range []string{r.ReportingUA, r.OriginalRecipient, r.FinalRecipient, r.OriginalMessageID, r.MIC} {
+	for _, v := range [...]string{r.ReportingUA, r.OriginalRecipient, r.FinalRecipient, r.OriginalMessageID, r.MIC} {
 		if strings.ContainsAny(v, "\r\n") {
 			return nil, nil, errors.New("build MDN: line break in a field value")
 		}
@@ -75,11 +76,11 @@ func Build(r Report, o BuildOptions) (http.Header, []byte, error) {
 		return nil, nil, err
 	}
 	reportType := `multipart/report; report-type=disposition-notification; boundary="` + b1 + `"`
-	report := reportBody(r, b1)
-	h := http.Header{"Mime-Version": {"1.0"}}
+	h := make(http.Header, headerRoom)
+	h["Mime-Version"] = []string{"1.0"}
 	if !o.Sign {
-		h.Set("Content-Type", reportType)
-		return h, report, nil
+		h["Content-Type"] = []string{reportType}
+		return h, appendReport(make([]byte, 0, reportSize), r, b1), nil
 	}
 	if o.Key == nil || o.Cert == nil {
 		return nil, nil, errors.New("build MDN: signing needs Key and Cert")
@@ -88,9 +89,12 @@ func Build(r Report, o BuildOptions) (http.Header, []byte, error) {
 	if alg == 0 {
 		alg = crypto.SHA256
 	}
-	signed := make([]byte, 0, len(report)+len(reportType)+20)
-	signed = append(signed, "Content-Type: "+reportType+"\r\n\r\n"...)
-	signed = append(signed, report...)
+	// The signed entity: the report under its Content-Type.
+	signed := make([]byte, 0, reportSize+len(reportType)+20)
+	signed = append(signed, "Content-Type: "...)
+	signed = append(signed, reportType...)
+	signed = append(signed, "\r\n\r\n"...)
+	signed = appendReport(signed, r, b1)
 	sig, err := cms.SignDetached(signed, o.Cert, o.Key, cms.SignOptions{
 		Hash: alg, SigningTime: o.Time, AlgorithmProtection: o.AlgorithmProtection, Rand: rnd,
 	})
@@ -101,52 +105,86 @@ func Build(r Report, o BuildOptions) (http.Header, []byte, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	var b bytes.Buffer
-	b.Grow(len(signed) + len(sig)*4/3 + 512)
-	b.WriteString("--" + b2 + "\r\n")
-	b.Write(signed)
-	b.WriteString("\r\n--" + b2 + "\r\n")
-	b.WriteString("Content-Type: application/pkcs7-signature; name=smime.p7s\r\n" +
+	const sigHeader = "Content-Type: application/pkcs7-signature; name=smime.p7s\r\n" +
 		"Content-Transfer-Encoding: base64\r\n" +
-		"Content-Disposition: attachment; filename=smime.p7s\r\n\r\n")
-	writeBase64Lines(&b, sig)
-	b.WriteString("\r\n--" + b2 + "--\r\n")
-	h.Set("Content-Type", `multipart/signed; protocol="application/pkcs7-signature"; micalg=`+as2.MICAlgName(alg)+`; boundary="`+b2+`"`)
-	return h, b.Bytes(), nil
+		"Content-Disposition: attachment; filename=smime.p7s\r\n\r\n"
+	b := make([]byte, 0, 3*len(b2)+len(signed)+len(sigHeader)+base64LinesSize(len(sig))+16)
+	b = append(b, "--"...)
+	b = append(b, b2...)
+	b = append(b, "\r\n"...)
+	b = append(b, signed...)
+	b = append(b, "\r\n--"...)
+	b = append(b, b2...)
+	b = append(b, "\r\n"...)
+	b = append(b, sigHeader...)
+	b = appendBase64Lines(b, sig)
+	b = append(b, "\r\n--"...)
+	b = append(b, b2...)
+	b = append(b, "--\r\n"...)
+	h["Content-Type"] = []string{`multipart/signed; protocol="application/pkcs7-signature"; micalg=` + as2.MICAlgName(alg) + `; boundary="` + b2 + `"`}
+	return h, b, nil
 }
 
-func reportBody(r Report, boundary string) []byte {
-	var b bytes.Buffer
+// headerRoom is the fields Build's header has room for: its own two and
+// the AS2 fields the receiver adds (AS2-Version, AS2-From, AS2-To,
+// Message-ID, Date, Subject, EDIINT-Features).
+const headerRoom = 9
+
+// reportSize is room for a report with the default text.
+const reportSize = 1024
+
+// appendReport appends the multipart/report of r, delimited by boundary.
+func appendReport(b []byte, r Report, boundary string) []byte {
 	text := r.Text
 	if text == "" {
 		text = defaultText(r)
 	}
-	text = strings.ReplaceAll(strings.ReplaceAll(text, "\r\n", "\n"), "\n", "\r\n")
-	if !strings.HasSuffix(text, "\r\n") {
-		text += "\r\n"
-	}
-	b.WriteString("--" + boundary + "\r\n")
-	b.WriteString("Content-Type: text/plain; charset=us-ascii\r\nContent-Transfer-Encoding: 7bit\r\n\r\n")
-	b.WriteString(text)
-	b.WriteString("\r\n--" + boundary + "\r\n")
-	b.WriteString("Content-Type: message/disposition-notification\r\nContent-Transfer-Encoding: 7bit\r\n\r\n")
-	field := func(name, value string) {
+	b = append(b, "--"...)
+	b = append(b, boundary...)
+	b = append(b, "\r\nContent-Type: text/plain; charset=us-ascii\r\nContent-Transfer-Encoding: 7bit\r\n\r\n"...)
+	b = appendCRLFText(b, text)
+	b = append(b, "\r\n--"...)
+	b = append(b, boundary...)
+	b = append(b, "\r\nContent-Type: message/disposition-notification\r\nContent-Transfer-Encoding: 7bit\r\n\r\n"...)
+	field := func(name, prefix, value string) {
 		if value != "" {
-			b.WriteString(name + ": " + value + "\r\n")
+			b = append(b, name...)
+			b = append(b, ": "...)
+			b = append(b, prefix...)
+			b = append(b, value...)
+			b = append(b, "\r\n"...)
 		}
 	}
-	field("Reporting-UA", r.ReportingUA)
-	if r.OriginalRecipient != "" {
-		field("Original-Recipient", "rfc822; "+r.OriginalRecipient)
+	field("Reporting-UA", "", r.ReportingUA)
+	field("Original-Recipient", "rfc822; ", r.OriginalRecipient)
+	field("Final-Recipient", "rfc822; ", r.FinalRecipient)
+	field("Original-Message-ID", "", r.OriginalMessageID)
+	field("Disposition", "", r.Disposition.String())
+	field("Received-content-MIC", "", r.MIC)
+	b = append(b, "\r\n--"...)
+	b = append(b, boundary...)
+	return append(b, "--\r\n"...)
+}
+
+// appendCRLFText appends text with every line end CRLF (a bare LF
+// becomes CRLF, CRLF stays) and a final line end when it has none.
+func appendCRLFText(b []byte, text string) []byte {
+	start := len(b)
+	for i := 0; i < len(text); i++ {
+		switch c := text[i]; {
+		case c == '\r' && i+1 < len(text) && text[i+1] == '\n':
+			b = append(b, '\r', '\n')
+			i++
+		case c == '\n':
+			b = append(b, '\r', '\n')
+		default:
+			b = append(b, c)
+		}
 	}
-	if r.FinalRecipient != "" {
-		field("Final-Recipient", "rfc822; "+r.FinalRecipient)
+	if !bytes.HasSuffix(b[start:], []byte("\r\n")) {
+		b = append(b, '\r', '\n')
 	}
-	field("Original-Message-ID", r.OriginalMessageID)
-	field("Disposition", r.Disposition.String())
-	field("Received-content-MIC", r.MIC)
-	b.WriteString("\r\n--" + boundary + "--\r\n")
-	return b.Bytes()
+	return b
 }
 
 func defaultText(r Report) string {
@@ -163,19 +201,34 @@ func boundary(rnd io.Reader) (string, error) {
 	if _, err := io.ReadFull(rnd, r[:]); err != nil {
 		return "", fmt.Errorf("build MDN: boundary: %w", err)
 	}
-	return "----=_MDN_" + hex.EncodeToString(r[:]), nil
+	var b [10 + 24]byte
+	copy(b[:], "----=_MDN_")
+	hex.Encode(b[10:], r[:])
+	return string(b[:]), nil
 }
 
-func writeBase64Lines(b *bytes.Buffer, p []byte) {
+// base64LinesSize is the size appendBase64Lines gives n bytes.
+func base64LinesSize(n int) int {
+	const lineBytes = 57
+	full, rest := n/lineBytes, n%lineBytes
+	size := full * (76 + 2)
+	if rest > 0 {
+		size += base64.StdEncoding.EncodedLen(rest) + 2
+	}
+	return size
+}
+
+// appendBase64Lines appends p in base64, in CRLF-ended lines of 76
+// characters.
+func appendBase64Lines(b []byte, p []byte) []byte {
 	const lineBytes = 57 // 76 characters
-	var line [76]byte
 	for len(p) > 0 {
 		n := min(lineBytes, len(p))
-		base64.StdEncoding.Encode(line[:], p[:n])
-		b.Write(line[:base64.StdEncoding.EncodedLen(n)])
-		b.WriteString("\r\n")
+		b = base64.StdEncoding.AppendEncode(b, p[:n])
+		b = append(b, '\r', '\n')
 		p = p[n:]
 	}
+	return b
 }
 
 // RequestOptions returns the Disposition-Notification-Options value that

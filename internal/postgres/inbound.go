@@ -141,7 +141,7 @@ func (s *Store) SaveInbound(ctx context.Context, m *InboundMessage) (int64, erro
 	var hdr []byte
 	if m.MDN != nil {
 		var err error
-		if hdr, err = json.Marshal(m.MDN.Header); err != nil {
+		if hdr, err = headerJSON(m.MDN.Header); err != nil {
 			return 0, fmt.Errorf("save inbound message: encode MDN header: %w", err)
 		}
 	}

@@ -401,20 +401,33 @@ type CertificateUseRecorder interface {
 // bytes + "@" + station + ">", the station name reduced to characters
 // allowed in a Message-ID. It panics only if rnd fails.
 func MessageIDs(station string, rnd io.Reader) func() string {
-	right := strings.Map(func(r rune) rune {
+	right := messageIDHost(station)
+	return func() string { return newMessageID(right, rnd) }
+}
+
+// messageIDHost is the right-hand side of the Message-IDs of station.
+func messageIDHost(station string) string {
+	return strings.Map(func(r rune) rune {
 		switch {
 		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '.', r == '-', r == '_':
 			return r
 		}
 		return '_'
 	}, station)
-	return func() string {
-		var b [16]byte
-		if _, err := io.ReadFull(rnd, b[:]); err != nil {
-			panic(fmt.Sprintf("receiver: message ID randomness: %v", err))
-		}
-		return "<edihub-" + hex.EncodeToString(b[:]) + "@" + right + ">"
+}
+
+// newMessageID is one of MessageIDs' Message-IDs for host.
+func newMessageID(host string, rnd io.Reader) string {
+	var r [16]byte
+	if _, err := io.ReadFull(rnd, r[:]); err != nil {
+		panic(fmt.Sprintf("receiver: message ID randomness: %v", err))
 	}
+	b := make([]byte, 0, len("<edihub-")+32+1+len(host)+1)
+	b = append(b, "<edihub-"...)
+	b = hex.AppendEncode(b, r[:])
+	b = append(b, '@')
+	b = append(b, host...)
+	return string(append(b, '>'))
 }
 
 // Results counted in edihub_as2_messages_received_total besides
@@ -728,16 +741,26 @@ type request struct {
 
 func parseRequest(h http.Header) request {
 	rq := request{
-		messageID: messageID(h.Get("Message-ID")),
-		mdnWanted: len(h.Values("Disposition-Notification-To")) > 0,
-		asyncURL:  strings.TrimSpace(h.Get("Receipt-Delivery-Option")),
+		messageID: messageID(headerValue(h, "Message-Id")),
+		mdnWanted: len(h["Disposition-Notification-To"]) > 0,
+		asyncURL:  strings.TrimSpace(headerValue(h, "Receipt-Delivery-Option")),
 	}
-	rq.from, _ = as2.ParseAS2Name(h.Get("AS2-From"))
-	rq.to, _ = as2.ParseAS2Name(h.Get("AS2-To"))
-	if v := h.Get("Disposition-Notification-Options"); v != "" {
+	rq.from, _ = as2.ParseAS2Name(headerValue(h, "As2-From"))
+	rq.to, _ = as2.ParseAS2Name(headerValue(h, "As2-To"))
+	if v := headerValue(h, "Disposition-Notification-Options"); v != "" {
 		rq.opts, rq.optsErr = as2.ParseDispositionOptions(v)
 	}
 	return rq
+}
+
+// headerValue is h.Get for a key already in canonical form ("As2-From"
+// for AS2-From): Get canonicalises its key each time, and builds a new
+// string for one that is not, once per field per message.
+func headerValue(h http.Header, canonicalKey string) string {
+	if v := h[canonicalKey]; len(v) > 0 {
+		return v[0]
+	}
+	return ""
 }
 
 // messageID returns the Message-ID as received (net/http already trimmed
@@ -802,7 +825,11 @@ type exchange struct {
 }
 
 func (h *Handler) receive(ctx context.Context, hdr http.Header, body []byte, rq request, partner *config.Partner, budget *reservation, sp *spooled) *response {
-	log := h.log.With(zap.String("as2_from", rq.from), zap.String("as2_to", rq.to), zap.String("message_id", rq.messageID), zap.String("partner", partner.AS2ID))
+	// The names go on every line logged about the message. Most messages
+	// log one, the last, which is given them itself: log builds its
+	// encoder only when something else is logged.
+	names := [...]zap.Field{zap.String("as2_from", rq.from), zap.String("as2_to", rq.to), zap.String("message_id", rq.messageID), zap.String("partner", partner.AS2ID)}
+	log := h.log.WithLazy(names[:]...)
 	plan := planMDN(rq)
 	if rq.messageID == "" {
 		return h.noMessageID(log, rq, plan, partner)
@@ -859,8 +886,8 @@ func (h *Handler) receive(ctx context.Context, hdr http.Header, body []byte, rq 
 		// The MDN leaves through the outbox; the partner gets 200 now.
 		res = &response{status: http.StatusOK, partner: res.partner, result: res.result}
 	}
-	log.Info("message received", zap.String("disposition", msg.Disposition), zap.Int64("size", msg.PayloadSize), zap.String("mdn", msg.MDNMode),
-		zap.Duration("unwrap", unwrapTook), zap.Duration("store", storeTook), zap.Bool("spooled", sp != nil))
+	h.log.Info("message received", names[0], names[1], names[2], names[3], zap.String("disposition", msg.Disposition), zap.Int64("size", msg.PayloadSize),
+		zap.String("mdn", msg.MDNMode), zap.Duration("unwrap", unwrapTook), zap.Duration("store", storeTook), zap.Bool("spooled", sp != nil))
 	return res
 }
 
@@ -1165,17 +1192,22 @@ func (h *Handler) mdnResponse(rq request, plan mdnPlan, d mdn.Disposition, mic s
 	if err != nil {
 		return nil, err
 	}
-	hdr.Set("AS2-Version", "1.2")
-	hdr.Set("AS2-From", from)
-	hdr.Set("AS2-To", to)
-	newID := h.o.NewMessageID
-	if newID == nil {
-		newID = MessageIDs(rq.station.AS2ID, h.o.Rand)
+	var id string
+	if h.o.NewMessageID != nil {
+		id = h.o.NewMessageID()
+	} else {
+		id = newMessageID(messageIDHost(rq.station.AS2ID), h.o.Rand)
 	}
-	hdr.Set("Message-ID", newID())
-	hdr.Set("Date", now.UTC().Format(time.RFC1123Z))
-	hdr.Set("Subject", "Message Disposition Notification")
-	hdr["EDIINT-Features"] = []string{as2.EDIINTFeatures}
+	// hdr.Set with the keys in canonical form (as Set stores them; the
+	// EDIINT-Features key keeps its spelling), the values in one array.
+	v := []string{"1.2", from, to, id, now.UTC().Format(time.RFC1123Z), "Message Disposition Notification", as2.EDIINTFeatures}
+	hdr["As2-Version"] = v[0:1:1]
+	hdr["As2-From"] = v[1:2:2]
+	hdr["As2-To"] = v[2:3:3]
+	hdr["Message-Id"] = v[3:4:4]
+	hdr["Date"] = v[4:5:5]
+	hdr["Subject"] = v[5:6:6]
+	hdr["EDIINT-Features"] = v[6:7:7]
 	return &response{status: http.StatusOK, header: hdr, body: body}, nil
 }
 

@@ -170,22 +170,33 @@ func servedRun(ctx context.Context, out io.Writer, o options, dir, cfg, edihubBi
 	if err := lg.Start(); err != nil {
 		return err
 	}
-	profErr := make(chan error, 1)
+	profErr, allocErr := make(chan error, 1), make(chan error, 1)
+	profSeconds := max(1, int(o.servedDuration.Seconds())-4)
 	if profile != "" {
+		// openssl builds the messages first (about a second), then the
+		// warm-up: the profiles cover the middle of the window. The
+		// allocation profile is the delta over the same seconds
+		// (net/http/pprof's ?seconds= on a named profile).
 		go func() {
-			// openssl builds the messages first (about a second), then
-			// the warm-up: the profile covers the middle of the window.
 			time.Sleep(warmup + 3*time.Second)
-			profErr <- fetchProfile(ctx, "http://"+opsAddr+"/debug/pprof/profile?seconds="+strconv.Itoa(max(1, int(o.servedDuration.Seconds())-4)), profile)
+			profErr <- fetchProfile(ctx, "http://"+opsAddr+"/debug/pprof/profile?seconds="+strconv.Itoa(profSeconds), profile)
+		}()
+		go func() {
+			time.Sleep(warmup + 3*time.Second)
+			allocErr <- fetchProfile(ctx, "http://"+opsAddr+"/debug/pprof/allocs?seconds="+strconv.Itoa(profSeconds), profile+".allocs")
 		}()
 	} else {
 		profErr <- nil
+		allocErr <- nil
 	}
 	if err := lg.Wait(); err != nil {
 		return fmt.Errorf("loadgen: %w: %s", err, strings.TrimSpace(lgErr.String()))
 	}
 	if err := <-profErr; err != nil {
 		return fmt.Errorf("CPU profile of edihub serve: %w", err)
+	}
+	if err := <-allocErr; err != nil {
+		return fmt.Errorf("allocation profile of edihub serve: %w", err)
 	}
 	load1 := loadAverage()
 	statements, top := statementsBetween(stmts0, statementCalls(ctx, db, haveStatements))
@@ -237,6 +248,7 @@ func servedRun(ctx context.Context, out io.Writer, o options, dir, cfg, edihubBi
 	if len(pids) > 1 {
 		fmt.Fprintf(out, "  %-44s %10s  (target <= 0.2 ms)\n", "PostgreSQL CPU per message", lr.cpu[pids[1]].Round(time.Microsecond))
 	}
+	fmt.Fprintf(out, "  %-44s %10s\n", "loadgen CPU per message", lr.loadgen.Round(time.Microsecond))
 	fmt.Fprintf(out, "  %-44s %10s\n", "machine CPU per message", lr.machine.Round(time.Microsecond))
 	fmt.Fprintf(out, "  %-44s %10d\n", "inbound messages stored during the load", stored)
 	if stored > 0 {
@@ -258,6 +270,20 @@ func servedRun(ctx context.Context, out io.Writer, o options, dir, cfg, edihubBi
 		}
 		fmt.Fprintf(out, "  CPU profile of edihub serve: %s\n", profile)
 		if top, err := exec.CommandContext(ctx, "go", "tool", "pprof", "-top", "-nodecount=15", edihubBin, profile).Output(); err == nil {
+			for _, l := range strings.Split(strings.TrimSpace(string(top)), "\n") {
+				fmt.Fprintln(out, "    "+l)
+			}
+		}
+		allocs := profile + ".allocs"
+		if objects, bytes, err := profileAllocs(ctx, edihubBin, allocs); err == nil && lr.rate > 0 {
+			// The profile's window is about profSeconds of loadgen's, at
+			// its rate: the figures per message are estimates.
+			n := lr.rate * float64(profSeconds)
+			fmt.Fprintf(out, "  %-44s %10.0f  (%.1f KiB; allocation profile over %d s of the window at loadgen's rate)\n",
+				"allocations per message (estimate)", objects/n, bytes/n/1024, profSeconds)
+		}
+		fmt.Fprintf(out, "  allocation profile of edihub serve: %s (go tool pprof -sample_index=alloc_space)\n", allocs)
+		if top, err := exec.CommandContext(ctx, "go", "tool", "pprof", "-top", "-nodecount=10", "-sample_index=alloc_objects", edihubBin, allocs).Output(); err == nil {
 			for _, l := range strings.Split(strings.TrimSpace(string(top)), "\n") {
 				fmt.Fprintln(out, "    "+l)
 			}
@@ -491,6 +517,8 @@ type loadgenResult struct {
 	// cpu is the CPU per message of each process given to -pids.
 	cpu     map[string]time.Duration
 	machine time.Duration
+	// loadgen is loadgen's own CPU per message.
+	loadgen time.Duration
 	// busy is the machine's busy share during the window, as loadgen
 	// prints it ("93%").
 	busy string
@@ -501,6 +529,7 @@ var (
 	lgLatency = regexp.MustCompile(`(?m)^latency (.*)$`)
 	lgCPU     = regexp.MustCompile(`(?m)^CPU of (\d+) \([^)]*\): ([\d.]+) ms per message$`)
 	lgMachine = regexp.MustCompile(`(?m)^CPU of the machine: ([\d.]+) ms per message \(busy (\d+%)`)
+	lgSelf    = regexp.MustCompile(`(?m)^CPU of loadgen itself: ([\d.]+) ms per message$`)
 	lgBad     = regexp.MustCompile(`(?m)^  (failed \(.*|disposition "(?:[^p]|p[^r]).*)$`)
 )
 
@@ -536,6 +565,9 @@ func parseLoadgen(s string, pids []string) (loadgenResult, error) {
 	if m := lgMachine.FindStringSubmatch(s); m != nil {
 		r.machine, r.busy = ms(m[1]), m[2]
 	}
+	if m := lgSelf.FindStringSubmatch(s); m != nil {
+		r.loadgen = ms(m[1])
+	}
 	return r, nil
 }
 
@@ -569,6 +601,29 @@ func profileRSAShare(ctx context.Context, bin, profile string) (total, rsaCPU fl
 }
 
 var profTotal = regexp.MustCompile(`Total samples = ([\d.]+)s`)
+
+// profileAllocs reads an allocation profile (a delta, see servedRun): the
+// objects and the bytes allocated in its window, the first two values of
+// each sample that pprof -raw prints ("objects bytes inuse_objects
+// inuse_bytes: locations").
+func profileAllocs(ctx context.Context, bin, profile string) (objects, bytes float64, err error) {
+	b, err := exec.CommandContext(ctx, "go", "tool", "pprof", "-raw", bin, profile).Output()
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, m := range rawSample.FindAllStringSubmatch(string(b), -1) {
+		o, _ := strconv.ParseFloat(m[1], 64)
+		n, _ := strconv.ParseFloat(m[2], 64)
+		objects += o
+		bytes += n
+	}
+	if objects == 0 {
+		return 0, 0, errors.New("no samples in the allocation profile")
+	}
+	return objects, bytes, nil
+}
+
+var rawSample = regexp.MustCompile(`(?m)^\s+(\d+)\s+(\d+)\s+-?\d+\s+-?\d+: `)
 
 // fetchProfile saves the CPU profile at url into path.
 func fetchProfile(ctx context.Context, url, path string) error {

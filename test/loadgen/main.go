@@ -27,6 +27,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -98,14 +99,17 @@ func run(ctx context.Context, o options, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	res := load(ctx, o, msgs, pids)
+	res, err := load(ctx, o, msgs, pids)
+	if err != nil {
+		return err
+	}
 	res.print(out, o)
 	return nil
 }
 
 // message is one AS2 request body built by openssl, with its header.
 type message struct {
-	contentType string
+	contentType []string // the Content-Type field's value
 	body        []byte
 }
 
@@ -134,7 +138,7 @@ func build(ctx context.Context, dir string, n int, o options) (message, error) {
 	if err != nil {
 		return message{}, err
 	}
-	return message{contentType: `application/pkcs7-mime; smime-type=enveloped-data; name="smime.p7m"`, body: der}, nil
+	return message{contentType: []string{`application/pkcs7-mime; smime-type=enveloped-data; name="smime.p7m"`}, body: der}, nil
 }
 
 func openssl(ctx context.Context, args ...string) ([]byte, error) {
@@ -157,11 +161,13 @@ type result struct {
 	failures     map[string]int
 	cpu          []cpuUse
 	machine      cpuUse
+	// self is loadgen's own CPU time in the window.
+	self cpuUse
 }
 
 // load posts the messages from o.senders goroutines: first for o.warmup,
 // uncounted, then for o.duration.
-func load(ctx context.Context, o options, msgs []message, pids []int) result {
+func load(ctx context.Context, o options, msgs []message, pids []int) (result, error) {
 	client := &http.Client{Timeout: 60 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: o.senders, MaxConnsPerHost: o.senders}}
 	var seq atomic.Int64
 	var counting atomic.Bool
@@ -170,8 +176,24 @@ func load(ctx context.Context, o options, msgs []message, pids []int) result {
 	res := result{dispositions: map[string]int{}, failures: map[string]int{}}
 	var wg sync.WaitGroup
 	urls := senderURLs(o.url, o.senders)
+	// Everything but the Message-ID and the body is the same in every
+	// request: built once, so that loadgen's own CPU (it shares the
+	// machine with the hub) goes to sending and reading, not to
+	// building header fields.
+	parsed := map[string]*url.URL{}
+	for _, u := range urls {
+		if parsed[u] == nil {
+			pu, err := url.Parse(u)
+			if err != nil {
+				return result{}, fmt.Errorf("-url %q: %w", u, err)
+			}
+			parsed[u] = pu
+		}
+	}
+	base := requestHeader(o)
+	run := runID()
 	for i := range o.senders {
-		url := urls[i]
+		s := &sender{client: client, url: parsed[urls[i]], header: base, run: run, mdn: o.mdn, host: o.messageHost}
 		wg.Go(func() {
 			for {
 				select {
@@ -181,7 +203,7 @@ func load(ctx context.Context, o options, msgs []message, pids []int) result {
 				}
 				n := seq.Add(1)
 				t0 := time.Now()
-				disp, err := post(ctx, client, o, url, msgs[int(n)%len(msgs)], n)
+				disp, err := s.post(ctx, msgs[int(n)%len(msgs)], n)
 				took := time.Since(t0)
 				if !counting.Load() {
 					continue
@@ -199,20 +221,60 @@ func load(ctx context.Context, o options, msgs []message, pids []int) result {
 		})
 	}
 	time.Sleep(o.warmup)
-	before, machine0 := cpuOf(pids), machineCPU()
+	self := os.Getpid()
+	before, machine0 := cpuOf(append([]int{self}, pids...)), machineCPU()
 	counting.Store(true)
 	t0 := time.Now()
 	time.Sleep(o.duration)
 	counting.Store(false)
 	res.window = time.Since(t0)
-	after, machine1 := cpuOf(pids), machineCPU()
+	after, machine1 := cpuOf(append([]int{self}, pids...)), machineCPU()
 	close(stop)
 	wg.Wait()
+	res.self = cpuUse{pid: self, name: "loadgen", busy: after[0].busy - before[0].busy}
 	for i := range pids {
-		res.cpu = append(res.cpu, cpuUse{pid: pids[i], name: after[i].name, busy: after[i].busy - before[i].busy})
+		res.cpu = append(res.cpu, cpuUse{pid: pids[i], name: after[i+1].name, busy: after[i+1].busy - before[i+1].busy})
 	}
 	res.machine = cpuUse{name: "machine", busy: machine1.busy - machine0.busy, total: machine1.total - machine0.total}
-	return res
+	return res, nil
+}
+
+// requestHeader is the header fields every request carries, in canonical
+// form; each request adds its Message-ID.
+func requestHeader(o options) http.Header {
+	h := http.Header{}
+	h.Set("AS2-Version", "1.2")
+	h.Set("AS2-From", quoteAS2(o.from))
+	h.Set("AS2-To", quoteAS2(o.to))
+	h.Set("MIME-Version", "1.0")
+	switch o.mdn {
+	case "signed":
+		h.Set("Disposition-Notification-To", "loadgen@"+o.messageHost)
+		h.Set("Disposition-Notification-Options", "signed-receipt-protocol=optional, pkcs7-signature; signed-receipt-micalg=optional, sha-256")
+	case "unsigned":
+		h.Set("Disposition-Notification-To", "loadgen@"+o.messageHost)
+	}
+	return h
+}
+
+// runID tells this run's Message-IDs from those of other runs: 16 random
+// hex digits, drawn once.
+func runID() string {
+	id := make([]byte, 8)
+	_, _ = rand.Read(id)
+	return hex.EncodeToString(id)
+}
+
+// sender is one of the concurrent senders, with what it reuses from one
+// request to the next.
+type sender struct {
+	client    *http.Client
+	url       *url.URL
+	header    http.Header // shared, never written
+	run       string
+	mdn, host string
+	answer    bytes.Buffer
+	id        []byte
 }
 
 // senderURLs gives each of n senders one of the comma-separated URLs of
@@ -233,54 +295,60 @@ func senderURLs(list string, n int) []string {
 
 // post sends message m as the n-th request and returns the disposition
 // of its synchronous MDN ("" when none was asked).
-func post(ctx context.Context, client *http.Client, o options, url string, m message, n int64) (string, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(m.body))
-	if err != nil {
-		return "", err
+func (s *sender) post(ctx context.Context, m message, n int64) (string, error) {
+	h := make(http.Header, len(s.header)+2)
+	for k, v := range s.header {
+		h[k] = v
 	}
-	id := make([]byte, 8)
-	_, _ = rand.Read(id)
-	h := req.Header
-	h.Set("Content-Type", m.contentType)
-	h.Set("AS2-Version", "1.2")
-	h.Set("AS2-From", quoteAS2(o.from))
-	h.Set("AS2-To", quoteAS2(o.to))
-	h.Set("Message-ID", "<"+strconv.FormatInt(n, 10)+"."+hex.EncodeToString(id)+"@"+o.messageHost+">")
-	h.Set("MIME-Version", "1.0")
-	switch o.mdn {
-	case "signed":
-		h.Set("Disposition-Notification-To", "loadgen@"+o.messageHost)
-		h.Set("Disposition-Notification-Options", "signed-receipt-protocol=optional, pkcs7-signature; signed-receipt-micalg=optional, sha-256")
-	case "unsigned":
-		h.Set("Disposition-Notification-To", "loadgen@"+o.messageHost)
-	}
-	resp, err := client.Do(req)
+	h["Content-Type"] = m.contentType
+	s.id = append(s.id[:0], '<')
+	s.id = strconv.AppendInt(s.id, n, 10)
+	s.id = append(s.id, '.')
+	s.id = append(s.id, s.run...)
+	s.id = append(s.id, '@')
+	s.id = append(s.id, s.host...)
+	s.id = append(s.id, '>')
+	h["Message-Id"] = []string{string(s.id)}
+	req := (&http.Request{
+		Method: http.MethodPost, URL: s.url, Host: s.url.Host, Header: h,
+		Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+		Body: io.NopCloser(bytes.NewReader(m.body)), ContentLength: int64(len(m.body)),
+	}).WithContext(ctx)
+	resp, err := s.client.Do(req)
 	if err != nil {
 		return "", errors.New("transport: " + shorten(err.Error()))
 	}
 	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	if err != nil {
+	s.answer.Reset()
+	if _, err := s.answer.ReadFrom(io.LimitReader(resp.Body, 1<<20)); err != nil {
 		return "", errors.New("reading the answer: " + shorten(err.Error()))
 	}
 	if resp.StatusCode != http.StatusOK {
 		return "", fmt.Errorf("HTTP %d", resp.StatusCode)
 	}
-	if o.mdn == "none" {
+	if s.mdn == "none" {
 		return "", nil
 	}
-	return disposition(body), nil
+	return disposition(s.answer.Bytes()), nil
 }
 
 // disposition reads the Disposition field of an MDN's body (a signed
 // MDN's machine-readable part is in the clear): "processed", "processed/
 // error: …", or "no disposition" when there is none.
 func disposition(body []byte) string {
-	i := bytes.Index(bytes.ToLower(body), []byte("\ndisposition:"))
-	if i < 0 {
-		return "no disposition"
+	const name = "disposition:"
+	var line []byte
+	for rest := body; ; {
+		nl := bytes.IndexByte(rest, '\n')
+		if nl < 0 {
+			return "no disposition"
+		}
+		rest = rest[nl+1:]
+		if len(rest) >= len(name) && strings.EqualFold(string(rest[:len(name)]), name) {
+			line = rest[len(name):]
+			break
+		}
 	}
-	line := body[i+len("\ndisposition:"):]
 	if j := bytes.IndexByte(line, '\n'); j >= 0 {
 		line = line[:j]
 	}
@@ -331,6 +399,7 @@ func (r result) print(out io.Writer, o options) {
 	for _, c := range r.cpu {
 		fmt.Fprintf(out, "CPU of %d (%s): %s per message\n", c.pid, c.name, per(c.busy))
 	}
+	fmt.Fprintf(out, "CPU of loadgen itself: %s per message\n", per(r.self.busy))
 	if r.machine.total > 0 {
 		fmt.Fprintf(out, "CPU of the machine: %s per message (busy %.0f%% of its %d cores)\n", per(r.machine.busy),
 			100*r.machine.busy/r.machine.total, cores())

@@ -203,16 +203,16 @@ func issuerAndSerialDER(cert *x509.Certificate) ([]byte, error) {
 
 // algorithmID encodes an AlgorithmIdentifier; params may be nil (absent).
 func algorithmID(oid asn1.ObjectIdentifier, params []byte) []byte {
-	o, _ := asn1.Marshal(oid)
+	o, _ := appendOID(nil, oid)
 	return tlv(tagSequence, o, params)
 }
 
 var derNull = []byte{tagNull, 0}
 
 func mustOID(oid asn1.ObjectIdentifier) []byte {
-	b, err := asn1.Marshal(oid)
-	if err != nil {
-		panic(err) // static OIDs only
+	b, ok := appendOID(nil, oid)
+	if !ok {
+		panic("cms: invalid object identifier " + oid.String()) // static OIDs only
 	}
 	return b
 }

@@ -179,17 +179,20 @@ func verifySignerInfos(sd *signedData, certs []*x509.Certificate, digest func(cr
 		}
 		// Try the certificate the SignerInfo names first, then the others
 		// (partners renew certificates and keep signing with either).
-		ordered := slices.Clone(certs)
-		slices.SortStableFunc(ordered, func(a, b *x509.Certificate) int {
-			ma, mb := matchesCert(si.SID, a), matchesCert(si.SID, b)
-			switch {
-			case ma && !mb:
-				return -1
-			case mb && !ma:
-				return 1
-			}
-			return 0
-		})
+		ordered := certs
+		if len(certs) > 1 {
+			ordered = slices.Clone(certs)
+			slices.SortStableFunc(ordered, func(a, b *x509.Certificate) int {
+				ma, mb := matchesCert(si.SID, a), matchesCert(si.SID, b)
+				switch {
+				case ma && !mb:
+					return -1
+				case mb && !ma:
+					return 1
+				}
+				return 0
+			})
+		}
 		for _, cert := range ordered {
 			v, err := verifySigner(si, sd.EncapContentInfo.EContentType, h, d, cert)
 			if err == nil {
@@ -235,9 +238,11 @@ func verifySigner(si signerInfo, eContentType asn1.ObjectIdentifier, h crypto.Ha
 		}
 		return v, nil
 	}
-	signed := append([]byte{tagSet}, si.SignedAttrs.FullBytes[1:]...)
+	// The signature covers the attributes as a SET, not as the [0] they
+	// are tagged with here.
 	hh := h.New()
-	hh.Write(signed)
+	hh.Write([]byte{tagSet})
+	hh.Write(si.SignedAttrs.FullBytes[1:])
 	if err := checkSignature(cert.PublicKey, si.SignatureAlgorithm, h, hh.Sum(nil), si.Signature); err != nil {
 		return nil, err
 	}
@@ -266,8 +271,7 @@ func verifySigner(si signerInfo, eContentType asn1.ObjectIdentifier, h crypto.Ha
 				return nil, fmt.Errorf("%w: content-type attribute: %w", ErrMalformed, err)
 			}
 		case a.Type.Equal(oidAttrSigningTime):
-			var t time.Time
-			if _, err := asn1.Unmarshal(a.Values.Bytes, &t); err == nil {
+			if t, ok := signingTime(a.Values.Bytes); ok {
 				v.SigningTime = t
 			}
 		case a.Type.Equal(oidAttrAlgProtection):
@@ -380,7 +384,7 @@ func SignDigest(md []byte, cert *x509.Certificate, key crypto.Signer, opts SignO
 	if len(md) != h.Size() {
 		return nil, fmt.Errorf("sign: a %v digest has %d bytes, got %d", h, h.Size(), len(md))
 	}
-	digestOID, ok := oidForHash(h)
+	digestAlg, ok := derDigestAlgs[h]
 	if !ok {
 		return nil, fmt.Errorf("sign: %w: digest %v", ErrUnsupportedAlgorithm, h)
 	}
@@ -395,22 +399,19 @@ func SignDigest(md []byte, cert *x509.Certificate, key crypto.Signer, opts SignO
 	var sigAlg []byte
 	switch key.Public().(type) {
 	case *rsa.PublicKey:
-		sigAlg = algorithmID(oidRSAEncryption, derNull)
+		sigAlg = derRSASignature
 	case *ecdsa.PublicKey:
-		oid := map[crypto.Hash]asn1.ObjectIdentifier{crypto.SHA1: oidECDSAWithSHA1, crypto.SHA224: oidECDSAWithSHA224,
-			crypto.SHA256: oidECDSAWithSHA256, crypto.SHA384: oidECDSAWithSHA384, crypto.SHA512: oidECDSAWithSHA512}[h]
-		sigAlg = algorithmID(oid, nil)
+		sigAlg = derECDSASignatures[h]
 	default:
 		return nil, fmt.Errorf("sign: %w: key %T", ErrUnsupportedAlgorithm, key.Public())
 	}
-	digestAlg := algorithmID(digestOID, nil)
 
-	signingTime, err := asn1.Marshal(t.UTC().Truncate(time.Second))
+	signingTime, err := appendTime(make([]byte, 0, 17), t.UTC().Truncate(time.Second))
 	if err != nil {
 		return nil, fmt.Errorf("sign: signing time: %w", err)
 	}
 	attrs := [][]byte{
-		attr(oidAttrContentType, mustOID(oidData)),
+		derAttrContentTypeData,
 		attr(oidAttrSigningTime, signingTime),
 		attr(oidAttrMessageDigest, tlv(tagOctetString, md)),
 	}
@@ -426,24 +427,59 @@ func SignDigest(md []byte, cert *x509.Certificate, key crypto.Signer, opts SignO
 	if err != nil {
 		return nil, fmt.Errorf("sign: %w", err)
 	}
-	ias, err := issuerAndSerialDER(cert)
-	if err != nil {
-		return nil, fmt.Errorf("sign: %w", err)
-	}
-	signedAttrs := append([]byte{tagContext0}, attrSet[1:]...)
-	si := tlv(tagSequence, tlv(tagInteger, []byte{1}), ias, digestAlg, signedAttrs, sigAlg, tlv(tagOctetString, sig))
-	sd := tlv(tagSequence,
-		tlv(tagInteger, []byte{1}),
-		tlv(tagSet, digestAlg),
-		tlv(tagSequence, mustOID(oidData)),
-		tlv(tagContext0, cert.Raw),
-		tlv(tagSet, si),
-	)
-	return wrapContentInfo(oidSignedData, sd), nil
+	return signedDataDER(cert, digestAlg, attrSet, sigAlg, sig), nil
 }
 
+// signedDataDER assembles the ContentInfo of a detached signature in one
+// buffer: SignedData version 1, digestAlg, the data content type, cert
+// and one SignerInfo (version 1, cert's issuer and serial number,
+// digestAlg, the signed attributes attrSet as [0], sigAlg, sig).
+func signedDataDER(cert *x509.Certificate, digestAlg, attrSet, sigAlg, sig []byte) []byte {
+	iasLen := len(cert.RawIssuer) + integerSize(cert.SerialNumber)
+	siLen := len(derInteger1) + tlvSize(iasLen) + len(digestAlg) + len(attrSet) + len(sigAlg) + tlvSize(len(sig))
+	sdLen := len(derInteger1) + tlvSize(len(digestAlg)) + len(derDataType) + tlvSize(len(cert.Raw)) + tlvSize(tlvSize(siLen))
+	ciLen := len(derOIDSignedData) + tlvSize(tlvSize(sdLen))
+	out := make([]byte, 0, tlvSize(ciLen))
+	out = appendHead(out, tagSequence, ciLen)
+	out = append(out, derOIDSignedData...)
+	out = appendHead(out, tagContext0, tlvSize(sdLen))
+	out = appendHead(out, tagSequence, sdLen)
+	out = append(out, derInteger1...)
+	out = appendHead(out, tagSet, len(digestAlg))
+	out = append(out, digestAlg...)
+	out = append(out, derDataType...)
+	out = appendHead(out, tagContext0, len(cert.Raw))
+	out = append(out, cert.Raw...)
+	out = appendHead(out, tagSet, tlvSize(siLen))
+	out = appendHead(out, tagSequence, siLen)
+	out = append(out, derInteger1...)
+	out = appendHead(out, tagSequence, iasLen)
+	out = append(out, cert.RawIssuer...)
+	out = appendInteger(out, cert.SerialNumber)
+	out = append(out, digestAlg...)
+	out = append(out, tagContext0) // signedAttrs: the SET as [0] IMPLICIT
+	out = append(out, attrSet[1:]...)
+	out = append(out, sigAlg...)
+	out = appendHead(out, tagOctetString, len(sig))
+	return append(out, sig...)
+}
+
+// attr encodes an Attribute of one value.
 func attr(oid asn1.ObjectIdentifier, value []byte) []byte {
-	return tlv(tagSequence, mustOID(oid), tlv(tagSet, value))
+	var o []byte
+	switch {
+	case oid.Equal(oidAttrSigningTime):
+		o = derOIDSigningTime
+	case oid.Equal(oidAttrMessageDigest):
+		o = derOIDMessageDigest
+	default:
+		o = mustOID(oid)
+	}
+	n := len(o) + tlvSize(len(value))
+	out := appendHead(make([]byte, 0, tlvSize(n)), tagSequence, n)
+	out = append(out, o...)
+	out = appendHead(out, tagSet, len(value))
+	return append(out, value...)
 }
 
 // sortedSet orders DER encodings as a DER SET OF requires.
@@ -451,4 +487,36 @@ func sortedSet(elems [][]byte) [][]byte {
 	out := slices.Clone(elems)
 	slices.SortFunc(out, bytes.Compare)
 	return out
+}
+
+// signingTime reads the time at the start of b (a signing-time
+// attribute's values) as asn1.Unmarshal into a time.Time reads it. The
+// usual form, a UTCTime with seconds in UTC, is read without the failed
+// parse of the form without seconds that asn1 tries first.
+func signingTime(b []byte) (time.Time, bool) {
+	if len(b) >= 15 && b[0] == asn1.TagUTCTime && b[1] == 13 && b[14] == 'Z' {
+		var n [6]int
+		ok := true
+		for i := range n {
+			hi, lo := b[2+2*i], b[3+2*i]
+			ok = ok && hi >= '0' && hi <= '9' && lo >= '0' && lo <= '9'
+			n[i] = int(hi-'0')*10 + int(lo-'0')
+		}
+		year := 2000 + n[0]
+		if n[0] >= 50 {
+			year = 1900 + n[0] // UTCTime: 1950 to 2049
+		}
+		month, day, hour, minute, second := time.Month(n[1]), n[2], n[3], n[4], n[5]
+		if ok && month >= 1 && month <= 12 && day >= 1 && hour <= 23 && minute <= 59 && second <= 59 {
+			t := time.Date(year, month, day, hour, minute, second, 0, time.UTC)
+			if t.Day() == day { // not past the end of the month
+				return t, true
+			}
+		}
+	}
+	var t time.Time
+	if _, err := asn1.Unmarshal(b, &t); err != nil {
+		return time.Time{}, false
+	}
+	return t, true
 }
