@@ -18,13 +18,6 @@ import (
 	"github.com/edihub/edihub/internal/as2/cms"
 )
 
-// ErrNotStreamable meant a message held a layer UnwrapStream could not
-// peel in one pass.
-//
-// Deprecated: every layer streams now (AES-GCM and opaque signed-data
-// included); UnwrapStream never returns it.
-var ErrNotStreamable = errors.New("as2: layer cannot be unwrapped as a stream")
-
 // MaxSignatureBytes bounds the signature part of a streamed
 // multipart/signed, which is read whole.
 const MaxSignatureBytes = 1 << 20

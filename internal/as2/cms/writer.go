@@ -149,13 +149,6 @@ type EncryptWriter struct {
 	buf  []byte // encryption buffer
 }
 
-// ErrNotStreamable reported an algorithm a streaming writer could not
-// produce; it wraps ErrUnsupportedAlgorithm.
-//
-// Deprecated: every cipher streams now (AES-GCM too, its tag computed as
-// the content streams); NewEncryptWriter never returns it.
-var ErrNotStreamable = fmt.Errorf("%w: not streamable", ErrUnsupportedAlgorithm)
-
 // NewEncryptWriter draws a content key and IV (a GCM nonce) from
 // opts.Rand, writes the head of an EnvelopedData (AuthEnvelopedData for
 // a GCM cipher) ContentInfo for recipients (key transport as Encrypt
