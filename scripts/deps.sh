@@ -47,6 +47,8 @@ command -v openssl >/dev/null 2>&1 || missing+=(openssl)
 have_chromium || missing+=(chromium)
 command -v node >/dev/null 2>&1 || missing+=(nodejs)
 command -v npm >/dev/null 2>&1 || missing+=(npm)
+# python3 runs C zlib for the parallel deflate's test (internal/as2/cms).
+command -v python3 >/dev/null 2>&1 || missing+=(python3)
 
 if ((${#missing[@]} == 0)); then
 	exit 0
