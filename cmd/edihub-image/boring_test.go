@@ -18,7 +18,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 
 	"github.com/edihub/edihub/internal/as2"
@@ -147,22 +146,7 @@ func unpackImage(t *testing.T, bin, version string) string {
 	if err := run(t.Context(), []string{"-binary", bin, "-version", version, "-out", filepath.Join(dir, "layout")}, func(string) string { return "" }, io.Discard); err != nil {
 		t.Fatalf("build the image: %v", err)
 	}
-	p, err := layout.FromPath(filepath.Join(dir, "layout"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	idx, err := p.ImageIndex()
-	if err != nil {
-		t.Fatal(err)
-	}
-	im, err := idx.IndexManifest()
-	if err != nil || len(im.Manifests) != 1 {
-		t.Fatalf("image index: %v, %d manifests", err, len(im.Manifests))
-	}
-	img, err := p.Image(im.Manifests[0].Digest)
-	if err != nil {
-		t.Fatal(err)
-	}
+	img := layoutImage(t, filepath.Join(dir, "layout"), version)
 	root := filepath.Join(dir, "root")
 	// The root must be reachable by the image's user (t.TempDir's parents
 	// may be private to root).

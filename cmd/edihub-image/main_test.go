@@ -60,25 +60,7 @@ func TestImage(t *testing.T) {
 	}
 	t.Log(strings.TrimSpace(stdout.String()))
 
-	p, err := layout.FromPath(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	idx, err := p.ImageIndex()
-	if err != nil {
-		t.Fatal(err)
-	}
-	im, err := idx.IndexManifest()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(im.Manifests) != 1 || im.Manifests[0].Annotations["org.opencontainers.image.ref.name"] != version {
-		t.Fatalf("layout index = %+v, want one image named %s", im.Manifests, version)
-	}
-	img, err := p.Image(im.Manifests[0].Digest)
-	if err != nil {
-		t.Fatal(err)
-	}
+	img := layoutImage(t, out, version)
 	fromTar, err := tarball.ImageFromPath(tarPath, nil)
 	if err != nil {
 		t.Fatalf("read docker tarball: %v", err)
@@ -205,4 +187,30 @@ func TestDockerfileMatchesImage(t *testing.T) {
 	if !pinned.MatchString(froms[0]) {
 		t.Errorf("build base %s is pinned neither to a patch release nor by digest", froms[0])
 	}
+}
+
+// layoutImage reads the one image of the OCI layout in dir, which must be
+// named version.
+func layoutImage(t *testing.T, dir, version string) v1.Image {
+	t.Helper()
+	p, err := layout.FromPath(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	idx, err := p.ImageIndex()
+	if err != nil {
+		t.Fatal(err)
+	}
+	im, err := idx.IndexManifest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(im.Manifests) != 1 || im.Manifests[0].Annotations["org.opencontainers.image.ref.name"] != version {
+		t.Fatalf("layout index = %+v, want one image named %s", im.Manifests, version)
+	}
+	img, err := p.Image(im.Manifests[0].Digest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return img
 }
