@@ -266,8 +266,9 @@ func messageArgs(m *InboundMessage) []any {
 }
 
 // saveInboundOneStatement writes everything in one statement, which
-// PostgreSQL runs atomically; with m.EDI, that statement and the EDI
-// writes in one transaction.
+// PostgreSQL runs atomically, through the group commit of receipts
+// (receipts.go); with m.EDI, that statement and the EDI writes in one
+// transaction of their own.
 func (s *Store) saveInboundOneStatement(ctx context.Context, m *InboundMessage, hdr []byte) (int64, error) {
 	args := messageArgs(m)
 	var shape saveShape
@@ -299,11 +300,11 @@ func (s *Store) saveInboundOneStatement(ctx context.Context, m *InboundMessage, 
 		})
 		return id, err
 	}
-	err := s.pool.QueryRow(ctx, sql, args...).Scan(&id)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return 0, ErrDuplicateInbound
+	size := len(m.Payload)
+	if m.MDN != nil {
+		size += len(m.MDN.Body) + len(hdr)
 	}
-	return id, err
+	return s.saveReceipt(ctx, sql, args, size)
 }
 
 // saveShape says what a one-statement save writes besides the message and

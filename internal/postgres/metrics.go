@@ -12,7 +12,8 @@ type poolCollector struct {
 
 // Collector returns a Prometheus collector for the pool's statistics
 // (edihub_db_pool_*) and the store's fencing rejections
-// (edihub_fencing_rejections_total). Register it once per Store.
+// (edihub_fencing_rejections_total) and of its group commit of receipts
+// (edihub_receipt_flush_*). Register it once per Store.
 func (s *Store) Collector() prometheus.Collector {
 	d := func(name, help string) *prometheus.Desc {
 		return prometheus.NewDesc("edihub_db_pool_"+name, help, nil, nil)
@@ -47,6 +48,8 @@ func newFenceRejections() prometheus.Counter {
 
 func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
 	c.s.fenceRejections.Collect(ch)
+	c.s.receipts.perFlush.Collect(ch)
+	c.s.receipts.fallbacks.Collect(ch)
 	st := c.s.pool.Stat()
 	g := func(d *prometheus.Desc, v float64) { ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v) }
 	k := func(d *prometheus.Desc, v float64) {

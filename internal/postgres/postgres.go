@@ -58,6 +58,8 @@ type Store struct {
 	termLockTimeout   time.Duration
 	// stages counts the connections StagedPayloads hold (inbound_staged.go).
 	stages atomic.Int32
+	// receipts is the group commit of receipts (receipts.go).
+	receipts *receiptBatcher
 }
 
 // ErrSchemaOutdated reports a database whose schema is older than this
@@ -108,6 +110,7 @@ func open(ctx context.Context, url string, opts Options, tracer pgx.QueryTracer)
 		fenceRejections:   newFenceRejections(),
 		fencedIdleTimeout: opts.FencedIdleTimeout,
 		termLockTimeout:   opts.TermLockTimeout,
+		receipts:          newReceiptBatcher(),
 	}, nil
 }
 

@@ -95,12 +95,12 @@ func wantDetail(m *postgres.InboundMessage) map[string]any {
 // written yields one received event if it is stored processed and none
 // otherwise, in the transaction that writes the row, with the detail the
 // trigger of migration 00005 wrote: each of SaveInbound's paths (one
-// statement of each shape, with and without an EDI transaction, the
-// streamed and the chunked payload), a duplicate, a failed receipt
-// replaced by its resend, the statement of a release before migration
-// 00018 (a replica not yet updated, whose event the insert trigger
-// writes), SQL written by hand (one row and two), and an outbound
-// message queued (no event when inserted). The feed returns them in the
+// statement of each shape, a batch of the group commit, with and without
+// an EDI transaction, the streamed and the chunked payload), a duplicate,
+// a failed receipt replaced by its resend, the statement of a release
+// before migration 00018 (a replica not yet updated, whose event the
+// insert trigger writes), SQL written by hand (one row and two), and an
+// outbound message queued (no event when inserted). The feed returns them in the
 // order of their transactions.
 func TestReceivedEventExactlyOnce(t *testing.T) {
 	ctx := context.Background()
@@ -142,6 +142,14 @@ func TestReceivedEventExactlyOnce(t *testing.T) {
 	m = receipt("<6@p>")
 	m.Disposition, m.Error, m.Filename = "", "", ""
 	save("no disposition, error or file name", m)
+
+	// Several receipts flushed together by the group commit, in one
+	// transaction: one event each, in the line's order.
+	batch := []*postgres.InboundMessage{receipt("<batch-1@p>"), receipt("<batch-2@p>"), receipt("<batch-3@p>")}
+	batch[1].Status, batch[1].Payload = postgres.InboundError, nil
+	for i, o := range lineUp(ctx, t, st, batch...) {
+		stored("batch", batch[i], o.id, o.err)
+	}
 
 	// Each of SaveInbound's paths, with an EDI payload (a transaction)
 	// and without.
