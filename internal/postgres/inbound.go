@@ -270,6 +270,27 @@ func messageArgs(m *InboundMessage) []any {
 // (receipts.go); with m.EDI, that statement and the EDI writes in one
 // transaction of their own.
 func (s *Store) saveInboundOneStatement(ctx context.Context, m *InboundMessage, hdr []byte) (int64, error) {
+	if m.EDI == nil {
+		return s.saveReceipt(ctx, m, hdr)
+	}
+	sql, args := oneStatement(m, hdr)
+	var id int64
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		err := tx.QueryRow(ctx, sql, args...).Scan(&id)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return ErrDuplicateInbound
+		}
+		if err != nil {
+			return err
+		}
+		return saveEDI(ctx, tx, id, m.EDI)
+	})
+	return id, err
+}
+
+// oneStatement is the statement that writes m (no row back for a
+// duplicate, else its id) and its arguments.
+func oneStatement(m *InboundMessage, hdr []byte) (string, []any) {
 	args := messageArgs(m)
 	var shape saveShape
 	if m.Payload != nil {
@@ -285,26 +306,7 @@ func (s *Store) saveInboundOneStatement(ctx context.Context, m *InboundMessage, 
 			args = append(args, attempts, window)
 		}
 	}
-	sql := saveInboundSQL[shape]
-	var id int64
-	if m.EDI != nil {
-		err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-			err := tx.QueryRow(ctx, sql, args...).Scan(&id)
-			if errors.Is(err, pgx.ErrNoRows) {
-				return ErrDuplicateInbound
-			}
-			if err != nil {
-				return err
-			}
-			return saveEDI(ctx, tx, id, m.EDI)
-		})
-		return id, err
-	}
-	size := len(m.Payload)
-	if m.MDN != nil {
-		size += len(m.MDN.Body) + len(hdr)
-	}
-	return s.saveReceipt(ctx, sql, args, size)
+	return saveInboundSQL[shape], args
 }
 
 // saveShape says what a one-statement save writes besides the message and

@@ -138,7 +138,10 @@ func TestReceiptBatch(t *testing.T) {
 	failed.Status, failed.Payload, failed.Filename = postgres.InboundError, nil, ""
 	async := receipt("<async@p>")
 	async.MDNMode, async.MDNURL, async.Outbox = "async", "http://p.example/mdn", true
-	batch := []*postgres.InboundMessage{receipt("<a@p>"), receipt("<a@p>"), receipt("<stored@p>"), failed, async, receipt("<b@p>")}
+	noMDN := receipt("<no-mdn@p>")
+	noMDN.MDNMode, noMDN.MDN = "none", nil
+	batch := []*postgres.InboundMessage{receipt("<a@p>"), receipt("<a@p>"), receipt("<stored@p>"), failed, async, receipt("<b@p>"), noMDN}
+	batch[1].Filename = "SECOND_COPY.edi" // the first copy is the one stored
 	_, before, _ := st.ReceiptFlushes()
 	out := lineUp(ctx, t, st, batch...)
 
@@ -148,7 +151,7 @@ func TestReceiptBatch(t *testing.T) {
 			t.Errorf("receipt %d (%s): id %d, %v", i, batch[i].MessageID, o.id, o.err)
 		}
 	}
-	ids := []int64{out[0].id, out[3].id, out[4].id, out[5].id}
+	ids := []int64{out[0].id, out[3].id, out[4].id, out[5].id, out[6].id}
 	if x := xmins(t, st, ids...); len(x) != 1 {
 		t.Errorf("the batch's receipts were written by %d transactions, want one: %v", len(x), x)
 	}
@@ -162,15 +165,30 @@ func TestReceiptBatch(t *testing.T) {
 			events = append(events, e.Message)
 		}
 	}
-	want := []int64{first, out[0].id, out[4].id, out[5].id} // the failure has none
+	want := []int64{first, out[0].id, out[4].id, out[5].id, out[6].id} // the failure has none
 	if fmt.Sprint(events) != fmt.Sprint(want) {
 		t.Errorf("received events for %v, want %v", events, want)
 	}
 	if n, err := st.CountSQL(ctx, `SELECT count(*) FROM duplicates`); err != nil || n != 2 {
 		t.Errorf("duplicates counted %d, %v; want 2", n, err)
 	}
-	if n, err := st.CountSQL(ctx, `SELECT count(*) FROM payloads WHERE message_id = $1`, out[3].id); err != nil || n != 0 {
-		t.Errorf("payloads of the failure %d, %v; want 0", n, err)
+	for _, c := range []struct {
+		what, table string
+		id, want    int64
+	}{
+		{"payloads of the failure", "payloads", out[3].id, 0},
+		{"MDNs of the failure", "mdns", out[3].id, 1},
+		{"payloads of the receipt without MDN", "payloads", out[6].id, 1},
+		{"MDNs of the receipt without MDN", "mdns", out[6].id, 0},
+		{"payloads of the first <a@p>", "payloads", out[0].id, 1},
+	} {
+		if n, err := st.CountSQL(ctx, `SELECT count(*) FROM `+c.table+` WHERE message_id = $1`, c.id); err != nil || n != c.want {
+			t.Errorf("%s: %d, %v; want %d", c.what, n, err, c.want)
+		}
+	}
+	if n, err := st.CountSQL(ctx, `SELECT count(*) FROM messages m JOIN events e ON e.message = m.id
+ WHERE m.id = $1 AND m.filename = $2 AND e.detail->>'filename' = $2`, out[0].id, batch[0].Filename); err != nil || n != 1 {
+		t.Errorf("<a@p> stored with its first copy's file name and event: %d, %v; want 1", n, err)
 	}
 	if n, err := st.CountSQL(ctx, `SELECT count(*) FROM outbox WHERE kind = 'mdn' AND message_id = $1`, out[4].id); err != nil || n != 1 {
 		t.Errorf("outbox rows of the async MDN %d, %v; want 1", n, err)

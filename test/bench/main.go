@@ -12,7 +12,9 @@
 //   - the inbound save's PostgreSQL cost alone (pgsave.go): SaveInbound
 //     of the served run's message, one after the other on one connection,
 //     and the CPU of the backend serving it per save; with
-//     -pgsave-variant, schema variants in alternating rounds;
+//     -pgsave-savers, concurrent savers whose saves the group commit
+//     writes in batches; with -pgsave-variant, schema variants; all in
+//     alternating rounds;
 //   - MDN poller throughput (poller.go): a backlog of -poller-mdns (10,000)
 //     signed async MDNs in the inbox, each for an outbound message awaiting
 //     it, applied by one leader's poller; MDNs per second;
@@ -134,6 +136,10 @@ type options struct {
 	pgSaveRounds   int
 	pgSaveOnly     bool
 	pgSaveVariants []string
+	// pgSaveSavers are the concurrent savers of extra runs of the
+	// migrated schema, whose saves the group commit of receipts writes
+	// in batches (about as many receipts per flush as savers).
+	pgSaveSavers []int
 	// sum gathers the figures into the closing table.
 	sum *summary
 
@@ -179,6 +185,21 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	fs.BoolVar(&o.pgSaveOnly, "pgsave-only", false, "run only the inbound save's PostgreSQL cost")
 	fs.Func("pgsave-variant", "name=SQL: measure also the schema as the migrations and SQL leave it, in rounds alternating with the migrated schema's (repeatable)", func(v string) error {
 		o.pgSaveVariants = append(o.pgSaveVariants, v)
+		return nil
+	})
+	o.pgSaveSavers = []int{4, 16}
+	fs.Func("pgsave-savers", "concurrent savers of extra -pgsave runs of the migrated schema, whose saves the group commit writes in batches (comma-separated; default 4,16; \"\" for none)", func(v string) error {
+		o.pgSaveSavers = nil
+		for _, f := range strings.Split(v, ",") {
+			if f = strings.TrimSpace(f); f == "" {
+				continue
+			}
+			n, err := strconv.Atoi(f)
+			if err != nil || n < 1 {
+				return fmt.Errorf("-pgsave-savers %q: want counts of at least 1", v)
+			}
+			o.pgSaveSavers = append(o.pgSaveSavers, n)
+		}
 		return nil
 	})
 	fs.StringVar(&o.rsaChild, "rsa-child", "", "internal: print this build's RSA figures for the station key in this directory")

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/edihub/edihub/internal/mdn"
 	"github.com/edihub/edihub/internal/postgres"
@@ -48,13 +50,18 @@ func pgSaveBench(ctx context.Context, out io.Writer, o options, st *identity) er
 	if err != nil {
 		return err
 	}
-	runs := []*pgSaveRun{{name: "as migrated"}}
+	runs := []*pgSaveRun{{name: "as migrated", savers: 1}}
+	for _, n := range o.pgSaveSavers {
+		if n > 1 {
+			runs = append(runs, &pgSaveRun{name: fmt.Sprintf("as migrated, %d savers", n), savers: n})
+		}
+	}
 	for _, v := range o.pgSaveVariants {
 		name, sql, ok := strings.Cut(v, "=")
 		if !ok {
 			return fmt.Errorf("-pgsave-variant %q: want name=SQL", v)
 		}
-		runs = append(runs, &pgSaveRun{name: name, setup: sql})
+		runs = append(runs, &pgSaveRun{name: name, setup: sql, savers: 1})
 	}
 	for i, r := range runs {
 		dbURL, drop, err := scratchDatabase(ctx, o.databaseURL, "edihub_bench_pgsave_"+strconv.Itoa(i))
@@ -80,7 +87,7 @@ func pgSaveBench(ctx context.Context, out io.Writer, o options, st *identity) er
 		time.Sleep(500 * time.Millisecond)
 		defer func() { _ = cmd.Process.Signal(os.Interrupt); _ = cmd.Wait() }()
 	}
-	fmt.Fprintf(out, "  %-6s %-24s %12s %13s %10s\n", "round", "schema", "backend CPU", "other PG CPU", "wall")
+	fmt.Fprintf(out, "  %-6s %-28s %12s %13s %10s\n", "round", "schema", "backend CPU", "other PG CPU", "wall")
 	for round := range o.pgSaveRounds {
 		for i := range runs {
 			// Each round in another order: none always goes first.
@@ -90,7 +97,7 @@ func pgSaveBench(ctx context.Context, out io.Writer, o options, st *identity) er
 			if err != nil {
 				return fmt.Errorf("%s: %w", r.name, err)
 			}
-			fmt.Fprintf(out, "  %-6d %-24s %12s %13s %10s\n", round+1, r.name, s.backend.Round(time.Microsecond), s.others, s.wall.Round(time.Microsecond))
+			fmt.Fprintf(out, "  %-6d %-28s %12s %13s %10s\n", round+1, r.name, s.backend.Round(time.Microsecond), s.others, s.wall.Round(time.Microsecond))
 		}
 	}
 	base := runs[0]
@@ -106,6 +113,9 @@ func pgSaveBench(ctx context.Context, out io.Writer, o options, st *identity) er
 			slices.Sort(ratios)
 			fmt.Fprintf(out, "; %.2f × the migrated schema's (median of the rounds' ratios)", ratios[len(ratios)/2])
 		}
+		if flushes, receipts := r.flushes(); r.savers > 1 && flushes > 0 {
+			fmt.Fprintf(out, "; %.1f receipts per flush (%d savers)", receipts/flushes, r.savers)
+		}
 		fmt.Fprintln(out)
 		for _, s := range r.top {
 			if s.calls*100 < int64(o.pgSaves) {
@@ -120,6 +130,14 @@ func pgSaveBench(ctx context.Context, out io.Writer, o options, st *identity) er
 	med, _, _ := medianOf(base.backend)
 	o.sum.add(figure{name: "PostgreSQL backend CPU per inbound save, alone", value: med.Round(time.Microsecond).String(),
 		reference: "part of the served figure"})
+	for _, r := range runs[1:] {
+		if flushes, receipts := r.flushes(); r.savers > 1 && flushes > 0 {
+			m, _, _ := medianOf(r.backend)
+			o.sum.add(figure{name: fmt.Sprintf("PostgreSQL backend CPU per inbound save, %.1f per flush", receipts/flushes),
+				value: m.Round(time.Microsecond).String(), reference: "alone: " + med.Round(time.Microsecond).String(),
+				ratio: float64(m) / float64(med), ratioValid: true})
+		}
+	}
 	return nil
 }
 
@@ -127,20 +145,31 @@ func pgSaveBench(ctx context.Context, out io.Writer, o options, st *identity) er
 // into it and the backend serving the store.
 type pgSaveRun struct {
 	name, setup string
-	store       *postgres.Store
-	db          *pgx.Conn // a second connection, for the statistics
-	msg         postgres.InboundMessage
-	pid         int
-	seq         int
-	stats       bool // pg_stat_statements answers
-	backend     []time.Duration
-	top         []statementCount
+	// savers save concurrently: the group commit of receipts writes
+	// their saves in batches.
+	savers int
+	store  *postgres.Store
+	// reg gathers the store's metrics (receipts per flush).
+	reg *prometheus.Registry
+	// flushes0 and receipts0: the store's flush counts after the warm-up.
+	flushes0, receipts0 float64
+	db                  *pgx.Conn // a second connection, for the statistics
+	msg                 postgres.InboundMessage
+	pid                 int
+	seq                 int
+	stats               bool // pg_stat_statements answers
+	backend             []time.Duration
+	top                 []statementCount
 }
 
 // open migrates the empty database at dbURL, runs r.setup and warms up.
 func (r *pgSaveRun) open(ctx context.Context, dbURL string, msg *postgres.InboundMessage, warmup int) error {
 	var err error
 	if r.store, err = postgres.Open(ctx, dbURL, postgres.Options{MaxConns: 1}); err != nil {
+		return err
+	}
+	r.reg = prometheus.NewRegistry()
+	if err := r.reg.Register(r.store.Collector()); err != nil {
 		return err
 	}
 	if _, err := r.store.Migrate(ctx); err != nil {
@@ -162,6 +191,7 @@ func (r *pgSaveRun) open(ctx context.Context, dbURL string, msg *postgres.Inboun
 	if err := r.save(ctx, warmup); err != nil {
 		return err
 	}
+	r.flushes0, r.receipts0 = r.flushes()
 	// The store's one connection: the other "edihub" session of this
 	// database is none (r.db has no application_name).
 	err = r.db.QueryRow(ctx, `SELECT pid FROM pg_stat_activity WHERE application_name = 'edihub' AND datname = current_database()`).Scan(&r.pid)
@@ -180,19 +210,44 @@ func (r *pgSaveRun) close() {
 	}
 }
 
+// save makes n saves, r.savers at a time.
 func (r *pgSaveRun) save(ctx context.Context, n int) error {
-	for range n {
-		r.seq++
-		r.msg.MessageID = "<pgsave-" + strconv.Itoa(r.seq) + "@bench>"
-		id, err := r.store.SaveInbound(ctx, &r.msg)
-		if err != nil {
-			return fmt.Errorf("save %d: %w", r.seq, err)
-		}
-		if id <= 0 {
-			return errors.New("save: no id")
+	var g errgroup.Group
+	seq := r.seq
+	r.seq += n
+	for i := range r.savers {
+		g.Go(func() error {
+			msg := r.msg
+			for j := i; j < n; j += r.savers {
+				msg.MessageID = "<pgsave-" + strconv.Itoa(seq+j+1) + "@bench>"
+				id, err := r.store.SaveInbound(ctx, &msg)
+				if err != nil {
+					return fmt.Errorf("save %d: %w", seq+j+1, err)
+				}
+				if id <= 0 {
+					return errors.New("save: no id")
+				}
+			}
+			return nil
+		})
+	}
+	return g.Wait()
+}
+
+// flushes returns the flushes of the group commit of receipts since the
+// warm-up, and the receipts they wrote.
+func (r *pgSaveRun) flushes() (flushes, receipts float64) {
+	mfs, err := r.reg.Gather()
+	if err != nil {
+		return 0, 0
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "edihub_receipt_flush_receipts" && len(mf.GetMetric()) == 1 {
+			h := mf.GetMetric()[0].GetHistogram()
+			return float64(h.GetSampleCount()) - r.flushes0, h.GetSampleSum() - r.receipts0
 		}
 	}
-	return nil
+	return 0, 0
 }
 
 // pgSaveRound is one round's figures per save.
