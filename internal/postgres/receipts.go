@@ -101,8 +101,8 @@ func (s *Store) saveReceipt(ctx context.Context, m *InboundMessage, hdr []byte) 
 		// as a save without group commit does.
 		b.flushing = true
 		b.mu.Unlock()
+		defer s.handOff()
 		s.flush(ctx, []*receipt{r})
-		s.handOff()
 		return r.id, r.err
 	}
 	r.lead, r.done = make(chan []*receipt, 1), make(chan struct{})
@@ -135,10 +135,10 @@ func (s *Store) saveReceipt(ctx context.Context, m *InboundMessage, hdr []byte) 
 // flushTaken flushes a batch taken from the line, independently of the
 // context of the caller that runs it, and hands the line on.
 func (s *Store) flushTaken(ctx context.Context, batch []*receipt) {
+	defer s.handOff()
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), receiptFlushTimeout)
+	defer cancel()
 	s.flush(fctx, batch)
-	cancel()
-	s.handOff()
 }
 
 // leave takes r, not taken, out of the line (b.mu held).
@@ -183,6 +183,19 @@ func (s *Store) handOff() {
 // flush writes batch and sets each receipt's outcome: several in one
 // transaction, each on its own should that fail.
 func (s *Store) flush(ctx context.Context, batch []*receipt) {
+	written := false
+	defer func() {
+		// Should the write panic (the flushing caller's handler recovers
+		// it), the others of the batch must not wait for ever.
+		for _, r := range batch {
+			if !written {
+				r.id, r.err = 0, errFlushAborted
+			}
+			if r.done != nil {
+				close(r.done)
+			}
+		}
+	}()
 	s.receipts.perFlush.Observe(float64(len(batch)))
 	if len(batch) == 1 || s.saveMany(ctx, batch) != nil {
 		if len(batch) > 1 {
@@ -192,12 +205,11 @@ func (s *Store) flush(ctx context.Context, batch []*receipt) {
 			r.id, r.err = s.saveOne(ctx, r.m, r.hdr)
 		}
 	}
-	for _, r := range batch {
-		if r.done != nil {
-			close(r.done)
-		}
-	}
+	written = true
 }
+
+// errFlushAborted is the outcome of the receipts of a flush that panicked.
+var errFlushAborted = errors.New("the write of this receipt's batch was aborted")
 
 // saveOne runs one receipt's statement on its own.
 func (s *Store) saveOne(ctx context.Context, m *InboundMessage, hdr []byte) (int64, error) {
