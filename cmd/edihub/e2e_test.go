@@ -109,6 +109,7 @@ func TestBinaryServe(t *testing.T) {
 		{ops + "/readyz", `"ok"`},
 		{ops + "/metrics", "edihub_http_requests_total"},
 		{ops + "/metrics", "edihub_db_pool_max_conns"},
+		{ops + "/metrics", "edihub_receipt_flush_receipts_bucket"},
 		{ops + "/metrics", "go_goroutines"},
 		{ops + "/metrics", "process_resident_memory_bytes"},
 		{as2 + "/", `"service": "edihub"`},
