@@ -16,8 +16,6 @@ package inflate
 import (
 	"encoding/binary"
 	"errors"
-	"hash"
-	"hash/adler32"
 	"io"
 )
 
@@ -69,7 +67,7 @@ type Reader struct {
 	checkSum   uint32 // the stream's Adler-32, once read
 	final      bool
 	storedLeft int
-	adler      hash.Hash32
+	adler      uint32 // of the output so far
 	err        error
 
 	litMain  [1 << litBits]uint32
@@ -93,7 +91,7 @@ const (
 // read on the first Read.
 func NewReader(src io.Reader) *Reader {
 	r := &Reader{src: src, in: make([]byte, inSize+inKeep), ip: inKeep, iend: inKeep,
-		win: make([]byte, windowSize+outChunk+slack), adler: adler32.New()}
+		win: make([]byte, windowSize+outChunk+slack), adler: 1}
 	r.limit = len(r.win) - slack
 	return r
 }
@@ -112,10 +110,10 @@ func (r *Reader) Read(p []byte) (int, error) {
 		}
 		start := r.op
 		r.decode()
-		r.adler.Write(r.win[start:r.op])
+		r.adler = adlerUpdate(r.adler, r.win[start:r.op])
 		if r.state == stateDone && r.err == nil {
 			r.err = io.EOF
-			if r.adler.Sum32() != r.checkSum {
+			if r.adler != r.checkSum {
 				r.err = ErrChecksum
 			}
 		}
@@ -688,8 +686,21 @@ func (r *Reader) fast() {
 			}
 			return
 		}
-		length, dist, ok := r.match(e, &bits, &nbits)
-		if !ok || dist > op {
+		// A match: at most 48 bits.
+		n := uint(e & 0xff)
+		eb := uint(e>>8) & 0xf
+		length := int(e>>16) + int(bits>>n&(1<<eb-1))
+		bits >>= n + eb
+		nbits -= n + eb
+		d := r.distMain[bits&(1<<distBits-1)]
+		if d&flagSub != 0 {
+			d = r.distSub[(d>>16)+uint32(bits>>distBits)&(1<<((d>>8)&0xf)-1)]
+		}
+		n, eb = uint(d&0xff), uint(d>>8)&0xf
+		dist := int(d>>16) + int(bits>>n&(1<<eb-1))
+		bits >>= n + eb
+		nbits -= n + eb
+		if d&flagInvalid != 0 || dist > op {
 			r.fail(ErrCorrupt)
 			return
 		}
@@ -705,33 +716,6 @@ func (r *Reader) fast() {
 		}
 		op += length
 	}
-}
-
-// match decodes the length (entry e) and the distance of a match from
-// *bits, which holds at least 48 bits; ok is false for an invalid
-// distance code.
-func (r *Reader) match(e uint32, bits *uint64, nbits *uint) (length, dist int, ok bool) {
-	b, nb := *bits, *nbits
-	n := uint(e & 0xff)
-	b >>= n
-	nb -= n
-	eb := uint(e>>8) & 0xf
-	length = int(e>>16) + int(b&(1<<eb-1))
-	b >>= eb
-	nb -= eb
-	d := r.distMain[b&(1<<distBits-1)]
-	if d&flagSub != 0 {
-		d = r.distSub[(d>>16)+uint32(b>>distBits)&(1<<((d>>8)&0xf)-1)]
-	}
-	n = uint(d & 0xff)
-	b >>= n
-	nb -= n
-	eb = uint(d>>8) & 0xf
-	dist = int(d>>16) + int(b&(1<<eb-1))
-	b >>= eb
-	nb -= eb
-	*bits, *nbits = b, nb
-	return length, dist, d&flagInvalid == 0
 }
 
 // copyMatch copies length bytes from dist back to win[op:], 16 or 8

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"compress/flate"
 	"compress/zlib"
+	adler32pkg "hash/adler32"
 	"errors"
 	"fmt"
 	"io"
@@ -297,4 +298,36 @@ func reportCPU(b *testing.B, cpu0 time.Duration, n int) {
 	if d := cpuTime() - cpu0; d > 0 {
 		b.ReportMetric(float64(n)*float64(b.N)/1e6/d.Seconds(), "MB/cpu-s")
 	}
+}
+
+func TestAdler32MatchesHash(t *testing.T) {
+	data := corpus(9, 3<<20)
+	for i := range 4000 {
+		data[i*700] = 0xff // runs of 0xff: the lanes' largest values
+	}
+	for _, n := range []int{0, 1, 7, 8, 9, 15, 16, 17, 5552, 65_536, 1<<20 - 1, 1 << 20, 1<<20 + 9, len(data)} {
+		want := adler32pkg.Checksum(data[:n])
+		if got := adlerUpdate(1, data[:n]); got != want {
+			t.Fatalf("%d bytes: %08x, want %08x", n, got, want)
+		}
+		// In two calls split anywhere.
+		h := adler32pkg.New()
+		h.Write(data[:n/3])
+		if got := adlerUpdate(adlerUpdate(1, data[:n/3]), data[n/3:n]); got != want || h.Sum32() != adlerUpdate(1, data[:n/3]) {
+			t.Fatalf("%d bytes in two calls: %08x, want %08x", n, got, want)
+		}
+	}
+	ff := bytes.Repeat([]byte{0xff}, 3<<20)
+	if got, want := adlerUpdate(1, ff), adler32pkg.Checksum(ff); got != want {
+		t.Fatalf("0xff bytes: %08x, want %08x", got, want)
+	}
+}
+
+func FuzzAdler32(f *testing.F) {
+	f.Add([]byte("ISA*00*~"))
+	f.Fuzz(func(t *testing.T, p []byte) {
+		if got, want := adlerUpdate(1, p), adler32pkg.Checksum(p); got != want {
+			t.Fatalf("%08x, want %08x", got, want)
+		}
+	})
 }
