@@ -16,8 +16,6 @@ package inflate
 import (
 	"encoding/binary"
 	"errors"
-	"hash"
-	"hash/adler32"
 	"io"
 )
 
@@ -69,7 +67,7 @@ type Reader struct {
 	checkSum   uint32 // the stream's Adler-32, once read
 	final      bool
 	storedLeft int
-	adler      hash.Hash32
+	adler      uint32 // of the output so far
 	err        error
 
 	litMain  [1 << litBits]uint32
@@ -93,7 +91,7 @@ const (
 // read on the first Read.
 func NewReader(src io.Reader) *Reader {
 	r := &Reader{src: src, in: make([]byte, inSize+inKeep), ip: inKeep, iend: inKeep,
-		win: make([]byte, windowSize+outChunk+slack), adler: adler32.New()}
+		win: make([]byte, windowSize+outChunk+slack), adler: 1}
 	r.limit = len(r.win) - slack
 	return r
 }
@@ -112,10 +110,10 @@ func (r *Reader) Read(p []byte) (int, error) {
 		}
 		start := r.op
 		r.decode()
-		r.adler.Write(r.win[start:r.op])
+		r.adler = adlerUpdate(r.adler, r.win[start:r.op])
 		if r.state == stateDone && r.err == nil {
 			r.err = io.EOF
-			if r.adler.Sum32() != r.checkSum {
+			if r.adler != r.checkSum {
 				r.err = ErrChecksum
 			}
 		}
@@ -331,8 +329,11 @@ func (r *Reader) stored() {
 }
 
 // Table entries: bits 0-7 the bits the code takes, 8-11 the extra bits
-// that follow it (or a subtable's index bits), 12-15 flags, 16-31 the
-// literal, the length or distance base, or the subtable's offset.
+// that follow it (a subtable's index bits; a literal entry's count of
+// literals, 1 or 2), 12-15 flags, 16-31 the literal (two in the main
+// literal table when both codes fit in its index: the first in bits
+// 16-23, the second in 24-31, bits 0-7 the bits of both), the length or
+// distance base, or the subtable's offset.
 const (
 	flagLiteral = 1 << 12
 	flagEOB     = 1 << 13
@@ -357,7 +358,7 @@ var (
 func litEntry(sym int) uint32 {
 	switch {
 	case sym < 256:
-		return flagLiteral | uint32(sym)<<16
+		return flagLiteral | 1<<8 | uint32(sym)<<16
 	case sym == 256:
 		return flagEOB
 	case sym < 286:
@@ -476,6 +477,7 @@ func (r *Reader) fixedTables() {
 		r.lens[i] = 8
 	}
 	build(r.litMain[:], &r.litSub, litBits, r.lens[:maxLit], litEntry)
+	pairLiterals(&r.litMain)
 	for i := range maxDist {
 		r.lens[i] = 5
 	}
@@ -511,7 +513,27 @@ func (r *Reader) dynamicTables() bool {
 		r.fail(ErrCorrupt)
 		return false
 	}
+	pairLiterals(&r.litMain)
 	return true
+}
+
+// pairLiterals makes each literal entry of the main literal table whose
+// code leaves room in the index for a second literal's whole code an
+// entry of both: one lookup then decodes two literals (a payload of text
+// is mostly literals of 5 or 6 bits).
+func pairLiterals(main *[1 << litBits]uint32) {
+	single := *main
+	for i, e := range single {
+		if e&flagLiteral == 0 {
+			continue
+		}
+		n := e & 0xff
+		e2 := single[uint32(i)>>n]
+		if e2&flagLiteral == 0 || n+e2&0xff > litBits {
+			continue
+		}
+		main[i] = e&^0xfff | 2<<8 | (n + e2&0xff) | e2>>16<<24
+	}
 }
 
 // codeLengths reads lens, coded with the code length code whose lengths
@@ -596,7 +618,7 @@ func (r *Reader) huffman() {
 		if r.iend-r.ip < 16 && r.srcErr == nil {
 			r.fillInput()
 		}
-		if r.iend-r.ip >= 8 && r.overread == 0 {
+		if r.iend-r.ip >= 16 && r.overread == 0 {
 			r.fast()
 		} else {
 			r.slow()
@@ -604,107 +626,123 @@ func (r *Reader) huffman() {
 	}
 }
 
-// fast decodes symbols while 8 bytes of input are there, refilling the
-// bit buffer 64 bits at a time: after a refill it holds at least 56
-// bits, enough for a length code, its extra bits, a distance code and
-// its extra bits (15+5+15+13).
+// fast decodes symbols while 16 bytes of input are there (two refills
+// of the bit buffer), refilling it 64 bits at a time: after a refill it
+// holds at least 56 bits, enough for a length code, its extra bits, a
+// distance code and its extra bits (15+5+15+13), or for four literal
+// entries of the main table (4*11 bits, up to 8 literals) and the lookup
+// of the next. The next entry is looked up before the refill that
+// precedes its decoding (a refill only adds bits above those held).
 func (r *Reader) fast() {
 	bits, nbits, ip, op := r.bits, r.nbits, r.ip, r.op
 	in, win, lim := r.in[:r.iend], r.win, r.limit
+	litMain := &r.litMain
 	defer func() { r.bits, r.nbits, r.ip, r.op = bits, nbits, ip, op }()
-	for op <= lim && ip+8 <= len(in) {
+	if ip+16 > len(in) {
+		return
+	}
+	bits |= binary.LittleEndian.Uint64(in[ip:]) << nbits
+	ip += int((63 - nbits) >> 3)
+	nbits |= 56
+	e := litMain[bits&(1<<litBits-1)]
+	for op <= lim && ip+16 <= len(in) {
 		bits |= binary.LittleEndian.Uint64(in[ip:]) << nbits
 		ip += int((63 - nbits) >> 3)
 		nbits |= 56
-		e := r.litMain[bits&(1<<litBits-1)]
+		if e&flagLiteral != 0 {
+			// One or two literals an entry, written as two bytes (the
+			// window has slack).
+			for range 4 {
+				n := uint(e & 0xff)
+				bits >>= n
+				nbits -= n
+				binary.LittleEndian.PutUint16(win[op:], uint16(e>>16))
+				op += int(e>>8) & 0xf
+				e = litMain[bits&(1<<litBits-1)]
+				if e&flagLiteral == 0 {
+					break
+				}
+			}
+			continue
+		}
 		if e&flagSub != 0 {
 			e = r.litSub[(e>>16)+uint32(bits>>litBits)&(1<<((e>>8)&0xf)-1)]
-		}
-		n := uint(e & 0xff)
-		bits >>= n
-		nbits -= n
-		if e&flagLiteral != 0 {
-			win[op] = byte(e >> 16)
-			op++
-			// At least 41 bits are left: two more literals need no
-			// refill.
-			e = r.litMain[bits&(1<<litBits-1)]
-			if e&flagLiteral == 0 {
+			if e&flagLiteral != 0 {
+				bits >>= e & 0xff
+				nbits -= uint(e & 0xff)
+				win[op] = byte(e >> 16)
+				op++
+				e = litMain[bits&(1<<litBits-1)]
 				continue
 			}
-			n = uint(e & 0xff)
-			bits >>= n
-			nbits -= n
-			win[op] = byte(e >> 16)
-			op++
-			e = r.litMain[bits&(1<<litBits-1)]
-			if e&flagLiteral == 0 {
-				continue
-			}
-			n = uint(e & 0xff)
-			bits >>= n
-			nbits -= n
-			win[op] = byte(e >> 16)
-			op++
-			continue
 		}
 		if e&(flagEOB|flagInvalid) != 0 {
 			if e&flagInvalid != 0 {
 				r.fail(ErrCorrupt)
 			} else {
+				bits >>= e & 0xff
+				nbits -= uint(e & 0xff)
 				r.state = stateBlock
 			}
 			return
 		}
+		// A match: at most 48 bits.
+		n := uint(e & 0xff)
 		eb := uint(e>>8) & 0xf
-		length := int(e>>16) + int(bits&(1<<eb-1))
-		bits >>= eb
-		nbits -= eb
+		length := int(e>>16) + int(bits>>n&(1<<eb-1))
+		bits >>= n + eb
+		nbits -= n + eb
 		d := r.distMain[bits&(1<<distBits-1)]
 		if d&flagSub != 0 {
 			d = r.distSub[(d>>16)+uint32(bits>>distBits)&(1<<((d>>8)&0xf)-1)]
 		}
-		if d&flagInvalid != 0 {
+		n, eb = uint(d&0xff), uint(d>>8)&0xf
+		dist := int(d>>16) + int(bits>>n&(1<<eb-1))
+		bits >>= n + eb
+		nbits -= n + eb
+		if d&flagInvalid != 0 || dist > op {
 			r.fail(ErrCorrupt)
 			return
 		}
-		n = uint(d & 0xff)
-		bits >>= n
-		nbits -= n
-		eb = uint(d>>8) & 0xf
-		dist := int(d>>16) + int(bits&(1<<eb-1))
-		bits >>= eb
-		nbits -= eb
-		if dist > op {
-			r.fail(ErrCorrupt)
-			return
+		bits |= binary.LittleEndian.Uint64(in[ip:]) << nbits
+		ip += int((63 - nbits) >> 3)
+		nbits |= 56
+		e = litMain[bits&(1<<litBits-1)]
+		if dist >= 16 && length <= 16 {
+			// Most matches: one 16-byte copy.
+			*(*[16]byte)(win[op:]) = *(*[16]byte)(win[op-dist:])
+		} else {
+			copyMatch(win, op, dist, length)
 		}
-		copyMatch(win, op, dist, length)
 		op += length
 	}
 }
 
-// copyMatch copies length bytes from dist back to win[op:]: 8 at a time
-// when they do not overlap within 8 bytes (past the end too: the window
-// has slack), else byte by byte.
+// copyMatch copies length bytes from dist back to win[op:], 16 or 8
+// bytes at a time, past the end too (the window has slack): whole words
+// when they do not overlap, else a word per dist bytes (each word
+// repeats the pattern read from dist back, of which dist bytes are
+// written already), or a byte broadcast for dist 1.
 func copyMatch(win []byte, op, dist, length int) {
 	src := op - dist
-	if dist >= 8 {
+	switch {
+	case dist >= 16:
+		for i := 0; i < length; i += 16 {
+			*(*[16]byte)(win[op+i:]) = *(*[16]byte)(win[src+i:])
+		}
+	case dist >= 8:
 		for i := 0; i < length; i += 8 {
 			binary.LittleEndian.PutUint64(win[op+i:], binary.LittleEndian.Uint64(win[src+i:]))
 		}
-		return
-	}
-	if dist == 1 {
-		b := win[src]
-		w := win[op : op+length]
-		for i := range w {
-			w[i] = b
+	case dist == 1:
+		v := uint64(win[src]) * 0x0101010101010101
+		for i := 0; i < length; i += 8 {
+			binary.LittleEndian.PutUint64(win[op+i:], v)
 		}
-		return
-	}
-	for i := range length {
-		win[op+i] = win[src+i]
+	default:
+		for i := 0; i < length; i += dist {
+			binary.LittleEndian.PutUint64(win[op+i:], binary.LittleEndian.Uint64(win[src+i:]))
+		}
 	}
 }
 
@@ -734,8 +772,8 @@ func (r *Reader) slow() {
 	}
 	switch {
 	case e&flagLiteral != 0:
-		r.win[r.op] = byte(e >> 16)
-		r.op++
+		binary.LittleEndian.PutUint16(r.win[r.op:], uint16(e>>16))
+		r.op += int(e>>8) & 0xf
 		return
 	case e&flagEOB != 0:
 		r.state = stateBlock

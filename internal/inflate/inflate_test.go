@@ -6,20 +6,23 @@ import (
 	"compress/zlib"
 	"errors"
 	"fmt"
+	adler32pkg "hash/adler32"
 	"io"
 	"math/rand/v2"
 	"strconv"
+	"syscall"
 	"testing"
 	"testing/iotest"
+	"time"
 )
 
 // corpus is data of the kinds a payload is: EDI-like text, random
-// bytes, runs, and a mix.
+// bytes, runs, repeated patterns short and long, and a mix.
 func corpus(seed uint64, n int) []byte {
 	rnd := rand.New(rand.NewPCG(seed, 1))
 	var b bytes.Buffer
 	for b.Len() < n {
-		switch rnd.IntN(4) {
+		switch rnd.IntN(5) {
 		case 0:
 			for range 1 + rnd.IntN(200) {
 				b.WriteString("LIN*" + strconv.Itoa(rnd.IntN(100000)) + "*VP*" + strconv.FormatUint(rnd.Uint64(), 16) + "~\n")
@@ -32,6 +35,14 @@ func corpus(seed uint64, n int) []byte {
 			b.Write(r)
 		case 2:
 			b.Write(bytes.Repeat([]byte{byte(rnd.Uint32())}, 1+rnd.IntN(3000)))
+		case 3:
+			// Matches at distances 8 to 40, overlapping their source
+			// when longer: the word copies' cases.
+			p := make([]byte, 8+rnd.IntN(33))
+			for i := range p {
+				p[i] = byte(rnd.Uint32())
+			}
+			b.Write(bytes.Repeat(p, 1+rnd.IntN(40)))
 		default:
 			p := make([]byte, 1+rnd.IntN(7))
 			for i := range p {
@@ -210,15 +221,113 @@ func BenchmarkInflate(b *testing.B) {
 	buf := make([]byte, 256<<10)
 	b.Run("inflate", func(b *testing.B) {
 		b.SetBytes(int64(len(data)))
+		cpu := cpuTime()
 		for b.Loop() {
 			io.CopyBuffer(io.Discard, NewReader(bytes.NewReader(z)), buf)
 		}
+		reportCPU(b, cpu, len(data))
 	})
 	b.Run("compress/zlib", func(b *testing.B) {
 		b.SetBytes(int64(len(data)))
+		cpu := cpuTime()
 		for b.Loop() {
 			r, _ := zlib.NewReader(bytes.NewReader(z))
 			io.CopyBuffer(io.Discard, r, buf)
+		}
+		reportCPU(b, cpu, len(data))
+	})
+}
+
+// catalogue is the large-message bench's payload (openssltest.BuildLarge:
+// X12-like lines with two pseudo-random codes each), which zlib halves.
+func catalogue(size int) []byte {
+	var b []byte
+	x := uint64(88172645463325252)
+	for i := 0; len(b) < size; i++ {
+		x ^= x << 13
+		x ^= x >> 7
+		x ^= x << 17
+		b = append(b, "LIN*"...)
+		b = strconv.AppendInt(b, int64(i), 10)
+		b = append(b, "*VP*"...)
+		b = strconv.AppendUint(b, x, 16)
+		b = strconv.AppendUint(b, x*2654435761, 36)
+		b = append(b, "*PRICE*"...)
+		b = strconv.AppendInt(b, int64(i%9973), 10)
+		b = append(b, "~\n"...)
+	}
+	return b[:size]
+}
+
+// BenchmarkInflateCatalogue inflates the large-message bench's payload,
+// compressed as the bench does (zlib.BestSpeed).
+func BenchmarkInflateCatalogue(b *testing.B) {
+	data := catalogue(32 << 20)
+	z := compress(b, data, zlib.BestSpeed)
+	buf := make([]byte, 256<<10)
+	b.Run("inflate", func(b *testing.B) {
+		b.SetBytes(int64(len(data)))
+		cpu := cpuTime()
+		for b.Loop() {
+			io.CopyBuffer(io.Discard, NewReader(bytes.NewReader(z)), buf)
+		}
+		reportCPU(b, cpu, len(data))
+	})
+	b.Run("compress/zlib", func(b *testing.B) {
+		b.SetBytes(int64(len(data)))
+		cpu := cpuTime()
+		for b.Loop() {
+			r, _ := zlib.NewReader(bytes.NewReader(z))
+			io.CopyBuffer(io.Discard, r, buf)
+		}
+		reportCPU(b, cpu, len(data))
+	})
+}
+
+// cpuTime is the process's CPU time (user and system): on a shared
+// machine its rate is steadier than the wall clock's.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// reportCPU reports the MB/s of CPU time since cpu0, n bytes an
+// iteration.
+func reportCPU(b *testing.B, cpu0 time.Duration, n int) {
+	if d := cpuTime() - cpu0; d > 0 {
+		b.ReportMetric(float64(n)*float64(b.N)/1e6/d.Seconds(), "MB/cpu-s")
+	}
+}
+
+func TestAdler32MatchesHash(t *testing.T) {
+	data := corpus(9, 3<<20)
+	for i := range 4000 {
+		data[i*700] = 0xff // runs of 0xff: the lanes' largest values
+	}
+	for _, n := range []int{0, 1, 7, 8, 9, 15, 16, 17, 5552, 65_536, 1<<20 - 1, 1 << 20, 1<<20 + 9, len(data)} {
+		want := adler32pkg.Checksum(data[:n])
+		if got := adlerUpdate(1, data[:n]); got != want {
+			t.Fatalf("%d bytes: %08x, want %08x", n, got, want)
+		}
+		// In two calls split anywhere.
+		h := adler32pkg.New()
+		h.Write(data[:n/3])
+		if got := adlerUpdate(adlerUpdate(1, data[:n/3]), data[n/3:n]); got != want || h.Sum32() != adlerUpdate(1, data[:n/3]) {
+			t.Fatalf("%d bytes in two calls: %08x, want %08x", n, got, want)
+		}
+	}
+	ff := bytes.Repeat([]byte{0xff}, 3<<20)
+	if got, want := adlerUpdate(1, ff), adler32pkg.Checksum(ff); got != want {
+		t.Fatalf("0xff bytes: %08x, want %08x", got, want)
+	}
+}
+
+func FuzzAdler32(f *testing.F) {
+	f.Add([]byte("ISA*00*~"))
+	f.Fuzz(func(t *testing.T, p []byte) {
+		if got, want := adlerUpdate(1, p), adler32pkg.Checksum(p); got != want {
+			t.Fatalf("%08x, want %08x", got, want)
 		}
 	})
 }

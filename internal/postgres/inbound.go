@@ -53,10 +53,13 @@ type InboundMessage struct {
 	// more than once. The payload is stored in pieces (payload_chunks)
 	// as it is read, in constant memory, in the message's transaction.
 	PayloadOpen func() io.Reader
-	// Staged, when set with PayloadOpen, is the payload already being
-	// stored as it was received (StageInboundPayload): SaveInbound
-	// finishes its transaction, and falls back to PayloadOpen when it
-	// cannot (a duplicate, a failed stage).
+	// Staged is the payload already being stored as it was received
+	// (StageInboundPayload): SaveInbound finishes its transaction. With
+	// PayloadOpen set too, it falls back to PayloadOpen when it cannot
+	// (a failed stage, or one used by an earlier attempt); without, the
+	// stage is the payload's only copy and such a message is not stored
+	// (ErrStageFailed). A message stored without its payload (refused)
+	// has neither.
 	Staged *StagedPayload
 	// MDNMode is "sync", "async" or "none"; MDNURL the async return URL.
 	MDNMode   string
@@ -181,13 +184,15 @@ func (s *Store) saveInbound(ctx context.Context, m *InboundMessage, hdr []byte) 
 		err error
 	)
 	switch {
-	case m.PayloadOpen != nil && m.Staged != nil && m.Staged.take():
+	case m.Staged != nil && m.Staged.take():
 		id, err = s.saveInboundStaged(ctx, m, hdr)
-		if errors.Is(err, errStageFailed) && ctx.Err() == nil {
+		if errors.Is(err, ErrStageFailed) && m.PayloadOpen != nil && ctx.Err() == nil {
 			// The stage failed (it was rolled back): store the payload
 			// as if there had been none.
 			id, err = s.saveInboundChunked(ctx, m, hdr)
 		}
+	case m.Staged != nil && m.PayloadOpen == nil:
+		err = errStageUsed
 	case m.PayloadOpen != nil:
 		id, err = s.saveInboundChunked(ctx, m, hdr)
 	case len(m.Payload) <= largePayload:

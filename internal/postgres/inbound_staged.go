@@ -25,10 +25,10 @@ import (
 // path Abort rolls it back, and a process that dies leaves nothing
 // either (the server rolls back a connection that drops).
 //
-// Storing the pieces is best effort: Write never fails, and a stage that
-// failed (the database, a cancelled request) is simply not used:
-// SaveInbound then stores the payload from InboundMessage.PayloadOpen as
-// before. Write holds at most stagedBuffers pieces in memory, and waits
+// Write never fails: a stage that failed (the database, a cancelled
+// request) is not used. SaveInbound then stores the payload from
+// InboundMessage.PayloadOpen when it is set, else (the stage was the
+// payload's only copy) it fails with ErrStageFailed and stores nothing. Write holds at most stagedBuffers pieces in memory, and waits
 // when the inserts fall behind.
 type StagedPayload struct {
 	s      *Store
@@ -67,9 +67,14 @@ const stagedBuffers = 3
 // may hold in use: the payload is stored after its unwrap, as before.
 var ErrNoStage = errors.New("stage payload: the connections for stages are in use")
 
-// errStageFailed is a stage whose pieces are not all stored: SaveInbound
-// stores the payload from PayloadOpen instead.
-var errStageFailed = errors.New("staged payload incomplete")
+// ErrStageFailed is a stage whose pieces are not all stored: SaveInbound
+// stores the payload from PayloadOpen instead, or fails with it when
+// there is none (nothing is stored).
+var ErrStageFailed = errors.New("staged payload incomplete")
+
+// errStageUsed is a message whose stage, its payload's only copy, was
+// used already (a SaveInbound that failed).
+var errStageUsed = fmt.Errorf("%w: its stage was used by an earlier attempt", ErrStageFailed)
 
 // errStageAborted ends the inserts of an aborted stage.
 var errStageAborted = errors.New("staged payload aborted")
@@ -262,21 +267,17 @@ func (s *Store) saveInboundStaged(ctx context.Context, m *InboundMessage, hdr []
 	}()
 	t0 := time.Now()
 	if err := p.finish(); err != nil {
-		return 0, fmt.Errorf("%w: %w", errStageFailed, err)
+		return 0, fmt.Errorf("%w: %w", ErrStageFailed, err)
 	}
 	t1 := time.Now()
 	p.finishTook = t1.Sub(t0)
 	defer func() { p.saveTook = time.Since(t1) }()
 	if p.written != m.PayloadSize {
-		return 0, fmt.Errorf("%w: %d bytes staged, want %d", errStageFailed, p.written, m.PayloadSize)
+		return 0, fmt.Errorf("%w: %d bytes staged, want %d", ErrStageFailed, p.written, m.PayloadSize)
 	}
 	tx := p.tx
-	err = tx.QueryRow(ctx, insertMessage, messageArgs(m)...).Scan(&id)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return 0, ErrDuplicateInbound
-	}
-	if err != nil {
-		return 0, fmt.Errorf("insert message: %w", err)
+	if id, err = insertStaged(ctx, tx, m); err != nil {
+		return 0, err
 	}
 	// The pieces move to the message (their TOAST data stays where it
 	// is: an UPDATE that leaves a value alone keeps it), and the
@@ -300,5 +301,30 @@ SELECT 1`, id, p.tempID); err != nil {
 		return 0, err
 	}
 	p.s.stages.Add(-1)
+	return id, nil
+}
+
+// insertStaged inserts m's row in the stage's transaction. A failed
+// receipt of the same Message-ID is replaced there, as SaveInbound
+// replaces it for other payloads: the stage may be the payload's only
+// copy.
+func insertStaged(ctx context.Context, tx pgx.Tx, m *InboundMessage) (id int64, err error) {
+	err = tx.QueryRow(ctx, insertMessage, messageArgs(m)...).Scan(&id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		tag, derr := tx.Exec(ctx, `DELETE FROM messages WHERE partner = $1 AND direction = 'inbound' AND message_id = $2 AND status = 'error'`, m.Partner, m.MessageID)
+		if derr != nil {
+			return 0, fmt.Errorf("replace a failed receipt: %w", derr)
+		}
+		if tag.RowsAffected() == 0 {
+			return 0, ErrDuplicateInbound
+		}
+		err = tx.QueryRow(ctx, insertMessage, messageArgs(m)...).Scan(&id)
+	}
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, ErrDuplicateInbound
+	}
+	if err != nil {
+		return 0, fmt.Errorf("insert message: %w", err)
+	}
 	return id, nil
 }

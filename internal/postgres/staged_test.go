@@ -126,7 +126,8 @@ func TestStagedPayloadAbort(t *testing.T) {
 
 // TestStagedPayloadDuplicate: a resend of a stored message is a
 // duplicate and its stage leaves nothing; the resend of a failed receipt
-// replaces it, its payload read from PayloadOpen.
+// replaces it with its staged payload (PayloadOpen unused: the stage may
+// be the only copy).
 func TestStagedPayloadDuplicate(t *testing.T) {
 	noLeak(t)
 	ctx := context.Background()
@@ -153,8 +154,8 @@ func TestStagedPayloadDuplicate(t *testing.T) {
 	if _, got, err := st.MessagePayload(ctx, id); err != nil || !bytes.Equal(got, stagedPayload) {
 		t.Fatalf("MessagePayload = %d bytes, %v; want the %d sent", len(got), err, len(stagedPayload))
 	}
-	if o.calls != 1 {
-		t.Errorf("PayloadOpen called %d times, want 1 (after the stage met the failed receipt)", o.calls)
+	if o.calls != 0 {
+		t.Errorf("PayloadOpen called %d times, want 0 (the stage replaced the failed receipt)", o.calls)
 	}
 	wantNoStage(t, st)
 }
@@ -181,6 +182,32 @@ func TestStagedPayloadFailedStage(t *testing.T) {
 	}
 	if o.calls != 1 {
 		t.Errorf("PayloadOpen called %d times, want 1 (the stage failed)", o.calls)
+	}
+	wantNoStage(t, st)
+}
+
+// TestStagedPayloadFailedOnlyCopy: a failed stage without PayloadOpen
+// (the payload's only copy) stores nothing and says so (ErrStageFailed,
+// which the receiver answers as any failed store: nothing accepted,
+// resend); a second attempt with the used stage fails the same way.
+func TestStagedPayloadFailedOnlyCopy(t *testing.T) {
+	noLeak(t)
+	st := pgtest.Store(t)
+	sctx, cancel := context.WithCancel(context.Background())
+	s := stage(t, st, sctx, stagedPayload[:2<<20])
+	cancel()
+	if n, err := s.Write(stagedPayload[2<<20:]); n != len(stagedPayload)-2<<20 || err != nil {
+		t.Fatalf("Write after the failure = %d, %v; want all, nil", n, err)
+	}
+	m := stagedMessage("<only@p>", &opened{p: stagedPayload}, s)
+	m.PayloadOpen = nil
+	for attempt := 1; attempt <= 2; attempt++ {
+		if _, err := st.SaveInbound(context.Background(), m); !errors.Is(err, postgres.ErrStageFailed) {
+			t.Fatalf("SaveInbound attempt %d: %v, want ErrStageFailed", attempt, err)
+		}
+	}
+	if n, err := st.CountSQL(context.Background(), `SELECT count(*) FROM messages WHERE message_id = '<only@p>'`); err != nil || n != 0 {
+		t.Errorf("messages stored = %d, %v; want 0", n, err)
 	}
 	wantNoStage(t, st)
 }

@@ -857,7 +857,7 @@ func (h *Handler) receive(ctx context.Context, hdr http.Header, body []byte, rq 
 		storeTook time.Duration
 	)
 	for attempt := 1; ; attempt++ {
-		edi = h.inspectEDI(ctx, log, partner, msg, &disp)
+		edi = h.inspectEDI(ctx, x, &disp)
 		msg.Disposition = disp.String()
 		if res, err = h.mdnReply(x, disp, mic); err != nil {
 			log.Error("build MDN", zap.Error(err))
@@ -953,17 +953,18 @@ func (h *Handler) notStored(ctx context.Context, x *exchange, err error, asyncUR
 // (Options.EDI) and sets what msg's receipt stores with it; a duplicate
 // interchange the partner's profile refuses turns the message into a
 // refused one, *disp and msg changed accordingly.
-func (h *Handler) inspectEDI(ctx context.Context, log *zap.Logger, partner *config.Partner, msg *postgres.InboundMessage, disp *mdn.Disposition) interchange.Inspection {
+func (h *Handler) inspectEDI(ctx context.Context, x *exchange, disp *mdn.Disposition) interchange.Inspection {
+	log, partner, msg := x.log, x.partner, x.msg
 	if h.o.EDI == nil || msg.Status != postgres.InboundProcessed {
 		return interchange.Inspection{}
 	}
-	edi := h.o.EDI.Inspect(ctx, partner, payloadReader(msg))
+	edi := h.o.EDI.Inspect(ctx, partner, payloadReader(x))
 	msg.EDI = edi.Save
 	if edi.Refuse {
 		// RFC 4130 §5.5's answer to a document received before; the
 		// payload is not kept, so nothing is delivered twice.
 		*disp = mdn.Warned(mdn.DuplicateDocument)
-		msg.Status, msg.Error, msg.Payload, msg.PayloadOpen = postgres.InboundError, edi.Reason, nil, nil
+		msg.Status, msg.Error, msg.Payload, msg.PayloadOpen, msg.Staged = postgres.InboundError, edi.Reason, nil, nil, nil
 		log.Warn("message refused: duplicate interchange", zap.String("reason", edi.Reason))
 	}
 	return edi
@@ -1070,7 +1071,7 @@ func (h *Handler) unwrap(ctx context.Context, x *exchange) (mdn.Disposition, str
 	msg.Payload = m.Payload
 	switch {
 	case x.sp != nil:
-		msg.PayloadOpen, msg.Staged = x.sp.payload.Reader, x.sp.stage
+		msg.PayloadOpen, msg.Staged = x.sp.payloadOpen(), x.sp.stage
 	case msg.Payload == nil:
 		msg.Payload = []byte{}
 	}

@@ -10,8 +10,11 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"github.com/edihub/edihub/internal/postgres"
 	"github.com/edihub/edihub/internal/receiver"
+	"github.com/edihub/edihub/internal/spool"
 )
 
 // panicStore panics when it stores the message with Message-ID panicID.
@@ -172,4 +175,71 @@ func TestSpooledStagedPayload(t *testing.T) {
 	if n := e.count(t, `SELECT count(*) FROM payloads p JOIN messages m ON m.id = p.message_id WHERE m.message_id = '<staged@x>' AND p.chunked`); n != 1 {
 		t.Errorf("payloads of the processed message = %d, want 1", n)
 	}
+}
+
+// stageStore watches the stages of the receiver's payloads: it records
+// the spool's use when a message is stored, and fails the stage (its
+// context cancelled once it began) when failStage is set.
+type stageStore struct {
+	receiver.Store
+	stager interface {
+		StageInboundPayload(ctx context.Context, partner string) (*postgres.StagedPayload, error)
+	}
+	spool      *spool.Spool
+	failStage  bool
+	usedAtSave int64
+}
+
+func (s *stageStore) StageInboundPayload(ctx context.Context, partner string) (*postgres.StagedPayload, error) {
+	if !s.failStage {
+		return s.stager.StageInboundPayload(ctx, partner)
+	}
+	sctx, cancel := context.WithCancel(ctx)
+	p, err := s.stager.StageInboundPayload(sctx, partner)
+	cancel()
+	return p, err
+}
+
+func (s *stageStore) SaveInbound(ctx context.Context, m *postgres.InboundMessage) (int64, error) {
+	s.usedAtSave = s.spool.Used()
+	return s.Store.SaveInbound(ctx, m)
+}
+
+// TestSpooledStagedPayloadOnce: a payload stored in the database as it
+// is unwrapped is not written to the spool too (when the message is
+// stored, the spool holds its body only), and a stage that fails, the
+// payload's only copy, is answered as a failed store (503: nothing
+// accepted, resend) with nothing stored and nothing left behind.
+func TestSpooledStagedPayloadOnce(t *testing.T) {
+	ss := &stageStore{}
+	e := newEnv(t, envOptions{spool: true, spoolBytes: 64 << 20, wrap: func(s receiver.Store) receiver.Store {
+		ss.Store, ss.stager = s, s.(*postgres.Store)
+		return ss
+	}})
+	ss.spool = e.spool
+	ignore := goleak.IgnoreCurrent()
+	good := buildOpenSSL(t, build{sign: "sha256", enc: "aes256", comp: "before"})
+	send := func(id string) reply {
+		return post(t, e.url, request(as2Header(partnerACME, station, id, "sha-256"), good), good.body, true)
+	}
+	wantDisp(t, parseMDN(t, send("<once@x>")).Disposition.String(), processed)
+	if ss.usedAtSave != int64(len(good.body)) {
+		t.Errorf("spool use when stored = %d bytes, want the body's %d only", ss.usedAtSave, len(good.body))
+	}
+	ss.failStage = true
+	r := send("<stage-failed@x>")
+	wantStatus(t, r.status, http.StatusServiceUnavailable)
+	waitSpoolEmpty(t, e, "the failed stage")
+	if n := e.count(t, `SELECT count(*) FROM messages WHERE message_id IN ('<stage-failed@x>') OR message_id LIKE 'edihub-staged-%'`); n != 0 {
+		t.Errorf("rows of the failed stage = %d, want 0", n)
+	}
+	if n := e.count(t, `SELECT count(DISTINCT message_id) FROM payload_chunks`); n != 1 {
+		t.Errorf("messages with payload pieces = %d, want 1 (the processed one)", n)
+	}
+	// The partner's resend is received.
+	ss.failStage = false
+	wantDisp(t, parseMDN(t, send("<stage-failed@x>")).Disposition.String(), processed)
+	http.DefaultClient.CloseIdleConnections()
+	// The pool's new connections have their watchers (postgres.Open).
+	goleak.VerifyNone(t, ignore, goleak.IgnoreTopFunction("github.com/edihub/edihub/internal/postgres.(*watchedConn).watch"))
 }

@@ -1,6 +1,7 @@
 package receiver
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/edihub/edihub/internal/as2"
 	"github.com/edihub/edihub/internal/config"
+	"github.com/edihub/edihub/internal/edi"
 	"github.com/edihub/edihub/internal/mdn"
 	"github.com/edihub/edihub/internal/postgres"
 	"github.com/edihub/edihub/internal/spool"
@@ -25,8 +27,10 @@ type spooled struct {
 	body, payload *spool.File
 	// stage stores the payload in the database as it is unwrapped (nil
 	// when the store cannot); SaveInbound commits it, close aborts it
-	// otherwise.
-	stage *postgres.StagedPayload
+	// otherwise. With a stage, the payload goes to its spool file only
+	// when something reads it afterwards (staged).
+	stage  *postgres.StagedPayload
+	staged *payloadSpool
 	// stats is where the unwrap's time went.
 	stats as2.StreamStats
 }
@@ -179,10 +183,10 @@ func (h *Handler) peel(ctx context.Context, x *exchange) (*as2.Message, error) {
 	opts.Stats = &x.sp.stats
 	var payload io.Writer = x.sp.payload
 	if st, ok := h.o.Store.(payloadStager); ok {
-		// Stored as it is unwrapped, and spooled all the same: the
-		// stage is used only if the message is accepted as it is, and
-		// every other path (a resend, a duplicate interchange, a failed
-		// stage) has the payload from the spool as before.
+		// Stored as it is unwrapped, and spooled only when the EDI step
+		// reads it afterwards (payloadSpool): a stage that fails then
+		// fails the store, answered as any failed store (nothing
+		// accepted, resend later).
 		stage, err := st.StageInboundPayload(ctx, x.partner.AS2ID)
 		switch {
 		case errors.Is(err, postgres.ErrNoStage):
@@ -191,10 +195,14 @@ func (h *Handler) peel(ctx context.Context, x *exchange) (*as2.Message, error) {
 			x.log.Warn("payload not stored as it is unwrapped; stored afterwards", zap.Error(err))
 		default:
 			x.sp.stage = stage
-			payload = io.MultiWriter(payload, stage)
+			x.sp.staged = &payloadSpool{f: x.sp.payload, need: h.readsPayload, head: make([]byte, 0, headBytes)}
+			payload = io.MultiWriter(x.sp.staged, stage)
 		}
 	}
 	m, err := as2.UnwrapStream(x.hdr, x.sp.body.Reader(), opts, as2.PayloadWriter(payload))
+	if err == nil && x.sp.staged != nil {
+		err = x.sp.staged.decide() // a payload shorter than its head
+	}
 	if err != nil {
 		// Its connection is free before the failure is stored.
 		x.sp.stage.Abort()
@@ -222,10 +230,88 @@ func (c signedContent) mic(alg crypto.Hash) (as2.MIC, bool) {
 	return as2.MIC{Alg: alg, Digest: d}, ok
 }
 
-// payloadReader reads the payload of msg, in memory or spooled.
-func payloadReader(msg *postgres.InboundMessage) io.Reader {
-	if msg.PayloadOpen != nil {
-		return msg.PayloadOpen()
+// payloadReader reads the payload of x's message for the EDI step: in
+// memory or spooled, or its head when it is not EDI and only staged
+// (payloadSpool).
+func payloadReader(x *exchange) io.Reader {
+	switch {
+	case x.msg.PayloadOpen != nil:
+		return x.msg.PayloadOpen()
+	case x.sp != nil && x.sp.staged != nil:
+		return bytes.NewReader(x.sp.staged.head)
 	}
-	return bytes.NewReader(msg.Payload)
+	return bytes.NewReader(x.msg.Payload)
+}
+
+// payloadOpen opens the spooled payload, or is nil when only its stage
+// holds it.
+func (sp *spooled) payloadOpen() func() io.Reader {
+	if sp.staged != nil && !sp.staged.spill {
+		return nil
+	}
+	return sp.payload.Reader
+}
+
+// headBytes of a staged payload are kept in memory: enough for the EDI
+// step to tell an interchange from anything else (edi.Detect peeks
+// 1 KiB of leading space and the first segment's tag).
+const headBytes = 4 << 10
+
+// payloadSpool is the spool file of a payload staged in the database:
+// the payload is written to it only when something reads it after the
+// unwrap (need, decided on its first headBytes: the EDI step, for an
+// EDI interchange); any other is written once, to the database. The
+// head stays in memory either way.
+type payloadSpool struct {
+	f    *spool.File
+	need func(head []byte) bool
+	head []byte
+	// decided is set once need was asked; spill when it said yes.
+	decided, spill bool
+}
+
+func (w *payloadSpool) Write(p []byte) (int, error) {
+	n := len(p)
+	if !w.decided {
+		k := min(len(p), headBytes-len(w.head))
+		w.head = append(w.head, p[:k]...)
+		p = p[k:]
+		if len(w.head) < headBytes {
+			return n, nil
+		}
+		if err := w.decide(); err != nil {
+			return 0, err
+		}
+	}
+	if w.spill && len(p) > 0 {
+		if _, err := w.f.Write(p); err != nil {
+			return 0, err
+		}
+	}
+	return n, nil
+}
+
+// decide asks need about the head (once) and spools it when the payload
+// is read afterwards.
+func (w *payloadSpool) decide() error {
+	if w.decided {
+		return nil
+	}
+	w.decided = true
+	if !w.need(w.head) {
+		return nil
+	}
+	w.spill = true
+	_, err := w.f.Write(w.head)
+	return err
+}
+
+// readsPayload reports whether a payload starting with head is read
+// after its unwrap: by the EDI step, when it is an EDI interchange.
+func (h *Handler) readsPayload(head []byte) bool {
+	if h.o.EDI == nil {
+		return false
+	}
+	_, err := edi.Detect(bufio.NewReader(bytes.NewReader(head)))
+	return err == nil
 }
