@@ -2,9 +2,9 @@
 // DEFLATE) as a stream, in constant memory, faster than compress/flate
 // and klauspost/compress: it reads its input 64 bits at a time, decodes
 // Huffman codes through one table lookup (two for the rare long codes)
-// whose entries carry the length or distance base and its extra bits,
-// and writes straight into its window, copying matches 8 bytes at a
-// time. Inflating is the largest cost of receiving a large compressed
+// whose entries carry the length or distance base and its extra bits, or
+// two literals when both codes fit, and writes straight into its window,
+// copying matches 8 or 16 bytes at a time. Inflating is the largest cost of receiving a large compressed
 // AS2 message.
 //
 // It accepts and refuses exactly what compress/flate and compress/zlib
