@@ -15,12 +15,9 @@ import (
 	"runtime/pprof"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"go.uber.org/zap"
-	"go.uber.org/zap/zapcore"
 
 	"github.com/edihub/edihub/internal/as2"
 	"github.com/edihub/edihub/internal/config"
@@ -388,8 +385,8 @@ func sendChild(ctx context.Context, o options, to string) error {
 		return err
 	}
 	defer closeDeps()
-	phases := &sendPhases{}
-	log = log.WithOptions(zap.WrapCore(func(c zapcore.Core) zapcore.Core { return zapcore.NewTee(c, phases) }))
+	phases := newLogCapture(builtMessage, sentMessage)
+	log = phases.logger(log)
 	d, err := outbox.NewDispatcher(outbox.Options{Store: store, Listener: store, Config: cfg, Logger: log,
 		Metrics: outbox.NewMetrics(prometheus.NewRegistry(), store.OutboxStats), Identity: "bench-sender",
 		Spool: sp, SpoolFromBytes: outbox.DefaultSpoolFromBytes})
@@ -448,7 +445,7 @@ func sendChild(ctx context.Context, o options, to string) error {
 		case "sent":
 			took := time.Since(queued)
 			pprof.StopCPUProfile()
-			fmt.Printf("sent %.3f%s\n", took.Seconds(), phases.String())
+			fmt.Printf("sent %.3f%s\n", took.Seconds(), phases.sendPhases())
 			_, _ = io.Copy(io.Discard, in)
 			return nil
 		case "failed", "retrying":
@@ -456,54 +453,4 @@ func sendChild(ctx context.Context, o options, to string) error {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-}
-
-// sendPhases is a zap core that keeps the duration fields of the
-// dispatcher's "built as a stream" line and the times of it and of
-// "sent".
-type sendPhases struct {
-	mu          sync.Mutex
-	fields      []phase
-	built, sent time.Time
-}
-
-func (c *sendPhases) Enabled(zapcore.Level) bool        { return true }
-func (c *sendPhases) With([]zapcore.Field) zapcore.Core { return c }
-func (c *sendPhases) Sync() error                       { return nil }
-
-func (c *sendPhases) Check(e zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore.CheckedEntry {
-	if e.Message == "built as a stream" || e.Message == "sent" {
-		return ce.AddCore(e, c)
-	}
-	return ce
-}
-
-func (c *sendPhases) Write(e zapcore.Entry, fields []zapcore.Field) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if e.Message == "sent" {
-		c.sent = e.Time
-		return nil
-	}
-	c.built = e.Time
-	for _, f := range fields {
-		if f.Type == zapcore.DurationType {
-			c.fields = append(c.fields, phase{f.Key, time.Duration(f.Integer)})
-		}
-	}
-	return nil
-}
-
-// String is " name=duration" for each phase, post last.
-func (c *sendPhases) String() string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	var b strings.Builder
-	for _, p := range c.fields {
-		fmt.Fprintf(&b, " %s=%s", p.name, p.d)
-	}
-	if !c.built.IsZero() && !c.sent.IsZero() {
-		fmt.Fprintf(&b, " post=%s", c.sent.Sub(c.built))
-	}
-	return b.String()
 }

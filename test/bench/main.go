@@ -891,9 +891,10 @@ func procStatus(pid int, field string) (int64, error) {
 }
 
 // openChild opens what a child process of the bench runs on: the store
-// (a pool of maxConns), a spool and the log to stderr (a message
-// refused, a store failure, where the time of a large message went:
-// info), without the debug lines. closeDeps closes the spool, then the
+// (a pool of maxConns), a spool and the log to stderr from warnings up
+// (a message refused, a store failure: the lines the bench's output
+// needs; what a large message's time went to is captured at info by a
+// logCapture, phases.go). closeDeps closes the spool, then the
 // store.
 func openChild(ctx context.Context, databaseURL string, maxConns int32) (store *postgres.Store, sp *spool.Spool, log *zap.Logger, closeDeps func(), err error) {
 	store, err = postgres.Open(ctx, databaseURL, postgres.Options{MaxConns: maxConns})
@@ -906,7 +907,7 @@ func openChild(ctx context.Context, databaseURL string, maxConns int32) (store *
 		return nil, nil, nil, nil, err
 	}
 	closeDeps = func() { sp.Close(); store.Close() }
-	log, err = zap.NewDevelopment(zap.IncreaseLevel(zap.InfoLevel))
+	log, err = zap.NewDevelopment(zap.IncreaseLevel(zap.WarnLevel))
 	if err != nil {
 		closeDeps()
 		return nil, nil, nil, nil, err
@@ -947,7 +948,7 @@ func child(ctx context.Context, o options) error {
 		return err
 	}
 	defer closeDeps()
-	phases := newPhaseCapture()
+	phases := newLogCapture(timingsMessage)
 	h, err := newSpooledHandler(store, partner, st, sp, phases.logger(log))
 	if err != nil {
 		return err
@@ -959,6 +960,6 @@ func child(ctx context.Context, o options) error {
 	defer stop()
 	fmt.Println(url)
 	_, _ = io.Copy(io.Discard, os.Stdin)
-	phases.print(os.Stdout)
+	phases.printTimings(os.Stdout)
 	return nil
 }

@@ -13,70 +13,113 @@ import (
 	"go.uber.org/zap/zapcore"
 )
 
-// The receiver logs where the time of a large message went ("large
-// message timings": the spool, the unwrap's stages, the payload's
-// store). The receiver child keeps the fields of the last such line and
-// prints them on its standard output, as one "phases" line of JSON, when
-// its standard input closes; largeReceive reads them and phaseLines
-// prints them.
+// The bench's children log where the time of a large message went: the
+// receiver's "large message timings" (the spool, the unwrap's stages, the
+// payload's store), the sender's "built as a stream" (the build, the
+// freeze) and "sent". A logCapture keeps the last entry of each such
+// message, whatever the level the child prints on its standard error;
+// the receiver child prints its timings as one "phases" line of JSON when
+// its standard input closes (largeReceive reads them and phaseLines
+// prints them), the sender child its phases on its "sent" line.
 
-// timingsMessage is the receiver's log line with the timings.
-const timingsMessage = "large message timings"
+// Messages of the log lines the bench captures.
+const (
+	timingsMessage = "large message timings"
+	builtMessage   = "built as a stream"
+	sentMessage    = "sent"
+)
 
-// phaseCapture is a zapcore.Core that keeps the fields of the last
-// timingsMessage entry.
-type phaseCapture struct {
-	mu     *sync.Mutex
-	last   *map[string]any
+// captured is one entry kept: its time and its fields (the logger's own
+// first, in the order logged).
+type captured struct {
+	at     time.Time
 	fields []zapcore.Field
 }
 
-func newPhaseCapture() *phaseCapture {
-	return &phaseCapture{mu: &sync.Mutex{}, last: new(map[string]any)}
+// logCapture is a zapcore.Core that keeps the last entry of each of its
+// messages.
+type logCapture struct {
+	mu     *sync.Mutex
+	last   map[string]captured
+	fields []zapcore.Field
 }
 
-func (c *phaseCapture) Enabled(zapcore.Level) bool { return true }
-
-func (c *phaseCapture) With(fields []zapcore.Field) zapcore.Core {
-	return &phaseCapture{mu: c.mu, last: c.last, fields: append(append([]zapcore.Field(nil), c.fields...), fields...)}
+func newLogCapture(messages ...string) *logCapture {
+	last := make(map[string]captured, len(messages))
+	for _, m := range messages {
+		last[m] = captured{}
+	}
+	return &logCapture{mu: &sync.Mutex{}, last: last}
 }
 
-func (c *phaseCapture) Check(e zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore.CheckedEntry {
-	if e.Message == timingsMessage {
+func (c *logCapture) Enabled(zapcore.Level) bool { return true }
+
+func (c *logCapture) With(fields []zapcore.Field) zapcore.Core {
+	return &logCapture{mu: c.mu, last: c.last, fields: append(append([]zapcore.Field(nil), c.fields...), fields...)}
+}
+
+func (c *logCapture) Check(e zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore.CheckedEntry {
+	c.mu.Lock()
+	_, wanted := c.last[e.Message]
+	c.mu.Unlock()
+	if wanted {
 		return ce.AddCore(e, c)
 	}
 	return ce
 }
 
-func (c *phaseCapture) Write(_ zapcore.Entry, fields []zapcore.Field) error {
-	enc := zapcore.NewMapObjectEncoder()
-	for _, f := range append(append([]zapcore.Field(nil), c.fields...), fields...) {
-		f.AddTo(enc)
-	}
+func (c *logCapture) Write(e zapcore.Entry, fields []zapcore.Field) error {
+	all := append(append([]zapcore.Field(nil), c.fields...), fields...)
 	c.mu.Lock()
-	*c.last = enc.Fields
+	c.last[e.Message] = captured{at: e.Time, fields: all}
 	c.mu.Unlock()
 	return nil
 }
 
-func (c *phaseCapture) Sync() error { return nil }
+func (c *logCapture) Sync() error { return nil }
 
 // logger returns log with c beside its core.
-func (c *phaseCapture) logger(log *zap.Logger) *zap.Logger {
+func (c *logCapture) logger(log *zap.Logger) *zap.Logger {
 	return log.WithOptions(zap.WrapCore(func(core zapcore.Core) zapcore.Core { return zapcore.NewTee(core, c) }))
 }
 
-// print writes the "phases" line (nothing when no timings were logged).
-func (c *phaseCapture) print(w io.Writer) {
+// entry is the last entry of message (zero when none was logged).
+func (c *logCapture) entry(message string) captured {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if len(*c.last) == 0 {
+	return c.last[message]
+}
+
+// printTimings writes the "phases" line of the receiver's timings
+// (nothing when none were logged).
+func (c *logCapture) printTimings(w io.Writer) {
+	t := c.entry(timingsMessage)
+	if len(t.fields) == 0 {
 		return
 	}
-	b, err := json.Marshal(*c.last)
-	if err == nil {
+	enc := zapcore.NewMapObjectEncoder()
+	for _, f := range t.fields {
+		f.AddTo(enc)
+	}
+	if b, err := json.Marshal(enc.Fields); err == nil {
 		fmt.Fprintf(w, "phases %s\n", b)
 	}
+}
+
+// sendPhases is " name=duration" for each duration of the sender's last
+// build, then the post (from the build's line to the "sent" line).
+func (c *logCapture) sendPhases() string {
+	built, sent := c.entry(builtMessage), c.entry(sentMessage)
+	var b strings.Builder
+	for _, f := range built.fields {
+		if f.Type == zapcore.DurationType {
+			fmt.Fprintf(&b, " %s=%s", f.Key, time.Duration(f.Integer))
+		}
+	}
+	if !built.at.IsZero() && !sent.at.IsZero() {
+		fmt.Fprintf(&b, " post=%s", sent.at.Sub(built.at))
+	}
+	return b.String()
 }
 
 // readPhases reads the child's "phases" line from the rest of its
@@ -112,7 +155,7 @@ func phaseLines(m map[string]any) []string {
 		fmt.Sprintf("%-40s %10s", "  decrypt (CMS, AES-256-CBC)", d("decrypt")),
 		fmt.Sprintf("%-40s %10s", "  verify (MIME, SHA-256 digest)", d("verify")),
 		fmt.Sprintf("%-40s %10s", "  inflate (CMS, zlib)", d("inflate")),
-		fmt.Sprintf("%-40s %10s", "  write the payload (spool, store)", d("payload")),
+		fmt.Sprintf("%-40s %10s", "  write the payload (to the store)", d("payload")),
 	}
 	if _, ok := m["copy"]; ok {
 		lines = append(lines,
