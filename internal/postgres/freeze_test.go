@@ -117,3 +117,51 @@ func TestBodyFreezer(t *testing.T) {
 type failingReaderAt struct{}
 
 func (failingReaderAt) ReadAt([]byte, int64) (int, error) { return 0, errors.New("disk gone") }
+
+// TestBodyFreezerHoldsTheBuildBack freezes a body of eight times
+// FreezeAhead, written to the file far faster than PostgreSQL stores it:
+// no Write returns while the COPY is more than FreezeAhead (and the
+// piece just written) behind, and the body is frozen whole.
+func TestBodyFreezerHoldsTheBuildBack(t *testing.T) {
+	ctx := context.Background()
+	st := pgtest.Store(t)
+	if _, err := st.EnqueueOutbound(ctx, outbound("P", "<paced@s>", "", nil)); err != nil {
+		t.Fatal(err)
+	}
+	items, err := st.ClaimOutbox(ctx, "d", time.Minute, 1)
+	if err != nil || len(items) != 1 {
+		t.Fatalf("claim = %d items, %v", len(items), err)
+	}
+	it := items[0]
+	f, err := os.Create(filepath.Join(t.TempDir(), "body"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	fr, err := st.FreezeOutboundBody(ctx, it, f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	piece := make([]byte, 256<<10)
+	rand.NewChaCha8([32]byte{5}).Read(piece)
+	var maxLag int64
+	for range 8 * postgres.FreezeAhead / len(piece) {
+		if _, err := f.Write(piece); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := fr.Write(piece); err != nil {
+			t.Fatal(err)
+		}
+		maxLag = max(maxLag, fr.Lag())
+	}
+	if limit := int64(postgres.FreezeAhead + len(piece)); maxLag > limit {
+		t.Errorf("the build ran %d bytes ahead of the COPY, want at most %d", maxLag, limit)
+	}
+	if err := fr.Commit(ctx, postgres.OutboundBuild{MIC: "x, sha-256", MICAlg: "sha-256"}); err != nil {
+		t.Fatalf("Commit: %v", err)
+	}
+	want := int64(8 * postgres.FreezeAhead)
+	if n, err := st.CountSQL(ctx, `SELECT sum(octet_length(data)) FROM outbox_body_chunks WHERE outbox_id = $1`, it.ID); err != nil || n != want {
+		t.Errorf("bytes frozen = %d, %v; want %d", n, err, want)
+	}
+}

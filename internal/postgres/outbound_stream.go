@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
@@ -96,15 +97,27 @@ func (s *Store) WriteOutboxBody(ctx context.Context, it OutboxItem, w io.Writer)
 // never waits for PostgreSQL; Commit does, for the copy's tail. Commit
 // with the build, or Abort; keep the file open until then. It is not
 // safe for concurrent use; its goroutine ends with Commit or Abort.
+//
+// Write holds the build back while the COPY is more than freezeAhead
+// bytes behind it. The COPY is the slower (PostgreSQL's write of each
+// byte into the table, its TOAST index and the WAL costs more CPU than
+// the build's crypto): left to run ahead, the build took a core the
+// COPY's server process wanted, and the COPY's tail ran alone after it
+// with the other core idle; held back, the build yields that core while
+// it waits, and the body is frozen sooner.
 type BodyFreezer struct {
 	it   OutboxItem
 	tx   pgx.Tx
 	src  io.ReaderAt
 	n    int64         // bytes in the file (Write)
 	more chan struct{} // a signal to the COPY: n grew, or the body ended
-	mu   sync.Mutex
-	size int64 // n as the COPY sees it
-	end  bool  // the body is complete (Commit)
+	// sent is how much of the body the COPY has sent; progress, a
+	// signal to a Write held back that it grew.
+	sent     atomic.Int64
+	progress chan struct{}
+	mu       sync.Mutex
+	size     int64 // n as the COPY sees it
+	end      bool  // the body is complete (Commit)
 	// abort tells the COPY to fail; done closes when it ended.
 	abort chan struct{}
 	done  chan struct{}
@@ -122,7 +135,8 @@ func (s *Store) FreezeOutboundBody(ctx context.Context, it OutboxItem, src io.Re
 	if err != nil {
 		return nil, fmt.Errorf("freeze body of outbox %d: %w", it.ID, err)
 	}
-	f := &BodyFreezer{it: it, tx: tx, src: src, more: make(chan struct{}, 1), abort: make(chan struct{}), done: make(chan struct{})}
+	f := &BodyFreezer{it: it, tx: tx, src: src, more: make(chan struct{}, 1), progress: make(chan struct{}, 1),
+		abort: make(chan struct{}), done: make(chan struct{})}
 	go func() {
 		defer close(f.done)
 		cs := &copyStream{ctx: ctx, f: f, head: binaryCopyHeader()}
@@ -135,13 +149,27 @@ func (s *Store) FreezeOutboundBody(ctx context.Context, it OutboxItem, src io.Re
 	return f, nil
 }
 
+// freezeAhead is how far the build may run ahead of the COPY: a few
+// rows, so that the COPY never waits for the build.
+const freezeAhead = 8 * payloadChunk
+
 // Write records that the next len(p) bytes of the body are in the
-// file; p, the same bytes, is not read. It fails once the COPY failed.
+// file; p, the same bytes, is not read. It waits while the COPY is more
+// than freezeAhead bytes behind, and fails once the COPY failed.
 func (f *BodyFreezer) Write(p []byte) (int, error) {
-	select {
-	case <-f.done:
-		return 0, fmt.Errorf("freeze body of outbox %d: copy ended: %v", f.it.ID, f.copyErr)
-	default:
+	for {
+		select {
+		case <-f.done:
+			return 0, fmt.Errorf("freeze body of outbox %d: copy ended: %v", f.it.ID, f.copyErr)
+		default:
+		}
+		if f.n-f.sent.Load() <= freezeAhead {
+			break
+		}
+		select {
+		case <-f.progress:
+		case <-f.done:
+		}
 	}
 	f.n += int64(len(p))
 	f.mu.Lock()
@@ -233,6 +261,11 @@ func (c *copyStream) Read(p []byte) (int, error) {
 			n, err := c.f.src.ReadAt(p[:min(int64(len(p)), c.rowEnd-c.off)], c.off)
 			c.off += int64(n)
 			if n > 0 {
+				c.f.sent.Store(c.off)
+				select {
+				case c.f.progress <- struct{}{}:
+				default:
+				}
 				return n, nil
 			}
 			if err == nil || err == io.EOF {

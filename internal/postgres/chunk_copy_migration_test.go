@@ -1,0 +1,150 @@
+package postgres_test
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/edihub/edihub/internal/postgres"
+	"github.com/edihub/edihub/internal/testenv/pgtest"
+)
+
+// TestMigration00019OnExistingData: migration 00019 applies to a
+// database that a release before it filled (a payload and a built body
+// stored in pieces), and its Down and Up again too; the pieces stored
+// before read back after each step, and a payload stored after reads
+// back beside them. Once it applied, a COPY into outbox_body_chunks
+// inserts its rows as it reads them: the freeze's pieces are in the
+// table (its TOAST table grows) while the COPY is still open, where
+// before the server held them until the COPY ended.
+func TestMigration00019OnExistingData(t *testing.T) {
+	ctx := context.Background()
+	st := open(t, pgtest.EmptyURL(t))
+	if err := st.MigrateTo(ctx, 18); err != nil {
+		t.Fatal(err)
+	}
+	payload := func(seed byte, n int) []byte {
+		b := make([]byte, n)
+		rand.NewChaCha8([32]byte{seed}).Read(b)
+		return b
+	}
+	enqueue := func(id string, p []byte) int64 {
+		t.Helper()
+		m := outbound("P", id, "", nil)
+		m.Payload, m.PayloadOpen, m.PayloadSize = nil, func() io.Reader { return bytes.NewReader(p) }, int64(len(p))
+		e, err := st.EnqueueOutbound(ctx, m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return e.ID
+	}
+	before := payload(1, 5<<19)
+	beforeID := enqueue("<before@s>", before)
+	items, err := st.ClaimOutbox(ctx, "d", time.Minute, 1)
+	if err != nil || len(items) != 1 {
+		t.Fatalf("claim = %d items, %v", len(items), err)
+	}
+	it := items[0]
+	body := payload(2, 3<<19)
+	freezeFile(t, st, it, body, nil)
+	it.BodyChunked, it.BodySize = true, int64(len(body))
+
+	readBack := func(step string) {
+		t.Helper()
+		if _, got, err := st.MessagePayload(ctx, beforeID); err != nil || !bytes.Equal(got, before) {
+			t.Errorf("%s: payload stored before = %d bytes, %v; want %d", step, len(got), err, len(before))
+		}
+		var got bytes.Buffer
+		if err := st.WriteOutboxBody(ctx, it, &got); err != nil || !bytes.Equal(got.Bytes(), body) {
+			t.Errorf("%s: body frozen before = %d bytes, %v; want %d", step, got.Len(), err, len(body))
+		}
+	}
+	triggers := func() int64 {
+		t.Helper()
+		n, err := st.CountSQL(ctx, `SELECT count(*) FROM pg_trigger WHERE tgname IN ('payload_chunks_row_by_row', 'outbox_body_chunks_row_by_row')`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	for _, step := range []struct {
+		name     string
+		run      func() error
+		triggers int64
+	}{
+		{"up", func() error { _, err := st.Migrate(ctx); return err }, 2},
+		{"down", func() error { return st.MigrateDownTo(ctx, 18) }, 0},
+		{"up again", func() error { _, err := st.Migrate(ctx); return err }, 2},
+	} {
+		if err := step.run(); err != nil {
+			t.Fatalf("%s: %v", step.name, err)
+		}
+		if n := triggers(); n != step.triggers {
+			t.Errorf("%s: %d row-by-row triggers, want %d", step.name, n, step.triggers)
+		}
+		readBack(step.name)
+	}
+	after := payload(3, 3<<20+7)
+	if _, got, err := st.MessagePayload(ctx, enqueue("<after@s>", after)); err != nil || !bytes.Equal(got, after) {
+		t.Errorf("payload stored after = %d bytes, %v; want %d", len(got), err, len(after))
+	}
+
+	// A freeze of 12 MiB, left open: its rows reach the table while the
+	// COPY still reads.
+	if err := st.FinishOutbox(ctx, it, postgres.OutboxResult{State: postgres.OutboxDone}); err != nil {
+		t.Fatal(err)
+	}
+	items, err = st.ClaimOutbox(ctx, "d", time.Minute, 1)
+	if err != nil || len(items) != 1 {
+		t.Fatalf("claim = %d items, %v", len(items), err)
+	}
+	toast := func() int64 {
+		n, err := st.CountSQL(ctx, `SELECT pg_relation_size(reltoastrelid) FROM pg_class WHERE relname = 'outbox_body_chunks'`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	was := toast()
+	freezeFile(t, st, items[0], payload(4, 12<<20), func(fr *postgres.BodyFreezer) {
+		for deadline := time.Now().Add(time.Minute); toast()-was < 8<<20; time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Errorf("TOAST table grew %d bytes during the COPY, want the rows of 8 MiB or more", toast()-was)
+				break
+			}
+		}
+	})
+}
+
+// freezeFile freezes body for it through a file, as a streamed build
+// does, calls during (when set) before the commit, and commits.
+func freezeFile(t *testing.T, st *postgres.Store, it postgres.OutboxItem, body []byte, during func(*postgres.BodyFreezer)) {
+	t.Helper()
+	ctx := context.Background()
+	f, err := os.Create(filepath.Join(t.TempDir(), "body"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	fr, err := st.FreezeOutboundBody(ctx, it, f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Write(body); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fr.Write(body); err != nil {
+		t.Fatal(err)
+	}
+	if during != nil {
+		during(fr)
+	}
+	if err := fr.Commit(ctx, postgres.OutboundBuild{MIC: "x, sha-256", MICAlg: "sha-256"}); err != nil {
+		t.Fatalf("Commit: %v", err)
+	}
+}
