@@ -215,27 +215,30 @@ func FuzzInflateRaw(f *testing.F) {
 }
 
 func BenchmarkInflate(b *testing.B) {
-	data := corpus(1, 16<<20)
-	z := compress(b, data, zlib.DefaultCompression)
-	b.SetBytes(int64(len(data)))
+	benchInflate(b, corpus(1, 16<<20), zlib.DefaultCompression)
+}
+
+// benchInflate inflates data compressed at level with this package and
+// with compress/zlib, the reference, in the same run.
+func benchInflate(b *testing.B, data []byte, level int) {
+	z := compress(b, data, level)
 	buf := make([]byte, 256<<10)
-	b.Run("inflate", func(b *testing.B) {
-		b.SetBytes(int64(len(data)))
-		cpu := cpuTime()
-		for b.Loop() {
-			io.CopyBuffer(io.Discard, NewReader(bytes.NewReader(z)), buf)
-		}
-		reportCPU(b, cpu, len(data))
-	})
-	b.Run("compress/zlib", func(b *testing.B) {
-		b.SetBytes(int64(len(data)))
-		cpu := cpuTime()
-		for b.Loop() {
-			r, _ := zlib.NewReader(bytes.NewReader(z))
-			io.CopyBuffer(io.Discard, r, buf)
-		}
-		reportCPU(b, cpu, len(data))
-	})
+	for _, dec := range []struct {
+		name string
+		open func(io.Reader) io.Reader
+	}{
+		{"inflate", func(r io.Reader) io.Reader { return NewReader(r) }},
+		{"compress/zlib", func(r io.Reader) io.Reader { zr, _ := zlib.NewReader(r); return zr }},
+	} {
+		b.Run(dec.name, func(b *testing.B) {
+			b.SetBytes(int64(len(data)))
+			cpu := cpuTime()
+			for b.Loop() {
+				io.CopyBuffer(io.Discard, dec.open(bytes.NewReader(z)), buf)
+			}
+			reportCPU(b, cpu, len(data))
+		})
+	}
 }
 
 // catalogue is the large-message bench's payload (openssltest.BuildLarge:
@@ -262,26 +265,7 @@ func catalogue(size int) []byte {
 // BenchmarkInflateCatalogue inflates the large-message bench's payload,
 // compressed as the bench does (zlib.BestSpeed).
 func BenchmarkInflateCatalogue(b *testing.B) {
-	data := catalogue(32 << 20)
-	z := compress(b, data, zlib.BestSpeed)
-	buf := make([]byte, 256<<10)
-	b.Run("inflate", func(b *testing.B) {
-		b.SetBytes(int64(len(data)))
-		cpu := cpuTime()
-		for b.Loop() {
-			io.CopyBuffer(io.Discard, NewReader(bytes.NewReader(z)), buf)
-		}
-		reportCPU(b, cpu, len(data))
-	})
-	b.Run("compress/zlib", func(b *testing.B) {
-		b.SetBytes(int64(len(data)))
-		cpu := cpuTime()
-		for b.Loop() {
-			r, _ := zlib.NewReader(bytes.NewReader(z))
-			io.CopyBuffer(io.Discard, r, buf)
-		}
-		reportCPU(b, cpu, len(data))
-	})
+	benchInflate(b, catalogue(32<<20), zlib.BestSpeed)
 }
 
 // cpuTime is the process's CPU time (user and system): on a shared
