@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/edihub/edihub/internal/edi"
 	"github.com/edihub/edihub/internal/postgres"
 	"github.com/edihub/edihub/internal/testenv/pgtest"
@@ -94,6 +96,26 @@ func acmeReceipt(id string) *postgres.InboundMessage {
 // and a connection killed between the receipt's writes (as a crash would)
 // leave none of them; a receipt that commits has all of them, with the
 // same transaction id (xmin).
+// noOpenTransactions waits until no other session of the test's
+// database is in a transaction (at most 10 s).
+func noOpenTransactions(t *testing.T, admin *pgx.Conn) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		var open int
+		if err := admin.QueryRow(context.Background(), `
+SELECT count(*) FROM pg_stat_activity
+ WHERE datname = current_database() AND pid <> pg_backend_pid() AND state LIKE 'idle in transaction%'`).Scan(&open); err != nil {
+			t.Fatal(err)
+		}
+		if open == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d sessions still in a transaction after 10 s", open)
+		}
+	}
+}
+
 func TestInboundEDIAtomic(t *testing.T) {
 	for _, path := range inboundPaths {
 		t.Run(path.name, func(t *testing.T) {
@@ -133,6 +155,10 @@ SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM s`).Scan(&killed);
 				}},
 			}
 			for i, f := range failures {
+				// A cancelled case's connection is closed by pgx as its
+				// context ends, and its server session may outlive
+				// SaveInbound's return by a moment: let it go first.
+				noOpenTransactions(t, admin)
 				sctx, cancel := context.WithCancel(ctx)
 				built := false
 				payload, e := inboundEDI(t, func(control int64) (postgres.NewOutbound, error) {
