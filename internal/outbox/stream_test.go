@@ -354,8 +354,12 @@ func TestSendLargeSpoolCleanedOnFailure(t *testing.T) {
 			if _, err := conn.Exec(context.Background(), `UPDATE outbox SET next_attempt_at = now(), claimed_until = NULL, claimed_by = '' WHERE message_id = $1`, queued.ID); err != nil {
 				t.Fatal(err)
 			}
-			startDispatcher(t, o)
+			stop = startDispatcher(t, o)
 			m := waitStatus(t, st, queued.ID, "sent", "failed")
+			// The message is sent once its status is stored; the attempt
+			// removes its spool file after that: stopped, every attempt
+			// has ended.
+			stop()
 			if m.Status != "sent" {
 				t.Fatalf("status %q (error %q), want sent", m.Status, m.Error)
 			}
