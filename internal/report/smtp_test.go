@@ -11,7 +11,9 @@ import (
 	"io"
 	"math/big"
 	"net"
+	"strconv"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -38,6 +40,10 @@ type smtpServer struct {
 	srv           *smtp.Server
 	ln            net.Listener
 	tls           *tls.Config
+	// reserved holds a down server's port (bound, not listening: a
+	// connection is refused, and no other test's server takes the port)
+	// until up; 0 or -1 when none.
+	reserved int
 }
 
 type received struct {
@@ -68,13 +74,39 @@ func newDownSMTPServer(t *testing.T) *smtpServer {
 	t.Helper()
 	s := &smtpServer{t: t, user: "reports", password: "s3cret-smtp-password"}
 	s.tls, s.roots = testTLS(t)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	// A socket bound and not listening: connecting is refused, as to a
+	// server that is down, and the port stays this test's (a listener
+	// closed at once would free it for any other test's server, whose
+	// answer is not a refused connection). SO_REUSEADDR on both lets up
+	// listen on it while it is bound.
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.addr = ln.Addr().String()
-	_ = ln.Close()
+	s.reserved = fd
+	t.Cleanup(s.release)
+	if err := syscall.SetsockoptInt(fd, syscall.SOL_SOCKET, syscall.SO_REUSEADDR, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		t.Fatal(err)
+	}
+	sa, err := syscall.Getsockname(fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(sa.(*syscall.SockaddrInet4).Port))
 	return s
+}
+
+// release closes the reserved socket, if any.
+func (s *smtpServer) release() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.reserved > 0 {
+		_ = syscall.Close(s.reserved)
+		s.reserved = -1
+	}
 }
 
 // up starts serving on the reserved address.
@@ -83,6 +115,7 @@ func (s *smtpServer) up() {
 	if err != nil {
 		s.t.Fatal(err)
 	}
+	s.release()
 	s.serve(ln)
 }
 
