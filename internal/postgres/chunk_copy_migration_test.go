@@ -5,8 +5,6 @@ import (
 	"context"
 	"io"
 	"math/rand/v2"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -126,15 +124,7 @@ func TestMigration00019OnExistingData(t *testing.T) {
 func freezeFile(t *testing.T, st *postgres.Store, it postgres.OutboxItem, body []byte, during func(*postgres.BodyFreezer)) {
 	t.Helper()
 	ctx := context.Background()
-	f, err := os.Create(filepath.Join(t.TempDir(), "body"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	fr, err := st.FreezeOutboundBody(ctx, it, f)
-	if err != nil {
-		t.Fatal(err)
-	}
+	f, fr := openFreezer(t, st, it)
 	if _, err := f.Write(body); err != nil {
 		t.Fatal(err)
 	}

@@ -40,15 +40,7 @@ func TestBodyFreezer(t *testing.T) {
 	// piece bytes, and returns the freezer.
 	freeze := func(it postgres.OutboxItem, piece int) *postgres.BodyFreezer {
 		t.Helper()
-		f, err := os.Create(filepath.Join(t.TempDir(), "body"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { f.Close() })
-		fr, err := st.FreezeOutboundBody(ctx, it, f)
-		if err != nil {
-			t.Fatal(err)
-		}
+		f, fr := openFreezer(t, st, it)
 		for p := body; len(p) > 0; {
 			n := min(piece, len(p))
 			if _, err := f.Write(p[:n]); err != nil {
@@ -133,15 +125,7 @@ func TestBodyFreezerHoldsTheBuildBack(t *testing.T) {
 		t.Fatalf("claim = %d items, %v", len(items), err)
 	}
 	it := items[0]
-	f, err := os.Create(filepath.Join(t.TempDir(), "body"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	fr, err := st.FreezeOutboundBody(ctx, it, f)
-	if err != nil {
-		t.Fatal(err)
-	}
+	f, fr := openFreezer(t, st, it)
 	piece := make([]byte, 256<<10)
 	rand.NewChaCha8([32]byte{5}).Read(piece)
 	var maxLag int64
@@ -164,4 +148,20 @@ func TestBodyFreezerHoldsTheBuildBack(t *testing.T) {
 	if n, err := st.CountSQL(ctx, `SELECT sum(octet_length(data)) FROM outbox_body_chunks WHERE outbox_id = $1`, it.ID); err != nil || n != want {
 		t.Errorf("bytes frozen = %d, %v; want %d", n, err, want)
 	}
+}
+
+// openFreezer starts freezing the built body of it, written to a spool
+// file of the test (closed at its end), as a streamed build does.
+func openFreezer(t *testing.T, st *postgres.Store, it postgres.OutboxItem) (*os.File, *postgres.BodyFreezer) {
+	t.Helper()
+	f, err := os.Create(filepath.Join(t.TempDir(), "body"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	fr, err := st.FreezeOutboundBody(context.Background(), it, f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f, fr
 }
