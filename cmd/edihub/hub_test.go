@@ -101,11 +101,15 @@ func (s *hubStation) start(t *testing.T, peer *hubStation, profile ...string) {
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// The drain timeout is above net/http's 5 s grace for a connection that
+	// was opened but has sent no request yet (a Go client's transport can
+	// dial one it then leaves unused): Shutdown waits that long for it, so
+	// a drain of 5 s could time out on such a connection.
 	getenv := env(append([]string{
 		"EDIHUB_DATABASE_URL", s.dbURL, "EDIHUB_CONFIG", path,
 		"EDIHUB_HTTP_ADDR", s.as2Addr, "EDIHUB_OPS_ADDR", s.opsAddr,
 		"EDIHUB_API_TOKEN", s.token, "EDIHUB_LEADER_BACKEND", "postgres",
-		"EDIHUB_IDENTITY", strings.ReplaceAll(s.name, " ", "-"), "EDIHUB_SHUTDOWN_TIMEOUT", "5s",
+		"EDIHUB_IDENTITY", strings.ReplaceAll(s.name, " ", "-"), "EDIHUB_SHUTDOWN_TIMEOUT", "10s",
 		"EDIHUB_RETRY_BACKOFF", "200ms", "EDIHUB_RETRY_BACKOFF_MAX", "1s", "EDIHUB_LOG_LEVEL", "debug",
 	}, s.extraEnv...)...)
 	ctx, cancel := context.WithCancel(context.Background())

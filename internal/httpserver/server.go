@@ -96,7 +96,10 @@ func (s *Server) Addr() net.Addr { return s.ln.Addr() }
 // Run serves until ctx ends, then stops accepting connections and waits up
 // to the drain timeout for in-flight requests (http.Server.Shutdown). It
 // returns nil after a clean drain, an error when serving failed or the drain
-// timed out (remaining connections are then closed).
+// timed out (remaining connections are then closed). net/http waits up to
+// 5 s for a connection that has sent no request yet (its client may be
+// writing one), so a drain timeout shorter than that can end in an error
+// when a client left an unused connection open.
 func (s *Server) Run(ctx context.Context) error {
 	s.log.Info("listening", zap.String("addr", s.ln.Addr().String()))
 	errc := make(chan error, 1)

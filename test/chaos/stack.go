@@ -282,7 +282,7 @@ func (s *stack) startPartner(ctx context.Context, f stationFiles) (err error) {
 			"EDIHUB_CONFIG=" + filepath.Join(f.dir, "partner.yaml"),
 			"EDIHUB_LOG_FORMAT=json",
 			"EDIHUB_LOG_LEVEL=warn",
-			"EDIHUB_SHUTDOWN_TIMEOUT=5s",
+			"EDIHUB_SHUTDOWN_TIMEOUT=10s",
 			"EDIHUB_LEADER_BACKEND=postgres",
 			"EDIHUB_IDENTITY=partner",
 			"EDIHUB_API_TOKEN=" + apiToken,

@@ -220,7 +220,7 @@ func Start(ctx context.Context, o Options) (_ *Cluster, err error) {
 		"EDIHUB_LEADER_BACKEND=" + string(o.Backend),
 		"EDIHUB_CONFIG=" + cfg,
 		"EDIHUB_LOG_FORMAT=json",
-		"EDIHUB_SHUTDOWN_TIMEOUT=5s",
+		"EDIHUB_SHUTDOWN_TIMEOUT=10s",
 		"EDIHUB_LEASE_NAME=" + LeaseName,
 	}
 	var specs []cluster.ReplicaSpec

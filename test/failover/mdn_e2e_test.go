@@ -209,7 +209,7 @@ partners:
 			"EDIHUB_DATABASE_URL=" + partnerDB,
 			"EDIHUB_CONFIG=" + filepath.Join(dir, "partner.yaml"),
 			"EDIHUB_LOG_FORMAT=json",
-			"EDIHUB_SHUTDOWN_TIMEOUT=5s",
+			"EDIHUB_SHUTDOWN_TIMEOUT=10s",
 			"EDIHUB_LEADER_BACKEND=postgres",
 			"EDIHUB_IDENTITY=partner",
 		}, shortTimings...),

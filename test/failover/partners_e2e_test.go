@@ -514,7 +514,7 @@ func startFourth(t *testing.T, bin, dbURL, cfg string, logs *failover.Recorder) 
 			"EDIHUB_LEADER_BACKEND=" + string(failover.Postgres),
 			"EDIHUB_CONFIG=" + cfg,
 			"EDIHUB_LOG_FORMAT=json",
-			"EDIHUB_SHUTDOWN_TIMEOUT=5s",
+			"EDIHUB_SHUTDOWN_TIMEOUT=10s",
 			"EDIHUB_LEASE_NAME=" + failover.LeaseName,
 			"EDIHUB_DATABASE_URL=" + dbURL,
 			"EDIHUB_API_TOKEN=" + liveToken,

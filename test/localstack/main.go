@@ -229,7 +229,7 @@ func run(ctx context.Context) error {
 				"EDIHUB_LOG_FORMAT=console",
 				"EDIHUB_LOG_LEVEL=warn",
 				"EDIHUB_API_TOKEN=" + token,
-				"EDIHUB_SHUTDOWN_TIMEOUT=5s",
+				"EDIHUB_SHUTDOWN_TIMEOUT=10s",
 				"EDIHUB_LEADER_BACKEND=postgres",
 			},
 			Replicas: []cluster.ReplicaSpec{demoSpec},
@@ -254,7 +254,7 @@ func run(ctx context.Context) error {
 			"EDIHUB_CONFIG=" + cfgPath,
 			"EDIHUB_LOG_FORMAT=console",
 			"EDIHUB_API_TOKEN=" + token,
-			"EDIHUB_SHUTDOWN_TIMEOUT=5s",
+			"EDIHUB_SHUTDOWN_TIMEOUT=10s",
 			// The demo partner's MDN comes within a second; in its
 			// silent mode none comes, and the message is overdue after
 			// two minutes rather than the default hour.
