@@ -292,7 +292,7 @@ func medianOf(ds []time.Duration) (med, lo, hi time.Duration) {
 // and a signed MDN for it.
 func pgSaveMessage(st *identity) (*postgres.InboundMessage, error) {
 	payload := make([]byte, 4096)
-	filler := []byte("ISA*00*LOADGEN 000000~")
+	filler := []byte("LOADGEN DOCUMENT 000000 ")
 	for i := range payload {
 		payload[i] = filler[i%len(filler)]
 	}
