@@ -130,7 +130,8 @@ func checkStreamOptions(contentType string, opts WrapOptions) error {
 	if opts.Sign != 0 && (opts.SignerKey == nil || opts.SignerCert == nil) {
 		return errors.New("wrap: signing needs SignerKey and SignerCert")
 	}
-	if opts.Encrypt != 0 && opts.RecipientCert == nil {
+	keyGiven := opts.Inputs != nil && opts.Inputs.Key != nil && len(opts.Inputs.Key.CEK) > 0
+	if opts.Encrypt != 0 && opts.RecipientCert == nil && !keyGiven {
 		return errors.New("wrap: encryption needs RecipientCert")
 	}
 	return nil
@@ -305,6 +306,8 @@ func (w *wrapping) encryptLayer() layer {
 		header: smimePart(smimeType, "smime.p7m", nil, w.te).header,
 		open: func(body io.Writer) (io.Writer, func() error, func(), error) {
 			out, closeOut := w.transferEncoded(body)
+			// With a recorded key, the certificate is not used (and may be
+			// gone: the recorded recipient infos carry the key).
 			ew, err := cms.NewEncryptWriter(out, []*x509.Certificate{w.opts.RecipientCert}, cms.EncryptOptions{
 				Cipher: w.opts.Encrypt, OAEP: w.opts.OAEP, OAEPHash: w.opts.OAEPHash, Rand: w.rnd, Key: w.contentKey(),
 			})

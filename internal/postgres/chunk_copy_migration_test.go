@@ -43,14 +43,20 @@ func TestMigration00019OnExistingData(t *testing.T) {
 	}
 	before := payload(1, 5<<19)
 	beforeID := enqueue("<before@s>", before)
-	items, err := st.ClaimOutbox(ctx, "d", time.Minute, 1)
-	if err != nil || len(items) != 1 {
-		t.Fatalf("claim = %d items, %v", len(items), err)
-	}
-	it := items[0]
+	// A body frozen in pieces as that release did it, written by hand:
+	// this release's claim and build read and write columns of later
+	// migrations.
 	body := payload(2, 3<<19)
-	freezeFile(t, st, it, body, nil)
-	it.BodyChunked, it.BodySize = true, int64(len(body))
+	id, err := st.CountSQL(ctx, `SELECT id FROM outbox WHERE message_id = $1`, beforeID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.ExecSQL(ctx, `
+WITH b AS (UPDATE outbox SET headers = '{}', body = '', body_chunked = true, body_size = $2 WHERE id = $1)
+INSERT INTO outbox_body_chunks (outbox_id, seq, data) VALUES ($1, 1, $3), ($1, 2, $4)`, id, len(body), body[:1<<20], body[1<<20:]); err != nil {
+		t.Fatal(err)
+	}
+	it := postgres.OutboxItem{ID: id, BodyChunked: true, BodySize: int64(len(body))}
 
 	readBack := func(step string) {
 		t.Helper()
@@ -94,7 +100,11 @@ func TestMigration00019OnExistingData(t *testing.T) {
 
 	// A freeze of 12 MiB, left open: its rows reach the table while the
 	// COPY still reads.
-	if err := st.FinishOutbox(ctx, it, postgres.OutboxResult{State: postgres.OutboxDone}); err != nil {
+	items, err := st.ClaimOutbox(ctx, "d", time.Minute, 1)
+	if err != nil || len(items) != 1 || items[0].ID != id {
+		t.Fatalf("claim = %+v, %v; want the row frozen before", items, err)
+	}
+	if err := st.FinishOutbox(ctx, items[0], postgres.OutboxResult{State: postgres.OutboxDone}); err != nil {
 		t.Fatal(err)
 	}
 	items, err = st.ClaimOutbox(ctx, "d", time.Minute, 1)

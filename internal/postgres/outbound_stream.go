@@ -86,6 +86,30 @@ func (s *Store) WriteOutboxBody(ctx context.Context, it OutboxItem, w io.Writer)
 	return nil
 }
 
+// RecordRebuild records that the body of the claimed item it, built
+// again from its payload and BuildInputs, came out other than the first
+// build (size bytes, SHA-256 sum; a compressor whose output changed with
+// an upgrade between attempts): the row's body size and SHA-256 become
+// the rebuilt body's, so that the next rebuild is checked against it,
+// and mics (the rebuilt body's MICs, each once) are added to those an MDN is
+// checked against (mdn.Judge accepts any of them), the first build's
+// kept: an MDN for an earlier attempt still matches. ErrClaimLost when
+// the claim is no longer held.
+func (s *Store) RecordRebuild(ctx context.Context, it OutboxItem, size int64, sum []byte, mics []string) error {
+	tag, err := s.pool.Exec(ctx, `
+UPDATE outbox SET body_size = $4, body_sha256 = $5,
+                  mics = mics || ARRAY(SELECT m FROM unnest($6::text[]) AS m WHERE m <> ALL (mics))
+ WHERE id = $1 AND claimed_by = $2 AND attempts = $3 AND status = 'pending' AND build_inputs IS NOT NULL`,
+		it.ID, it.ClaimedBy, it.Attempts, size, sum, mics)
+	if err != nil {
+		return fmt.Errorf("record rebuild of outbox %d: %w", it.ID, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("record rebuild of outbox %d: %w", it.ID, ErrClaimLost)
+	}
+	return nil
+}
+
 // BodyFreezer stores the body of a claimed outbox item in pieces as it is
 // built, in a transaction of its own, so that the copy into PostgreSQL
 // runs beside the build instead of after it (the server writes while the
