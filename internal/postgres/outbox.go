@@ -284,16 +284,12 @@ SELECT m.message_id, m.as2_from, m.as2_to, m.subject, m.content_type, m.filename
 
 // OutboundBuild is a built AS2 message, frozen for every attempt.
 type OutboundBuild struct {
-	Headers http.Header
-	Body    []byte
-	// BodyOpen, when set instead of Body, opens the body (of BodySize
-	// bytes) built as a stream for reading from its start: it is stored
-	// in pieces (outbox_body_chunks), in constant memory.
-	BodyOpen func() io.Reader
+	Headers  http.Header
+	Body     []byte
 	BodySize int64
-	// Inputs, when set instead of Body and BodyOpen, stores a body built
-	// as a stream by its inputs (OutboxItem.BuildInputs) with its size
-	// and SHA-256: no byte of it is stored.
+	// Inputs, when set instead of Body, stores a body built as a stream
+	// by its inputs (OutboxItem.BuildInputs) with its size BodySize and
+	// SHA-256: no byte of it is stored.
 	Inputs     []byte
 	BodySHA256 []byte
 	MIC        string // Received-content-MIC form, "base64, sha-256"
@@ -311,13 +307,7 @@ type OutboundBuild struct {
 // returns ErrClaimLost when the claim is no longer held.
 func (s *Store) SaveOutboundBuild(ctx context.Context, it OutboxItem, b OutboundBuild) error {
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if err := saveBuild(ctx, tx, it, b, b.BodyOpen != nil || b.Inputs != nil); err != nil {
-			return err
-		}
-		if b.BodyOpen != nil {
-			return copyOutboxBody(ctx, tx, it.ID, b.BodyOpen(), b.BodySize)
-		}
-		return nil
+		return saveBuild(ctx, tx, it, b, b.Inputs != nil)
 	})
 	if err != nil {
 		return fmt.Errorf("save build of outbox %d: %w", it.ID, err)
@@ -327,8 +317,7 @@ func (s *Store) SaveOutboundBuild(ctx context.Context, it OutboxItem, b Outbound
 
 // saveBuild records the build b of the claimed item it in tx: the outbox
 // row's headers, MIC and body (empty with its size when chunked: the
-// pieces, if any, are the caller's to write; or the build's inputs) and
-// the message's MIC and security.
+// build's inputs instead) and the message's MIC and security.
 func saveBuild(ctx context.Context, tx pgx.Tx, it OutboxItem, b OutboundBuild, chunked bool) error {
 	hdr, err := json.Marshal(b.Headers)
 	if err != nil {
