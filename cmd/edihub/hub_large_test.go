@@ -68,12 +68,12 @@ func TestHubToHubLargeMessage(t *testing.T) {
 	if sent.Status != "delivered" {
 		t.Fatalf("message status %q, disposition %q, error %q; want delivered", sent.Status, sent.Disposition, sent.Error)
 	}
-	var chunked bool
+	var chunked, inputs bool
 	var pieces int
 	if err := pgtest.Conn(t, a.dbURL).QueryRow(context.Background(), `
-SELECT o.body_chunked, (SELECT count(*) FROM outbox_body_chunks c WHERE c.outbox_id = o.id)
-  FROM outbox o WHERE o.message_id = $1`, sent.ID).Scan(&chunked, &pieces); err != nil || !chunked || pieces == 0 {
-		t.Errorf("sender's outbox row: body_chunked %v in %d pieces (%v), want built as a stream and frozen in pieces", chunked, pieces, err)
+SELECT o.body_chunked, o.build_inputs IS NOT NULL AND o.body_sha256 IS NOT NULL, (SELECT count(*) FROM outbox_body_chunks c WHERE c.outbox_id = o.id)
+  FROM outbox o WHERE o.message_id = $1`, sent.ID).Scan(&chunked, &inputs, &pieces); err != nil || !chunked || !inputs || pieces != 0 {
+		t.Errorf("sender's outbox row: body_chunked %v, build inputs %v, %d pieces (%v); want built as a stream, its inputs frozen, no piece of its body", chunked, inputs, pieces, err)
 	}
 	got := b.received(t, sent.MessageID)
 	if got.MIC != sent.MIC || got.MIC == "" {

@@ -89,6 +89,12 @@ type WrapOptions struct {
 	Time time.Time
 	// Rand supplies boundaries, keys and IVs; nil means crypto/rand.
 	Rand io.Reader
+	// Inputs, for NewWrapWriter only, makes a streamed build
+	// reproducible (see StreamInputs): empty, the build records in it
+	// what it drew; filled, the build uses it instead of drawing, so
+	// that the same payload, options and Time build the same bytes.
+	// Wrap ignores it.
+	Inputs *StreamInputs
 }
 
 // Wrapped is an AS2 message ready to POST.

@@ -47,6 +47,24 @@ type WrapWriter struct {
 	err    error
 }
 
+// StreamInputs is everything random a streamed build draws (the time is
+// WrapOptions.Time): the multipart/signed boundary, the signature (an
+// ECDSA signature is randomized, and crypto/ecdsa draws that randomness
+// itself) with the digest it signs, and the encryption's content key,
+// IV and recipient infos. Built again from the same payload with the
+// same options, Time and StreamInputs, a message has the same bytes and
+// MICs as long as the compressor's output is unchanged. It holds a
+// secret (the content key): it decrypts this message's body.
+type StreamInputs struct {
+	Boundary string `json:"boundary,omitempty"`
+	// Signature is the signature entity's DER, valid for SignedDigest:
+	// it is used again only for content with that digest, else the
+	// content is signed again.
+	Signature    []byte          `json:"signature,omitempty"`
+	SignedDigest []byte          `json:"signed_digest,omitempty"`
+	Key          *cms.ContentKey `json:"key,omitempty"`
+}
+
 // layer is one S/MIME layer of a streamed build: the header of the
 // entity it makes and how it opens: given the writer of its own body,
 // it returns the writer of its content (the inner entity, header
@@ -112,7 +130,8 @@ func checkStreamOptions(contentType string, opts WrapOptions) error {
 	if opts.Sign != 0 && (opts.SignerKey == nil || opts.SignerCert == nil) {
 		return errors.New("wrap: signing needs SignerKey and SignerCert")
 	}
-	if opts.Encrypt != 0 && opts.RecipientCert == nil {
+	keyGiven := opts.Inputs != nil && opts.Inputs.Key != nil && len(opts.Inputs.Key.CEK) > 0
+	if opts.Encrypt != 0 && opts.RecipientCert == nil && !keyGiven {
 		return errors.New("wrap: encryption needs RecipientCert")
 	}
 	return nil
@@ -287,8 +306,10 @@ func (w *wrapping) encryptLayer() layer {
 		header: smimePart(smimeType, "smime.p7m", nil, w.te).header,
 		open: func(body io.Writer) (io.Writer, func() error, func(), error) {
 			out, closeOut := w.transferEncoded(body)
+			// With a recorded key, the certificate is not used (and may be
+			// gone: the recorded recipient infos carry the key).
 			ew, err := cms.NewEncryptWriter(out, []*x509.Certificate{w.opts.RecipientCert}, cms.EncryptOptions{
-				Cipher: w.opts.Encrypt, OAEP: w.opts.OAEP, OAEPHash: w.opts.OAEPHash, Rand: w.rnd,
+				Cipher: w.opts.Encrypt, OAEP: w.opts.OAEP, OAEPHash: w.opts.OAEPHash, Rand: w.rnd, Key: w.contentKey(),
 			})
 			if err != nil {
 				return nil, nil, nil, err
@@ -296,6 +317,19 @@ func (w *wrapping) encryptLayer() layer {
 			return ew, closeInOrder(ew.Close, closeOut), nil, nil
 		},
 	}
+}
+
+// contentKey is where the encryption of a streamed build records or
+// finds its key: nil when the build records nothing.
+func (w *wrapping) contentKey() *cms.ContentKey {
+	in := w.opts.Inputs
+	if in == nil {
+		return nil
+	}
+	if in.Key == nil {
+		in.Key = &cms.ContentKey{}
+	}
+	return in.Key
 }
 
 // closeInOrder is a closer that calls first, then, when first succeeded,
@@ -319,16 +353,15 @@ func (w *wrapping) transferEncoded(body io.Writer) (io.Writer, func() error) {
 	return b, b.Close
 }
 
-// signLayer is a multipart/signed entity whose boundary is drawn now; its
-// content is digested (every MIC algorithm) as it streams to the body
-// and scanned for the boundary.
+// signLayer is a multipart/signed entity whose boundary is drawn now (or
+// taken from WrapOptions.Inputs); its content is digested (every MIC
+// algorithm) as it streams to the body and scanned for the boundary.
 func (ww *WrapWriter) signLayer() (layer, error) {
 	w := ww.w
-	var r [12]byte
-	if _, err := io.ReadFull(w.rnd, r[:]); err != nil {
-		return layer{}, fmt.Errorf("wrap: boundary: %w", err)
+	boundary, err := w.signBoundary()
+	if err != nil {
+		return layer{}, err
 	}
-	boundary := "----=_Part_" + hex.EncodeToString(r[:])
 	micalg := MICAlgName(w.opts.Sign)
 	if w.opts.RFC3851MICAlg {
 		micalg = MICAlgNameRFC3851(w.opts.Sign)
@@ -347,9 +380,7 @@ func (ww *WrapWriter) signLayer() (layer, error) {
 				if scan.found {
 					return ErrBoundaryInContent
 				}
-				sig, err := cms.SignDigest(ww.mic.main.Sum(nil), w.opts.SignerCert, w.opts.SignerKey, cms.SignOptions{
-					Hash: w.opts.Sign, SigningTime: w.opts.Time, AlgorithmProtection: w.opts.AlgorithmProtection, Rand: w.rnd,
-				})
+				sig, err := w.signature(ww.mic.main.Sum(nil))
 				if err != nil {
 					return err
 				}
@@ -362,6 +393,45 @@ func (ww *WrapWriter) signLayer() (layer, error) {
 			}, nil, nil
 		},
 	}, nil
+}
+
+// signBoundary is the boundary of a streamed multipart/signed: the
+// recorded one of WrapOptions.Inputs, or 96 random bits (recorded there
+// when it is set).
+func (w *wrapping) signBoundary() (string, error) {
+	in := w.opts.Inputs
+	if in != nil && in.Boundary != "" {
+		return in.Boundary, nil
+	}
+	var r [12]byte
+	if _, err := io.ReadFull(w.rnd, r[:]); err != nil {
+		return "", fmt.Errorf("wrap: boundary: %w", err)
+	}
+	boundary := "----=_Part_" + hex.EncodeToString(r[:])
+	if in != nil {
+		in.Boundary = boundary
+	}
+	return boundary, nil
+}
+
+// signature signs the digest md of a streamed multipart/signed's
+// content: the recorded signature of WrapOptions.Inputs when it signs
+// the same digest, else a new one (recorded there when it is set).
+func (w *wrapping) signature(md []byte) ([]byte, error) {
+	in := w.opts.Inputs
+	if in != nil && in.Signature != nil && bytes.Equal(in.SignedDigest, md) {
+		return in.Signature, nil
+	}
+	sig, err := cms.SignDigest(md, w.opts.SignerCert, w.opts.SignerKey, cms.SignOptions{
+		Hash: w.opts.Sign, SigningTime: w.opts.Time, AlgorithmProtection: w.opts.AlgorithmProtection, Rand: w.rnd,
+	})
+	if err != nil {
+		return nil, err
+	}
+	if in != nil && in.Signature == nil {
+		in.Signature, in.SignedDigest = sig, md
+	}
+	return sig, nil
 }
 
 // micHashes digests one stream for the MIC: in the algorithm asked for

@@ -20,6 +20,8 @@ func TestJudge(t *testing.T) {
 	for _, m := range as2.ComputeMICs([]byte("the signed part")) {
 		stored = append(stored, m.String())
 	}
+	// The MIC of the same message built again with other bytes.
+	rebuilt := as2.ComputeMIC(crypto.SHA256, []byte("the signed part, rebuilt"))
 	const id = "<m1@edihub>"
 	tests := []struct {
 		name         string
@@ -43,6 +45,8 @@ func TestJudge(t *testing.T) {
 		{name: "other algorithm, no recompute", give: report(id, mdn.Processed(), other.String(), true), want: mdn.Expectation{MessageID: id, MIC: sent.String()}, wantErr: mdn.ErrMICMismatch},
 		{name: "other algorithm, stored", give: report(id, mdn.Processed(), other.String(), true), want: mdn.Expectation{MessageID: id, MIC: sent.String(), MICs: stored, Recompute: cannot}, wantVerified: true},
 		{name: "other algorithm, stored, wrong value", give: report(id, mdn.Processed(), as2.ComputeMIC(crypto.SHA384, []byte("x")).String(), true), want: mdn.Expectation{MessageID: id, MIC: sent.String(), MICs: stored}, wantErr: mdn.ErrMICMismatch},
+		{name: "rebuilt body's MIC, added to the stored", give: report(id, mdn.Processed(), rebuilt.String(), true), want: mdn.Expectation{MessageID: id, MIC: sent.String(), MICs: append(stored[:len(stored):len(stored)], rebuilt.String())}, wantVerified: true},
+		{name: "another body's MIC, not stored", give: report(id, mdn.Processed(), rebuilt.String(), true), want: mdn.Expectation{MessageID: id, MIC: sent.String(), MICs: stored}, wantErr: mdn.ErrMICMismatch},
 		{name: "other algorithm, not stored, recomputed", give: report(id, mdn.Processed(), other.String(), true), want: mdn.Expectation{MessageID: id, MIC: sent.String(), MICs: stored[:2], Recompute: recompute}, wantVerified: true},
 		{name: "other algorithm, wrong value", give: report(id, mdn.Processed(), as2.ComputeMIC(crypto.SHA512, []byte("x")).String(), true), want: mdn.Expectation{MessageID: id, MIC: sent.String(), Recompute: recompute}, wantErr: mdn.ErrMICMismatch},
 	}

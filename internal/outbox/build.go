@@ -128,12 +128,16 @@ func Build(st *config.Station, p *config.Partner, src postgres.OutboundSource, n
 // as2.WrapWriter); the OutboundBuild has no Body, and its MICs hold the
 // MIC alone when src asks for no MDN. A payload holding the drawn
 // multipart boundary wraps as2.ErrBoundaryInContent (build again). Errors
-// of writePayload and dst are returned as they are.
-func BuildStream(st *config.Station, p *config.Partner, src postgres.OutboundSource, writePayload func(io.Writer) error, dst io.Writer, now time.Time, rnd io.Reader) (postgres.OutboundBuild, error) {
+// of writePayload and dst are returned as they are. in, when not nil,
+// records what the build draws or, filled, replays it (see
+// as2.StreamInputs): built again with the same now and in, a message has
+// the same bytes.
+func BuildStream(st *config.Station, p *config.Partner, src postgres.OutboundSource, writePayload func(io.Writer) error, dst io.Writer, now time.Time, rnd io.Reader, in *as2.StreamInputs) (postgres.OutboundBuild, error) {
 	opts, err := wrapOptions(st, p, now, rnd)
 	if err != nil {
 		return postgres.OutboundBuild{}, fmt.Errorf("partner %q profile: %w", p.AS2ID, err)
 	}
+	opts.Inputs = in
 	// The MIC in other algorithms serves only to judge an MDN: without
 	// one asked for (frozen's rule) it would be four more digests of every
 	// byte for nothing.

@@ -35,13 +35,14 @@ type Store interface {
 	// the item a second time.
 	ExtendOutboxClaim(ctx context.Context, it postgres.OutboxItem, lease time.Duration) (time.Time, error)
 	// WritePayload streams a payload stored in pieces into a streamed
-	// build; WriteOutboxBody a body built as a stream into the spool
-	// file a retry posts.
+	// build (the first, and every rebuild); WriteOutboxBody a body
+	// frozen in pieces before migration 00020 into the spool file a
+	// retry posts.
 	WritePayload(ctx context.Context, id int64, to func(postgres.MessageInfo) io.Writer) (postgres.MessageInfo, error)
 	WriteOutboxBody(ctx context.Context, it postgres.OutboxItem, w io.Writer) error
-	// FreezeOutboundBody stores a body built as a stream while it is
-	// built, read back from the file it is built into.
-	FreezeOutboundBody(ctx context.Context, it postgres.OutboxItem, src io.ReaderAt) (*postgres.BodyFreezer, error)
+	// RecordRebuild records a rebuilt body other than the first build's
+	// and adds its MICs to those an MDN is checked against.
+	RecordRebuild(ctx context.Context, it postgres.OutboxItem, size int64, sum []byte, mics []string) error
 }
 
 // Listener delivers wakeups when rows are queued (Postgres LISTEN/NOTIFY);
@@ -427,10 +428,13 @@ func (d *Dispatcher) prepareMessage(ctx context.Context, log *zap.Logger, it *po
 	}
 	var body *spool.File
 	var err error
-	if !it.Built() {
+	switch {
+	case !it.Built():
 		body, err = d.buildItem(ctx, it, st, p)
-	} else if it.BodyChunked {
-		body, err = d.fetchBody(ctx, *it)
+	case it.BodyChunked && it.BuildInputs != nil:
+		body, err = d.rebuildStreamed(ctx, it, st, p)
+	case it.BodyChunked:
+		body, err = d.fetchBody(ctx, *it) // frozen in pieces before migration 00020
 	}
 	switch {
 	case err == nil:

@@ -28,9 +28,16 @@ import (
 const restartFromBytes = 8 << 20
 
 // restartETag is the transfer ID of an outbox row: the same on every
-// attempt, distinct between rows (a resend is a row of its own).
+// attempt, distinct between rows (a resend is a row of its own). For a
+// message built again at every attempt it names the body's SHA-256 too:
+// a rebuild that came out other than the bytes a partner holds part of
+// is a transfer of its own, posted whole.
 func restartETag(it postgres.OutboxItem) string {
-	sum := sha256.Sum256(fmt.Appendf(nil, "%d\x00%s", it.ID, first(it.Headers, "Message-ID")))
+	id := fmt.Appendf(nil, "%d\x00%s", it.ID, first(it.Headers, "Message-ID"))
+	if it.BuildInputs != nil {
+		id = append(append(id, 0), it.BodySHA256...)
+	}
+	sum := sha256.Sum256(id)
 	return "edihub-" + hex.EncodeToString(sum[:16])
 }
 

@@ -2,11 +2,14 @@ package outbox
 
 import (
 	"bufio"
+	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"os"
+	"slices"
 	"time"
 
 	"go.uber.org/zap"
@@ -21,22 +24,32 @@ import (
 // held whole. Its first attempt builds it as a stream (BuildStream: the
 // payload read from PostgreSQL piece by piece, the next piece read while
 // the build takes the one before, compressed on every core, signed and
-// encrypted as it goes) into a spool file and, as it goes, into the
-// outbox row in pieces (outbox_body_chunks, by a COPY that follows the
-// spool file as it grows, in a transaction that commits with its MICs
-// once the build is done: in every algorithm when an MDN is asked for,
-// in its own otherwise), and posts the file with its Content-Length
-// (sendfile(2) over plain HTTP). A retry or
-// a resend copies the frozen pieces into a new spool file and posts it:
-// the same bytes and the same MIC every time, as for a message built in
-// memory. Rebuilding from the payload instead would draw a new content
-// key, IV, boundary and signing time, so the bytes and (for a signed or
-// encrypted message) the MIC would change between attempts, and an MDN
-// returned for an earlier attempt would no longer match. The file is
-// removed when the attempt ends, on every path.
+// encrypted as it goes) into a spool file, records in the outbox row the
+// inputs of the build rather than its bytes (frozenInputs: the profile
+// it used, the time, the boundary, the signature, the content key, IV
+// and recipient infos), the body's size and SHA-256, its headers and
+// MICs (in every algorithm when an MDN is asked for, in its own
+// otherwise), and posts the file with its Content-Length (sendfile(2)
+// over plain HTTP). A retry or a resend builds the message again from
+// its payload with those inputs into a new spool file, checks its size
+// and SHA-256 against the first build's before it posts it, and posts
+// it: the same bytes and the same MIC every time, as for a message built
+// in memory, so that an MDN returned for an earlier attempt still
+// matches. Storing the body itself (outbox_body_chunks, as before
+// migration 00020) cost PostgreSQL more CPU than the whole build; a row
+// frozen that way is still posted from its pieces (fetchBody). The file
+// is removed when the attempt ends, on every path.
+//
+// A rebuild that comes out other than the first build (the compressor's
+// output changed with an upgrade between attempts: everything else is
+// recorded) is still posted, never dropped: it is the same payload,
+// signed and encrypted as before, and refusing it would lose the
+// message. Its size, SHA-256 and MICs are recorded (Store.RecordRebuild)
+// and its MICs added to those an MDN is checked against, the first
+// build's kept, with a warning in the log.
 
 // bodyBuffer is the write buffer between a streamed build and its spool
-// file (and the freeze).
+// file.
 const bodyBuffer = 256 << 10
 
 // payloadAhead is how many pieces of a payload stored in pieces (1 MiB
@@ -48,6 +61,46 @@ const payloadAhead = 1
 // multipart boundary drawn for it (never by chance: 96 random bits).
 const boundaryTries = 3
 
+// frozenInputs is what a streamed build used besides its payload, kept
+// in the outbox row (build_inputs, as JSON) so that every later attempt
+// builds the same bytes: the partner profile, the time (Date and signing
+// time) and what it drew. It holds the content key: it is never logged.
+type frozenInputs struct {
+	Time    time.Time `json:"time"`
+	Profile profile   `json:"profile"`
+	as2.StreamInputs
+}
+
+// profile is what of a partner's configuration shapes a built message,
+// in its configuration spelling: a later attempt builds with the profile
+// of the first even when the configuration changed since.
+type profile struct {
+	Sign              string `json:"sign,omitempty"`
+	Encrypt           string `json:"encrypt,omitempty"`
+	KeyEncryption     string `json:"key_encryption,omitempty"`
+	Compress          bool   `json:"compress,omitempty"`
+	CompressOrder     string `json:"compress_order,omitempty"`
+	TransferEncoding  string `json:"transfer_encoding,omitempty"`
+	MDNMICAlg         string `json:"mdn_mic_alg,omitempty"`
+	MICIncludeHeaders bool   `json:"mic_include_headers,omitempty"`
+	MICAlgNames       string `json:"mic_alg_names,omitempty"`
+}
+
+func profileOf(p *config.Partner) profile {
+	return profile{Sign: p.Sign, Encrypt: p.Encrypt, KeyEncryption: p.KeyEncryption, Compress: p.Compress,
+		CompressOrder: p.CompressOrder, TransferEncoding: p.TransferEncoding, MDNMICAlg: p.MDNMICAlg,
+		MICIncludeHeaders: p.MICIncludeHeaders, MICAlgNames: p.MICAlgNames}
+}
+
+// apply is p with the profile pr.
+func (pr profile) apply(p *config.Partner) *config.Partner {
+	q := *p
+	q.Sign, q.Encrypt, q.KeyEncryption, q.Compress = pr.Sign, pr.Encrypt, pr.KeyEncryption, pr.Compress
+	q.CompressOrder, q.TransferEncoding, q.MDNMICAlg = pr.CompressOrder, pr.TransferEncoding, pr.MDNMICAlg
+	q.MICIncludeHeaders, q.MICAlgNames = pr.MICIncludeHeaders, pr.MICAlgNames
+	return &q
+}
+
 // streamed reports whether src is built as a stream for p.
 func (d *Dispatcher) streamed(src postgres.OutboundSource, p *config.Partner) bool {
 	// Every profile streams, AES-GCM included (its tag is computed as the
@@ -55,62 +108,127 @@ func (d *Dispatcher) streamed(src postgres.OutboundSource, p *config.Partner) bo
 	return d.o.Spool != nil && src.PayloadSize > d.o.SpoolFromBytes
 }
 
-// buildStreamed builds src as a stream into a spool file, freezes it and
+// buildStreamed builds src as a stream into a spool file, records the
+// build's inputs, size, SHA-256, headers and MICs in the outbox row and
 // returns the file, positioned for posting; on error the file is gone.
 func (d *Dispatcher) buildStreamed(ctx context.Context, it *postgres.OutboxItem, st *config.Station, p *config.Partner, src postgres.OutboundSource) (*spool.File, error) {
 	start := time.Now()
 	var f *spool.File
-	var fr *postgres.BodyFreezer
 	var b postgres.OutboundBuild
+	var in frozenInputs
 	var stats buildStats
 	var err error
-	var back *os.File // the file read back by the freeze
 	for range boundaryTries {
-		if f, err = d.o.Spool.Create(); err != nil {
-			return nil, err
-		}
-		if back, err = f.Open(); err != nil {
-			f.Close()
-			return nil, err
-		}
-		if fr, err = d.o.Store.FreezeOutboundBody(ctx, *it, back); err != nil {
-			back.Close()
-			f.Close()
-			return nil, err
-		}
-		stats = buildStats{}
-		b, err = d.buildInto(ctx, f, fr, it, st, p, src, &stats)
-		if err == nil {
+		in, stats = frozenInputs{Time: d.o.Now(), Profile: profileOf(p)}, buildStats{}
+		f, b, err = d.buildFile(ctx, it, st, p, src, &in, &stats)
+		if !errors.Is(err, as2.ErrBoundaryInContent) {
 			break
 		}
-		fr.Abort()
-		back.Close()
-		f.Close()
-		if !errors.Is(err, as2.ErrBoundaryInContent) {
-			return nil, err
-		}
 	}
-	if err != nil {
+	if errors.Is(err, as2.ErrBoundaryInContent) {
 		return nil, fmt.Errorf("%w: %w", errBuild, err)
 	}
+	if err != nil {
+		return nil, err
+	}
 	built := time.Now()
-	err = fr.Commit(ctx, b)
-	back.Close()
+	if b.Inputs, err = json.Marshal(in); err == nil {
+		err = d.o.Store.SaveOutboundBuild(ctx, *it, b)
+	}
 	if err != nil {
 		f.Close()
 		return nil, err
 	}
 	// Where the time of a large message goes, for operators: the build
-	// (the payload read ahead of it, the copy into PostgreSQL beside it;
-	// the time it waited for the payload and wrote its spool file) and
-	// the freeze's end after it (the copy's tail, the commit).
+	// (the payload read ahead of it; the time it waited for the payload
+	// and wrote its spool file) and the save of its record after it.
 	d.log.Info("built as a stream", zap.String("partner", it.Partner), zap.Int64("outbox_id", it.ID),
 		zap.Int64("payload_bytes", src.PayloadSize), zap.Int64("body_bytes", f.Size()),
 		zap.Duration("build", built.Sub(start)), zap.Duration("read_wait", stats.readWait),
-		zap.Duration("spool_write", stats.spoolWrite), zap.Duration("freeze", time.Since(built)))
+		zap.Duration("spool_write", stats.spoolWrite), zap.Duration("save", time.Since(built)))
 	it.Headers, it.MIC, it.MICAlg, it.MICs = b.Headers, b.MIC, b.MICAlg, b.MICs
-	it.BodyChunked, it.BodySize = true, f.Size()
+	it.BodyChunked, it.BodySize, it.BuildInputs, it.BodySHA256 = true, f.Size(), b.Inputs, b.BodySHA256
 	return f, nil
+}
+
+// rebuildStreamed builds the message of it, built as a stream at its
+// first attempt, again from its payload with the inputs that build
+// recorded, into a new spool file, and returns the file; on error the
+// file is gone. A body other than the first build's (size or SHA-256)
+// is recorded and returned all the same (see the comment at the top).
+func (d *Dispatcher) rebuildStreamed(ctx context.Context, it *postgres.OutboxItem, st *config.Station, p *config.Partner) (*spool.File, error) {
+	if d.o.Spool == nil {
+		return nil, fmt.Errorf("%w: outbox %d was built as a stream and this replica has no spool (set EDIHUB_SPOOL_DIR)", errBuild, it.ID)
+	}
+	var in frozenInputs
+	if err := json.Unmarshal(it.BuildInputs, &in); err != nil {
+		return nil, fmt.Errorf("%w: outbox %d: its recorded build inputs: %w", errBuild, it.ID, err)
+	}
+	src, err := d.o.Store.OutboundSource(ctx, it.MessageID)
+	if err != nil {
+		return nil, err
+	}
+	var stats buildStats
+	f, b, err := d.buildFile(ctx, it, st, in.Profile.apply(p), src, &in, &stats)
+	if errors.Is(err, as2.ErrBoundaryInContent) {
+		return nil, fmt.Errorf("%w: %w", errBuild, err)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if f.Size() == it.BodySize && bytes.Equal(b.BodySHA256, it.BodySHA256) {
+		return f, nil
+	}
+	if err := d.recordRebuild(ctx, it, f.Size(), b); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
+}
+
+// recordRebuild records a rebuilt body of size bytes other than the
+// first build's, and adds its MICs to it's.
+func (d *Dispatcher) recordRebuild(ctx context.Context, it *postgres.OutboxItem, size int64, b postgres.OutboundBuild) error {
+	mics := []string{b.MIC}
+	for _, m := range b.MICs {
+		if !slices.Contains(mics, m) {
+			mics = append(mics, m)
+		}
+	}
+	d.log.Warn("the message built again for this attempt differs from its first build (the compressor's output changed?); "+
+		"posting the rebuilt body, its MICs added to those an MDN is checked against",
+		zap.String("partner", it.Partner), zap.Int64("outbox_id", it.ID), zap.String("message_id", first(it.Headers, "Message-ID")),
+		zap.Int64("first_bytes", it.BodySize), zap.Int64("rebuilt_bytes", size))
+	if err := d.o.Store.RecordRebuild(ctx, *it, size, b.BodySHA256, mics); err != nil {
+		return err
+	}
+	for _, m := range mics {
+		if !slices.Contains(it.MICs, m) {
+			it.MICs = append(it.MICs, m)
+		}
+	}
+	it.BodySize, it.BodySHA256 = size, b.BodySHA256
+	return nil
+}
+
+// buildFile builds src per p (and the station st) as a stream into a
+// new spool file with the inputs in (recorded when empty, replayed
+// when filled) and returns the file and the build, with its size and
+// SHA-256; on error the file is gone. A profile it cannot build is
+// errBuild; as2.ErrBoundaryInContent, storage and spool errors are
+// returned as they are.
+func (d *Dispatcher) buildFile(ctx context.Context, it *postgres.OutboxItem, st *config.Station, p *config.Partner, src postgres.OutboundSource, in *frozenInputs, stats *buildStats) (*spool.File, postgres.OutboundBuild, error) {
+	f, err := d.o.Spool.Create()
+	if err != nil {
+		return nil, postgres.OutboundBuild{}, err
+	}
+	b, err := d.buildInto(ctx, f, it, st, p, src, in, stats)
+	if err != nil {
+		f.Close()
+		return nil, b, err
+	}
+	b.BodySize = f.Size()
+	return f, b, nil
 }
 
 // buildStats is where the time of a streamed build went, beside its own
@@ -119,11 +237,12 @@ type buildStats struct {
 	readWait, spoolWrite time.Duration
 }
 
-// buildInto writes the message built from src to f, then tells fr. A profile
-// it cannot build is errBuild; storage and spool errors are returned as
-// they are.
-func (d *Dispatcher) buildInto(ctx context.Context, f *spool.File, fr *postgres.BodyFreezer, it *postgres.OutboxItem, st *config.Station, p *config.Partner, src postgres.OutboundSource, stats *buildStats) (postgres.OutboundBuild, error) {
-	bw := bufio.NewWriterSize(io.MultiWriter(&timedWriter{w: f, d: &stats.spoolWrite}, fr), bodyBuffer)
+// buildInto writes the message built from src to f and digests it. A
+// profile it cannot build is errBuild; storage and spool errors are
+// returned as they are.
+func (d *Dispatcher) buildInto(ctx context.Context, f *spool.File, it *postgres.OutboxItem, st *config.Station, p *config.Partner, src postgres.OutboundSource, in *frozenInputs, stats *buildStats) (postgres.OutboundBuild, error) {
+	sum := sha256.New()
+	bw := bufio.NewWriterSize(io.MultiWriter(&timedWriter{w: f, d: &stats.spoolWrite}, sum), bodyBuffer)
 	var ioErr error // an error of the payload's source or of the file
 	writePayload := func(w io.Writer) error {
 		if !src.Chunked {
@@ -136,13 +255,14 @@ func (d *Dispatcher) buildInto(ctx context.Context, f *spool.File, fr *postgres.
 		}
 		return err
 	}
-	b, err := BuildStream(st, p, src, writePayload, &errWriter{w: bw, err: &ioErr}, d.o.Now(), d.o.Rand)
+	b, err := BuildStream(st, p, src, writePayload, &errWriter{w: bw, err: &ioErr}, in.Time, d.o.Rand, &in.StreamInputs)
 	if err == nil {
 		err = bw.Flush()
 		ioErr = err
 	}
 	switch {
 	case err == nil:
+		b.BodySHA256 = sum.Sum(nil)
 		return b, nil
 	case ioErr != nil, errors.Is(err, as2.ErrBoundaryInContent):
 		return b, err

@@ -255,9 +255,10 @@ func checkLargeWithOpenSSL(t *testing.T, k map[string]*identity, r sunk, mic str
 // a partner that fails it each way an attempt can fail (down, too slow,
 // 5xx, the send cancelled by shutdown) and checks that the spool holds
 // nothing once the attempt is over; then the partner takes it, and
-// every attempt that reached it posted the same bytes (frozen at the
-// first build, posted again from the stored pieces) with the MIC stored
-// at the build.
+// every attempt that reached it posted the same bytes (the inputs of the
+// first build frozen, the message built again from them for the retry,
+// no byte of its body in the database) with the MIC stored at the
+// build.
 func TestSendLargeSpoolCleanedOnFailure(t *testing.T) {
 	const size = 3 << 20
 	dbURL := pgtest.URL(t)
@@ -343,14 +344,15 @@ func TestSendLargeSpoolCleanedOnFailure(t *testing.T) {
 			if left := spoolFiles(t, sp); len(left) > 0 {
 				t.Errorf("after the failed attempt the spool directory holds %v, want nothing", left)
 			}
-			var chunked bool
-			if err := conn.QueryRow(context.Background(), `SELECT body_chunked FROM outbox WHERE message_id = $1`, queued.ID).Scan(&chunked); err != nil || !chunked {
-				t.Fatalf("outbox body_chunked = %v, %v; want the message built as a stream and frozen in pieces", chunked, err)
-			}
+			wantFrozenInputs(t, conn, queued.ID)
 			if sink == nil {
 				return
 			}
-			// The retry, posted from the stored pieces.
+			built, err := st.Message(context.Background(), queued.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The retry, built again from the payload and the frozen inputs.
 			if _, err := conn.Exec(context.Background(), `UPDATE outbox SET next_attempt_at = now(), claimed_until = NULL, claimed_by = '' WHERE message_id = $1`, queued.ID); err != nil {
 				t.Fatal(err)
 			}
@@ -366,6 +368,9 @@ func TestSendLargeSpoolCleanedOnFailure(t *testing.T) {
 			reqs := sink.requests()
 			if len(reqs) != 2 || reqs[0].sha256 != reqs[1].sha256 || reqs[1].length != reqs[1].size {
 				t.Errorf("partner got %d requests; want 2 with the same bytes and their Content-Length", len(reqs))
+			}
+			if m.MIC != built.MIC || m.MIC == "" {
+				t.Errorf("MIC after the retry %q, at the first build %q; want the same", m.MIC, built.MIC)
 			}
 			if used := sp.Used(); used != 0 {
 				t.Errorf("after the send the spool holds %d bytes, want 0", used)
@@ -429,9 +434,9 @@ func waitStatusWithin(t *testing.T, st *postgres.Store, id int64, d time.Duratio
 
 // TestSendLargeCancelledMidBuild stops the dispatcher, giving up on its
 // sends at once, while a large message is being built: every goroutine
-// the build started (the payload read ahead, the parallel compression,
-// the COPY of the freeze) has ended when the dispatcher has, the spool
-// file is gone and nothing is frozen. The next dispatcher builds it
+// the build started (the payload read ahead, the parallel compression)
+// has ended when the dispatcher has, the spool file is gone and nothing
+// is frozen. The next dispatcher builds it
 // again and sends it, and openssl reads what the partner got.
 func TestSendLargeCancelledMidBuild(t *testing.T) {
 	const size = 48 << 20
@@ -479,13 +484,14 @@ func TestSendLargeCancelledMidBuild(t *testing.T) {
 		t.Errorf("after the build was cut short the spool holds %d bytes in %v, want nothing", used, left)
 	}
 	var rows int
-	var chunked bool
-	if err := conn.QueryRow(context.Background(), `SELECT (SELECT count(*) FROM outbox_body_chunks c WHERE c.outbox_id = o.id), o.body_chunked
-  FROM outbox o JOIN messages m ON m.id = o.message_id WHERE m.id = $1`, queued.ID).Scan(&rows, &chunked); err != nil {
+	var chunked, inputs bool
+	if err := conn.QueryRow(context.Background(), `SELECT (SELECT count(*) FROM outbox_body_chunks c WHERE c.outbox_id = o.id), o.body_chunked,
+       o.build_inputs IS NOT NULL
+  FROM outbox o JOIN messages m ON m.id = o.message_id WHERE m.id = $1`, queued.ID).Scan(&rows, &chunked, &inputs); err != nil {
 		t.Fatal(err)
 	}
-	if rows != 0 || chunked {
-		t.Errorf("after the build was cut short: %d frozen rows, body_chunked %v; want none", rows, chunked)
+	if rows != 0 || chunked || inputs {
+		t.Errorf("after the build was cut short: %d frozen rows, body_chunked %v, build inputs %v; want none", rows, chunked, inputs)
 	}
 
 	if _, err := conn.Exec(context.Background(), `UPDATE outbox SET next_attempt_at = now(), claimed_until = NULL, claimed_by = '' WHERE message_id = $1`, queued.ID); err != nil {

@@ -16,10 +16,11 @@ import (
 // database that a release before it filled (a payload and a built body
 // stored in pieces), and its Down and Up again too; the pieces stored
 // before read back after each step, and a payload stored after reads
-// back beside them. Once it applied, a COPY into outbox_body_chunks
-// inserts its rows as it reads them: the freeze's pieces are in the
-// table (its TOAST table grows) while the COPY is still open, where
-// before the server held them until the COPY ended.
+// back beside them. Once it applied, a COPY into payload_chunks inserts
+// its rows as it reads them: the pieces are in the table (its TOAST
+// table grows) while the COPY is still open, where before the server
+// held them until the COPY ended. (outbox_body_chunks has the same
+// trigger; since migration 00020 nothing writes it.)
 func TestMigration00019OnExistingData(t *testing.T) {
 	ctx := context.Background()
 	st := open(t, pgtest.EmptyURL(t))
@@ -43,14 +44,20 @@ func TestMigration00019OnExistingData(t *testing.T) {
 	}
 	before := payload(1, 5<<19)
 	beforeID := enqueue("<before@s>", before)
-	items, err := st.ClaimOutbox(ctx, "d", time.Minute, 1)
-	if err != nil || len(items) != 1 {
-		t.Fatalf("claim = %d items, %v", len(items), err)
-	}
-	it := items[0]
+	// A body frozen in pieces as that release did it, written by hand:
+	// this release's claim and build read and write columns of later
+	// migrations.
 	body := payload(2, 3<<19)
-	freezeFile(t, st, it, body, nil)
-	it.BodyChunked, it.BodySize = true, int64(len(body))
+	id, err := st.CountSQL(ctx, `SELECT id FROM outbox WHERE message_id = $1`, beforeID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.ExecSQL(ctx, `
+WITH b AS (UPDATE outbox SET headers = '{}', body = '', body_chunked = true, body_size = $2 WHERE id = $1)
+INSERT INTO outbox_body_chunks (outbox_id, seq, data) VALUES ($1, 1, $3), ($1, 2, $4)`, id, len(body), body[:1<<20], body[1<<20:]); err != nil {
+		t.Fatal(err)
+	}
+	it := postgres.OutboxItem{ID: id, BodyChunked: true, BodySize: int64(len(body))}
 
 	readBack := func(step string) {
 		t.Helper()
@@ -92,49 +99,41 @@ func TestMigration00019OnExistingData(t *testing.T) {
 		t.Errorf("payload stored after = %d bytes, %v; want %d", len(got), err, len(after))
 	}
 
-	// A freeze of 12 MiB, left open: its rows reach the table while the
-	// COPY still reads.
-	if err := st.FinishOutbox(ctx, it, postgres.OutboxResult{State: postgres.OutboxDone}); err != nil {
-		t.Fatal(err)
-	}
-	items, err = st.ClaimOutbox(ctx, "d", time.Minute, 1)
-	if err != nil || len(items) != 1 {
-		t.Fatalf("claim = %d items, %v", len(items), err)
-	}
+	// A payload of 12 MiB whose reader stops after 10 MiB until the
+	// rows sent so far reach the table: they do while the COPY still
+	// reads.
 	toast := func() int64 {
-		n, err := st.CountSQL(ctx, `SELECT pg_relation_size(reltoastrelid) FROM pg_class WHERE relname = 'outbox_body_chunks'`)
+		n, err := st.CountSQL(ctx, `SELECT pg_relation_size(reltoastrelid) FROM pg_class WHERE relname = 'payload_chunks'`)
 		if err != nil {
-			t.Fatal(err)
+			t.Error(err)
 		}
 		return n
 	}
 	was := toast()
-	freezeFile(t, st, items[0], payload(4, 12<<20), func(fr *postgres.BodyFreezer) {
-		for deadline := time.Now().Add(time.Minute); toast()-was < 8<<20; time.Sleep(10 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Errorf("TOAST table grew %d bytes during the COPY, want the rows of 8 MiB or more", toast()-was)
-				break
+	big := payload(4, 12<<20)
+	m := outbound("P", "<held@s>", "", nil)
+	m.Payload, m.PayloadSize = nil, int64(len(big))
+	m.PayloadOpen = func() io.Reader {
+		return io.MultiReader(bytes.NewReader(big[:10<<20]), readerFunc(func([]byte) (int, error) {
+			for deadline := time.Now().Add(time.Minute); toast()-was < 8<<20; time.Sleep(10 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Errorf("TOAST table grew %d bytes during the COPY, want the rows of 8 MiB or more", toast()-was)
+					break
+				}
 			}
-		}
-	})
+			return 0, io.EOF
+		}), bytes.NewReader(big[10<<20:]))
+	}
+	e, err := st.EnqueueOutbound(ctx, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, got, err := st.MessagePayload(ctx, e.ID); err != nil || !bytes.Equal(got, big) {
+		t.Errorf("payload stored while held = %d bytes, %v; want %d", len(got), err, len(big))
+	}
 }
 
-// freezeFile freezes body for it through a file, as a streamed build
-// does, calls during (when set) before the commit, and commits.
-func freezeFile(t *testing.T, st *postgres.Store, it postgres.OutboxItem, body []byte, during func(*postgres.BodyFreezer)) {
-	t.Helper()
-	ctx := context.Background()
-	f, fr := openFreezer(t, st, it)
-	if _, err := f.Write(body); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := fr.Write(body); err != nil {
-		t.Fatal(err)
-	}
-	if during != nil {
-		during(fr)
-	}
-	if err := fr.Commit(ctx, postgres.OutboundBuild{MIC: "x, sha-256", MICAlg: "sha-256"}); err != nil {
-		t.Fatalf("Commit: %v", err)
-	}
-}
+// readerFunc is a function as an io.Reader.
+type readerFunc func([]byte) (int, error)
+
+func (f readerFunc) Read(p []byte) (int, error) { return f(p) }

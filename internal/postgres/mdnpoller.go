@@ -495,16 +495,20 @@ func execOne(ctx context.Context, tx pgx.Tx, sql string, args ...any) (bool, err
 }
 
 // requeue queues outbound message id for sending again with the same
-// Message-ID and the bytes frozen in its outbox row: the row goes back to
-// pending with fresh attempts (the update wakes every replica's
-// dispatchers), the message to queued with no due time. overdue counts the
-// resend in mdn_resends. It returns ErrNotResendable when the outbox row
-// is gone or still pending. The caller checked the message's state.
+// Message-ID and the bytes frozen in its outbox row (or, for a message
+// built as a stream, built again from its payload with the inputs frozen
+// there): the row goes back to pending with fresh attempts (the update
+// wakes every replica's dispatchers), the message to queued with no due
+// time. overdue counts the resend in mdn_resends. It returns
+// ErrNotResendable when the outbox row is gone or still pending, or its
+// message is to be built again and its payload is gone (purged). The
+// caller checked the message's state.
 func requeue(ctx context.Context, tx pgx.Tx, id int64, overdue bool) error {
 	ok, err := execOne(ctx, tx, `
-UPDATE outbox SET status = 'pending', attempts = 0, next_attempt_at = now(), claimed_by = '', claimed_until = NULL,
+UPDATE outbox o SET status = 'pending', attempts = 0, next_attempt_at = now(), claimed_by = '', claimed_until = NULL,
                   finished_at = NULL, last_error = ''
- WHERE message_id = $1 AND kind = 'message' AND status <> 'pending'`, id)
+ WHERE o.message_id = $1 AND o.kind = 'message' AND o.status <> 'pending'
+   AND (o.build_inputs IS NULL OR EXISTS (SELECT 1 FROM payloads p WHERE p.message_id = o.message_id))`, id)
 	if err != nil {
 		return err
 	}

@@ -124,11 +124,16 @@ type OutboxItem struct {
 	URL       string
 	Headers   http.Header // empty until built (kind message)
 	Body      []byte      // nil until built (kind message); empty when BodyChunked
-	// BodyChunked reports a body built as a stream and stored in pieces
-	// (outbox_body_chunks) of BodySize bytes in all: WriteOutboxBody
-	// reads it.
+	// BodyChunked reports a body built as a stream, of BodySize bytes,
+	// not held in the row: with BuildInputs, it is built again from the
+	// payload with them for every attempt after the first and must have
+	// the SHA-256 BodySHA256; without (a row frozen before migration
+	// 00020), it is stored in pieces (outbox_body_chunks) that
+	// WriteOutboxBody reads.
 	BodyChunked bool
 	BodySize    int64
+	BuildInputs []byte // the dispatcher's record of the first build's inputs (a secret: it holds a content key)
+	BodySHA256  []byte
 	MIC         string
 	MICAlg      string
 	MICs        []string // the MIC in every supported algorithm (OutboundBuild.MICs)
@@ -216,7 +221,7 @@ UPDATE outbox o
   FROM due
  WHERE o.id = due.id
 RETURNING o.id, o.kind, coalesce(o.message_id, 0), o.partner, o.url, o.headers, o.body, o.mic, o.mic_alg, o.mics,
-          o.body_chunked, coalesce(o.body_size, 0), o.attempts, o.max_attempts, o.claimed_by, o.claimed_until,
+          o.body_chunked, coalesce(o.body_size, 0), o.build_inputs, o.body_sha256, o.attempts, o.max_attempts, o.claimed_by, o.claimed_until,
           coalesce(extract(epoch FROM greatest(o.retry_until - now(), interval '0')), 0)::float8`,
 		by, lease.Microseconds(), limit, kinds)
 	if err != nil {
@@ -227,7 +232,7 @@ RETURNING o.id, o.kind, coalesce(o.message_id, 0), o.partner, o.url, o.headers, 
 		var hdr []byte
 		var windowLeft float64
 		if err := r.Scan(&it.ID, &it.Kind, &it.MessageID, &it.Partner, &it.URL, &hdr, &it.Body, &it.MIC, &it.MICAlg, &it.MICs,
-			&it.BodyChunked, &it.BodySize, &it.Attempts, &it.MaxAttempts, &it.ClaimedBy, &it.ClaimedUntil, &windowLeft); err != nil {
+			&it.BodyChunked, &it.BodySize, &it.BuildInputs, &it.BodySHA256, &it.Attempts, &it.MaxAttempts, &it.ClaimedBy, &it.ClaimedUntil, &windowLeft); err != nil {
 			return it, err
 		}
 		it.RetryWindowLeft = time.Duration(windowLeft * float64(time.Second))
@@ -279,15 +284,16 @@ SELECT m.message_id, m.as2_from, m.as2_to, m.subject, m.content_type, m.filename
 
 // OutboundBuild is a built AS2 message, frozen for every attempt.
 type OutboundBuild struct {
-	Headers http.Header
-	Body    []byte
-	// BodyOpen, when set instead of Body, opens the body (of BodySize
-	// bytes) built as a stream for reading from its start: it is stored
-	// in pieces (outbox_body_chunks), in constant memory.
-	BodyOpen func() io.Reader
+	Headers  http.Header
+	Body     []byte
 	BodySize int64
-	MIC      string // Received-content-MIC form, "base64, sha-256"
-	MICAlg   string
+	// Inputs, when set instead of Body, stores a body built as a stream
+	// by its inputs (OutboxItem.BuildInputs) with its size BodySize and
+	// SHA-256: no byte of it is stored.
+	Inputs     []byte
+	BodySHA256 []byte
+	MIC        string // Received-content-MIC form, "base64, sha-256"
+	MICAlg     string
 	// MICs is the MIC in every supported algorithm, in the same form: a
 	// partner may answer in another one than asked for.
 	MICs       []string
@@ -301,13 +307,7 @@ type OutboundBuild struct {
 // returns ErrClaimLost when the claim is no longer held.
 func (s *Store) SaveOutboundBuild(ctx context.Context, it OutboxItem, b OutboundBuild) error {
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if err := saveBuild(ctx, tx, it, b, b.BodyOpen != nil); err != nil {
-			return err
-		}
-		if b.BodyOpen != nil {
-			return copyOutboxBody(ctx, tx, it.ID, b.BodyOpen(), b.BodySize)
-		}
-		return nil
+		return saveBuild(ctx, tx, it, b, b.Inputs != nil)
 	})
 	if err != nil {
 		return fmt.Errorf("save build of outbox %d: %w", it.ID, err)
@@ -317,7 +317,7 @@ func (s *Store) SaveOutboundBuild(ctx context.Context, it OutboxItem, b Outbound
 
 // saveBuild records the build b of the claimed item it in tx: the outbox
 // row's headers, MIC and body (empty with its size when chunked: the
-// pieces are the caller's to write) and the message's MIC and security.
+// build's inputs instead) and the message's MIC and security.
 func saveBuild(ctx context.Context, tx pgx.Tx, it OutboxItem, b OutboundBuild, chunked bool) error {
 	hdr, err := json.Marshal(b.Headers)
 	if err != nil {
@@ -333,9 +333,9 @@ func saveBuild(ctx context.Context, tx pgx.Tx, it OutboxItem, b OutboundBuild, c
 	}
 	tag, err := tx.Exec(ctx, `
 UPDATE outbox SET headers = $4, body = $5, mic = $6, mic_alg = $7, mics = $8, built_at = now(),
-                  body_chunked = $9, body_size = $10
+                  body_chunked = $9, body_size = $10, build_inputs = $11, body_sha256 = $12
  WHERE id = $1 AND claimed_by = $2 AND attempts = $3 AND status = 'pending' AND body IS NULL`,
-		it.ID, it.ClaimedBy, it.Attempts, hdr, body, b.MIC, b.MICAlg, mics, chunked, size)
+		it.ID, it.ClaimedBy, it.Attempts, hdr, body, b.MIC, b.MICAlg, mics, chunked, size, b.Inputs, b.BodySHA256)
 	if err != nil {
 		return err
 	}

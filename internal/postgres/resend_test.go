@@ -124,6 +124,9 @@ func TestResendMessage(t *testing.T) {
 		{name: "inbound", set: `UPDATE messages SET direction = 'inbound' WHERE id = $1`, wantErr: postgres.ErrNotResendable, reason: "inbound"},
 		{name: "inbound overdue", set: `UPDATE messages SET direction = 'inbound', mdn_overdue = true WHERE id = $1`, wantErr: postgres.ErrNotResendable, reason: "inbound"},
 		{name: "failed, sent bytes purged", set: `DELETE FROM outbox WHERE message_id = $1`, wantErr: postgres.ErrNotResendable, reason: "no longer stored"},
+		{name: "failed, built as a stream, payload kept", set: `UPDATE outbox SET body = '', body_chunked = true, build_inputs = '{}', body_sha256 = '\x00' WHERE message_id = $1`},
+		{name: "failed, built as a stream, payload purged", set: `WITH o AS (UPDATE outbox SET body = '', body_chunked = true, build_inputs = '{}', body_sha256 = '\x00' WHERE message_id = $1)
+DELETE FROM payloads WHERE message_id = $1`, wantErr: postgres.ErrNotResendable, reason: "no longer stored"},
 		{name: "failed, queued already", set: `UPDATE outbox SET status = 'pending', next_attempt_at = now() + interval '1 hour' WHERE message_id = $1`, wantErr: postgres.ErrNotResendable, reason: "queued already"},
 	}
 	for i, tt := range tests {

@@ -29,8 +29,8 @@ import (
 // a sender child process to a partner in this process that writes the
 // body to a file: queued from a file (stored in pieces), built
 // compressed (zlib), signed (SHA-256) and encrypted (AES-256-CBC) as a
-// stream into the spool, frozen in pieces and posted with its
-// Content-Length; then the same without compression. It reports the
+// stream into the spool (the build's inputs, size and SHA-256 recorded
+// in the outbox row, not its bytes) and posted with its Content-Length; then the same without compression. It reports the
 // child's peak RSS above idle (target < 64 MiB), where the send's time
 // and CPU went, and the send's throughput against openssl signing and
 // encrypting the same file in the same run (openssl cms -sign | openssl
@@ -122,7 +122,7 @@ func largeSendBench(ctx context.Context, out io.Writer, o options, partner, st *
 		above := res.hwm - res.before
 		fmt.Fprintf(out, "  %-40s %10s  (%.1f MiB/s of payload; the payload copied into PostgreSQL in pieces, as POST /messages does)\n",
 			"edihub queue", res.enqueue.Round(10*time.Millisecond), mib(o.largeBytes)/res.enqueue.Seconds())
-		fmt.Fprintf(out, "  %-40s %10s  (%.1f MiB/s of payload; read from PostgreSQL, %s, frozen in PostgreSQL, posted: body %.0f MiB)\n",
+		fmt.Fprintf(out, "  %-40s %10s  (%.1f MiB/s of payload; read from PostgreSQL, %s, its inputs recorded, posted: body %.0f MiB)\n",
 			"edihub send, "+layers, res.send.Round(10*time.Millisecond), rate, what, mib(res.bodySize))
 		res.printSplit(out)
 		fmt.Fprintf(out, "  %-40s %10.1f  (VmHWM %.1f MiB, RSS before %.1f MiB; %s)\n", "peak RSS above idle, MiB", mib(above), mib(res.hwm), mib(res.before), res.checked)

@@ -16,7 +16,7 @@ import (
 // The bench's children log where the time of a large message went: the
 // receiver's "large message timings" (the spool, the unwrap's stages, the
 // payload's store), the sender's "built as a stream" (the build, the
-// freeze) and "sent". A logCapture keeps the last entry of each such
+// save of its record) and "sent". A logCapture keeps the last entry of each such
 // message, whatever the level the child prints on its standard error;
 // the receiver child prints its timings as one "phases" line of JSON when
 // its standard input closes (largeReceive reads them and phaseLines

@@ -579,7 +579,28 @@ type EncryptOptions struct {
 	OAEPHash crypto.Hash
 	// Rand is the source of keys and IVs; nil means crypto/rand.
 	Rand io.Reader
+	// Key, for NewEncryptWriter only, makes an encryption reproducible:
+	// when it holds a key, the writer uses it (its content key, IV and
+	// recipient infos) instead of drawing one, and writes the same bytes
+	// for the same content; when it is empty, the writer fills it with
+	// what it drew. Encrypt ignores it.
+	Key *ContentKey
 }
+
+// ContentKey is what an encryption drew: the content-encryption key, the
+// IV (AES-GCM: the nonce) and the encoded RecipientInfos that carry the
+// key to the recipients. Key transport is randomized (PKCS#1 v1.5 and
+// OAEP padding), and crypto/rsa draws that randomness itself, so the
+// RecipientInfos are kept as produced rather than derived again. It is a
+// secret: it decrypts the content.
+type ContentKey struct {
+	CEK            []byte   `json:"cek"`
+	IV             []byte   `json:"iv"`
+	RecipientInfos [][]byte `json:"recipient_infos"`
+}
+
+// empty reports a ContentKey to be filled.
+func (k *ContentKey) empty() bool { return len(k.CEK) == 0 }
 
 // Encrypt encrypts content for the recipients' RSA certificates and returns
 // a DER ContentInfo: EnvelopedData for the CBC ciphers, AuthEnvelopedData

@@ -396,12 +396,11 @@ type gcmSealer struct {
 }
 
 // newGCMSealer writes the head of an AuthEnvelopedData ContentInfo for
-// the recipient infos ris, a fresh 12-byte nonce from rnd, to dst and
-// returns the sealer of its content.
-func newGCMSealer(dst io.Writer, c cipherInfo, block cipher.Block, ris [][]byte, rnd io.Reader) (*gcmSealer, error) {
-	nonce := make([]byte, 12)
-	if _, err := io.ReadFull(rnd, nonce); err != nil {
-		return nil, fmt.Errorf("encrypt: nonce: %w", err)
+// the recipient infos ris and the 12-byte nonce to dst and returns the
+// sealer of its content.
+func newGCMSealer(dst io.Writer, c cipherInfo, block cipher.Block, ris [][]byte, nonce []byte) (*gcmSealer, error) {
+	if len(nonce) != 12 {
+		return nil, fmt.Errorf("encrypt: the GCM nonce has %d bytes, want 12", len(nonce))
 	}
 	auth, err := newGCMAuth(block, nonce)
 	if err != nil {

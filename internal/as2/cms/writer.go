@@ -1,7 +1,9 @@
 package cms
 
 import (
+	"crypto/aes"
 	"crypto/cipher"
+	"crypto/des"
 	"crypto/x509"
 	"fmt"
 	"io"
@@ -150,44 +152,82 @@ type EncryptWriter struct {
 }
 
 // NewEncryptWriter draws a content key and IV (a GCM nonce) from
-// opts.Rand, writes the head of an EnvelopedData (AuthEnvelopedData for
-// a GCM cipher) ContentInfo for recipients (key transport as Encrypt
-// does it) to dst and returns the writer of its content.
+// opts.Rand, or takes them from opts.Key (see EncryptOptions.Key),
+// writes the head of an EnvelopedData (AuthEnvelopedData for a GCM
+// cipher) ContentInfo for recipients (key transport as Encrypt does it)
+// to dst and returns the writer of its content.
 func NewEncryptWriter(dst io.Writer, recipients []*x509.Certificate, opts EncryptOptions) (*EncryptWriter, error) {
 	c, rnd, opts, err := encryptSetup(recipients, opts)
 	if err != nil {
 		return nil, err
 	}
-	cek, ris, err := newContentKey(c, recipients, opts, rnd)
+	key, err := streamKey(c, recipients, opts, rnd)
 	if err != nil {
 		return nil, err
 	}
-	block, err := newBlock(c, cek)
+	block, err := newBlock(c, key.CEK)
 	if err != nil {
 		return nil, fmt.Errorf("encrypt: %w", err)
 	}
 	if c.gcm {
-		g, err := newGCMSealer(dst, c, block, ris, rnd)
+		g, err := newGCMSealer(dst, c, block, key.RecipientInfos, key.IV)
 		if err != nil {
 			return nil, err
 		}
 		return &EncryptWriter{gcm: g}, nil
 	}
 	bs := block.BlockSize()
-	iv := make([]byte, bs)
-	if _, err := io.ReadFull(rnd, iv); err != nil {
-		return nil, fmt.Errorf("encrypt: iv: %w", err)
+	if len(key.IV) != bs {
+		return nil, fmt.Errorf("encrypt: the IV has %d bytes, the cipher's block %d", len(key.IV), bs)
 	}
 	err = writeAll(dst,
 		indefinite(tagSequence), mustOID(oidEnvelopedData), indefinite(tagContext0),
-		indefinite(tagSequence), tlv(tagInteger, []byte{0}), tlv(tagSet, sortedSet(ris)...),
-		indefinite(tagSequence), mustOID(oidData), algorithmID(c.oid, tlv(tagOctetString, iv)),
+		indefinite(tagSequence), tlv(tagInteger, []byte{0}), tlv(tagSet, sortedSet(key.RecipientInfos)...),
+		indefinite(tagSequence), mustOID(oidData), algorithmID(c.oid, tlv(tagOctetString, key.IV)),
 		indefinite(tagContext0)) // [0] IMPLICIT OCTET STRING, constructed
 	if err != nil {
 		return nil, fmt.Errorf("encrypt: %w", err)
 	}
-	return &EncryptWriter{dst: dst, seg: newSegmentWriter(dst), cbc: cipher.NewCBCEncrypter(block, iv), bs: bs,
+	return &EncryptWriter{dst: dst, seg: newSegmentWriter(dst), cbc: cipher.NewCBCEncrypter(block, key.IV), bs: bs,
 		part: make([]byte, 0, bs), buf: make([]byte, segmentSize)}, nil
+}
+
+// ivSize is the size of c's IV: its block (AES 16 bytes, 3DES 8), or
+// GCM's 12-byte nonce.
+func ivSize(c cipherInfo) int {
+	switch {
+	case c.gcm:
+		return 12
+	case c.oid.Equal(oidDESEDE3CBC):
+		return des.BlockSize
+	}
+	return aes.BlockSize
+}
+
+// streamKey is opts.Key when it holds a key for c; otherwise a content
+// key, recipient infos and IV (GCM: a 12-byte nonce) drawn from rnd,
+// also recorded in opts.Key when it is set.
+func streamKey(c cipherInfo, recipients []*x509.Certificate, opts EncryptOptions, rnd io.Reader) (*ContentKey, error) {
+	if opts.Key != nil && !opts.Key.empty() {
+		if len(opts.Key.CEK) != c.keyLen || len(opts.Key.RecipientInfos) == 0 {
+			return nil, fmt.Errorf("encrypt: the given content key is not one for this cipher (%d key bytes, %d recipients)",
+				len(opts.Key.CEK), len(opts.Key.RecipientInfos))
+		}
+		return opts.Key, nil
+	}
+	cek, ris, err := newContentKey(c, recipients, opts, rnd)
+	if err != nil {
+		return nil, err
+	}
+	iv := make([]byte, ivSize(c))
+	if _, err := io.ReadFull(rnd, iv); err != nil {
+		return nil, fmt.Errorf("encrypt: iv: %w", err)
+	}
+	k := &ContentKey{CEK: cek, IV: iv, RecipientInfos: ris}
+	if opts.Key != nil {
+		*opts.Key = *k
+	}
+	return k, nil
 }
 
 // Write encrypts p; the last partial block waits for more or for Close.
