@@ -347,7 +347,7 @@ var saveManySQL = func() (sqls [shapeOutbox << 1]string) {
 
 func saveManyStatement(shape saveShape) string {
 	var b strings.Builder
-	b.WriteString(`WITH i AS (
+	b.WriteString(receivedEventMarker + `WITH i AS (
 SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[],
                      $8::bigint[], $9::boolean[], $10::boolean[], $11::boolean[], $12::text[], $13::text[], $14::text[],
                      $15::boolean[], $16::text[], $17::text[], $18::text[], $19::boolean[], $20::bytea[],
@@ -396,6 +396,6 @@ o AS (INSERT INTO outbox (kind, message_id, partner, url, headers, body, status,
         FROM r WHERE outbox)`)
 	}
 	b.WriteString(`
-SELECT ord, id FROM r` + receivedEventMarker)
+SELECT ord, id FROM r`)
 	return b.String()
 }
