@@ -159,7 +159,15 @@ func runOnce(t *testing.T, ctx context.Context, p *outbox.Purger, cs *countingSt
 // 2 and checks what is left, the batches and the metric.
 func TestPurgerDeletesExactlyTheEligibleRows(t *testing.T) {
 	db := openPurgeDB(t)
-	// Messages: name, direction, status, created, completed (days ago), outbox row.
+	// Messages: name, direction, status, created, completed (days ago),
+	// outbox row; in the order of their creation, as the hub writes them
+	// (message ids follow creation: the purge of payloads, MDNs and
+	// events relies on it, postgres purgeBound).
+	db.seedMessage(t, "ancient-failed", "outbound", "failed", 402, 401, "failed")  // past audit retention: row and all go
+	db.seedMessage(t, "ancient-error", "inbound", "error", 402, 402, "")           // same
+	db.seedMessage(t, "ancient-awaiting", "outbound", "awaiting-mdn", 402, -1, "") // not final: stays
+	db.seedMessage(t, "ancient-queued", "outbound", "queued", 402, -1, "pending")  // not final: stays
+	db.seedMessage(t, "recent-ancient", "outbound", "delivered", 402, 300, "done") // completed within audit retention: row stays, the rest goes
 	db.seedMessage(t, "old-delivered", "outbound", "delivered", 41, 40, "done")    // payload, MDN, outbox go; row stays (audit)
 	db.seedMessage(t, "old-sent", "outbound", "sent", 41, 40, "done")              // same
 	db.seedMessage(t, "old-failed", "outbound", "failed", 41, 40, "failed")        // same
@@ -168,11 +176,6 @@ func TestPurgerDeletesExactlyTheEligibleRows(t *testing.T) {
 	db.seedMessage(t, "old-retrying", "outbound", "retrying", 41, -1, "pending")   // not final: everything stays
 	db.seedMessage(t, "old-resending", "outbound", "failed", 41, 40, "pending")    // resend in flight: everything stays
 	db.seedMessage(t, "recent-delivered", "outbound", "delivered", 10, 10, "done") // too recent: everything stays
-	db.seedMessage(t, "ancient-failed", "outbound", "failed", 402, 401, "failed")  // past audit retention: row and all go
-	db.seedMessage(t, "ancient-error", "inbound", "error", 402, 402, "")           // same
-	db.seedMessage(t, "ancient-awaiting", "outbound", "awaiting-mdn", 402, -1, "") // not final: stays
-	db.seedMessage(t, "ancient-queued", "outbound", "queued", 402, -1, "pending")  // not final: stays
-	db.seedMessage(t, "recent-ancient", "outbound", "delivered", 402, 300, "done") // completed within audit retention: row stays, the rest goes
 	// Webhook deliveries (no message).
 	db.exec(t, `INSERT INTO outbox (kind, partner, url, status, finished_at, body) VALUES
         ('webhook', 'P', 'http://h', 'done', now() - interval '40 days', 'wh-old-done'),

@@ -31,3 +31,7 @@ UPDATE outbox SET claimed_until = now() - interval '1 second', next_attempt_at =
  WHERE status = 'pending' AND claimed_until IS NOT NULL`)
 	return err
 }
+
+// PurgeSQL is the statement PurgeBatch runs for kind: $1 the cutoff,
+// $2 the batch's limit.
+func PurgeSQL(kind string) string { return purgeSQL[kind] }

@@ -38,6 +38,20 @@ m.status IN ('delivered', 'failed', 'sent', 'processed', 'error')
 AND coalesce(m.completed_at, m.updated_at) < $1
 AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.message_id = m.id AND o.status = 'pending')`
 
+// purgeBound is the id of the first message created at or after the
+// cutoff ($1), or the largest bigint when none was. Message ids follow
+// the messages' creation, and a message's payload, MDN and events are
+// never older than it: the rows older than the cutoff belong to
+// messages below the bound. The purges of payloads, MDNs and events walk
+// an index by message id up to it (their primary keys, events_message_idx)
+// instead of indexes of their own creation times, which each receipt
+// would have to update (migration 00021 dropped them). A message created
+// before the cutoff whose transaction took its id after the bound's
+// (begun earlier, inserted later: a long streamed receipt) has its rows
+// purged by a later run, once the cutoff has passed its insert; the
+// retention is a minimum age, never shortened.
+const purgeBound = `coalesce((SELECT b.id FROM messages b WHERE b.created_at >= $1 ORDER BY b.created_at LIMIT 1), 9223372036854775807)`
+
 // purgeSQL deletes at most $2 rows of a kind older than $1, oldest first.
 // SKIP LOCKED: a row a receiver or dispatcher holds is left for the next
 // batch instead of waited for.
@@ -57,13 +71,13 @@ DELETE FROM outbox WHERE id = ANY(ARRAY(
 	PurgePayloads: `
 DELETE FROM payloads WHERE message_id = ANY(ARRAY(
     SELECT p.message_id FROM payloads p JOIN messages m ON m.id = p.message_id
-     WHERE p.created_at < $1 AND ` + finalMessage + `
-     ORDER BY p.created_at LIMIT $2 FOR UPDATE OF p SKIP LOCKED))`,
+     WHERE p.message_id < ` + purgeBound + ` AND p.created_at < $1 AND ` + finalMessage + `
+     ORDER BY p.message_id LIMIT $2 FOR UPDATE OF p SKIP LOCKED))`,
 	PurgeMDNs: `
 DELETE FROM mdns WHERE message_id = ANY(ARRAY(
     SELECT d.message_id FROM mdns d JOIN messages m ON m.id = d.message_id
-     WHERE d.created_at < $1 AND ` + finalMessage + `
-     ORDER BY d.created_at LIMIT $2 FOR UPDATE OF d SKIP LOCKED))`,
+     WHERE d.message_id < ` + purgeBound + ` AND d.created_at < $1 AND ` + finalMessage + `
+     ORDER BY d.message_id LIMIT $2 FOR UPDATE OF d SKIP LOCKED))`,
 	PurgeMDNInbox: `
 DELETE FROM mdn_inbox WHERE id = ANY(ARRAY(
     SELECT id FROM mdn_inbox WHERE processed_at IS NOT NULL AND processed_at < $1
@@ -74,8 +88,8 @@ DELETE FROM leader_heartbeats WHERE id = ANY(ARRAY(
      ORDER BY beat_at LIMIT $2 FOR UPDATE SKIP LOCKED))`,
 	PurgeEvents: `
 DELETE FROM events WHERE id = ANY(ARRAY(
-    SELECT id FROM events WHERE created_at < $1
-     ORDER BY created_at LIMIT $2 FOR UPDATE SKIP LOCKED))`,
+    SELECT id FROM events WHERE message < ` + purgeBound + ` AND created_at < $1
+     ORDER BY message, id LIMIT $2 FOR UPDATE SKIP LOCKED))`,
 	// A claim outlives its partner's replay window only when the partner
 	// sends nothing (each claim clears a few expired ones); the lookup in
 	// messages still finds a replay older than the retention.

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/edihub/edihub/internal/postgres"
+	"github.com/edihub/edihub/internal/testenv/pgfill"
 	"github.com/edihub/edihub/internal/testenv/pgtest"
 )
 
@@ -279,5 +280,101 @@ func TestPurgeBatchArguments(t *testing.T) {
 	}
 	if diff := gocmp.Diff(before, purgeSnapshot(t, url)); diff != "" {
 		t.Errorf("rows changed (-before +after):\n%s", diff)
+	}
+}
+
+// purgeByMessage are the kinds migration 00021 left without an index of
+// their rows' creation times, and the index each walks instead.
+var purgeByMessage = map[string]string{
+	postgres.PurgePayloads: "payloads_pkey",
+	postgres.PurgeMDNs:     "mdns_pkey",
+	postgres.PurgeEvents:   "events_message_idx",
+}
+
+// TestPurgeQueriesUseIndexes: on a database of a million messages
+// (pgfill), the purges of MDNs and events find their bound through the
+// messages' creation times and walk their rows by message id: no
+// sequential scan of a large table, in the plan made for the parameters
+// nor in the generic plan. (pgfill stores no payloads, and an empty
+// table is best read whole: the payloads' statement is the MDNs' on
+// another table.) A failure prints the plan; -v logs the scans.
+func TestPurgeQueriesUseIndexes(t *testing.T) {
+	url, _ := pgfill.Shared(t)
+	conn := pgtest.Conn(t, url)
+	for kind, index := range purgeByMessage {
+		if kind == postgres.PurgePayloads {
+			continue
+		}
+		s := postgres.Statement{SQL: postgres.PurgeSQL(kind), Args: []any{time.Now().Add(-30 * 24 * time.Hour), 500}}
+		for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
+			plan := explain(t, conn, mode, s)
+			scans := scansOf(t, plan)
+			used := map[string]bool{}
+			for _, sc := range scans {
+				if sc.node == "Seq Scan" && slices.Contains(large, sc.relation) {
+					t.Errorf("purge %s (%s): sequential scan of %s; plan:\n%s", kind, mode, sc.relation, plan)
+				}
+				used[sc.index] = true
+			}
+			for _, want := range []string{index, "messages_created_at_id_idx"} {
+				if !used[want] {
+					t.Errorf("purge %s (%s): %s not used; plan:\n%s", kind, mode, want, plan)
+				}
+			}
+			t.Logf("purge %s, %s: %s", kind, strings.TrimPrefix(mode, "force_"), summary(scans))
+		}
+	}
+}
+
+// TestMigration00021OnExistingData: migration 00021 applies to a
+// database that a release before it filled (purgeSeeds' messages with
+// their payloads and MDNs, events), its Down and its Up again too,
+// keeping every row; afterwards the purges of payloads, MDNs and events
+// delete exactly the old rows written before, as TestPurgeBatch wants.
+func TestMigration00021OnExistingData(t *testing.T) {
+	ctx := context.Background()
+	url := pgtest.EmptyURL(t)
+	st := open(t, url)
+	if err := st.MigrateTo(ctx, 20); err != nil {
+		t.Fatal(err)
+	}
+	seedPurge(t, st)
+	all := purgeSnapshot(t, url)
+	for _, step := range []struct {
+		name    string
+		run     func() error
+		indexes int64
+	}{
+		{"up", func() error { _, err := st.Migrate(ctx); return err }, 0},
+		{"down", func() error { return st.MigrateDownTo(ctx, 20) }, 3},
+		{"up again", func() error { _, err := st.Migrate(ctx); return err }, 0},
+	} {
+		if err := step.run(); err != nil {
+			t.Fatalf("%s: %v", step.name, err)
+		}
+		n, err := st.CountSQL(ctx, `SELECT count(*) FROM pg_indexes
+ WHERE indexname IN ('events_created_at_idx', 'payloads_created_at_idx', 'mdns_created_at_idx')`)
+		if err != nil || n != step.indexes {
+			t.Errorf("%s: %d created_at indexes, %v; want %d", step.name, n, err, step.indexes)
+		}
+		if diff := gocmp.Diff(all, purgeSnapshot(t, url)); diff != "" {
+			t.Fatalf("%s: rows changed (-before +after):\n%s", step.name, diff)
+		}
+	}
+	f := openPurgeTerm(t, st)
+	for kind := range purgeByMessage {
+		for batches := 0; ; batches++ {
+			n, err := st.PurgeBatch(ctx, f, kind, 30*24*time.Hour, 2)
+			if err != nil || batches == 20 {
+				t.Fatalf("PurgeBatch(%s) after %d batches = %d, %v", kind, batches, n, err)
+			}
+			if n < 2 {
+				break
+			}
+		}
+	}
+	want := without(without(without(all, "payloads", oldFinalRows), "mdns", oldFinalRows), "events", oldNamed)
+	if diff := gocmp.Diff(want, purgeSnapshot(t, url)); diff != "" {
+		t.Errorf("after the purges of payloads, MDNs and events (-want +got):\n%s", diff)
 	}
 }

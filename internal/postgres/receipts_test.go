@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/edihub/edihub/internal/postgres"
 	"github.com/edihub/edihub/internal/testenv/pgtest"
@@ -126,7 +129,8 @@ func TestReceiptsConcurrent(t *testing.T) {
 // transaction, each with its own outcome: a copy of a Message-ID earlier
 // in the same batch and a Message-ID stored before are duplicates, a
 // failure is stored without payload, an async MDN is queued; the
-// received events follow the line's order.
+// received events follow the messages' ids, given in the order of the
+// Message-IDs (here also the line's).
 func TestReceiptBatch(t *testing.T) {
 	ctx := context.Background()
 	st := pgtest.Store(t)
@@ -296,6 +300,119 @@ VALUES ('inbound', 'P', 'P', 'S', '<lead@p>', 'error', now())`); err != nil {
 	for range 2 {
 		if o := <-taken; o.err != nil || o.id == 0 {
 			t.Errorf("a receipt taken into a batch, then cancelled: id %d, %v; want it stored", o.id, o.err)
+		}
+	}
+}
+
+// TestReceiptBatchesTwoReplicas: two replicas (two stores, two pools)
+// flush batches of the same Message-IDs lined up in opposite orders,
+// both in flight at once: a third transaction holds the middle
+// Message-ID until both batches wait on a lock. The batches take their
+// Message-IDs in one order (sorted), so neither waits for the other in
+// a cycle: no deadlock, no batch rewritten one by one, each Message-ID
+// stored once. (Taken in line order, each batch would hold the
+// Message-IDs the other still needs: PostgreSQL would abort one of them
+// as deadlocked and its receipts would fall back to one by one.)
+func TestReceiptBatchesTwoReplicas(t *testing.T) {
+	ctx := context.Background()
+	url := pgtest.URL(t)
+	stores := make([]*postgres.Store, 2)
+	for i := range stores {
+		st, err := postgres.Open(ctx, url, postgres.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer st.Close()
+		stores[i] = st
+	}
+	msgIDs := []string{"<a@p>", "<b@p>", "<held@p>", "<x@p>", "<y@p>"}
+	blocker := pgtest.Conn(t, url)
+	tx, err := blocker.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }() // a no-op once committed
+	if _, err := tx.Exec(ctx, `INSERT INTO messages (direction, partner, as2_from, as2_to, message_id, status, completed_at)
+VALUES ('inbound', 'P', 'P', 'S', '<held@p>', 'processed', now())`); err != nil {
+		t.Fatal(err)
+	}
+
+	out := make([]map[string]saved, len(stores))
+	var (
+		mu sync.Mutex
+		wg sync.WaitGroup
+	)
+	for i, st := range stores {
+		line := slices.Clone(msgIDs)
+		if i == 1 {
+			slices.Reverse(line)
+		}
+		out[i] = map[string]saved{}
+		st.HoldReceipts()
+		for j, msgID := range line {
+			wg.Go(func() {
+				id, err := st.SaveInbound(ctx, receipt(msgID))
+				mu.Lock()
+				defer mu.Unlock()
+				out[i][msgID] = saved{id, err}
+			})
+			waitLine(t, st, j+1)
+		}
+	}
+	for _, st := range stores {
+		st.ReleaseReceipts()
+	}
+	waitLockWaiters(t, pgtest.Conn(t, url), 2)
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+
+	for _, msgID := range msgIDs {
+		stored := 0
+		for i := range stores {
+			switch o := out[i][msgID]; {
+			case o.err == nil && o.id != 0:
+				stored++
+			case !errors.Is(o.err, postgres.ErrDuplicateInbound):
+				t.Errorf("replica %d, %s: id %d, %v", i, msgID, o.id, o.err)
+			}
+		}
+		want := 1
+		if msgID == "<held@p>" {
+			want = 0 // the blocker's
+		}
+		if stored != want {
+			t.Errorf("%s stored by %d replicas, want %d", msgID, stored, want)
+		}
+		if n, err := stores[0].CountSQL(ctx, `SELECT count(*) FROM messages WHERE message_id = $1`, msgID); err != nil || n != 1 {
+			t.Errorf("%s: %d rows, %v; want 1", msgID, n, err)
+		}
+	}
+	for i, st := range stores {
+		if flushes, receipts, fallbacks := st.ReceiptFlushes(); receipts != len(msgIDs) || fallbacks != 0 {
+			t.Errorf("replica %d: %d flushes of %d receipts, %d fell back; want %d receipts, none falling back",
+				i, flushes, receipts, fallbacks, len(msgIDs))
+		}
+	}
+}
+
+// waitLockWaiters waits until n sessions of c's database wait for
+// another transaction (a row or unique-index conflict). c must not be in
+// a transaction: pg_stat_activity is read once per transaction.
+func waitLockWaiters(t *testing.T, c *pgx.Conn, n int64) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(time.Millisecond) {
+		var got int64
+		if err := c.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity
+ WHERE datname = current_database() AND wait_event_type = 'Lock' AND wait_event = 'transactionid'`).Scan(&got); err != nil {
+			t.Fatal(err)
+		}
+		if got == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d sessions wait for a transaction, want %d", got, n)
 		}
 	}
 }

@@ -140,6 +140,9 @@ type options struct {
 	// migrated schema, whose saves the group commit of receipts writes
 	// in batches (about as many receipts per flush as savers).
 	pgSaveSavers []int
+	// pgSaveVariantSavers are the concurrent savers of each variant's
+	// run, compared with the migrated schema's run of as many savers.
+	pgSaveVariantSavers int
 	// sum gathers the figures into the closing table.
 	sum *summary
 
@@ -202,6 +205,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		}
 		return nil
 	})
+	fs.IntVar(&o.pgSaveVariantSavers, "pgsave-variant-savers", 1, "concurrent savers of each -pgsave-variant run (the group commit's batches), compared with the migrated schema's run of as many savers (added when -pgsave-savers has no such count)")
 	fs.StringVar(&o.rsaChild, "rsa-child", "", "internal: print this build's RSA figures for the station key in this directory")
 	fs.StringVar(&o.child, "rss-child", "", "internal: run the receiver for the peak-memory run with the keys in this directory")
 	fs.StringVar(&o.sendChild, "send-child", "", "internal: run the sender of the large send with the keys in this directory")

@@ -51,7 +51,11 @@ func pgSaveBench(ctx context.Context, out io.Writer, o options, st *identity) er
 		return err
 	}
 	runs := []*pgSaveRun{{name: "as migrated", savers: 1}}
-	for _, n := range o.pgSaveSavers {
+	savers := o.pgSaveSavers
+	if vs := o.pgSaveVariantSavers; vs > 1 && len(o.pgSaveVariants) > 0 && !slices.Contains(savers, vs) {
+		savers = append(slices.Clone(savers), vs)
+	}
+	for _, n := range savers {
 		if n > 1 {
 			runs = append(runs, &pgSaveRun{name: fmt.Sprintf("as migrated, %d savers", n), savers: n})
 		}
@@ -61,7 +65,7 @@ func pgSaveBench(ctx context.Context, out io.Writer, o options, st *identity) er
 		if !ok {
 			return fmt.Errorf("-pgsave-variant %q: want name=SQL", v)
 		}
-		runs = append(runs, &pgSaveRun{name: name, setup: sql, savers: 1})
+		runs = append(runs, &pgSaveRun{name: name, setup: sql, savers: max(1, o.pgSaveVariantSavers)})
 	}
 	for i, r := range runs {
 		dbURL, drop, err := scratchDatabase(ctx, o.databaseURL, "edihub_bench_pgsave_"+strconv.Itoa(i))
@@ -100,18 +104,17 @@ func pgSaveBench(ctx context.Context, out io.Writer, o options, st *identity) er
 			fmt.Fprintf(out, "  %-6d %-28s %12s %13s %10s\n", round+1, r.name, s.backend.Round(time.Microsecond), s.others, s.wall.Round(time.Microsecond))
 		}
 	}
-	base := runs[0]
 	for i, r := range runs {
 		med, lo, hi := medianOf(r.backend)
 		fmt.Fprintf(out, "  %s: backend CPU per save, median of %d rounds %s (min %s, max %s)", r.name, len(r.backend),
 			med.Round(time.Microsecond), lo.Round(time.Microsecond), hi.Round(time.Microsecond))
-		if i > 0 {
+		if base := pgSaveBase(runs, r); i > 0 {
 			ratios := make([]float64, len(r.backend))
 			for j := range ratios {
 				ratios[j] = float64(r.backend[j]) / float64(base.backend[j])
 			}
 			slices.Sort(ratios)
-			fmt.Fprintf(out, "; %.2f × the migrated schema's (median of the rounds' ratios)", ratios[len(ratios)/2])
+			fmt.Fprintf(out, "; %.2f × %s's (median of the rounds' ratios)", ratios[len(ratios)/2], base.name)
 		}
 		if flushes, receipts := r.flushes(); r.savers > 1 && flushes > 0 {
 			fmt.Fprintf(out, "; %.1f receipts per flush (%d savers)", receipts/flushes, r.savers)
@@ -127,11 +130,11 @@ func pgSaveBench(ctx context.Context, out io.Writer, o options, st *identity) er
 	fmt.Fprintln(out)
 	// No target of its own: the 0.2 ms is the served run's, which adds
 	// the other processes and the contention of 16 connections.
-	med, _, _ := medianOf(base.backend)
+	med, _, _ := medianOf(runs[0].backend)
 	o.sum.add(figure{name: "PostgreSQL backend CPU per inbound save, alone", value: med.Round(time.Microsecond).String(),
 		reference: "part of the served figure"})
 	for _, r := range runs[1:] {
-		if flushes, receipts := r.flushes(); r.savers > 1 && flushes > 0 {
+		if flushes, receipts := r.flushes(); r.setup == "" && r.savers > 1 && flushes > 0 {
 			m, _, _ := medianOf(r.backend)
 			o.sum.add(figure{name: fmt.Sprintf("PostgreSQL backend CPU per inbound save, %.1f per flush", receipts/flushes),
 				value: m.Round(time.Microsecond).String(), reference: "alone: " + med.Round(time.Microsecond).String(),
@@ -354,4 +357,15 @@ func pgOthersNS(pgDataDir, skip string) int64 {
 		}
 	}
 	return n
+}
+
+// pgSaveBase is the run r is compared with: the migrated schema's run of
+// as many savers, else the first (one saver).
+func pgSaveBase(runs []*pgSaveRun, r *pgSaveRun) *pgSaveRun {
+	for _, b := range runs {
+		if b.setup == "" && b.savers == r.savers && b != r {
+			return b
+		}
+	}
+	return runs[0]
 }

@@ -252,7 +252,11 @@ func withFence(ctx context.Context, f postgres.Fence) context.Context {
 
 // seedEligible inserts n final outbound messages completed 40 days ago,
 // each with a payload and a finished outbox row, in chunks of one
-// statement each (INSERT ... SELECT generate_series).
+// statement each (INSERT ... SELECT generate_series). Their ids are
+// below every message's, as if the hub had written them 41 days ago:
+// message ids follow creation, and the purge of payloads walks them by
+// message id up to the first message created after its cutoff (an id
+// taken now would be above the receipts of the run's earlier parts).
 func seedEligible(ctx context.Context, url string, n int) error {
 	conn, err := pgx.Connect(ctx, url)
 	if err != nil {
@@ -265,11 +269,12 @@ func seedEligible(ctx context.Context, url string, n int) error {
 		to := min(n, from+chunk-1)
 		if _, err := conn.Exec(ctx, `
 WITH m AS (
-    INSERT INTO messages (direction, partner, as2_from, as2_to, message_id, status, payload_size,
+    INSERT INTO messages (id, direction, partner, as2_from, as2_to, message_id, status, payload_size,
                           created_at, updated_at, completed_at)
-    SELECT 'outbound', 'BENCH PARTNER', 'EDIHUB', 'BENCH PARTNER', '<old-' || $3 || '-' || g || '@edihub>', 'delivered', 4096,
+    OVERRIDING SYSTEM VALUE
+    SELECT b.low - 1 - (g - $1), 'outbound', 'BENCH PARTNER', 'EDIHUB', 'BENCH PARTNER', '<old-' || $3 || '-' || g || '@edihub>', 'delivered', 4096,
            now() - interval '41 days', now() - interval '40 days', now() - interval '40 days'
-      FROM generate_series($1::int, $2::int) g
+      FROM generate_series($1::int, $2::int) g, (SELECT coalesce(min(id), 1) AS low FROM messages) b
     RETURNING id),
 p AS (INSERT INTO payloads (message_id, data, created_at)
       SELECT id, decode(repeat('ab', 2048), 'hex'), now() - interval '41 days' FROM m)
