@@ -217,9 +217,10 @@ func (u *streamUnwrapping) inner(s stage, inner io.Reader, depth int, mic bool) 
 // compressed layer starts with, whether the layer's zlib stream is the
 // payload's stored form (CompressedOutput): when it is that entity's
 // whole content, without transfer encoding, in the first compressed
-// layer.
+// layer. The first call decides (an inner compressed layer's finds the
+// stream dropped).
 func (u *streamUnwrapping) keepZlib(hdr Header, n int) error {
-	if u.zlib == nil || u.zlib.decided {
+	if u.zlib == nil {
 		return nil
 	}
 	mt, _ := ParseMediaType(hdr.Get("Content-Type"))

@@ -34,7 +34,8 @@ const MaxZlibHold = 4 << 20
 
 // zlibTee passes the zlib stream of a compressed layer to
 // CompressedOutput.Stream once keep decided for it. Write runs in the
-// inflate's goroutine, keep in the unwrap's.
+// inflate's goroutine, keep in the unwrap's, which alone sets kept and
+// may read it unlocked.
 type zlibTee struct {
 	w  io.Writer
 	mu sync.Mutex
