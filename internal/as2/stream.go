@@ -81,6 +81,11 @@ type streamUnwrapping struct {
 	// pipe runs the layers' readers in goroutines of their own
 	// (readahead.go).
 	pipe pipeline
+	// zlib takes the first compressed layer's stream when
+	// UnwrapOptions.Compressed asks for it; zlibSkip is its payload
+	// entity's header length once it was kept.
+	zlib     *zlibTee
+	zlibSkip int64
 }
 
 // entity peels the entity whose header is hdr and whose body is the rest
@@ -124,7 +129,12 @@ func (u *streamUnwrapping) pkcs7(hdr Header, smimeType string, body io.Reader, d
 		}
 	case cms.TypeCompressedData:
 		s = stageDecompress
-		if inner, err = cms.DecompressStream(br, u.decompressBudget); err != nil {
+		var tee io.Writer
+		if !u.compressedSeen && u.opts.Compressed != nil {
+			u.zlib = &zlibTee{w: u.opts.Compressed.Stream}
+			tee = u.zlib
+		}
+		if inner, err = cms.DecompressStreamTee(br, u.decompressBudget, tee); err != nil {
 			return classify(s, fmt.Errorf("decompress: %w", err))
 		}
 		inner = u.pipe.add(inner, stageInflateRun)
@@ -180,6 +190,11 @@ func (u *streamUnwrapping) inner(s stage, inner io.Reader, depth int, mic bool) 
 	if err != nil {
 		return classify(s, fmt.Errorf("inner entity: %w", err))
 	}
+	if s == stageDecompress {
+		if err := u.keepZlib(hdr, len(raw)); err != nil {
+			return err
+		}
+	}
 	var body io.Reader = ib
 	if mt, _ := ParseMediaType(hdr.Get("Content-Type")); mic && mt != "multipart/signed" {
 		u.encHash = u.micAlg.New()
@@ -188,10 +203,35 @@ func (u *streamUnwrapping) inner(s stage, inner io.Reader, depth int, mic bool) 
 	}
 	err = u.entity(hdr, body, depth+1)
 	if _, derr := io.Copy(io.Discard, ib); derr != nil {
+		var we *writeError
+		if errors.As(derr, &we) {
+			return we.err
+		}
 		// The layer's own failure wins: what was peeled came out of it.
 		return classify(s, derr)
 	}
 	return err
+}
+
+// keepZlib decides, for the entity whose header (of n bytes) a
+// compressed layer starts with, whether the layer's zlib stream is the
+// payload's stored form (CompressedOutput): when it is that entity's
+// whole content, without transfer encoding, in the first compressed
+// layer. The first call decides (an inner compressed layer's finds the
+// stream dropped).
+func (u *streamUnwrapping) keepZlib(hdr Header, n int) error {
+	if u.zlib == nil {
+		return nil
+	}
+	mt, _ := ParseMediaType(hdr.Get("Content-Type"))
+	cte := (&Entity{Header: hdr}).TransferEncoding()
+	want := mt != "multipart/signed" && mt != "application/pkcs7-mime" && mt != "application/x-pkcs7-mime" &&
+		(cte == "binary" || cte == "7bit" || cte == "8bit")
+	kept, err := u.zlib.keep(want)
+	if kept {
+		u.zlibSkip = int64(n)
+	}
+	return err // the writer's: returned as it is
 }
 
 // signed streams a multipart/signed layer: its first part is digested as
@@ -305,6 +345,10 @@ func (u *streamUnwrapping) writePayload(hdr Header, body io.Reader, depth int) e
 		return classify(stageMIME, fmt.Errorf("payload: %w", err))
 	}
 	dst := u.payload
+	if u.zlib != nil && u.zlib.kept {
+		dst = u.opts.Compressed.Plain
+		m.Zlib = &ZlibPayload{Skip: u.zlibSkip}
+	}
 	if unsigned && u.opts.UnsignedMIC == MICContentOnly {
 		u.payHash = u.micAlg.New()
 		dst = io.MultiWriter(dst, u.payHash)

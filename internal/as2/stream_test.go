@@ -2,6 +2,7 @@ package as2_test
 
 import (
 	"bytes"
+	"compress/zlib"
 	"crypto"
 	"crypto/x509"
 	"encoding/base64"
@@ -60,6 +61,64 @@ func compareStream(t *testing.T, h http.Header, body []byte, opts as2.UnwrapOpti
 		sum.Write(want.SignedContent)
 		if !bytes.Equal(got.SignedDigests[crypto.SHA256], sum.Sum(nil)) {
 			t.Error("SignedDigests[SHA-256] is not the digest of the signed content")
+		}
+	}
+	compareZlib(t, h, body, opts, want)
+}
+
+// compareZlib unwraps body as a stream with a CompressedOutput: a
+// payload kept as its zlib stream inflates, past its Skip bytes, to
+// exactly Unwrap's payload, which Plain got; one not kept went to the
+// payload writer and Stream got nothing.
+func compareZlib(t *testing.T, h http.Header, body []byte, opts as2.UnwrapOptions, want *as2.Message) {
+	t.Helper()
+	var payload, stream, plain bytes.Buffer
+	opts.Compressed = &as2.CompressedOutput{Stream: &stream, Plain: &plain}
+	got, err := as2.UnwrapStream(h, iotest.HalfReader(bytes.NewReader(body)), opts, &payload)
+	if err != nil {
+		t.Fatalf("UnwrapStream with CompressedOutput: %v", err)
+	}
+	if got.Zlib == nil {
+		if stream.Len() != 0 || plain.Len() != 0 || !bytes.Equal(payload.Bytes(), want.Payload) {
+			t.Errorf("payload not kept compressed: stream %d, plain %d, payload %d bytes, want 0, 0, %d", stream.Len(), plain.Len(), payload.Len(), len(want.Payload))
+		}
+		return
+	}
+	if payload.Len() != 0 || !bytes.Equal(plain.Bytes(), want.Payload) {
+		t.Errorf("payload kept compressed: payload writer %d bytes, plain %d, want 0, %d", payload.Len(), plain.Len(), len(want.Payload))
+	}
+	zr, err := zlib.NewReader(&stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inflated, err := io.ReadAll(zr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Zlib.Skip <= 0 || got.Zlib.Skip > int64(len(inflated)) || !bytes.Equal(inflated[got.Zlib.Skip:], want.Payload) {
+		t.Errorf("zlib stream inflates to %d bytes, skip %d: not the payload (%d bytes)", len(inflated), got.Zlib.Skip, len(want.Payload))
+	}
+}
+
+// TestUnwrapStreamKeepsZlib: a payload compressed before signing (the
+// bench's large message) is kept as its zlib stream, one compressed
+// after signing (its signature inside the compression) is not.
+func TestUnwrapStreamKeepsZlib(t *testing.T) {
+	ids := openssltest.Keys(t)
+	for _, c := range []struct {
+		comp string
+		kept bool
+	}{{"before", true}, {"after", false}} {
+		m := buildOpenSSL(t, ids, "sha256", "aes256", c.comp, "binary")
+		var payload bytes.Buffer
+		opts := streamOpts(ids, nil, as2.MICContentOnly)
+		opts.Compressed = &as2.CompressedOutput{Stream: io.Discard, Plain: io.Discard}
+		got, err := as2.UnwrapStream(m.Header, bytes.NewReader(m.Body), opts, &payload)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if (got.Zlib != nil) != c.kept {
+			t.Errorf("compressed %s signing: kept as zlib = %v, want %v", c.comp, got.Zlib != nil, c.kept)
 		}
 	}
 }

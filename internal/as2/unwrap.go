@@ -72,6 +72,9 @@ type UnwrapOptions struct {
 	InPlace bool
 	// Stats, when set, receives where UnwrapStream's time went.
 	Stats *StreamStats
+	// Compressed, when set, asks UnwrapStream for a payload that arrived
+	// compressed in the form it arrived in (CompressedOutput).
+	Compressed *CompressedOutput
 }
 
 // Message is the result of Unwrap.
@@ -105,6 +108,9 @@ type Message struct {
 	SignedDigests map[crypto.Hash][]byte
 	// PayloadSize is the payload's size in bytes.
 	PayloadSize int64
+	// Zlib is set when UnwrapStream wrote the payload's zlib stream to
+	// UnwrapOptions.Compressed.
+	Zlib *ZlibPayload
 }
 
 // Unwrap runs the receive pipeline on an AS2 request: h supplies the

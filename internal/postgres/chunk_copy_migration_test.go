@@ -61,7 +61,9 @@ INSERT INTO outbox_body_chunks (outbox_id, seq, data) VALUES ($1, 1, $3), ($1, 2
 
 	readBack := func(step string) {
 		t.Helper()
-		if _, got, err := st.MessagePayload(ctx, beforeID); err != nil || !bytes.Equal(got, before) {
+		// Down to 18 takes 00022's payloads.encoding too, which this
+		// release reads: the payload reads back after up again.
+		if _, got, err := st.MessagePayload(ctx, beforeID); step != "down" && (err != nil || !bytes.Equal(got, before)) {
 			t.Errorf("%s: payload stored before = %d bytes, %v; want %d", step, len(got), err, len(before))
 		}
 		var got bytes.Buffer

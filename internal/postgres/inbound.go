@@ -61,6 +61,13 @@ type InboundMessage struct {
 	// (ErrStageFailed). A message stored without its payload (refused)
 	// has neither.
 	Staged *StagedPayload
+	// StagedZlib says Staged holds the payload in the compressed form it
+	// arrived in (migration 00022): a zlib stream that inflates to
+	// ZlibSkip bytes (the payload entity's header) and then the payload,
+	// PayloadSize bytes. It applies to Staged only: a payload stored from
+	// PayloadOpen is stored as it is.
+	StagedZlib bool
+	ZlibSkip   int64
 	// MDNMode is "sync", "async" or "none"; MDNURL the async return URL.
 	MDNMode   string
 	MDNSigned bool

@@ -272,7 +272,7 @@ func (s *Store) saveInboundStaged(ctx context.Context, m *InboundMessage, hdr []
 	t1 := time.Now()
 	p.finishTook = t1.Sub(t0)
 	defer func() { p.saveTook = time.Since(t1) }()
-	if p.written != m.PayloadSize {
+	if !m.StagedZlib && p.written != m.PayloadSize {
 		return 0, fmt.Errorf("%w: %d bytes staged, want %d", ErrStageFailed, p.written, m.PayloadSize)
 	}
 	tx := p.tx
@@ -283,9 +283,9 @@ func (s *Store) saveInboundStaged(ctx context.Context, m *InboundMessage, hdr []
 	// is: an UPDATE that leaves a value alone keeps it), and the
 	// placeholder goes (its payloads row with it).
 	if _, err := tx.Exec(ctx, `
-WITH p AS (INSERT INTO payloads (message_id, data, chunked) VALUES ($1, '', true) RETURNING message_id),
+WITH p AS (INSERT INTO payloads (message_id, data, chunked, encoding, inflated_skip) VALUES ($1, '', true, $3, $4) RETURNING message_id),
 c AS (UPDATE payload_chunks SET message_id = (SELECT message_id FROM p) WHERE message_id = $2)
-SELECT 1`, id, p.tempID); err != nil {
+SELECT 1`, id, p.tempID, stagedEncoding(m), m.ZlibSkip); err != nil {
 		return 0, fmt.Errorf("insert payload: %w", err)
 	}
 	if _, err := tx.Exec(ctx, `DELETE FROM messages WHERE id = $1`, p.tempID); err != nil {
@@ -302,6 +302,14 @@ SELECT 1`, id, p.tempID); err != nil {
 	}
 	p.s.stages.Add(-1)
 	return id, nil
+}
+
+// stagedEncoding is the payloads.encoding of m's staged payload.
+func stagedEncoding(m *InboundMessage) string {
+	if m.StagedZlib {
+		return encodingZlib
+	}
+	return encodingIdentity
 }
 
 // insertStaged inserts m's row in the stage's transaction. A failed

@@ -15,6 +15,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/edihub/edihub/internal/inflate"
 )
 
 // ErrMessageNotFound reports a message id with no row.
@@ -304,17 +306,23 @@ func (s *Store) MessagePayload(ctx context.Context, id int64) (MessageInfo, []by
 
 // WritePayload writes the payload of message id to the writer to(m)
 // returns, m being the message with Size the payload's exact size, as it
-// reads it: a chunked payload one piece at a time, in one snapshot. ErrMessageNotFound when the message
-// or its payload is missing (to is not called then). An error of the
-// writer ends the read and is returned.
+// reads it: a chunked payload one piece at a time, in one snapshot, and
+// one stored as its zlib stream (migration 00022) inflated as it is
+// read. ErrMessageNotFound when the message or its payload is missing
+// (to is not called then). An error of the writer ends the read and is
+// returned.
 func (s *Store) WritePayload(ctx context.Context, id int64, to func(MessageInfo) io.Writer) (MessageInfo, error) {
 	m, err := s.Message(ctx, id)
 	if err != nil {
 		return m, err
 	}
-	var data []byte
-	var chunked bool
-	err = s.pool.QueryRow(ctx, `SELECT data, chunked FROM payloads WHERE message_id = $1`, id).Scan(&data, &chunked)
+	var (
+		data     []byte
+		chunked  bool
+		encoding string
+		skip     int64
+	)
+	err = s.pool.QueryRow(ctx, `SELECT data, chunked, encoding, inflated_skip FROM payloads WHERE message_id = $1`, id).Scan(&data, &chunked, &encoding, &skip)
 	if err != nil {
 		return m, messageErr(fmt.Sprintf("payload of message %d", id), err)
 	}
@@ -324,48 +332,141 @@ func (s *Store) WritePayload(ctx context.Context, id int64, to func(MessageInfo)
 		return m, err
 	}
 	w := to(m) // m.Size is the payload's: checked when it was stored
-	// One piece per round trip, read whole before it is written: w may be
-	// a slow HTTP client, and a result left unread while it stalls would
-	// close the server's window to us for as long, which the server's
-	// dead-peer timeout (tcp_user_timeout) and our watch (deadpeer.go)
-	// take for a dead peer. Between round trips the connection is idle,
-	// where keepalives tell a live peer from a dead one.
-	var buf []byte
+	pieces := &pieceReader{s: s, ctx: ctx, id: id}
 	var written int64
-	for seq := int32(1); ; seq++ {
-		rows, err := s.pool.Query(ctx, `SELECT data FROM payload_chunks WHERE message_id = $1 AND seq = $2`, id, seq)
-		if err != nil {
-			return m, fmt.Errorf("payload of message %d: %w", id, err)
-		}
-		found := rows.Next()
-		if found {
-			// The raw value, copied once into buf, when it comes in binary.
-			raw := rows.RawValues()[0]
-			if rows.FieldDescriptions()[0].Format != pgtype.BinaryFormatCode {
-				if err := rows.Scan(&raw); err != nil {
-					rows.Close()
-					return m, fmt.Errorf("payload of message %d: %w", id, err)
-				}
-			}
-			buf = append(buf[:0], raw...)
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return m, fmt.Errorf("payload of message %d: %w", id, err)
-		}
-		if !found {
-			break
-		}
-		if _, err := w.Write(buf); err != nil {
-			return m, err
-		}
-		written += int64(len(buf))
+	switch encoding {
+	case encodingIdentity:
+		written, err = pieces.writeTo(w)
+	case encodingZlib:
+		written, err = writeInflated(pieces, skip, m.Size, w)
+	default:
+		err = fmt.Errorf("payload of message %d: unknown encoding %q", id, encoding)
+	}
+	if err != nil {
+		return m, err
 	}
 	if written != m.Size {
 		// Pieces deleted while they were read (a purge).
 		return m, fmt.Errorf("payload of message %d: %d bytes of %d found", id, written, m.Size)
 	}
 	return m, nil
+}
+
+// The payloads.encoding values (migration 00022): the pieces are the
+// payload, or the zlib stream it arrived in.
+const (
+	encodingIdentity = "identity"
+	encodingZlib     = "zlib"
+)
+
+// pieceReader reads the payload_chunks of a message in seq order.
+//
+// One piece per round trip, read whole before it is used: the reader may
+// feed a slow HTTP client, and a result left unread while it stalls would
+// close the server's window to us for as long, which the server's
+// dead-peer timeout (tcp_user_timeout) and our watch (deadpeer.go) take
+// for a dead peer. Between round trips the connection is idle, where
+// keepalives tell a live peer from a dead one.
+type pieceReader struct {
+	s   *Store
+	ctx context.Context
+	id  int64
+	seq int32
+	// buf holds the current piece, rest its unread part.
+	buf, rest []byte
+	done      bool
+}
+
+// next reads the next piece into buf; false after the last.
+func (r *pieceReader) next() (bool, error) {
+	r.seq++
+	rows, err := r.s.pool.Query(r.ctx, `SELECT data FROM payload_chunks WHERE message_id = $1 AND seq = $2`, r.id, r.seq)
+	if err != nil {
+		return false, fmt.Errorf("payload of message %d: %w", r.id, err)
+	}
+	found := rows.Next()
+	if found {
+		// The raw value, copied once into buf, when it comes in binary.
+		raw := rows.RawValues()[0]
+		if rows.FieldDescriptions()[0].Format != pgtype.BinaryFormatCode {
+			if err := rows.Scan(&raw); err != nil {
+				rows.Close()
+				return false, fmt.Errorf("payload of message %d: %w", r.id, err)
+			}
+		}
+		r.buf = append(r.buf[:0], raw...)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return false, fmt.Errorf("payload of message %d: %w", r.id, err)
+	}
+	return found, nil
+}
+
+// writeTo writes every piece to w; w's errors are returned as they are.
+func (r *pieceReader) writeTo(w io.Writer) (int64, error) {
+	var written int64
+	for {
+		found, err := r.next()
+		if err != nil || !found {
+			return written, err
+		}
+		if _, err := w.Write(r.buf); err != nil {
+			return written, err
+		}
+		written += int64(len(r.buf))
+	}
+}
+
+// Read reads the pieces as one stream.
+func (r *pieceReader) Read(p []byte) (int, error) {
+	for len(r.rest) == 0 {
+		if r.done {
+			return 0, io.EOF
+		}
+		found, err := r.next()
+		if err != nil {
+			return 0, err
+		}
+		r.done, r.rest = !found, r.buf
+		if !found {
+			r.rest = nil
+		}
+	}
+	n := copy(p, r.rest)
+	r.rest = r.rest[n:]
+	return n, nil
+}
+
+// writeInflated writes to w the payload a zlib stream stored as r's
+// pieces holds: the size bytes after the first skip it inflates to,
+// which must be all of it. The inflate is the receive's
+// (internal/inflate), which checked the whole stream before the message
+// was stored. w's errors are returned as they are.
+func writeInflated(r io.Reader, skip, size int64, w io.Writer) (int64, error) {
+	zr := inflate.NewReader(r)
+	if _, err := io.CopyN(io.Discard, zr, skip); err != nil {
+		return 0, fmt.Errorf("inflate the stored payload: %w", err)
+	}
+	buf := make([]byte, 256<<10)
+	var written int64
+	for {
+		n, err := zr.Read(buf[:min(int64(len(buf)), size-written+1)])
+		if written += int64(n); written > size {
+			return written, fmt.Errorf("inflate the stored payload: more than its %d bytes", size)
+		}
+		if n > 0 {
+			if _, werr := w.Write(buf[:n]); werr != nil {
+				return written, werr
+			}
+		}
+		if err == io.EOF {
+			return written, nil
+		}
+		if err != nil {
+			return written, fmt.Errorf("inflate the stored payload: %w", err)
+		}
+	}
 }
 
 // MDNInfo is an MDN as stored for a message.

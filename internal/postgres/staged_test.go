@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"bytes"
+	"compress/zlib"
 	"context"
 	"errors"
 	"io"
@@ -217,4 +218,61 @@ func TestStagedPayloadFailedOnlyCopy(t *testing.T) {
 		t.Errorf("messages stored = %d, %v; want 0", n, err)
 	}
 	wantNoStage(t, st)
+}
+
+// zlibPayload is stagedPayload's entity (a header, then the payload)
+// compressed, as a partner's compressed layer carries it.
+func zlibPayload(t *testing.T, header string) []byte {
+	t.Helper()
+	var b bytes.Buffer
+	zw := zlib.NewWriter(&b)
+	if _, err := zw.Write(append([]byte(header), stagedPayload...)); err != nil {
+		t.Fatal(err)
+	}
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return b.Bytes()
+}
+
+// TestStagedPayloadZlib stores a payload staged as the zlib stream it
+// arrived in (migration 00022): WritePayload inflates it to the
+// payload, byte for byte, its header skipped, and reports the payload's
+// size, not the stream's. A stored stream that is not the payload's
+// (altered, or inflating to more) fails the read instead of giving
+// other bytes.
+func TestStagedPayloadZlib(t *testing.T) {
+	noLeak(t)
+	ctx := context.Background()
+	st := pgtest.Store(t)
+	const header = "Content-Type: application/edi-x12\r\n\r\n"
+	stream := zlibPayload(t, header)
+	save := func(msgID string, z []byte, size int64) int64 {
+		t.Helper()
+		m := stagedMessage(msgID, &opened{p: stagedPayload}, stage(t, st, ctx, z))
+		m.PayloadOpen, m.PayloadSize, m.StagedZlib, m.ZlibSkip = nil, size, true, int64(len(header))
+		id, err := st.SaveInbound(ctx, m)
+		if err != nil {
+			t.Fatalf("SaveInbound: %v", err)
+		}
+		return id
+	}
+	id := save("<zlib@p>", stream, int64(len(stagedPayload)))
+	if n, err := st.CountSQL(ctx, `SELECT sum(octet_length(data)) FROM payload_chunks WHERE message_id = $1`, id); err != nil || n != int64(len(stream)) {
+		t.Fatalf("payload_chunks bytes = %d, %v; want the %d of the zlib stream", n, err, len(stream))
+	}
+	m, got, err := st.MessagePayload(ctx, id)
+	if err != nil || !bytes.Equal(got, stagedPayload) || m.Size != int64(len(stagedPayload)) {
+		t.Fatalf("MessagePayload = %d bytes (size %d), %v; want the %d staged", len(got), m.Size, err, len(stagedPayload))
+	}
+	wantNoStage(t, st)
+
+	altered := bytes.Clone(stream)
+	altered[len(altered)/2] ^= 0x55
+	longer := save("<longer@p>", stream, int64(len(stagedPayload))-1)
+	for name, id := range map[string]int64{"altered": save("<altered@p>", altered, int64(len(stagedPayload))), "longer": longer} {
+		if _, got, err := st.MessagePayload(ctx, id); err == nil {
+			t.Errorf("%s stream: MessagePayload = %d bytes, nil; want an error", name, len(got))
+		}
+	}
 }

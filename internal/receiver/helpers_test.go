@@ -383,17 +383,19 @@ SELECT m.status, m.disposition, m.mic, m.mic_alg, m.signed, m.encrypted, m.compr
 
 func (e *env) payload(t testing.TB, partner, messageID string) []byte {
 	t.Helper()
-	var b []byte
+	var id int64
 	err := e.db.QueryRow(context.Background(), `
-SELECT CASE WHEN p.chunked
-            THEN coalesce((SELECT string_agg(c.data, ''::bytea ORDER BY c.seq) FROM payload_chunks c WHERE c.message_id = p.message_id), ''::bytea)
-            ELSE p.data END
-  FROM payloads p JOIN messages m ON m.id = p.message_id
- WHERE m.partner = $1 AND m.direction = 'inbound' AND m.message_id = $2`, partner, messageID).Scan(&b)
+SELECT p.message_id FROM payloads p JOIN messages m ON m.id = p.message_id
+ WHERE m.partner = $1 AND m.direction = 'inbound' AND m.message_id = $2`, partner, messageID).Scan(&id)
 	if err != nil {
 		t.Fatalf("payload of %s: %v", messageID, err)
 	}
-	return b
+	// Read as every reader does: one stored as its zlib stream inflated.
+	var b bytes.Buffer
+	if _, err := e.store.WritePayload(context.Background(), id, func(postgres.MessageInfo) io.Writer { return &b }); err != nil {
+		t.Fatalf("payload of %s: %v", messageID, err)
+	}
+	return b.Bytes()
 }
 
 func (e *env) count(t testing.TB, query string, args ...any) int {

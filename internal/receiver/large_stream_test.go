@@ -210,3 +210,23 @@ func entityHead(t *testing.T, path string) (head, size int64) {
 	}
 	return int64(i + 4), fi.Size()
 }
+
+// TestReceiveLargeCorruptZlib: a spooled message whose compressed layer,
+// under a valid signature, does not inflate (one bit of its zlib stream
+// flipped before signing) is answered decompression-failed, with
+// nothing stored (the zlib stream it would have been stored as
+// included) and nothing left in the spool: a payload that cannot be read
+// back never gets "processed".
+func TestReceiveLargeCorruptZlib(t *testing.T) {
+	e := newEnv(t, envOptions{spool: true, spoolBytes: 4 * largeSize, maxBody: 2 * largeSize})
+	ids := openssltest.Keys(t)
+	m, err := openssltest.BuildLarge(t.TempDir(), openssltest.LargeSpec{Size: 16 << 20, Compress: true, CorruptZlib: true, Signer: ids.A, Recipient: ids.B})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, _, _ := postLargeFile(t, e, m.Header, m.BodyPath, 0, "<large-corrupt-zlib@x>")
+	wantRefused(t, e, r, "<large-corrupt-zlib@x>", "decompression-failed")
+	if n := e.count(t, `SELECT count(*) FROM payload_chunks`); n != 0 {
+		t.Errorf("payload_chunks rows = %d, want 0", n)
+	}
+}

@@ -69,4 +69,19 @@ func TestReceiveLargeMessageInConstantMemory(t *testing.T) {
 	if !bytes.Equal(h.Sum(nil), m.PayloadSHA256) {
 		t.Error("stored payload differs from the payload sent")
 	}
+	wantStoredZlib(t, e, id, largeSize)
+}
+
+// wantStoredZlib checks that message id's payload of size bytes is
+// stored as the zlib stream it arrived in (openssltest's payload
+// compresses to under half its size; inflated it would be all of it),
+// its size reported inflated.
+func wantStoredZlib(t *testing.T, e *env, id int64, size int64) {
+	t.Helper()
+	zlib := e.count(t, `SELECT count(*) FROM payloads WHERE message_id = $1 AND encoding = 'zlib' AND chunked`, id)
+	stored := e.count(t, `SELECT coalesce(sum(octet_length(data)), 0) FROM payload_chunks WHERE message_id = $1`, id)
+	reported := e.count(t, `SELECT payload_size FROM messages WHERE id = $1`, id)
+	if zlib != 1 || int64(stored) >= size*3/4 || int64(reported) != size {
+		t.Errorf("payload stored: zlib rows %d, %d bytes, size %d; want 1, under %d, %d", zlib, stored, reported, size*3/4, size)
+	}
 }

@@ -1072,6 +1072,9 @@ func (h *Handler) unwrap(ctx context.Context, x *exchange) (mdn.Disposition, str
 	switch {
 	case x.sp != nil:
 		msg.PayloadOpen, msg.Staged = x.sp.payloadOpen(), x.sp.stage
+		if m.Zlib != nil {
+			msg.StagedZlib, msg.ZlibSkip = true, m.Zlib.Skip
+		}
 	case msg.Payload == nil:
 		msg.Payload = []byte{}
 	}

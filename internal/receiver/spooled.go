@@ -197,6 +197,10 @@ func (h *Handler) peel(ctx context.Context, x *exchange) (*as2.Message, error) {
 			x.sp.stage = stage
 			x.sp.staged = &payloadSpool{f: x.sp.payload, need: h.readsPayload, head: make([]byte, 0, headBytes)}
 			payload = io.MultiWriter(x.sp.staged, stage)
+			// A payload that arrived compressed is stored as its zlib
+			// stream (less than half the bytes to write for EDI), still
+			// inflated whole here; the payload spool gets it inflated.
+			opts.Compressed = &as2.CompressedOutput{Stream: stage, Plain: as2.PayloadWriter(x.sp.staged)}
 		}
 	}
 	m, err := as2.UnwrapStream(x.hdr, x.sp.body.Reader(), opts, as2.PayloadWriter(payload))

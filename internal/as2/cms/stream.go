@@ -486,6 +486,13 @@ func unpad(plain []byte, bs int, total int64) ([]byte, error) {
 // compressed content are left unread. Errors wrap ErrMalformed,
 // ErrContentType, ErrUnsupportedAlgorithm or ErrDecompression.
 func DecompressStream(r io.Reader, maxSize int64) (io.Reader, error) {
+	return DecompressStreamTee(r, maxSize, nil)
+}
+
+// DecompressStreamTee is DecompressStream that also writes the zlib
+// stream, as the inflater reads it, to zlib (when not nil). An error of
+// zlib ends the inflate with that error in its chain.
+func DecompressStreamTee(r io.Reader, maxSize int64, zlib io.Writer) (io.Reader, error) {
 	if maxSize <= 0 {
 		maxSize = DefaultMaxDecompressedSize
 	}
@@ -522,7 +529,11 @@ func DecompressStream(r io.Reader, maxSize int64) (io.Reader, error) {
 	if h.tag != tagOctetString && h.tag != tagOctetString|0x20 {
 		return nil, malformed("compressed content", nil)
 	}
-	return &inflateReader{src: s.octetStream(h), left: maxSize, max: maxSize}, nil
+	var src io.Reader = s.octetStream(h)
+	if zlib != nil {
+		src = io.TeeReader(src, zlib)
+	}
+	return &inflateReader{src: src, left: maxSize, max: maxSize}, nil
 }
 
 // inflateReader inflates a zlib stream within a limit. It uses

@@ -31,6 +31,10 @@ type LargeSpec struct {
 	// of a multipart/signed; SignaturePath and MultipartPath are then
 	// empty and OpaquePath is that entity.
 	Opaque bool
+	// CorruptZlib flips a bit in the middle of the zlib stream before
+	// the compressed entity is signed: a partner's unreadable
+	// compressed layer under a valid signature.
+	CorruptZlib bool
 }
 
 // LargeMessage is a message built by BuildLarge, on disk.
@@ -64,7 +68,7 @@ func BuildLarge(dir string, s LargeSpec) (*LargeMessage, error) {
 	m.SignedPath = inner
 	if s.Compress {
 		m.SignedPath = filepath.Join(dir, "compressed.mime")
-		if err := writeCompressedEntity(inner, m.SignedPath); err != nil {
+		if err := writeCompressedEntity(inner, m.SignedPath, s.CorruptZlib); err != nil {
 			return nil, err
 		}
 	}
@@ -192,7 +196,7 @@ func writeLines(w io.Writer, size int64, secondCode bool) error {
 // writeCompressedEntity writes an application/pkcs7-mime compressed-data
 // entity holding in: the zlib stream goes to a scratch file first, for
 // the DER lengths.
-func writeCompressedEntity(in, out string) error {
+func writeCompressedEntity(in, out string, corrupt bool) error {
 	z := out + ".z"
 	defer os.Remove(z)
 	src, err := os.Open(in)
@@ -216,6 +220,11 @@ func writeCompressedEntity(in, out string) error {
 	if err != nil {
 		return err
 	}
+	if corrupt {
+		if err := flipBit(zf, zn/2); err != nil {
+			return err
+		}
+	}
 	// ContentInfo { compressedData, [0] { CompressedData { 0, zlib,
 	// { data, [0] { OCTET STRING } } } } }
 	oidCompressed := []byte{0x06, 0x0b, 0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d, 0x01, 0x09, 0x10, 0x01, 0x09}
@@ -234,6 +243,17 @@ func writeCompressedEntity(in, out string) error {
 		head = append(head, p...)
 	}
 	return writeFiles(out, head, z, nil)
+}
+
+// flipBit flips the low bit of the byte at off in f.
+func flipBit(f *os.File, off int64) error {
+	b := make([]byte, 1)
+	if _, err := f.ReadAt(b, off); err != nil {
+		return err
+	}
+	b[0] ^= 1
+	_, err := f.WriteAt(b, off)
+	return err
 }
 
 // derHeader is a DER tag and definite length.
