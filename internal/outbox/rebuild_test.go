@@ -229,7 +229,15 @@ func TestSendLargeRebuildDiffers(t *testing.T) {
 // signature, and returns its SHA-256 MIC of the signed entity.
 func checkReadable(t *testing.T, r sunk) string {
 	t.Helper()
-	k := keys(t)
+	_, mic := openSigned(t, keys(t), r)
+	return mic
+}
+
+// openSigned has openssl decrypt the body r received and verify its
+// signature, and returns the signed entity and openssl's SHA-256 MIC of
+// it.
+func openSigned(t *testing.T, k map[string]*identity, r sunk) (entity []byte, mic string) {
+	t.Helper()
 	dir := t.TempDir()
 	dec := filepath.Join(dir, "signed.mime")
 	opensslRun(t, nil, "cms", "-decrypt", "-binary", "-inform", "DER", "-in", r.path, "-recip", k["partner"].certPath, "-inkey", k["partner"].keyPath, "-out", dec)
@@ -246,5 +254,5 @@ func checkReadable(t *testing.T, r sunk) string {
 	if err := verifyDetached(t, dir, part1, sig, k["station"].certPath); err != nil {
 		t.Fatal(err)
 	}
-	return opensslMIC(t, dir, part1, "sha-256") + ", sha-256"
+	return part1, opensslMIC(t, dir, part1, "sha-256") + ", sha-256"
 }
