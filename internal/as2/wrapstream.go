@@ -3,6 +3,8 @@ package as2
 import (
 	"bytes"
 	"crypto"
+	"crypto/rand"
+	"crypto/rsa"
 	"crypto/x509"
 	"encoding/base64"
 	"encoding/hex"
@@ -10,6 +12,7 @@ import (
 	"fmt"
 	"hash"
 	"io"
+	"net/http"
 
 	"github.com/edihub/edihub/internal/as2/cms"
 )
@@ -41,6 +44,11 @@ type WrapWriter struct {
 	closers []func() error
 	aborts  []func()
 	header  Header // of the outermost entity
+	// sizes and heads tell Size what each layer makes of its content,
+	// innermost first: the size function of the layer (nil: unknown in
+	// advance) and the size of the inner entity's header it starts with.
+	sizes []func(n int64) (int64, bool)
+	heads []int64
 	// mic digests what the MIC covers, in every algorithm.
 	mic    *micHashes
 	closed bool
@@ -73,9 +81,20 @@ type StreamInputs struct {
 // once ended).
 type layer struct {
 	header Header
-	open   func(body io.Writer) (io.Writer, func() error, func(), error)
+	open   func(body io.Writer) (opened, error)
 	// micHere: the MIC covers this layer's content.
 	micHere bool
+}
+
+// opened is a layer once open: the writer of its content, the function
+// that ends it, the one that stops its goroutines (nil when it has
+// none) and its size function (see WrapWriter.Size; nil when its size
+// is not known in advance).
+type opened struct {
+	content io.Writer
+	close   func() error
+	abort   func()
+	size    func(n int64) (int64, bool)
 }
 
 // NewWrapWriter returns a WrapWriter that writes the body of the message
@@ -200,15 +219,17 @@ func (ww *WrapWriter) openLayers(dst io.Writer, layers []layer, payloadHeader He
 		ww.header = layers[len(layers)-1].header
 	}
 	closers := make([]func() error, 0, len(layers)+1)
+	ww.sizes, ww.heads = make([]func(int64) (int64, bool), len(layers)), make([]int64, len(layers))
 	for i := len(layers) - 1; i >= 0; i-- {
-		content, closeLayer, abort, err := layers[i].open(body)
+		o, err := layers[i].open(body)
 		if err != nil {
 			return nil, nil, err
 		}
-		closers = append(closers, closeLayer)
-		if abort != nil {
-			ww.aborts = append(ww.aborts, abort)
+		closers = append(closers, o.close)
+		if o.abort != nil {
+			ww.aborts = append(ww.aborts, o.abort)
 		}
+		content := o.content
 		if layers[i].micHere {
 			content = io.MultiWriter(content, ww.mic)
 		}
@@ -216,7 +237,9 @@ func (ww *WrapWriter) openLayers(dst io.Writer, layers []layer, payloadHeader He
 		if i > 0 {
 			inner = layers[i-1].header
 		}
-		if _, err := content.Write(append(writeHeader(nil, inner), '\r', '\n')); err != nil {
+		head := append(writeHeader(nil, inner), '\r', '\n')
+		ww.sizes[i], ww.heads[i] = o.size, int64(len(head))
+		if _, err := content.Write(head); err != nil {
 			return nil, nil, fmt.Errorf("wrap: %w", err)
 		}
 		body = content
@@ -284,13 +307,14 @@ func (ww *WrapWriter) Abort() {
 func (w *wrapping) compressLayer() layer {
 	return layer{
 		header: smimePart("compressed-data", "smime.p7z", nil, w.te).header,
-		open: func(body io.Writer) (io.Writer, func() error, func(), error) {
+		open: func(body io.Writer) (opened, error) {
 			out, closeOut := w.transferEncoded(body)
 			cw, err := cms.NewCompressWriter(out, StreamCompressionLevel)
 			if err != nil {
-				return nil, nil, nil, err
+				return opened{}, err
 			}
-			return cw, closeInOrder(cw.Close, closeOut), cw.Abort, nil
+			// Its size depends on the compressor's output: unknown.
+			return opened{content: cw, close: closeInOrder(cw.Close, closeOut), abort: cw.Abort}, nil
 		},
 	}
 }
@@ -304,7 +328,7 @@ func (w *wrapping) encryptLayer() layer {
 	}
 	return layer{
 		header: smimePart(smimeType, "smime.p7m", nil, w.te).header,
-		open: func(body io.Writer) (io.Writer, func() error, func(), error) {
+		open: func(body io.Writer) (opened, error) {
 			out, closeOut := w.transferEncoded(body)
 			// With a recorded key, the certificate is not used (and may be
 			// gone: the recorded recipient infos carry the key).
@@ -312,9 +336,10 @@ func (w *wrapping) encryptLayer() layer {
 				Cipher: w.opts.Encrypt, OAEP: w.opts.OAEP, OAEPHash: w.opts.OAEPHash, Rand: w.rnd, Key: w.contentKey(),
 			})
 			if err != nil {
-				return nil, nil, nil, err
+				return opened{}, err
 			}
-			return ew, closeInOrder(ew.Close, closeOut), nil, nil
+			size := func(n int64) (int64, bool) { return w.transferSize(ew.Size(n)), true }
+			return opened{content: ew, close: closeInOrder(ew.Close, closeOut), size: size}, nil
 		},
 	}
 }
@@ -370,13 +395,13 @@ func (ww *WrapWriter) signLayer() (layer, error) {
 	return layer{
 		header: Header{{"Content-Type", `multipart/signed; protocol="application/pkcs7-signature"; micalg=` +
 			micalg + `; boundary="` + boundary + `"`}},
-		open: func(body io.Writer) (io.Writer, func() error, func(), error) {
+		open: func(body io.Writer) (opened, error) {
 			if _, err := io.WriteString(body, "--"+boundary+"\r\n"); err != nil {
-				return nil, nil, nil, err
+				return opened{}, err
 			}
 			scan := &boundaryScan{boundary: []byte(boundary)}
 			content := io.MultiWriter(body, ww.mic, scan)
-			return content, func() error {
+			closeLayer := func() error {
 				if scan.found {
 					return ErrBoundaryInContent
 				}
@@ -390,7 +415,13 @@ func (ww *WrapWriter) signLayer() (layer, error) {
 				b.WriteString("\r\n--" + boundary + "--\r\n")
 				_, err = body.Write(b.Bytes())
 				return err
-			}, nil, nil
+			}
+			size := func(n int64) (int64, bool) {
+				sig, ok := w.signatureSize()
+				// "--b\r\n", content, "\r\n--b\r\n", signature, "\r\n--b--\r\n".
+				return int64(3*len(boundary)+18) + n + sig, ok
+			}
+			return opened{content: content, close: closeLayer, size: size}, nil
 		},
 	}, nil
 }
@@ -643,4 +674,63 @@ func (b *base64LineWriter) Close() error {
 	err := b.emit(b.in)
 	b.in = b.in[:0]
 	return err
+}
+
+// Header is the HTTP header of the message being built, as Close
+// returns it: known, boundary included, once the writer is made.
+func (ww *WrapWriter) Header() http.Header { return ww.w.header(part{header: ww.header}) }
+
+// Size is the length of the body ww writes to its destination for a
+// payload of n bytes, computed before the payload is written, and
+// whether it can be known in advance: not for a compressed message (its
+// size is the compressor's output) nor one signed with a key whose
+// signatures vary in length (ECDSA). A caller announcing the size (a
+// Content-Length) must still check it against the bytes written.
+func (ww *WrapWriter) Size(n int64) (int64, bool) {
+	n = ww.w.transferSize(n)
+	for i, size := range ww.sizes {
+		if size == nil {
+			return 0, false
+		}
+		var ok bool
+		if n, ok = size(ww.heads[i] + n); !ok {
+			return 0, false
+		}
+	}
+	return n, true
+}
+
+// transferSize is the size of n bytes in the S/MIME bodies' transfer
+// encoding: base64 in lines of 76 characters and CRLF (the last shorter),
+// or binary.
+func (w *wrapping) transferSize(n int64) int64 {
+	if w.te != "base64" {
+		return n
+	}
+	size := n / b64Line * (76 + 2)
+	if r := n % b64Line; r > 0 {
+		size += (r+2)/3*4 + 2
+	}
+	return size
+}
+
+// signatureSize is the size of the signature entity of a streamed
+// multipart/signed, known in advance for an RSA key (a signature as
+// long as its modulus; PKCS #1 v1.5 signing is deterministic): that of
+// the recorded signature, or of one made over a digest of zeros with
+// the same key and options.
+func (w *wrapping) signatureSize() (int64, bool) {
+	if _, ok := w.opts.SignerKey.Public().(*rsa.PublicKey); !ok {
+		return 0, false
+	}
+	if in := w.opts.Inputs; in != nil && in.Signature != nil {
+		return int64(len(signatureEntity(in.Signature))), true
+	}
+	sig, err := cms.SignDigest(make([]byte, w.opts.Sign.Size()), w.opts.SignerCert, w.opts.SignerKey, cms.SignOptions{
+		Hash: w.opts.Sign, SigningTime: w.opts.Time, AlgorithmProtection: w.opts.AlgorithmProtection, Rand: rand.Reader,
+	})
+	if err != nil {
+		return 0, false
+	}
+	return int64(len(signatureEntity(sig))), true
 }

@@ -133,16 +133,7 @@ func Build(st *config.Station, p *config.Partner, src postgres.OutboundSource, n
 // as2.StreamInputs): built again with the same now and in, a message has
 // the same bytes.
 func BuildStream(st *config.Station, p *config.Partner, src postgres.OutboundSource, writePayload func(io.Writer) error, dst io.Writer, now time.Time, rnd io.Reader, in *as2.StreamInputs) (postgres.OutboundBuild, error) {
-	opts, err := wrapOptions(st, p, now, rnd)
-	if err != nil {
-		return postgres.OutboundBuild{}, fmt.Errorf("partner %q profile: %w", p.AS2ID, err)
-	}
-	opts.Inputs = in
-	// The MIC in other algorithms serves only to judge an MDN: without
-	// one asked for (frozen's rule) it would be four more digests of every
-	// byte for nothing.
-	opts.OneMIC = src.MDNMode == config.MDNNone
-	ww, err := as2.NewWrapWriter(dst, src.ContentType, src.Filename, opts)
+	ww, opts, err := openStream(st, p, src, dst, now, rnd, in)
 	if err != nil {
 		return postgres.OutboundBuild{}, err
 	}
@@ -150,6 +141,27 @@ func BuildStream(st *config.Station, p *config.Partner, src postgres.OutboundSou
 	if err := writePayload(ww); err != nil {
 		return postgres.OutboundBuild{}, err
 	}
+	return closeStream(ww, src, opts, now)
+}
+
+// openStream starts BuildStream's build: the WrapWriter the payload is
+// written to (Abort it on every path) and the options it was made with.
+func openStream(st *config.Station, p *config.Partner, src postgres.OutboundSource, dst io.Writer, now time.Time, rnd io.Reader, in *as2.StreamInputs) (*as2.WrapWriter, as2.WrapOptions, error) {
+	opts, err := wrapOptions(st, p, now, rnd)
+	if err != nil {
+		return nil, opts, fmt.Errorf("partner %q profile: %w", p.AS2ID, err)
+	}
+	opts.Inputs = in
+	// The MIC in other algorithms serves only to judge an MDN: without
+	// one asked for (frozen's rule) it would be four more digests of every
+	// byte for nothing.
+	opts.OneMIC = src.MDNMode == config.MDNNone
+	ww, err := as2.NewWrapWriter(dst, src.ContentType, src.Filename, opts)
+	return ww, opts, err
+}
+
+// closeStream ends the build of openStream once its payload was written.
+func closeStream(ww *as2.WrapWriter, src postgres.OutboundSource, opts as2.WrapOptions, now time.Time) (postgres.OutboundBuild, error) {
 	w, err := ww.Close()
 	if err != nil {
 		return postgres.OutboundBuild{}, err

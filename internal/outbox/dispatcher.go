@@ -43,6 +43,9 @@ type Store interface {
 	// RecordRebuild records a rebuilt body other than the first build's
 	// and adds its MICs to those an MDN is checked against.
 	RecordRebuild(ctx context.Context, it postgres.OutboxItem, size int64, sum []byte, mics []string) error
+	// RecordStreamedBuild records the SHA-256 and MICs of a body built
+	// while it was posted, once it ended (see livepost.go).
+	RecordStreamedBuild(ctx context.Context, it postgres.OutboxItem, b postgres.OutboundBuild) error
 }
 
 // Listener delivers wakeups when rows are queued (Postgres LISTEN/NOTIFY);
@@ -145,6 +148,11 @@ type Options struct {
 	// SpoolFromBytes is the payload size above which a message is built
 	// as a stream (DefaultSpoolFromBytes).
 	SpoolFromBytes int64
+
+	// liveSizeSkew is added to the length computed for a body posted
+	// while it is built: tests set it (export_test.go) to have one come
+	// out of another length than announced.
+	liveSizeSkew int64
 }
 
 // Dispatcher sends due outbox items. Build it with NewDispatcher and call
@@ -378,6 +386,8 @@ func (d *Dispatcher) process(ctx context.Context, it postgres.OutboxItem) {
 			body.Close()
 		}
 	}()
+	// live, when set, is a build posted as it runs (see livepost.go).
+	var live *liveBuild
 	switch it.Kind {
 	case postgres.OutboxKindWebhook:
 		log, ready = d.prepareWebhook(ctx, &it)
@@ -386,12 +396,17 @@ func (d *Dispatcher) process(ctx context.Context, it postgres.OutboxItem) {
 		if p != nil {
 			st = cfg.StationOf(p)
 		}
-		log, body, ready = d.prepareMessage(ctx, log, &it, st, p)
+		log, body, live, ready = d.prepareMessage(ctx, log, &it, st, p)
 	}
 	if !ready {
 		return
 	}
-	a := d.send(ctx, it, p, body)
+	var a attempt
+	if live != nil {
+		a = d.sendLive(ctx, log, &it, p, live)
+	} else {
+		a = d.send(ctx, it, p, body)
+	}
 	if ctx.Err() != nil {
 		log.Warn("send abandoned at shutdown; the claim expires and another dispatcher sends it again")
 		return
@@ -421,16 +436,17 @@ func (d *Dispatcher) prepareWebhook(ctx context.Context, it *postgres.OutboxItem
 // (the caller closes it). ready is false when the outcome is recorded
 // already (no partner, a build that can never succeed, a spool without
 // room) or left to the claim's expiry.
-func (d *Dispatcher) prepareMessage(ctx context.Context, log *zap.Logger, it *postgres.OutboxItem, st *config.Station, p *config.Partner) (*zap.Logger, *spool.File, bool) {
+func (d *Dispatcher) prepareMessage(ctx context.Context, log *zap.Logger, it *postgres.OutboxItem, st *config.Station, p *config.Partner) (*zap.Logger, *spool.File, *liveBuild, bool) {
 	if p == nil {
 		d.finish(ctx, log, *it, p, attempt{err: fmt.Errorf("partner %q is no longer configured", it.Partner)})
-		return log, nil, false
+		return log, nil, nil, false
 	}
 	var body *spool.File
+	var live *liveBuild
 	var err error
 	switch {
 	case !it.Built():
-		body, err = d.buildItem(ctx, it, st, p)
+		body, live, err = d.buildItem(ctx, it, st, p)
 	case it.BodyChunked && it.BuildInputs != nil:
 		body, err = d.rebuildStreamed(ctx, it, st, p)
 	case it.BodyChunked:
@@ -438,7 +454,7 @@ func (d *Dispatcher) prepareMessage(ctx context.Context, log *zap.Logger, it *po
 	}
 	switch {
 	case err == nil:
-		return log.With(zap.String("message_id", first(it.Headers, "Message-ID"))), body, true
+		return log.With(zap.String("message_id", first(it.Headers, "Message-ID"))), body, live, true
 	case errors.Is(err, errBuild):
 		d.finish(ctx, log, *it, p, attempt{err: err})
 	case errors.Is(err, postgres.ErrMessageNotFound):
@@ -451,7 +467,7 @@ func (d *Dispatcher) prepareMessage(ctx context.Context, log *zap.Logger, it *po
 	case ctx.Err() == nil && !errors.Is(err, postgres.ErrClaimLost):
 		log.Warn("build or fetch the message; the claim expires and it is tried again", zap.Error(err))
 	}
-	return log, nil, false
+	return log, nil, nil, false
 }
 
 // kind is what differs between the outbox's kinds of item.
@@ -498,33 +514,41 @@ func (d *Dispatcher) claimKinds() []string {
 var errBuild = errors.New("build AS2 message")
 
 // buildItem builds and freezes it's message: in memory, or as a stream
-// into the spool file it returns (see stream.go).
-func (d *Dispatcher) buildItem(ctx context.Context, it *postgres.OutboxItem, st *config.Station, p *config.Partner) (*spool.File, error) {
+// into the spool file it returns (see stream.go), or opens its build to
+// be posted as it runs (see livepost.go).
+func (d *Dispatcher) buildItem(ctx context.Context, it *postgres.OutboxItem, st *config.Station, p *config.Partner) (*spool.File, *liveBuild, error) {
 	src, err := d.o.Store.OutboundSource(ctx, it.MessageID)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
+	}
+	if d.liveable(it, st, p, src) {
+		live, ok, err := d.openLive(ctx, it, st, p, src)
+		if ok || err != nil {
+			return nil, live, err
+		}
 	}
 	if d.streamed(src, p) {
-		return d.buildStreamed(ctx, it, st, p, src)
+		f, err := d.buildStreamed(ctx, it, st, p, src)
+		return f, nil, err
 	}
 	if src.Chunked {
 		// Stored in pieces, built in memory: no spool on this replica.
 		var buf bytes.Buffer
 		buf.Grow(int(src.PayloadSize))
 		if _, err := d.o.Store.WritePayload(ctx, it.MessageID, func(postgres.MessageInfo) io.Writer { return &buf }); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		src.Payload = buf.Bytes()
 	}
 	b, err := Build(st, p, src, d.o.Now(), d.o.Rand)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", errBuild, err)
+		return nil, nil, fmt.Errorf("%w: %w", errBuild, err)
 	}
 	if err := d.o.Store.SaveOutboundBuild(ctx, *it, b); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	it.Headers, it.Body, it.MIC, it.MICAlg, it.MICs = b.Headers, b.Body, b.MIC, b.MICAlg, b.MICs
-	return nil, nil
+	return nil, nil, nil
 }
 
 func first(h http.Header, k string) string {
@@ -536,14 +560,7 @@ func first(h http.Header, k string) string {
 
 // send posts the item, from body when it is set, and judges the answer.
 func (d *Dispatcher) send(ctx context.Context, it postgres.OutboxItem, p *config.Partner, file *spool.File) attempt {
-	k := kindOf(it)
-	timeout := config.DefaultTimeout
-	if p != nil {
-		timeout = p.Timeout
-	}
-	if k.timeout > 0 {
-		timeout = k.timeout
-	}
+	timeout := timeoutOf(it, p)
 	client, err := d.clientFor(it, p)
 	if err != nil {
 		return attempt{err: err}
@@ -574,14 +591,36 @@ func (d *Dispatcher) send(ctx context.Context, it postgres.OutboxItem, p *config
 	}
 	resp, body, err := d.post(rctx, client, req, it, p, src, size)
 	if err != nil {
-		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
-			err = fmt.Errorf("no answer within the partner timeout %s: %w", timeout, err)
-		}
-		// A refused target stays refused: no retry.
-		return attempt{retryable: !errors.Is(err, errPrivateTarget), err: fmt.Errorf("post: %w", err)}
+		return postFailed(ctx, err, timeout)
 	}
+	return d.judge(it, p, resp, body)
+}
+
+// timeoutOf bounds an attempt to send it to p.
+func timeoutOf(it postgres.OutboxItem, p *config.Partner) time.Duration {
+	timeout := config.DefaultTimeout
+	if p != nil {
+		timeout = p.Timeout
+	}
+	if k := kindOf(it); k.timeout > 0 {
+		timeout = k.timeout
+	}
+	return timeout
+}
+
+// postFailed is the attempt whose post failed with err.
+func postFailed(ctx context.Context, err error, timeout time.Duration) attempt {
+	if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+		err = fmt.Errorf("no answer within the partner timeout %s: %w", timeout, err)
+	}
+	// A refused target stays refused: no retry.
+	return attempt{retryable: !errors.Is(err, errPrivateTarget), err: fmt.Errorf("post: %w", err)}
+}
+
+// judge judges the answer resp (its body read) to the post of it.
+func (d *Dispatcher) judge(it postgres.OutboxItem, p *config.Partner, resp *http.Response, body []byte) attempt {
 	a := judgeStatus(it, resp)
-	if a.err != nil || !k.message {
+	if a.err != nil || !kindOf(it).message {
 		return a
 	}
 	switch {

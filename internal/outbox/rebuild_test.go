@@ -58,6 +58,13 @@ type retried struct {
 // 503 and returns it.
 func firstAttemptFails(t *testing.T, name, cipher string) *retried {
 	t.Helper()
+	return firstAttemptFailsWith(t, name, "sign: sha-256", "encrypt: "+cipher, "compress: true")
+}
+
+// firstAttemptFailsWith is firstAttemptFails for a partner with the
+// profile lines profile (and no MDN, three attempts).
+func firstAttemptFailsWith(t *testing.T, name string, profile ...string) *retried {
+	t.Helper()
 	dbURL := pgtest.URL(t)
 	st, err := postgres.Open(context.Background(), dbURL, postgres.Options{})
 	if err != nil {
@@ -72,7 +79,7 @@ func firstAttemptFails(t *testing.T, name, cipher string) *retried {
 		return http.StatusOK
 	})
 	cfg := loadConfig(t, partnerYAML{id: "BIG PARTNER", url: r.sink.URL,
-		extra: []string{"sign: sha-256", "encrypt: " + cipher, "compress: true", "mdn: none", "max_attempts: 3"}})
+		extra: append(profile, "mdn: none", "max_attempts: 3")})
 	if r.sp, err = spool.New(t.TempDir(), 64<<20); err != nil {
 		t.Fatal(err)
 	}

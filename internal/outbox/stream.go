@@ -179,11 +179,36 @@ func (d *Dispatcher) rebuildStreamed(ctx context.Context, it *postgres.OutboxIte
 	if f.Size() == it.BodySize && bytes.Equal(b.BodySHA256, it.BodySHA256) {
 		return f, nil
 	}
+	if it.BodySHA256 == nil {
+		// Its first build was posted as it ran and ended before its
+		// digests were recorded (see livepost.go): this build's are
+		// the message's.
+		if err := d.recordFirstDigests(ctx, it, f.Size(), b, &in); err != nil {
+			f.Close()
+			return nil, err
+		}
+		return f, nil
+	}
 	if err := d.recordRebuild(ctx, it, f.Size(), b); err != nil {
 		f.Close()
 		return nil, err
 	}
 	return f, nil
+}
+
+// recordFirstDigests records the size, SHA-256, MICs and inputs of the
+// build b of it (size bytes, with the inputs in) as its first build's.
+func (d *Dispatcher) recordFirstDigests(ctx context.Context, it *postgres.OutboxItem, size int64, b postgres.OutboundBuild, in *frozenInputs) error {
+	var err error
+	b.BodySize = size
+	if b.Inputs, err = json.Marshal(in); err != nil {
+		return err
+	}
+	if err := d.o.Store.RecordStreamedBuild(ctx, *it, b); err != nil {
+		return err
+	}
+	it.MIC, it.MICAlg, it.MICs, it.BodySize, it.BodySHA256, it.BuildInputs = b.MIC, b.MICAlg, b.MICs, size, b.BodySHA256, b.Inputs
+	return nil
 }
 
 // recordRebuild records a rebuilt body of size bytes other than the

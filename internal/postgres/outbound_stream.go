@@ -93,3 +93,40 @@ UPDATE outbox SET body_size = $4, body_sha256 = $5,
 	}
 	return nil
 }
+
+// RecordStreamedBuild completes the record of a message built as a
+// stream while it was posted: SaveOutboundBuild recorded its headers,
+// announced size and inputs before the post (b.BodySHA256 and its MICs
+// empty: unknown until the body ended); this records, once the body is
+// built, its size, SHA-256, MIC, MICs and inputs (now with its
+// signature) in the claimed outbox row and the MIC on the message, in
+// one transaction. A retry of a message whose post ended before this
+// record records its rebuild the same way. ErrClaimLost when the claim
+// is no longer held.
+func (s *Store) RecordStreamedBuild(ctx context.Context, it OutboxItem, b OutboundBuild) error {
+	mics := b.MICs
+	if mics == nil {
+		mics = []string{} // the column is NOT NULL
+	}
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, `
+UPDATE outbox SET mic = $4, mic_alg = $5, mics = $6, body_size = $7, body_sha256 = $8, build_inputs = $9
+ WHERE id = $1 AND claimed_by = $2 AND attempts = $3 AND status = 'pending' AND build_inputs IS NOT NULL`,
+			it.ID, it.ClaimedBy, it.Attempts, b.MIC, b.MICAlg, mics, b.BodySize, b.BodySHA256, b.Inputs)
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() == 0 {
+			return ErrClaimLost
+		}
+		if it.MessageID == 0 {
+			return nil
+		}
+		_, err = tx.Exec(ctx, `UPDATE messages SET mic = $2, mic_alg = $3, updated_at = now() WHERE id = $1`, it.MessageID, b.MIC, b.MICAlg)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("record streamed build of outbox %d: %w", it.ID, err)
+	}
+	return nil
+}

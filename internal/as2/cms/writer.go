@@ -143,6 +143,7 @@ func (c *CompressWriter) Close() error {
 // NewEncryptWriter; it is not safe for concurrent use.
 type EncryptWriter struct {
 	gcm  *gcmSealer // AES-GCM; the fields below are CBC's
+	head int64      // bytes of the head written to the destination
 	dst  io.Writer
 	seg  *segmentWriter
 	cbc  cipher.BlockMode
@@ -170,17 +171,20 @@ func NewEncryptWriter(dst io.Writer, recipients []*x509.Certificate, opts Encryp
 		return nil, fmt.Errorf("encrypt: %w", err)
 	}
 	if c.gcm {
-		g, err := newGCMSealer(dst, c, block, key.RecipientInfos, key.IV)
+		cw := &countWriter{w: dst}
+		g, err := newGCMSealer(cw, c, block, key.RecipientInfos, key.IV)
 		if err != nil {
 			return nil, err
 		}
-		return &EncryptWriter{gcm: g}, nil
+		g.dst, g.seg.w = dst, dst
+		return &EncryptWriter{gcm: g, head: cw.n}, nil
 	}
 	bs := block.BlockSize()
 	if len(key.IV) != bs {
 		return nil, fmt.Errorf("encrypt: the IV has %d bytes, the cipher's block %d", len(key.IV), bs)
 	}
-	err = writeAll(dst,
+	cw := &countWriter{w: dst}
+	err = writeAll(cw,
 		indefinite(tagSequence), mustOID(oidEnvelopedData), indefinite(tagContext0),
 		indefinite(tagSequence), tlv(tagInteger, []byte{0}), tlv(tagSet, sortedSet(key.RecipientInfos)...),
 		indefinite(tagSequence), mustOID(oidData), algorithmID(c.oid, tlv(tagOctetString, key.IV)),
@@ -188,7 +192,7 @@ func NewEncryptWriter(dst io.Writer, recipients []*x509.Certificate, opts Encryp
 	if err != nil {
 		return nil, fmt.Errorf("encrypt: %w", err)
 	}
-	return &EncryptWriter{dst: dst, seg: newSegmentWriter(dst), cbc: cipher.NewCBCEncrypter(block, key.IV), bs: bs,
+	return &EncryptWriter{dst: dst, head: cw.n, seg: newSegmentWriter(dst), cbc: cipher.NewCBCEncrypter(block, key.IV), bs: bs,
 		part: make([]byte, 0, bs), buf: make([]byte, segmentSize)}, nil
 }
 
@@ -291,4 +295,46 @@ func (e *EncryptWriter) Close() error {
 		return fmt.Errorf("encrypt: %w", err)
 	}
 	return nil
+}
+
+// Size is the number of bytes the writer writes to its destination in
+// all, head and end included, for content of n bytes: the head it wrote,
+// the ciphertext (CBC: n padded to the next whole block, PKCS #7 always
+// adding one; GCM: n) in segments of segmentSize, and the end (GCM: with
+// the 16-byte tag). It lets a caller announce the length of a body
+// before it is built; it does not depend on how the content is split
+// into writes.
+func (e *EncryptWriter) Size(n int64) int64 {
+	if e.gcm != nil {
+		// [0], EncryptedContentInfo, mac (18 bytes), AuthEnvelopedData, [0], ContentInfo.
+		return e.head + segmentedSize(n) + 2*len64(eoc) + 18 + 3*len64(eoc)
+	}
+	bs := int64(e.bs)
+	return e.head + segmentedSize((n/bs+1)*bs) + 5*len64(eoc)
+}
+
+// segmentedSize is the size of n content bytes as segmentWriter writes
+// them: full segments, then the rest in one, each with its OCTET STRING
+// header.
+func segmentedSize(n int64) int64 {
+	full, rest := n/segmentSize, n%segmentSize
+	size := full * (segmentSize + int64(len(appendLength([]byte{tagOctetString}, segmentSize))))
+	if rest > 0 {
+		size += rest + int64(len(appendLength([]byte{tagOctetString}, int(rest))))
+	}
+	return size
+}
+
+func len64(b []byte) int64 { return int64(len(b)) }
+
+// countWriter counts the bytes written to w.
+type countWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
 }
