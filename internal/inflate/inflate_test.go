@@ -289,7 +289,7 @@ func TestAdler32MatchesHash(t *testing.T) {
 	for i := range 4000 {
 		data[i*700] = 0xff // runs of 0xff: the lanes' largest values
 	}
-	for _, n := range []int{0, 1, 7, 8, 9, 15, 16, 17, 5552, 65_536, 1<<20 - 1, 1 << 20, 1<<20 + 9, len(data)} {
+	for _, n := range []int{0, 1, 7, 8, 9, 15, 16, 17, 5552, adlerBlock - 1, adlerBlock, adlerBlock + 15, 65_536, 1<<20 - 1, 1 << 20, 1<<20 + 9, len(data)} {
 		want := adler32pkg.Checksum(data[:n])
 		if got := adlerUpdate(1, data[:n]); got != want {
 			t.Fatalf("%d bytes: %08x, want %08x", n, got, want)
