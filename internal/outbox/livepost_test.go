@@ -131,14 +131,7 @@ func TestSendLargeWhileBuildingRetry(t *testing.T) {
 	r := firstAttemptFailsWith(t, "live-retry", "sign: sha-256", "encrypt: aes256-cbc")
 	wantFrozenInputs(t, r.conn, r.id)
 	r.retry(t)
-	reqs := r.sink.requests()
-	if len(reqs) != 2 || reqs[0].sha256 != reqs[1].sha256 || reqs[0].size != reqs[1].size {
-		t.Fatalf("partner got %d requests; want 2 with the same bytes", len(reqs))
-	}
-	if n := r.logs.FilterMessageSnippet("differs").Len(); n != 0 {
-		t.Errorf("%d warnings of a rebuild that differs, want none", n)
-	}
-	checkReadable(t, reqs[1])
+	checkReadable(t, r.wantSameBytesTwice(t))
 }
 
 // TestSendLargeWhileBuildingWrongLength: when the body built comes out

@@ -123,6 +123,21 @@ func (r *retried) retry(t *testing.T) postgres.MessageInfo {
 	return m
 }
 
+// wantSameBytesTwice checks that the partner got two requests of the
+// same bytes and that no rebuild was logged as differing; it returns
+// the second.
+func (r *retried) wantSameBytesTwice(t *testing.T) sunk {
+	t.Helper()
+	reqs := r.sink.requests()
+	if len(reqs) != 2 || reqs[0].sha256 != reqs[1].sha256 || reqs[0].size != reqs[1].size {
+		t.Fatalf("partner got %d requests; want 2 with the same bytes", len(reqs))
+	}
+	if n := r.logs.FilterMessageSnippet("differs").Len(); n != 0 {
+		t.Errorf("%d warnings of a rebuild that differs, want none", n)
+	}
+	return reqs[1]
+}
+
 // TestSendLargeRetryRebuildsSameBytes: for each cipher (CBC, and GCM
 // whose nonce and tag are in the body), the retry after a 503 builds the
 // message again from its payload and frozen inputs, and the partner gets
@@ -133,13 +148,7 @@ func TestSendLargeRetryRebuildsSameBytes(t *testing.T) {
 			r := firstAttemptFails(t, "rebuild-"+cipher, cipher)
 			wantFrozenInputs(t, r.conn, r.id)
 			r.retry(t)
-			reqs := r.sink.requests()
-			if len(reqs) != 2 || reqs[0].sha256 != reqs[1].sha256 || reqs[0].size != reqs[1].size {
-				t.Fatalf("partner got %d requests; want 2 with the same bytes", len(reqs))
-			}
-			if n := r.logs.FilterMessageSnippet("differs").Len(); n != 0 {
-				t.Errorf("%d warnings of a rebuild that differs, want none", n)
-			}
+			r.wantSameBytesTwice(t)
 		})
 	}
 }
