@@ -361,7 +361,7 @@ p AS (INSERT INTO payloads (message_id, data) SELECT id, %s::bytea FROM m)`, nex
 		ct, hdr, body, disp, mic, signed := next(), next(), next(), next(), next(), next()
 		fmt.Fprintf(&b, `,
 d AS (INSERT INTO mdns (message_id, content_type, headers, body, disposition, mic, signed)
-      SELECT id, %s::text, %s::json, %s::bytea, %s::text, %s::text, %s::boolean FROM m)`, ct, hdr, body, disp, mic, signed)
+      SELECT id, %s::text, %s::jsonb, %s::bytea, %s::text, %s::text, %s::boolean FROM m)`, ct, hdr, body, disp, mic, signed)
 		if shape&shapeOutbox != 0 {
 			attempts, window := next(), next()
 			fmt.Fprintf(&b, `,

@@ -386,7 +386,7 @@ p AS (INSERT INTO payloads (message_id, data) SELECT id, payload FROM r WHERE ha
 	if shape&shapeMDN != 0 {
 		b.WriteString(`,
 d AS (INSERT INTO mdns (message_id, content_type, headers, body, disposition, mic, signed)
-      SELECT id, d_type, d_headers::json, d_body, d_disposition, d_mic, d_signed FROM r WHERE has_mdn)`)
+      SELECT id, d_type, d_headers::jsonb, d_body, d_disposition, d_mic, d_signed FROM r WHERE has_mdn)`)
 	}
 	if shape&shapeOutbox != 0 {
 		b.WriteString(`,

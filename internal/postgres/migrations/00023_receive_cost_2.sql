@@ -44,20 +44,6 @@ CREATE TRIGGER messages_event_insert AFTER INSERT ON messages
     REFERENCING NEW TABLE AS inserted
     FOR EACH STATEMENT EXECUTE FUNCTION edihub_message_received_event();
 
--- The header fields of a stored MDN are kept as json (their text, checked
--- to be JSON) instead of jsonb (parsed into a binary tree on every
--- insert): nothing queries into them, every reader takes the whole text
--- and decodes it in Go. The casts between json and jsonb are assignment
--- casts, so a replica of the previous release keeps working during the
--- rolling update: its inserts (the value cast to jsonb) are stored as
--- json, its copy of a stored MDN's header fields into outbox.headers
--- (jsonb, which the MDN poller queries with ?) converts them. The table
--- is rewritten (docs/configuration.md, upgrade notes).
-ALTER TABLE mdns
-    ALTER COLUMN headers DROP DEFAULT,
-    ALTER COLUMN headers TYPE json,
-    ALTER COLUMN headers SET DEFAULT '{}';
-
 -- The CHECK constraints are rebuilt from their stored form and prepared
 -- anew for every statement that inserts into their table (PostgreSQL
 -- keeps no prepared copy between statements): of a one-receipt
@@ -67,30 +53,28 @@ ALTER TABLE mdns
 -- built from one constant per element, folded by the planner each time;
 -- the same test written with one array constant is stored in two thirds
 -- of the text and needs no folding. The values allowed are unchanged.
--- Re-adding a constraint checks the table's rows (a scan of messages and
--- of events).
+-- They are added NOT VALID: the rows already in the tables passed the
+-- same test, so re-adding them scans neither table (PostgreSQL still
+-- checks every row inserted or updated; only the old rows are taken as
+-- checked), and the migration holds the tables' lock for a moment.
 ALTER TABLE messages
     DROP CONSTRAINT messages_direction_check,
-    ADD CONSTRAINT messages_direction_check CHECK (direction = ANY ('{inbound,outbound}'::text[])),
+    ADD CONSTRAINT messages_direction_check CHECK (direction = ANY ('{inbound,outbound}'::text[])) NOT VALID,
     DROP CONSTRAINT messages_mdn_mode_check,
-    ADD CONSTRAINT messages_mdn_mode_check CHECK (mdn_mode = ANY ('{sync,async,none}'::text[]));
+    ADD CONSTRAINT messages_mdn_mode_check CHECK (mdn_mode = ANY ('{sync,async,none}'::text[])) NOT VALID;
 ALTER TABLE events
     DROP CONSTRAINT events_type_check,
-    ADD CONSTRAINT events_type_check CHECK (type = ANY ('{received,sent,delivered,failed,overdue,ack,ack-overdue}'::text[]));
+    ADD CONSTRAINT events_type_check CHECK (type = ANY ('{received,sent,delivered,failed,overdue,ack,ack-overdue}'::text[])) NOT VALID;
 
 -- +goose Down
 ALTER TABLE events
     DROP CONSTRAINT events_type_check,
-    ADD CONSTRAINT events_type_check CHECK (type IN ('received', 'sent', 'delivered', 'failed', 'overdue', 'ack', 'ack-overdue'));
+    ADD CONSTRAINT events_type_check CHECK (type IN ('received', 'sent', 'delivered', 'failed', 'overdue', 'ack', 'ack-overdue')) NOT VALID;
 ALTER TABLE messages
     DROP CONSTRAINT messages_direction_check,
-    ADD CONSTRAINT messages_direction_check CHECK (direction IN ('inbound', 'outbound')),
+    ADD CONSTRAINT messages_direction_check CHECK (direction IN ('inbound', 'outbound')) NOT VALID,
     DROP CONSTRAINT messages_mdn_mode_check,
-    ADD CONSTRAINT messages_mdn_mode_check CHECK (mdn_mode IN ('sync', 'async', 'none'));
-ALTER TABLE mdns
-    ALTER COLUMN headers DROP DEFAULT,
-    ALTER COLUMN headers TYPE jsonb,
-    ALTER COLUMN headers SET DEFAULT '{}';
+    ADD CONSTRAINT messages_mdn_mode_check CHECK (mdn_mode IN ('sync', 'async', 'none')) NOT VALID;
 DROP TRIGGER messages_event_insert ON messages;
 CREATE TRIGGER messages_event_insert AFTER INSERT ON messages
     FOR EACH ROW WHEN (NEW.direction = 'inbound' AND NEW.status = 'processed'
