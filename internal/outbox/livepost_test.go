@@ -67,14 +67,7 @@ func TestSendLargeWhileBuilding(t *testing.T) {
 			if n := logs.FilterMessage("built as a stream").FilterField(zap.Bool("posted_while_built", true)).Len(); n != 1 {
 				t.Errorf("%d builds logged as posted while built, want 1", n)
 			}
-			reqs := sink.requests()
-			if len(reqs) != 1 {
-				t.Fatalf("partner got %d requests, want 1", len(reqs))
-			}
-			r := reqs[0]
-			if r.length != r.size || r.size == 0 {
-				t.Errorf("Content-Length %d for a body of %d bytes", r.length, r.size)
-			}
+			r := sink.oneRequest(t)
 			wantFrozenInputs(t, conn, id)
 			var sum []byte
 			var size int64

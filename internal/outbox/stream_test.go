@@ -96,6 +96,21 @@ func (s *bodySink) requests() []sunk {
 	return append([]sunk(nil), s.got...)
 }
 
+// oneRequest is the only request the partner got, which must have been
+// posted with its Content-Length (the body's size, not chunked).
+func (s *bodySink) oneRequest(t *testing.T) sunk {
+	t.Helper()
+	reqs := s.requests()
+	if len(reqs) != 1 {
+		t.Fatalf("partner got %d requests, want 1", len(reqs))
+	}
+	r := reqs[0]
+	if r.length != r.size || r.size == 0 {
+		t.Errorf("Content-Length %d for a body of %d bytes", r.length, r.size)
+	}
+	return r
+}
+
 // writeLargePayload writes size bytes of X12-like lines
 // (openssltest.WriteCatalogue) to a file in dir and returns its path and
 // SHA-256, holding nothing whole.
@@ -187,14 +202,7 @@ func sendLargeInConstantMemory(t *testing.T, cipher string) {
 	if sp.Used() != 0 {
 		t.Errorf("spool holds %d bytes after the send, want 0", sp.Used())
 	}
-	reqs := sink.requests()
-	if len(reqs) != 1 {
-		t.Fatalf("partner got %d requests, want 1", len(reqs))
-	}
-	r := reqs[0]
-	if r.length != r.size || r.size == 0 {
-		t.Errorf("Content-Length %d for a body of %d bytes", r.length, r.size)
-	}
+	r := sink.oneRequest(t)
 	t.Logf("payload %d MiB, body %d MiB", largeSize>>20, r.size>>20)
 	checkLargeWithOpenSSL(t, k, r, m.MIC, payloadSum)
 }
@@ -487,9 +495,5 @@ func TestSendLargeCancelledMidBuild(t *testing.T) {
 	if m.Status != "sent" {
 		t.Fatalf("status %q (error %q), want sent", m.Status, m.Error)
 	}
-	reqs := sink.requests()
-	if len(reqs) != 1 || reqs[0].length != reqs[0].size {
-		t.Fatalf("partner got %d requests; want 1 with its Content-Length", len(reqs))
-	}
-	checkLargeWithOpenSSL(t, k, reqs[0], m.MIC, payloadSum)
+	checkLargeWithOpenSSL(t, k, sink.oneRequest(t), m.MIC, payloadSum)
 }
