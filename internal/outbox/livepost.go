@@ -1,7 +1,6 @@
 package outbox
 
 import (
-	"bufio"
 	"context"
 	"crypto/sha256"
 	"encoding/json"
@@ -46,7 +45,7 @@ type liveBuild struct {
 	in    frozenInputs
 	size  int64
 	gate  *lengthGate
-	bw    *bufio.Writer
+	bw    *aheadWriter
 	sum   hash.Hash
 	ioErr error // an error of the payload's source or of the post
 	stats buildStats
@@ -74,13 +73,15 @@ func (d *Dispatcher) liveable(it *postgres.OutboxItem, st *config.Station, p *co
 // known in advance.
 func (d *Dispatcher) openLive(ctx context.Context, it *postgres.OutboxItem, st *config.Station, p *config.Partner, src postgres.OutboundSource) (lb *liveBuild, ok bool, err error) {
 	lb = &liveBuild{src: src, in: frozenInputs{Time: d.o.Now(), Profile: profileOf(p)}, gate: &lengthGate{}, sum: sha256.New(), start: time.Now()}
-	lb.bw = bufio.NewWriterSize(io.MultiWriter(lb.gate, lb.sum), bodyBuffer)
+	// The body's SHA-256 and the post beside the build.
+	lb.bw = newAheadWriter(io.MultiWriter(lb.gate, lb.sum), bodyBuffer, aheadBuffers)
 	lb.ww, lb.opts, err = openStream(st, p, src, &errWriter{w: lb.bw, err: &lb.ioErr}, lb.in.Time, d.o.Rand, &lb.in.StreamInputs)
 	if err != nil {
+		lb.bw.Close()
 		return nil, false, fmt.Errorf("%w: %w", errBuild, err)
 	}
 	if lb.size, ok = lb.ww.Size(src.PayloadSize); !ok || lb.size == 0 {
-		lb.ww.Abort()
+		lb.abort()
 		return nil, false, nil
 	}
 	lb.size += d.o.liveSizeSkew
@@ -93,7 +94,7 @@ func (d *Dispatcher) openLive(ctx context.Context, it *postgres.OutboxItem, st *
 		err = d.o.Store.SaveOutboundBuild(ctx, *it, b)
 	}
 	if err != nil {
-		lb.ww.Abort()
+		lb.abort()
 		return nil, false, err
 	}
 	it.Headers, it.MIC, it.MICAlg, it.MICs = b.Headers, "", "", nil
@@ -105,9 +106,14 @@ func (d *Dispatcher) openLive(ctx context.Context, it *postgres.OutboxItem, st *
 // read from the store, checks its length and records its SHA-256, MICs
 // and inputs in the outbox row and it. w is not closed.
 func (lb *liveBuild) run(ctx context.Context, d *Dispatcher, it *postgres.OutboxItem, w io.Writer) error {
-	defer lb.ww.Abort()
+	defer lb.abort()
+	// The head, written when the build opened, waits in the gate: the
+	// gate is the writer's goroutine's from start on.
+	err := lb.bw.Flush()
+	if err != nil {
+		return err
+	}
 	lb.gate.start(w, lb.size)
-	var err error
 	if !lb.src.Chunked {
 		_, err = lb.ww.Write(lb.src.Payload)
 	} else if err = d.readAhead(ctx, it.MessageID, lb.ww, &lb.stats.readWait); err != nil && lb.ioErr == nil {
@@ -139,6 +145,12 @@ func (lb *liveBuild) run(ctx context.Context, d *Dispatcher, it *postgres.Outbox
 		zap.Bool("posted_while_built", true), zap.Int64("payload_bytes", lb.src.PayloadSize), zap.Int64("body_bytes", lb.size),
 		zap.Duration("build", time.Since(lb.start)), zap.Duration("read_wait", lb.stats.readWait))
 	return nil
+}
+
+// abort ends the build's goroutines, a no-op once they ended.
+func (lb *liveBuild) abort() {
+	lb.ww.Abort()
+	lb.bw.Close()
 }
 
 // lengthGate passes a body built while it is posted on to the request:
@@ -223,7 +235,7 @@ func (d *Dispatcher) sendLive(ctx context.Context, log *zap.Logger, it *postgres
 	timeout := timeoutOf(*it, p)
 	client, err := d.clientFor(*it, p)
 	if err != nil {
-		lb.ww.Abort()
+		lb.abort()
 		return attempt{err: err}
 	}
 	rctx, cancel := context.WithTimeout(ctx, timeout)
@@ -231,7 +243,7 @@ func (d *Dispatcher) sendLive(ctx context.Context, log *zap.Logger, it *postgres
 	pr, pw := io.Pipe()
 	req, err := NewRequestFrom(rctx, it.URL, it.Headers, pr, lb.size, p)
 	if err != nil {
-		lb.ww.Abort()
+		lb.abort()
 		return attempt{err: err}
 	}
 	sent := *it // run records the build in it

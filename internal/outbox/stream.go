@@ -267,7 +267,10 @@ type buildStats struct {
 // returned as they are.
 func (d *Dispatcher) buildInto(ctx context.Context, f *spool.File, it *postgres.OutboxItem, st *config.Station, p *config.Partner, src postgres.OutboundSource, in *frozenInputs, stats *buildStats) (postgres.OutboundBuild, error) {
 	sum := sha256.New()
-	bw := bufio.NewWriterSize(io.MultiWriter(&timedWriter{w: f, d: &stats.spoolWrite}, sum), bodyBuffer)
+	// The body's SHA-256 and the spool file beside the build; stats is
+	// read once bw has closed.
+	bw := newAheadWriter(io.MultiWriter(&timedWriter{w: f, d: &stats.spoolWrite}, sum), bodyBuffer, aheadBuffers)
+	defer bw.Close()
 	var ioErr error // an error of the payload's source or of the file
 	writePayload := func(w io.Writer) error {
 		if !src.Chunked {
