@@ -13,6 +13,11 @@ const adlerBlock = 32 << 10
 // adlerLane masks a word's bytes j and j+4 into two 32-bit lanes.
 const adlerLane = 0x000000ff000000ff
 
+// Adler32 is the Adler-32 of p, as hash/adler32.Checksum returns it,
+// at about 1.2 to 1.5 times its speed (adlerUpdate): for the sums a
+// zlib writer takes of its input (cms's parallel deflate).
+func Adler32(p []byte) uint32 { return adlerUpdate(1, p) }
+
 // adlerUpdate updates the Adler-32 sum adler with p (hash/adler32's
 // update). It takes eight bytes a step without a multiply: four lane
 // words a0..a3 sum the bytes by their position in the word, and b0..b3

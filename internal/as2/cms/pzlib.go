@@ -4,12 +4,13 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
-	"hash/adler32"
 	"io"
 	"runtime"
 	"sync"
 
 	"github.com/klauspost/compress/flate"
+
+	fastinflate "github.com/edihub/edihub/internal/inflate"
 )
 
 // zlibBlock is the input of one block a parallelZlib deflates on its
@@ -90,7 +91,7 @@ func (z *parallelZlib) worker() {
 	var fw *flate.Writer
 	for j := range z.work {
 		j.out.Reset()
-		j.adler = adler32.Checksum(j.in)
+		j.adler = fastinflate.Adler32(j.in)
 		if fw == nil {
 			fw, j.err = flate.NewWriterDict(&j.out, z.level, j.dict)
 		} else {
