@@ -16,6 +16,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+
+	"github.com/edihub/edihub/internal/aescbc"
 )
 
 // Recipient is one of our own decryption identities: a private key and the
@@ -485,6 +487,22 @@ func newBlock(c cipherInfo, key []byte) (cipher.Block, error) {
 	return aes.NewCipher(key)
 }
 
+// newCBC is c's CBC mode under key (block is that key's) from iv:
+// aescbc's for AES, whose assembly chains the blocks in one loop on
+// amd64 (about 1.4x crypto/cipher's encryption, several times its
+// decryption), crypto/cipher's for 3DES. iv is block-sized.
+func newCBC(c cipherInfo, block cipher.Block, key, iv []byte, encrypt bool) (cipher.BlockMode, error) {
+	switch {
+	case c.oid.Equal(oidDESEDE3CBC) && encrypt:
+		return cipher.NewCBCEncrypter(block, iv), nil
+	case c.oid.Equal(oidDESEDE3CBC):
+		return cipher.NewCBCDecrypter(block, iv), nil
+	case encrypt:
+		return aescbc.NewEncrypter(key, iv)
+	}
+	return aescbc.NewDecrypter(key, iv)
+}
+
 // openCBC decrypts buf in place and strips the padding by reslicing.
 func openCBC(c cipherInfo, key []byte, alg pkix.AlgorithmIdentifier, buf []byte) ([]byte, error) {
 	block, err := newBlock(c, key)
@@ -499,7 +517,11 @@ func openCBC(c cipherInfo, key []byte, alg pkix.AlgorithmIdentifier, buf []byte)
 	if len(buf) == 0 || len(buf)%bs != 0 {
 		return nil, fmt.Errorf("%w: ciphertext length %d", ErrDecryption, len(buf))
 	}
-	cipher.NewCBCDecrypter(block, iv).CryptBlocks(buf, buf)
+	mode, err := newCBC(c, block, key, iv, false)
+	if err != nil {
+		return nil, fmt.Errorf("%w: content key: %w", ErrDecryption, err)
+	}
+	mode.CryptBlocks(buf, buf)
 	pad := int(buf[len(buf)-1])
 	if pad == 0 || pad > bs {
 		return nil, fmt.Errorf("%w: bad padding", ErrDecryption)
@@ -647,7 +669,11 @@ func Encrypt(content []byte, recipients []*x509.Certificate, opts EncryptOptions
 	for i := len(content); i < len(buf); i++ {
 		buf[i] = byte(pad)
 	}
-	cipher.NewCBCEncrypter(block, iv).CryptBlocks(buf, buf)
+	mode, err := newCBC(c, block, cek, iv, true)
+	if err != nil {
+		return nil, fmt.Errorf("encrypt: %w", err)
+	}
+	mode.CryptBlocks(buf, buf)
 	eci := tlv(tagSequence, mustOID(oidData), algorithmID(c.oid, tlv(tagOctetString, iv)), tlv(tagContext0Pri, buf))
 	ed := tlv(tagSequence, ver, riSet, eci)
 	return wrapContentInfo(oidEnvelopedData, ed), nil

@@ -368,8 +368,12 @@ func (s *berStream) encryptedContent(ris []asn1.RawValue, recipients []Recipient
 	if h.tag != tagContext0Pri && h.tag != tagContext0 {
 		return nil, malformed("encrypted content", nil)
 	}
+	mode, err := newCBC(ciph, block, cek, iv, false)
+	if err != nil {
+		return nil, fmt.Errorf("%w: content key: %w", ErrDecryption, err)
+	}
 	bs := block.BlockSize()
-	return &cbcReader{src: s.octetStream(h), mode: cipher.NewCBCDecrypter(block, iv), bs: bs,
+	return &cbcReader{src: s.octetStream(h), mode: mode, bs: bs,
 		work: make([]byte, bs+streamChunk)}, nil
 }
 

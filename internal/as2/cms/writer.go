@@ -192,7 +192,11 @@ func NewEncryptWriter(dst io.Writer, recipients []*x509.Certificate, opts Encryp
 	if err != nil {
 		return nil, fmt.Errorf("encrypt: %w", err)
 	}
-	return &EncryptWriter{dst: dst, head: cw.n, seg: newSegmentWriter(dst), cbc: cipher.NewCBCEncrypter(block, key.IV), bs: bs,
+	mode, err := newCBC(c, block, key.CEK, key.IV, true)
+	if err != nil {
+		return nil, fmt.Errorf("encrypt: %w", err)
+	}
+	return &EncryptWriter{dst: dst, head: cw.n, seg: newSegmentWriter(dst), cbc: mode, bs: bs,
 		part: make([]byte, 0, bs), buf: make([]byte, segmentSize)}, nil
 }
 
