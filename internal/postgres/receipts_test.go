@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -146,6 +147,18 @@ func TestReceiptBatch(t *testing.T) {
 	noMDN.MDNMode, noMDN.MDN = "none", nil
 	batch := []*postgres.InboundMessage{receipt("<a@p>"), receipt("<a@p>"), receipt("<stored@p>"), failed, async, receipt("<b@p>"), noMDN}
 	batch[1].Filename = "SECOND_COPY.edi" // the first copy is the one stored
+	// Each its own payload, MDN body and header fields: the batch's
+	// statement takes them from their arrays by the receipt's ordinal,
+	// in the order of the Message-IDs, not the line's.
+	for i, m := range batch {
+		if m.Payload != nil {
+			m.Payload = fmt.Appendf(nil, "ISA*%02d~", i)
+		}
+		if m.MDN != nil {
+			m.MDN = &postgres.StoredMDN{Header: map[string][]string{"Content-Type": {"multipart/report"}, "X-Receipt": {strconv.Itoa(i)}},
+				Body: fmt.Appendf(nil, "mdn %d", i), Disposition: "processed"}
+		}
+	}
 	_, before, _ := st.ReceiptFlushes()
 	out := lineUp(ctx, t, st, batch...)
 
@@ -196,6 +209,24 @@ func TestReceiptBatch(t *testing.T) {
 	}
 	if n, err := st.CountSQL(ctx, `SELECT count(*) FROM outbox WHERE kind = 'mdn' AND message_id = $1`, out[4].id); err != nil || n != 1 {
 		t.Errorf("outbox rows of the async MDN %d, %v; want 1", n, err)
+	}
+	for _, i := range []int{0, 3, 4, 5, 6} {
+		m := batch[i]
+		if m.Payload != nil {
+			if n, err := st.CountSQL(ctx, `SELECT count(*) FROM payloads WHERE message_id = $1 AND data = $2`, out[i].id, m.Payload); err != nil || n != 1 {
+				t.Errorf("receipt %d (%s): its own payload stored %d times, %v; want once", i, m.MessageID, n, err)
+			}
+		}
+		if m.MDN != nil {
+			if n, err := st.CountSQL(ctx, `SELECT count(*) FROM mdns WHERE message_id = $1 AND body = $2 AND headers->'X-Receipt'->>0 = $3`,
+				out[i].id, m.MDN.Body, strconv.Itoa(i)); err != nil || n != 1 {
+				t.Errorf("receipt %d (%s): its own MDN stored %d times, %v; want once", i, m.MessageID, n, err)
+			}
+		}
+	}
+	if n, err := st.CountSQL(ctx, `SELECT count(*) FROM outbox WHERE message_id = $1 AND body = $2 AND headers->'X-Receipt'->>0 = '4'`,
+		out[4].id, batch[4].MDN.Body); err != nil || n != 1 {
+		t.Errorf("the async MDN's outbox row with its own MDN: %d, %v; want 1", n, err)
 	}
 }
 
