@@ -32,16 +32,16 @@ import (
 // stream into the spool (the build's inputs, size and SHA-256 recorded
 // in the outbox row, not its bytes) and posted with its Content-Length; then the same without compression. It reports the
 // child's peak RSS above idle (target < 64 MiB), where the send's time
-// and CPU went, and the send's throughput against openssl signing and
-// encrypting the same file in the same run (openssl cms -sign | openssl
-// cms -encrypt, streamed; Debian's openssl has no zlib, so it does not
-// compress), the faster of a run before the sends and one after; the
-// compressed send also against the same work done by standard tools
-// (gzip -1 | openssl cms -sign | openssl cms -encrypt: deflate at level
-// 1, SHA-256, AES-256-CBC, each in a process of its own), an added
-// reference without a target; and the sender's CPU time against the
-// tools' for the same layers, added references too. openssl decrypts the
-// body the partner got.
+// and CPU went, and each send's throughput (target: at least 80 %)
+// against standard tools doing the same work on the same file in the
+// same run, the faster of a run before the sends and one after: for the
+// uncompressed send openssl cms -sign | openssl cms -encrypt, streamed;
+// for the compressed one gzip -1 first (deflate at level 1, SHA-256,
+// AES-256-CBC, each in a process of its own), since Debian's openssl has
+// no zlib and cannot compress. The compressed send is also shown against
+// the pipeline without compression, and the sender's CPU time against
+// the tools' for the same layers: added references without a target.
+// openssl decrypts the body the partner got.
 func largeSendBench(ctx context.Context, out io.Writer, o options, partner, st *identity) error {
 	keys, err := writeKeys(partner, st)
 	if err != nil {
@@ -131,13 +131,18 @@ func largeSendBench(ctx context.Context, out io.Writer, o options, partner, st *
 		name := fmt.Sprintf("%.0f MiB %s send", mib(o.largeBytes), layers)
 		o.sum.add(below("peak RSS above idle, "+name, fmt.Sprintf("%.1f MiB", mib(above)),
 			fmt.Sprintf("payload %.0f MiB", mib(o.largeBytes)), float64(above)/float64(o.largeBytes), above < maxRSSAboveIdle, "< 64 MiB"))
-		o.sum.add(ratioAtLeast("throughput, "+name, fmt.Sprintf("%.1f MiB/s", rate),
-			fmt.Sprintf("openssl sign, encrypt %.1f MiB/s", refRate), rate/refRate, 0.80, true))
+		// The target's reference does the same work: a compressed send
+		// against gzip -1 before openssl, this openssl having no zlib.
 		cpuRef, cpuWhat := leastCPU(refs[0]), "openssl sign, encrypt"
 		if compress {
-			o.sum.add(figure{name: "throughput, " + name + " (added reference: same work)", value: fmt.Sprintf("%.1f MiB/s", rate),
-				reference: fmt.Sprintf("gzip -1, openssl sign, encrypt %.1f MiB/s", gzRate), ratio: rate / gzRate, ratioValid: true})
+			o.sum.add(ratioAtLeast("throughput, "+name, fmt.Sprintf("%.1f MiB/s", rate),
+				fmt.Sprintf("gzip -1, openssl sign, encrypt %.1f MiB/s", gzRate), rate/gzRate, 0.80, true))
+			o.sum.add(figure{name: "throughput, " + name + " (added reference: no compression)", value: fmt.Sprintf("%.1f MiB/s", rate),
+				reference: fmt.Sprintf("openssl sign, encrypt %.1f MiB/s", refRate), ratio: rate / refRate, ratioValid: true, percent: true})
 			cpuRef, cpuWhat = leastCPU(refs[1]), "gzip -1, openssl sign, encrypt"
+		} else {
+			o.sum.add(ratioAtLeast("throughput, "+name, fmt.Sprintf("%.1f MiB/s", rate),
+				fmt.Sprintf("openssl sign, encrypt %.1f MiB/s", refRate), rate/refRate, 0.80, true))
 		}
 		// The sender's own CPU against the tools' for the same layers:
 		// what the throughput's ratio leaves out on a machine that the

@@ -61,14 +61,33 @@ func servedBench(ctx context.Context, out io.Writer, o options, partner, st *ide
 		prof = filepath.Join(dir, "edihub.pprof")
 	}
 	goRSA := func() (rsaFigures, error) { return measureRSA(st, o.pgDataDir) }
-	if err := servedRun(ctx, out, o, dir, cfg, bins.edihub, bins.loadgen, "", goRSA, prof); err != nil {
+	var goRun, boringRun servedOutcome
+	if err := servedRun(ctx, out, o, dir, cfg, bins.edihub, bins.loadgen, "", goRSA, prof, &goRun); err != nil {
 		return err
 	}
 	if bins.boring == "" {
 		return nil
 	}
 	boringRSA := func() (rsaFigures, error) { return childRSA(ctx, bins.boringBench, dir) }
-	return servedRun(ctx, out, o, dir, cfg, bins.boring, bins.loadgen, "BoringCrypto", boringRSA, prof+".boring")
+	if err := servedRun(ctx, out, o, dir, cfg, bins.boring, bins.loadgen, "BoringCrypto", boringRSA, prof+".boring", &boringRun); err != nil {
+		return err
+	}
+	// The build past the bound (issue 22: measured side by side, shipped
+	// as a build option; a moonshot of 1.4 × the messages per second):
+	// its rate against the Go build's rate and RSA bound in this run.
+	fmt.Fprintf(out, "BoringCrypto build against the Go build: %.2f × its messages/s, %.2f × its RSA bound\n\n",
+		boringRun.rate/goRun.rate, boringRun.rate/goRun.bound)
+	o.sum.add(figure{name: "served receive msg/s, BoringCrypto / Go build", value: fmt.Sprintf("%.0f", boringRun.rate),
+		reference: fmt.Sprintf("Go build %.0f msg/s", goRun.rate), ratio: boringRun.rate / goRun.rate, ratioValid: true})
+	o.sum.add(figure{name: "served receive msg/s, BoringCrypto / Go build's RSA bound", value: fmt.Sprintf("%.0f", boringRun.rate),
+		reference: fmt.Sprintf("Go build's RSA bound %.0f msg/s", goRun.bound), ratio: boringRun.rate / goRun.bound, ratioValid: true, percent: true})
+	return nil
+}
+
+// servedOutcome is what a served run's caller compares builds by.
+type servedOutcome struct {
+	rate  float64 // messages per second answered in loadgen's window
+	bound float64 // the RSA bound measured with it
 }
 
 // servedConfig is the station and partner of the served runs: the bench
@@ -89,7 +108,7 @@ partners:
 // servedRun measures one edihub binary (variant names it: "" for the
 // standard build) with its RSA reference rsa, measured in the same build.
 func servedRun(ctx context.Context, out io.Writer, o options, dir, cfg, edihubBin, loadgenBin, variant string,
-	rsa func() (rsaFigures, error), profile string) error {
+	rsa func() (rsaFigures, error), profile string, got *servedOutcome) error {
 	dbURL, err := servedDatabase(ctx, o.databaseURL)
 	if err != nil {
 		return err
@@ -240,13 +259,17 @@ func servedRun(ctx context.Context, out io.Writer, o options, dir, cfg, edihubBi
 	fmt.Fprintf(out, "  %-44s %10.1f  (the faster of before %.0f, after %.0f; others used %.2f, %.2f cores)\n",
 		"RSA-2048 private-key ops/s (decrypt+sign)", ops, rsaBefore.opsPerSecond, rsaAfter.opsPerSecond, rsaBefore.others, rsaAfter.others)
 	fmt.Fprintf(out, "  %-44s %10.1f\n", "crypto bound (ops/s / 2) messages/s", bound)
-	fmt.Fprintf(out, "  %-44s %9.0f%%  (target >= 70%%)\n", "throughput / crypto bound", 100*lr.rate/bound)
+	targetIs := "target"
+	if variant != "" {
+		targetIs = "the Go build's target"
+	}
+	fmt.Fprintf(out, "  %-44s %9.0f%%  (%s >= 70%%)\n", "throughput / crypto bound", 100*lr.rate/bound, targetIs)
 	fmt.Fprintf(out, "  %-44s %10s  (before %s, after %s)\n", "CPU per RSA-2048 private-key operation", perOp.Round(time.Microsecond),
 		rsaBefore.cpuPerOp.Round(time.Microsecond), rsaAfter.cpuPerOp.Round(time.Microsecond))
 	fmt.Fprintf(out, "  %-44s %10s  (%.2f × its RSA work of %s measured before/after; moves with others' load)\n", "edihub CPU per message", lr.cpu[pids[0]].Round(time.Microsecond),
 		float64(lr.cpu[pids[0]])/float64(rsaPerMsg), rsaPerMsg.Round(time.Microsecond))
 	if len(pids) > 1 {
-		fmt.Fprintf(out, "  %-44s %10s  (target <= 0.2 ms)\n", "PostgreSQL CPU per message", lr.cpu[pids[1]].Round(time.Microsecond))
+		fmt.Fprintf(out, "  %-44s %10s  (%s <= 0.2 ms)\n", "PostgreSQL CPU per message", lr.cpu[pids[1]].Round(time.Microsecond), targetIs)
 	}
 	fmt.Fprintf(out, "  %-44s %10s\n", "loadgen CPU per message", lr.loadgen.Round(time.Microsecond))
 	fmt.Fprintf(out, "  %-44s %10s\n", "machine CPU per message", lr.machine.Round(time.Microsecond))
@@ -265,8 +288,8 @@ func servedRun(ctx context.Context, out io.Writer, o options, dir, cfg, edihubBi
 	if profile != "" {
 		if total, rsaCPU, err := profileRSAShare(ctx, edihubBin, profile); err == nil && rsaCPU > 0 {
 			profRatio, profOK = total/rsaCPU, true
-			fmt.Fprintf(out, "  %-44s %10.2f  (CPU profile of edihub: %.2fs sampled, %.2fs in RSA private-key operations; target <= 1.15)\n",
-				"edihub CPU / its RSA CPU (profile)", profRatio, total, rsaCPU)
+			fmt.Fprintf(out, "  %-44s %10.2f  (CPU profile of edihub: %.2fs sampled, %.2fs in RSA private-key operations; %s <= 1.15)\n",
+				"edihub CPU / its RSA CPU (profile)", profRatio, total, rsaCPU, targetIs)
 		}
 		fmt.Fprintf(out, "  CPU profile of edihub serve: %s\n", profile)
 		if top, err := exec.CommandContext(ctx, "go", "tool", "pprof", "-top", "-nodecount=15", edihubBin, profile).Output(); err == nil {
@@ -291,7 +314,23 @@ func servedRun(ctx context.Context, out io.Writer, o options, dir, cfg, edihubBi
 	}
 	fmt.Fprintln(out)
 
-	o.sum.add(ratioAtLeast("served receive msg/s (edihub serve + loadgen)"+tag, fmt.Sprintf("%.0f", lr.rate),
+	*got = servedOutcome{rate: lr.rate, bound: bound}
+	// The targets are the Go build's (issue 22, point 4); the
+	// BoringCrypto build is measured beside it, its figures against its
+	// own bound without a target.
+	atLeast, atMost, under := ratioAtLeast, ratioAtMost, below
+	if variant != "" {
+		atLeast = func(name, value, reference string, ratio, _ float64, percent bool) figure {
+			return figure{name: name, value: value, reference: reference, ratio: ratio, ratioValid: true, percent: percent}
+		}
+		atMost = func(name, value, reference string, ratio, _ float64) figure {
+			return figure{name: name, value: value, reference: reference, ratio: ratio, ratioValid: true}
+		}
+		under = func(name, value, reference string, ratio float64, _ bool, _ string) figure {
+			return figure{name: name, value: value, reference: reference, ratio: ratio, ratioValid: true}
+		}
+	}
+	o.sum.add(atLeast("served receive msg/s (edihub serve + loadgen)"+tag, fmt.Sprintf("%.0f", lr.rate),
 		fmt.Sprintf("RSA bound %.0f msg/s", bound), lr.rate/bound, 0.70, true))
 	// Against RSA measured at other moments of the run: moves with
 	// others' load, so shown without the target, which the profile's
@@ -300,13 +339,13 @@ func servedRun(ctx context.Context, out io.Writer, o options, dir, cfg, edihubBi
 		reference: "RSA work " + rsaPerMsg.Round(time.Microsecond).String() + " (before/after)",
 		ratio:     float64(lr.cpu[pids[0]]) / float64(rsaPerMsg), ratioValid: true})
 	if profOK {
-		o.sum.add(ratioAtMost("served: edihub CPU / its RSA CPU, profile"+tag, fmt.Sprintf("%.2f", profRatio),
+		o.sum.add(atMost("served: edihub CPU / its RSA CPU, profile"+tag, fmt.Sprintf("%.2f", profRatio),
 			"RSA share of the same profile", profRatio, 1.15))
 	}
 	if len(pids) > 1 {
 		pg := lr.cpu[pids[1]]
 		const limit = 200 * time.Microsecond
-		o.sum.add(below("served: PostgreSQL CPU per message"+tag, pg.Round(time.Microsecond).String(), "0.2 ms",
+		o.sum.add(under("served: PostgreSQL CPU per message"+tag, pg.Round(time.Microsecond).String(), "0.2 ms",
 			float64(pg)/float64(limit), pg <= limit, "≤ 0.2 ms"))
 	}
 	if haveStatements && stored > 0 {

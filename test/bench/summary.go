@@ -24,6 +24,7 @@ type figure struct {
 	ratio      float64
 	ratioValid bool
 	target     string // "≥ 70%", "≤ 1.15", "" when none is documented
+	percent    bool   // the ratio printed as a percentage (so is any with a target in %)
 	pass       *bool
 }
 
@@ -72,7 +73,7 @@ func (s *summary) print(out io.Writer) int {
 		ratio, result, target := "–", "–", f.target
 		if f.ratioValid {
 			ratio = fmt.Sprintf("%.2f", f.ratio)
-			if strings.Contains(f.target, "%") {
+			if f.percent || strings.Contains(f.target, "%") {
 				ratio = fmt.Sprintf("%.0f%%", 100*f.ratio)
 			}
 		}

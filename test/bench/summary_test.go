@@ -1,0 +1,44 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+)
+
+// The table counts only the figures with a target, prints a ratio as a
+// percentage when its target is one or the figure asks for it, and
+// returns the number of targets missed.
+func TestSummaryPrint(t *testing.T) {
+	s := &summary{}
+	s.add(ratioAtLeast("share", "565", "RSA bound 852 msg/s", 0.663, 0.70, true))
+	s.add(ratioAtMost("profile", "1.14", "RSA share", 1.14, 1.15))
+	s.add(figure{name: "side by side", value: "700", reference: "bound 1022", ratio: 0.686, ratioValid: true, percent: true})
+	s.add(figure{name: "plain ratio", value: "142.7", reference: "openssl", ratio: 0.767, ratioValid: true})
+	var out bytes.Buffer
+	failed := s.print(&out)
+	if failed != 1 {
+		t.Errorf("print returned %d missed targets, want 1", failed)
+	}
+	rows := map[string]string{}
+	for _, l := range strings.Split(out.String(), "\n") {
+		cells := strings.Split(l, "|")
+		if len(cells) < 7 {
+			continue
+		}
+		rows[strings.TrimSpace(cells[1])] = strings.Join(strings.Fields(strings.Join(cells[4:7], "|")), " ")
+	}
+	for name, want := range map[string]string{
+		"share":        "66% | ≥ 70% | FAIL",
+		"profile":      "1.14 | ≤ 1.15 | pass",
+		"side by side": "69% | – | –",
+		"plain ratio":  "0.77 | – | –",
+	} {
+		if got := rows[name]; got != want {
+			t.Errorf("row %q: ratio | target | result = %q, want %q\n%s", name, got, want, out.String())
+		}
+	}
+	if !strings.Contains(out.String(), "1 of 2 figures with a target met it") {
+		t.Errorf("the count of targets met is missing or wrong:\n%s", out.String())
+	}
+}
