@@ -318,19 +318,11 @@ func servedRun(ctx context.Context, out io.Writer, o options, dir, cfg, edihubBi
 	// The targets are the Go build's (issue 22, point 4); the
 	// BoringCrypto build is measured beside it, its figures against its
 	// own bound without a target.
-	atLeast, atMost, under := ratioAtLeast, ratioAtMost, below
+	add := o.sum.add
 	if variant != "" {
-		atLeast = func(name, value, reference string, ratio, _ float64, percent bool) figure {
-			return figure{name: name, value: value, reference: reference, ratio: ratio, ratioValid: true, percent: percent}
-		}
-		atMost = func(name, value, reference string, ratio, _ float64) figure {
-			return figure{name: name, value: value, reference: reference, ratio: ratio, ratioValid: true}
-		}
-		under = func(name, value, reference string, ratio float64, _ bool, _ string) figure {
-			return figure{name: name, value: value, reference: reference, ratio: ratio, ratioValid: true}
-		}
+		add = func(f figure) { o.sum.add(f.withoutTarget()) }
 	}
-	o.sum.add(atLeast("served receive msg/s (edihub serve + loadgen)"+tag, fmt.Sprintf("%.0f", lr.rate),
+	add(ratioAtLeast("served receive msg/s (edihub serve + loadgen)"+tag, fmt.Sprintf("%.0f", lr.rate),
 		fmt.Sprintf("RSA bound %.0f msg/s", bound), lr.rate/bound, 0.70, true))
 	// Against RSA measured at other moments of the run: moves with
 	// others' load, so shown without the target, which the profile's
@@ -339,13 +331,13 @@ func servedRun(ctx context.Context, out io.Writer, o options, dir, cfg, edihubBi
 		reference: "RSA work " + rsaPerMsg.Round(time.Microsecond).String() + " (before/after)",
 		ratio:     float64(lr.cpu[pids[0]]) / float64(rsaPerMsg), ratioValid: true})
 	if profOK {
-		o.sum.add(atMost("served: edihub CPU / its RSA CPU, profile"+tag, fmt.Sprintf("%.2f", profRatio),
+		add(ratioAtMost("served: edihub CPU / its RSA CPU, profile"+tag, fmt.Sprintf("%.2f", profRatio),
 			"RSA share of the same profile", profRatio, 1.15))
 	}
 	if len(pids) > 1 {
 		pg := lr.cpu[pids[1]]
 		const limit = 200 * time.Microsecond
-		o.sum.add(under("served: PostgreSQL CPU per message"+tag, pg.Round(time.Microsecond).String(), "0.2 ms",
+		add(below("served: PostgreSQL CPU per message"+tag, pg.Round(time.Microsecond).String(), "0.2 ms",
 			float64(pg)/float64(limit), pg <= limit, "≤ 0.2 ms"))
 	}
 	if haveStatements && stored > 0 {

@@ -51,6 +51,14 @@ func below(name, value, reference string, ratio float64, ok bool, target string)
 	return figure{name: name, value: value, reference: reference, ratio: ratio, ratioValid: true, target: target, pass: &ok}
 }
 
+// withoutTarget is f shown for comparison only: no target, nothing to
+// meet, its ratio printed as its target would have printed it.
+func (f figure) withoutTarget() figure {
+	f.percent = f.percent || strings.Contains(f.target, "%")
+	f.target, f.pass = "", nil
+	return f
+}
+
 // add records f; nil s (a section run on its own) records nothing.
 func (s *summary) add(f figure) {
 	if s == nil {
