@@ -270,6 +270,9 @@ func servedRun(ctx context.Context, out io.Writer, o options, dir, cfg, edihubBi
 		float64(lr.cpu[pids[0]])/float64(rsaPerMsg), rsaPerMsg.Round(time.Microsecond))
 	if len(pids) > 1 {
 		fmt.Fprintf(out, "  %-44s %10s  (%s <= 0.2 ms)\n", "PostgreSQL CPU per message", lr.cpu[pids[1]].Round(time.Microsecond), targetIs)
+		if parts := lr.parts[pids[1]]; parts != "" {
+			fmt.Fprintf(out, "    by kind of process: %s\n", parts)
+		}
 	}
 	fmt.Fprintf(out, "  %-44s %10s\n", "loadgen CPU per message", lr.loadgen.Round(time.Microsecond))
 	fmt.Fprintf(out, "  %-44s %10s\n", "machine CPU per message", lr.machine.Round(time.Microsecond))
@@ -546,7 +549,10 @@ type loadgenResult struct {
 	rate    float64
 	latency string
 	// cpu is the CPU per message of each process given to -pids.
-	cpu     map[string]time.Duration
+	cpu map[string]time.Duration
+	// parts is loadgen's breakdown of a process's CPU per message by
+	// kind of process (PostgreSQL's backends, walwriter, ...), by pid.
+	parts   map[string]string
 	machine time.Duration
 	// loadgen is loadgen's own CPU per message.
 	loadgen time.Duration
@@ -561,6 +567,7 @@ var (
 	lgCPU     = regexp.MustCompile(`(?m)^CPU of (\d+) \([^)]*\): ([\d.]+) ms per message$`)
 	lgMachine = regexp.MustCompile(`(?m)^CPU of the machine: ([\d.]+) ms per message \(busy (\d+%)`)
 	lgSelf    = regexp.MustCompile(`(?m)^CPU of loadgen itself: ([\d.]+) ms per message$`)
+	lgParts   = regexp.MustCompile(`(?m)^CPU of (\d+) by kind of process, per message: (.+)$`)
 	lgBad     = regexp.MustCompile(`(?m)^  (failed \(.*|disposition "(?:[^p]|p[^r]).*)$`)
 )
 
@@ -587,6 +594,10 @@ func parseLoadgen(s string, pids []string) (loadgenResult, error) {
 	r.cpu = map[string]time.Duration{}
 	for _, m := range lgCPU.FindAllStringSubmatch(s, -1) {
 		r.cpu[m[1]] = ms(m[2])
+	}
+	r.parts = map[string]string{}
+	for _, m := range lgParts.FindAllStringSubmatch(s, -1) {
+		r.parts[m[1]] = m[2]
 	}
 	for _, p := range pids {
 		if _, ok := r.cpu[p]; !ok {

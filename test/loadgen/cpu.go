@@ -1,10 +1,12 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -19,6 +21,24 @@ type cpuUse struct {
 	pid         int
 	name        string
 	busy, total float64
+	// parts is busy by kind of process (parts), when it has descendants.
+	parts map[string]float64
+}
+
+// partsList lists the parts, the largest first, each with per(seconds).
+func (c cpuUse) partsList(per func(float64) string) string {
+	kinds := make([]string, 0, len(c.parts))
+	for k, v := range c.parts {
+		if v != 0 {
+			kinds = append(kinds, k)
+		}
+	}
+	slices.SortFunc(kinds, func(a, b string) int { return cmp.Or(cmp.Compare(c.parts[b], c.parts[a]), cmp.Compare(a, b)) })
+	list := make([]string, len(kinds))
+	for i, k := range kinds {
+		list[i] = k + " " + per(c.parts[k])
+	}
+	return strings.Join(list, ", ")
 }
 
 func cores() int { return runtime.NumCPU() }
@@ -74,11 +94,11 @@ func readStat(pid int) (procStat, bool) {
 	return procStat{name: s[open+1 : closing], ppid: ppid, ticks: ticks}, true
 }
 
-// cpuOf returns the CPU time so far of each pid with its descendants (a
-// PostgreSQL server's backends are children of its postmaster; those
-// that exited count in their parent's cutime and cstime).
-func cpuOf(pids []int) []cpuUse {
-	all := map[int]procStat{}
+// snapshot is every process's procStat at one moment, by pid.
+type snapshot map[int]procStat
+
+func takeSnapshot() snapshot {
+	all := snapshot{}
 	entries, _ := os.ReadDir("/proc")
 	for _, e := range entries {
 		if n, err := strconv.Atoi(e.Name()); err == nil {
@@ -87,6 +107,15 @@ func cpuOf(pids []int) []cpuUse {
 			}
 		}
 	}
+	return all
+}
+
+// cpuOf returns the CPU time so far of each pid with its descendants (a
+// PostgreSQL server's backends are children of its postmaster; those
+// that exited count in their parent's cutime and cstime).
+func cpuOf(pids []int) []cpuUse { return takeSnapshot().cpuOf(pids) }
+
+func (all snapshot) cpuOf(pids []int) []cpuUse {
 	out := make([]cpuUse, len(pids))
 	for i, root := range pids {
 		out[i] = cpuUse{pid: root, name: all[root].name}
@@ -97,6 +126,64 @@ func cpuOf(pids []int) []cpuUse {
 		}
 	}
 	return out
+}
+
+// parts splits the CPU time root and its descendants used from before to
+// after by kind of process (processKind), in seconds. A process that
+// exited meanwhile is counted with root: its parent (the postmaster, for
+// a PostgreSQL server) took its whole CPU time into cutime and cstime, so
+// root's part is root's own time and the exited processes' time in the
+// window. The parts add up to cpuOf's difference.
+func parts(before, after snapshot, root int) map[string]float64 {
+	out := map[string]float64{}
+	rootKind := processKind(root, root, after[root].name)
+	for pid, st := range after {
+		if descends(after, pid, root) {
+			out[processKind(pid, root, st.name)] += (st.ticks - before[pid].ticks) / clockTicks
+		}
+	}
+	for pid, st := range before {
+		if _, alive := after[pid]; !alive && descends(before, pid, root) {
+			out[rootKind] -= st.ticks / clockTicks
+		}
+	}
+	return out
+}
+
+// postgresKinds are the process titles of a PostgreSQL server's
+// background processes (after "postgres: "); a client backend's title is
+// "postgres: user database host(port) state".
+var postgresKinds = []string{"autovacuum worker", "autovacuum launcher", "checkpointer", "background writer", "walwriter",
+	"logical replication launcher", "logical replication worker", "stats collector", "archiver", "walsender", "walreceiver",
+	"startup", "parallel worker"}
+
+// processKind names what pid does for the CPU breakdown of root's tree:
+// a PostgreSQL background process by its title, client backends by their
+// database, root itself (with the children it reaped), anything else by
+// its command name.
+func processKind(pid, root int, comm string) string {
+	if pid == root {
+		return "itself and exited processes"
+	}
+	b, _ := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "cmdline"))
+	return titleKind(strings.TrimSpace(strings.ReplaceAll(string(b), "\x00", " ")), comm)
+}
+
+// titleKind is processKind's reading of a process title.
+func titleKind(title, comm string) string {
+	rest, ok := strings.CutPrefix(title, "postgres: ")
+	if !ok {
+		return comm
+	}
+	for _, k := range postgresKinds {
+		if strings.HasPrefix(rest, k) {
+			return k
+		}
+	}
+	if f := strings.Fields(rest); len(f) >= 2 {
+		return "backends of " + f[1]
+	}
+	return rest
 }
 
 // descends reports whether pid is root or one of its descendants.

@@ -226,18 +226,21 @@ func load(ctx context.Context, o options, msgs []message, pids []int) (result, e
 	}
 	time.Sleep(o.warmup)
 	self := os.Getpid()
-	before, machine0 := cpuOf(append([]int{self}, pids...)), machineCPU()
+	snap0, machine0 := takeSnapshot(), machineCPU()
 	counting.Store(true)
 	t0 := time.Now()
 	time.Sleep(o.duration)
 	counting.Store(false)
 	res.window = time.Since(t0)
-	after, machine1 := cpuOf(append([]int{self}, pids...)), machineCPU()
+	snap1, machine1 := takeSnapshot(), machineCPU()
 	close(stop)
+	roots := append([]int{self}, pids...)
+	before, after := snap0.cpuOf(roots), snap1.cpuOf(roots)
 	wg.Wait()
 	res.self = cpuUse{pid: self, name: "loadgen", busy: after[0].busy - before[0].busy}
 	for i := range pids {
-		res.cpu = append(res.cpu, cpuUse{pid: pids[i], name: after[i+1].name, busy: after[i+1].busy - before[i+1].busy})
+		res.cpu = append(res.cpu, cpuUse{pid: pids[i], name: after[i+1].name, busy: after[i+1].busy - before[i+1].busy,
+			parts: parts(snap0, snap1, pids[i])})
 	}
 	res.machine = cpuUse{name: "machine", busy: machine1.busy - machine0.busy, total: machine1.total - machine0.total}
 	return res, nil
@@ -402,6 +405,9 @@ func (r result) print(out io.Writer, o options) {
 	per := func(busy float64) string { return fmt.Sprintf("%.3f ms", busy/float64(r.sent)*1000) }
 	for _, c := range r.cpu {
 		fmt.Fprintf(out, "CPU of %d (%s): %s per message\n", c.pid, c.name, per(c.busy))
+		if len(c.parts) > 1 {
+			fmt.Fprintf(out, "CPU of %d by kind of process, per message: %s\n", c.pid, c.partsList(per))
+		}
 	}
 	fmt.Fprintf(out, "CPU of loadgen itself: %s per message\n", per(r.self.busy))
 	if r.machine.total > 0 {
