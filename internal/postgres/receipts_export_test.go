@@ -39,3 +39,10 @@ func (s *Store) ReceiptFlushes() (flushes, receipts, fallbacks int) {
 	}
 	return int(h.GetHistogram().GetSampleCount()), int(h.GetHistogram().GetSampleSum()), int(c.GetCounter().GetValue())
 }
+
+// PoolConns reports the pool's acquires so far and the connections
+// acquired now.
+func (s *Store) PoolConns() (acquires int64, acquired int32) {
+	st := s.pool.Stat()
+	return st.AcquireCount(), st.AcquiredConns()
+}

@@ -259,6 +259,51 @@ func TestReceiptBatchBadReceipt(t *testing.T) {
 	}
 }
 
+// TestReceiptFlushesKeepTheirConnection: the flushes of a line that
+// takes two batches run on one connection from the pool, given back once
+// the line is empty; after a failed batch too.
+func TestReceiptFlushesKeepTheirConnection(t *testing.T) {
+	ctx := context.Background()
+	st := pgtest.Store(t)
+	for round, bad := range []bool{false, true} {
+		const n = 40 // two batches: 32 and 8
+		st.HoldReceipts()
+		out := make([]saved, n)
+		var wg sync.WaitGroup
+		for i := range n {
+			m := receipt(fmt.Sprintf("<keep-%d-%d@p>", round, i))
+			if bad && i == 3 {
+				m.MDNMode = "carrier pigeon" // refused: the first batch falls back to one by one
+			}
+			wg.Go(func() {
+				id, err := st.SaveInbound(ctx, m)
+				out[i] = saved{id, err}
+			})
+			waitLine(t, st, i+1) // in this order: the bad receipt is in the first batch
+		}
+		flushes0, _, _ := st.ReceiptFlushes()
+		acquires0, _ := st.PoolConns()
+		st.ReleaseReceipts()
+		wg.Wait()
+		acquires, acquired := st.PoolConns()
+		flushes, _, _ := st.ReceiptFlushes()
+		for i, o := range out {
+			if (o.err == nil) == (bad && i == 3) || (o.err == nil && o.id == 0) {
+				t.Errorf("round %d, receipt %d: id %d, %v", round, i, o.id, o.err)
+			}
+		}
+		// The failed batch gives its connection back: the second takes one.
+		want := int64(1)
+		if bad {
+			want = 2
+		}
+		if flushes-flushes0 != 2 || acquires-acquires0 != want || acquired != 0 {
+			t.Errorf("round %d: %d flushes took %d connections from the pool, %d still taken; want 2 flushes, %d, 0",
+				round, flushes-flushes0, acquires-acquires0, acquired, want)
+		}
+	}
+}
+
 // TestReceiptWaiterCancelled: a caller whose context ends while it waits
 // in line leaves without its receipt being written, and the others are;
 // once its receipt is taken into a batch, its context no longer matters:
