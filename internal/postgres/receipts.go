@@ -224,19 +224,20 @@ func (s *Store) flush(ctx context.Context, batch []*receipt) {
 	}()
 	s.receipts.perFlush.Observe(float64(len(batch)))
 	q := s.flushConn(ctx)
-	failed := false
 	if len(batch) == 1 || s.saveMany(ctx, q, batch) != nil {
 		if len(batch) > 1 {
+			// One by one on the pool's connections, as the batch's may be
+			// what failed.
 			s.receipts.fallbacks.Inc()
-			failed = true
+			s.dropFlushConn()
+			q = s.pool
 		}
 		for _, r := range batch {
 			r.id, r.err = s.saveOne(ctx, q, r.m, r.hdr)
-			failed = failed || r.err != nil && !errors.Is(r.err, ErrDuplicateInbound)
+			if r.err != nil && !errors.Is(r.err, ErrDuplicateInbound) {
+				s.dropFlushConn()
+			}
 		}
-	}
-	if failed {
-		s.dropFlushConn()
 	}
 	written = true
 }
@@ -264,9 +265,10 @@ func (s *Store) flushConn(ctx context.Context) querier {
 	return b.conn
 }
 
-// dropFlushConn gives the flush's connection back to the pool after a
-// failed write (the pool closes it if it is broken or left in a
-// transaction); the next flush takes one afresh. The caller flushes.
+// dropFlushConn gives the flush's connection, if it keeps one, back to
+// the pool after a failed write (the pool closes it if it is broken or
+// left in a transaction); the next flush takes one afresh. The caller
+// flushes.
 func (s *Store) dropFlushConn() {
 	if c := s.receipts.conn; c != nil {
 		s.receipts.conn = nil
