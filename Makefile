@@ -49,9 +49,9 @@ image:
 controlplane:
 	@scripts/controlplane-build.sh
 
-## bench: one summary table (figure, value, reference from the same run, ratio, target, result) of: receive throughput vs the RSA bound, the built edihub serve under test/loadgen (msg/s vs the RSA bound, edihub CPU vs its RSA CPU, PostgreSQL CPU and statements per message; a BoringCrypto build beside it; 1-3 replicas on one database), the inbound save's PostgreSQL backend CPU alone, purge rate of 1,000,000 rows and receive p99 during it, console query p50/p95 on 1,000,000 messages, peak RSS for a 200 MB payload, a 2 GiB compressed+signed+encrypted message (peak RSS above idle, throughput vs openssl decrypt+verify of the same file), the same size sent compressed+signed+encrypted and signed+encrypted (peak RSS above idle, throughput vs openssl cms -sign | cms -encrypt of the same file, with gzip -1 before them for the compressed send)
+## bench: one summary table (figure, value, reference from the same run, ratio, target, result), printed and written with the machine and its load to docs/bench.md, of: receive throughput vs the RSA bound, the built edihub serve under test/loadgen (msg/s vs the RSA bound, edihub CPU vs its RSA CPU, PostgreSQL CPU and statements per message; a BoringCrypto build beside it; 1-3 replicas on one database), the inbound save's PostgreSQL backend CPU alone, purge rate of 1,000,000 rows and receive p99 during it, console query p50/p95 on 1,000,000 messages, peak RSS for a 200 MB payload, a 2 GiB compressed+signed+encrypted message (peak RSS above idle, throughput vs openssl decrypt+verify of the same file), the same size sent compressed+signed+encrypted and signed+encrypted (peak RSS above idle, throughput vs openssl cms -sign | cms -encrypt of the same file, with gzip -1 before them for the compressed send)
 bench:
-	$(GO) run ./test/bench
+	$(GO) run ./test/bench -page docs/bench.md
 
 ## failover-report: measure failover against real replicas, kube-apiserver and PostgreSQL (>= 10 trials each, both backends, about 10 minutes) and print the tables with their targets
 failover-report:

@@ -157,6 +157,9 @@ type options struct {
 	// sendProfile, when set, is where the sender child writes a CPU
 	// profile of each send (suffixed .compressed or .plain).
 	sendProfile string
+	// page, when set, is where the run's summary is written as the
+	// generated bench page (docs/bench.md for make bench).
+	page string
 }
 
 func run(ctx context.Context, args []string, out io.Writer) error {
@@ -214,6 +217,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	fs.BoolVar(&o.sendOnly, "large-send-only", false, "run only the large send (-large-bytes of payload)")
 	fs.BoolVar(&o.receiveOnly, "large-receive-only", false, "run only the large receive (-large-bytes of payload)")
 	fs.StringVar(&o.sendProfile, "send-cpuprofile", "", "write a CPU profile of the large send's sender child, from the message queued to sent, to this file + .compressed and + .plain")
+	fs.StringVar(&o.page, "page", "", "write the summary, with the machine and its load during the run, as a Markdown page to this file (make bench: docs/bench.md)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -227,11 +231,27 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		return sendChild(ctx, o, o.sendTo)
 	}
 	o.sum = &summary{}
-	if err := sections(ctx, out, o); err != nil {
+	m := describeMachine(ctx)
+	load := sampleLoad(5 * time.Second)
+	err := sections(ctx, out, o)
+	m.LoadMin, m.LoadMean, m.LoadMax = load.finish()
+	m.Took = time.Since(m.Started)
+	if err != nil {
 		return err
 	}
 	fmt.Fprintln(out)
 	o.sum.print(out)
+	if o.page == "" {
+		return nil
+	}
+	var page bytes.Buffer
+	if err := o.sum.writePage(&page, m, "go run ./test/bench "+strings.Join(args, " ")); err != nil {
+		return err
+	}
+	if err := os.WriteFile(o.page, page.Bytes(), 0o644); err != nil {
+		return fmt.Errorf("bench page: %w", err)
+	}
+	fmt.Fprintln(out, "wrote", o.page)
 	return nil
 }
 

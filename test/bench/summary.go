@@ -69,14 +69,9 @@ func (s *summary) add(f figure) {
 	s.rows = append(s.rows, f)
 }
 
-// print writes the table and returns the number of figures that missed
-// their target.
-func (s *summary) print(out io.Writer) int {
-	if s == nil || len(s.rows) == 0 {
-		return 0
-	}
+// cells is the table as rows of cells, the header first.
+func (s *summary) cells() [][]string {
 	cells := [][]string{{"figure", "value", "reference (same run)", "ratio", "target", "result"}}
-	failed := 0
 	for _, f := range s.rows {
 		ratio, result, target := "–", "–", f.target
 		if f.ratioValid {
@@ -91,11 +86,21 @@ func (s *summary) print(out io.Writer) int {
 		if f.pass != nil {
 			result = "pass"
 			if !*f.pass {
-				result, failed = "FAIL", failed+1
+				result = "FAIL"
 			}
 		}
 		cells = append(cells, []string{f.name, f.value, f.reference, ratio, target, result})
 	}
+	return cells
+}
+
+// print writes the table and returns the number of figures that missed
+// their target.
+func (s *summary) print(out io.Writer) int {
+	if s == nil || len(s.rows) == 0 {
+		return 0
+	}
+	cells := s.cells()
 	width := make([]int, len(cells[0]))
 	for _, row := range cells {
 		for i, c := range row {
@@ -118,7 +123,7 @@ func (s *summary) print(out io.Writer) int {
 		}
 	}
 	fmt.Fprintf(out, "%d of %d figures with a target met it\n", countPassed(s.rows), countTargets(s.rows))
-	return failed
+	return countTargets(s.rows) - countPassed(s.rows)
 }
 
 func countTargets(rows []figure) int {

@@ -45,3 +45,31 @@ func TestSummaryPrint(t *testing.T) {
 		t.Errorf("the count of targets met is missing or wrong:\n%s", out.String())
 	}
 }
+
+// The bench page carries the machine, its load during the run and the
+// same rows as the printed table, as a Markdown table with one header
+// separator, and says how to regenerate it.
+func TestSummaryWritePage(t *testing.T) {
+	s := &summary{}
+	s.add(ratioAtLeast("share", "565", "RSA bound 852 msg/s", 0.663, 0.70, true))
+	s.add(ratioAtMost("profile", "1.14", "RSA share", 1.14, 1.15))
+	m := machine{CPU: "Test CPU | 2 GHz", Cores: 2, MemoryGiB: 24, Go: "go1.26", LoadMin: 0.5, LoadMean: 1.25, LoadMax: 3}
+	var out bytes.Buffer
+	if err := s.writePage(&out, m, "go run ./test/bench -page docs/bench.md"); err != nil {
+		t.Fatal(err)
+	}
+	page := out.String()
+	for _, want := range []string{
+		"`go run ./test/bench -page docs/bench.md`",
+		"| CPU | Test CPU / 2 GHz |",
+		"| load average during the run (min / mean / max) | 0.5 / 1.2 / 3.0 on 2 cores |",
+		"| figure | value | reference (same run) | ratio | target | result |\n|---|---|---|---|---|---|\n",
+		"| share | 565 | RSA bound 852 msg/s | 66% | ≥ 70% | FAIL |",
+		"| profile | 1.14 | RSA share | 1.14 | ≤ 1.15 | pass |",
+		"1 of 2 figures with a target met it.",
+	} {
+		if !strings.Contains(page, want) {
+			t.Errorf("page lacks %q:\n%s", want, page)
+		}
+	}
+}
