@@ -63,7 +63,7 @@ failover-report:
 chaos:
 	@scripts/deps.sh
 	@scripts/controlplane-build.sh
-	$(GO) run ./test/chaos/cmd/chaos $(CHAOS_FLAGS)
+	$(GO) run ./test/chaos/cmd/chaos -page docs/chaos.md $(CHAOS_FLAGS)
 
 vet:
 	$(GO) vet ./...

@@ -77,6 +77,7 @@ import (
 	"github.com/edihub/edihub/internal/receiver"
 	"github.com/edihub/edihub/internal/spool"
 	"github.com/edihub/edihub/internal/testenv/pgserver"
+	"github.com/edihub/edihub/test/machine"
 )
 
 const (
@@ -231,10 +232,10 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		return sendChild(ctx, o, o.sendTo)
 	}
 	o.sum = &summary{}
-	m := describeMachine(ctx)
-	load := sampleLoad(5 * time.Second)
+	m := machine.Describe(ctx)
+	load := machine.SampleLoad(5 * time.Second)
 	err := sections(ctx, out, o)
-	m.LoadMin, m.LoadMean, m.LoadMax = load.finish()
+	m.LoadMin, m.LoadMean, m.LoadMax = load.Finish()
 	m.Took = time.Since(m.Started)
 	if err != nil {
 		return err

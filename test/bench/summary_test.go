@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"strings"
 	"testing"
+
+	"github.com/edihub/edihub/test/machine"
 )
 
 // The table counts only the figures with a target, prints a ratio as a
@@ -53,7 +55,7 @@ func TestSummaryWritePage(t *testing.T) {
 	s := &summary{}
 	s.add(ratioAtLeast("share", "565", "RSA bound 852 msg/s", 0.663, 0.70, true))
 	s.add(ratioAtMost("profile", "1.14", "RSA share", 1.14, 1.15))
-	m := machine{CPU: "Test CPU | 2 GHz", Cores: 2, MemoryGiB: 24, Go: "go1.26", LoadMin: 0.5, LoadMean: 1.25, LoadMax: 3}
+	m := machine.Machine{CPU: "Test CPU | 2 GHz", Cores: 2, MemoryGiB: 24, Go: "go1.26", LoadMin: 0.5, LoadMean: 1.25, LoadMax: 3}
 	var out bytes.Buffer
 	if err := s.writePage(&out, m, "go run ./test/bench -page docs/bench.md"); err != nil {
 		t.Fatal(err)
