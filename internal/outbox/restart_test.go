@@ -110,8 +110,8 @@ func (p *restartPartner) requests() ([]restartRequest, []byte) {
 // POST: with as2_restart: true the retry asks HEAD and sends only the
 // rest (Content-Range), or the whole body when the partner holds nothing,
 // reports every byte held (there is no rest to send: an empty range is
-// never posted) or refuses the resume; without it, the retry sends the whole body, no
-// ETag and no HEAD. In every case the partner ends with exactly the
+// never posted) or refuses the resume; without it, the retry sends the
+// whole body, no ETag and no HEAD. In every case the partner ends with exactly the
 // body frozen in the outbox.
 func TestSendWithRestart(t *testing.T) {
 	const cut = 3 << 20
