@@ -412,3 +412,39 @@ func BenchmarkParse(b *testing.B) {
 		}
 	}
 }
+
+// TestParseISADelimiters: the repetition separator is ISA11 from version
+// 00402 on, the first version with one; before it ISA11 is the standards
+// identifier (U) and no byte there is a repetition separator. An ISA whose
+// element and component separators are the same byte cannot be read
+// (a composite would split into elements) and is refused.
+func TestParseISADelimiters(t *testing.T) {
+	isa := func(isa11, version, isa16 string) string {
+		return "ISA*00*          *00*          *ZZ*A              *ZZ*B              *260101*1200*" + isa11 + "*" + version + "*000000001*0*P*" + isa16 + "~" +
+			"GS*PO*A*B*20260101*1200*1*X*004010~ST*850*0001~BEG*00~SE*3*0001~GE*1*1~IEA*1*000000001~"
+	}
+	tests := []struct {
+		name string
+		give string
+		want edi.Delimiters
+	}{
+		{"00401 standards identifier", isa("U", "00401", ">"), edi.Delimiters{Element: '*', Component: '>', Segment: '~'}},
+		{"00401 punctuation in ISA11", isa("^", "00401", ">"), edi.Delimiters{Element: '*', Component: '>', Segment: '~'}},
+		{"00402 repetition separator", isa("^", "00402", ">"), edi.Delimiters{Element: '*', Component: '>', Segment: '~', Repetition: '^'}},
+		{"00501 repetition separator", isa("!", "00501", ":"), edi.Delimiters{Element: '*', Component: ':', Segment: '~', Repetition: '!'}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			doc := mustParse(t, []byte(tt.give))
+			if got := doc.Interchanges[0].Delimiters; got != tt.want {
+				t.Errorf("Parse(%q).Delimiters = %+v, want %+v", tt.give, got, tt.want)
+			}
+		})
+	}
+
+	same := isa("^", "00501", "*")
+	var se *edi.SyntaxError
+	if _, err := edi.Parse(strings.NewReader(same), edi.Limits{}); !errors.As(err, &se) {
+		t.Errorf("Parse(%q) error = %v, want a SyntaxError: the component separator is the element separator", same, err)
+	}
+}

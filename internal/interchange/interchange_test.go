@@ -281,3 +281,81 @@ func TestWatcher(t *testing.T) {
 		t.Errorf("Run with a stale fence = %v, want ErrStaleFence", err)
 	}
 }
+
+// TestTrackerTA1NotAcknowledged: an interchange without groups (a TA1
+// only: an interchange acknowledgement) is never answered with a 997 or
+// 999, even when the profile asks for acknowledgements.
+func TestTrackerTA1NotAcknowledged(t *testing.T) {
+	const ta1 = "ISA*00*          *00*          *ZZ*ACME           *ZZ*EDIHUB         *261202*0406*U*00401*000000124*0*P*>~" +
+		"TA1*000000777*261202*0405*A*000~IEA*0*000000124~"
+	for _, kind := range []string{"997", "999"} {
+		st, a := &fakeStore{}, &fakeAcker{}
+		tr := newTracker(t, st, a, prometheus.NewRegistry())
+		p := partner(config.EDISettings{Acks: true, X12Ack: kind})
+		in := tr.Inspect(context.Background(), p, strings.NewReader(ta1))
+		if in.Save == nil || len(in.Save.Reports) != 1 || in.Save.Reports[0].Kind != "TA1" {
+			t.Fatalf("%s: Inspect.Save = %+v, want the TA1 reported", kind, in.Save)
+		}
+		docs := save(t, in)
+		tr.Received(p, 1, in)
+		if len(docs) != 0 || a.notified != 0 {
+			t.Errorf("%s: acknowledgements queued for a TA1 = %q (dispatcher woken %d times), want none", kind, docs, a.notified)
+		}
+	}
+}
+
+// stuckStore is a WatchStore whose overdue interchanges can never be
+// flagged (acknowledged between the read and the write, or flagged by
+// another term): every read returns the same full batch and every flag
+// flags none. It reports each call on calls.
+type stuckStore struct {
+	due   []postgres.DueAck
+	calls chan string
+}
+
+func (s *stuckStore) OverdueAcks(ctx context.Context, _ int) ([]postgres.DueAck, error) {
+	select {
+	case s.calls <- "read":
+		return s.due, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+func (s *stuckStore) FlagOverdueAcks(context.Context, postgres.Fence, []int64) ([]postgres.DueAck, error) {
+	return nil, nil
+}
+
+func (s *stuckStore) OverdueAckCounts(ctx context.Context) (map[string]int, error) {
+	select {
+	case s.calls <- "count":
+		return nil, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// TestWatcherEndsStepOnBatchFlaggingNothing: a full batch of which
+// nothing gets flagged ends the step (the same batch would be read
+// again, forever): the step reads once, then sets the gauge.
+func TestWatcherEndsStepOnBatchFlaggingNothing(t *testing.T) {
+	st := &stuckStore{due: []postgres.DueAck{{Interchange: 1, Partner: "ACME"}, {Interchange: 2, Partner: "ACME"}}, calls: make(chan string)}
+	w, err := interchange.NewWatcher(interchange.WatcherOptions{Store: st, Logger: zap.NewNop(), Registerer: prometheus.NewRegistry(), Interval: time.Hour, Batch: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(leader.WithFence(context.Background(), postgres.Fence{Lease: "l", Token: 1}))
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	var got []string
+	for len(got) < 2 {
+		got = append(got, <-st.calls)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("Run = %v, want nil when the term ends", err)
+	}
+	if want := []string{"read", "count"}; !cmp.Equal(got, want) {
+		t.Errorf("store calls of the first step = %v, want %v: a batch that flags nothing ends the step", got, want)
+	}
+}

@@ -26,19 +26,21 @@ import (
 
 // restartPartner is a fake AS2 partner that implements the receiving
 // side of AS2 restart: it breaks the first POST off after cut bytes,
-// keeping them, answers HEAD with headLength (the bytes kept when
-// negative) and a resume with resumeStatus (0: it appends and answers
-// 200). It records every request.
+// keeping them, answers HEAD with headLength (-1: the bytes kept; -2:
+// the first POST's whole Content-Length, as if it held every byte) and a
+// resume with resumeStatus (0: it appends and answers 200). It records
+// every request.
 type restartPartner struct {
 	*httptest.Server
 	cut          int
 	headLength   int
 	resumeStatus int
 
-	mu   sync.Mutex
-	held []byte
-	got  []byte // the message it assembled, once complete
-	reqs []restartRequest
+	mu    sync.Mutex
+	held  []byte
+	total int64  // the first POST's Content-Length
+	got   []byte // the message it assembled, once complete
+	reqs  []restartRequest
 }
 
 type restartRequest struct {
@@ -62,13 +64,17 @@ func (p *restartPartner) serve(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case r.Method == http.MethodHead:
 		p.reqs = append(p.reqs, rr)
-		n := p.headLength
-		if n < 0 {
-			n = len(p.held)
+		n := int64(p.headLength)
+		switch n {
+		case -1:
+			n = int64(len(p.held))
+		case -2:
+			n = p.total
 		}
 		w.Header().Set("Content-Length", fmt.Sprint(n))
 		w.WriteHeader(http.StatusOK)
 	case first && p.cut > 0:
+		p.total = r.ContentLength
 		buf := make([]byte, p.cut)
 		rr.n, _ = io.ReadFull(r.Body, buf)
 		p.held = buf[:rr.n]
@@ -102,21 +108,23 @@ func (p *restartPartner) requests() ([]restartRequest, []byte) {
 // TestSendWithRestart sends a message larger than the restart threshold
 // to partners whose line breaks after the first 3 MiB of the first
 // POST: with as2_restart: true the retry asks HEAD and sends only the
-// rest (Content-Range), or the whole body when the partner holds nothing
-// or refuses the resume; without it, the retry sends the whole body, no
-// ETag and no HEAD. In every case the partner ends with exactly the
+// rest (Content-Range), or the whole body when the partner holds nothing,
+// reports every byte held (there is no rest to send: an empty range is
+// never posted) or refuses the resume; without it, the retry sends the
+// whole body, no ETag and no HEAD. In every case the partner ends with exactly the
 // body frozen in the outbox.
 func TestSendWithRestart(t *testing.T) {
 	const cut = 3 << 20
 	tests := []struct {
 		name         string
 		restart      bool
-		headLength   int // -1: what it holds
+		headLength   int // -1: what it holds; -2: every byte
 		resumeStatus int
 		want         []string // method and Content-Range of each request
 	}{
 		{"resumed", true, -1, 0, []string{"POST", "HEAD", fmt.Sprintf("POST bytes %d-", cut)}},
 		{"partner holds nothing", true, 0, 0, []string{"POST", "HEAD", "POST"}},
+		{"partner holds every byte", true, -2, 0, []string{"POST", "HEAD", "POST"}},
 		{"resume refused", true, -1, http.StatusRequestedRangeNotSatisfiable, []string{"POST", "HEAD", fmt.Sprintf("POST bytes %d-", cut), "POST"}},
 		{"profile without restart", false, -1, 0, []string{"POST", "POST"}},
 	}

@@ -308,6 +308,58 @@ func TestDuplicateInterchanges(t *testing.T) {
 	}
 }
 
+// TestDuplicateInterchangeWindowEnds: the same interchange received again
+// after the window is no duplicate, neither when looked for nor when
+// recorded; it is the first of its window, and a copy of it within the
+// window is its duplicate.
+func TestDuplicateInterchangeWindowEnds(t *testing.T) {
+	ctx := context.Background()
+	url := pgtest.URL(t)
+	st, err := postgres.Open(ctx, url, postgres.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	conn := pgtest.Conn(t, url)
+	doc := parseEDI(t, x12PO)
+	ids := receiveN(t, st, 3)
+	rec := postgres.EDIRecord{Partner: "ACME", Direction: "inbound", Doc: doc, DuplicateWindow: time.Hour}
+	if dups, err := st.RecordInterchanges(ctx, ids[0], rec); err != nil || len(dups) != 0 {
+		t.Fatalf("RecordInterchanges(first) = %v, %v; want no duplicate", dups, err)
+	}
+	// The first copy was received 61 minutes ago (the window is the
+	// database's clock).
+	if _, err := conn.Exec(ctx, `UPDATE message_interchanges SET created_at = now() - interval '61 minutes' WHERE message_id = $1`, ids[0]); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		window time.Duration
+		want   int
+	}{
+		{time.Hour, 0},
+		{2 * time.Hour, 1},
+	}
+	for _, tt := range tests {
+		if dups, err := st.FindDuplicateInterchanges(ctx, "ACME", doc, tt.window); err != nil || len(dups) != tt.want {
+			t.Errorf("FindDuplicateInterchanges(window %v, first copy 61 minutes old) = %+v, %v; want %d", tt.window, dups, err, tt.want)
+		}
+	}
+	if dups, err := st.RecordInterchanges(ctx, ids[1], rec); err != nil || len(dups) != 0 {
+		t.Fatalf("RecordInterchanges(after the window) = %+v, %v; want no duplicate", dups, err)
+	}
+	if got, _ := st.Interchanges(ctx, ids[1]); len(got) != 1 || got[0].DuplicateOf != nil {
+		t.Errorf("Interchanges(after the window) = %+v, want one, no duplicate", got)
+	}
+	dups, err := st.RecordInterchanges(ctx, ids[2], rec)
+	if err != nil || len(dups) != 1 || dups[0].First != ids[1] {
+		t.Errorf("RecordInterchanges(within the window of the second) = %+v, %v; want a duplicate of %d", dups, err, ids[1])
+	}
+	var n int
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM interchange_duplicates`).Scan(&n); err != nil || n != 1 {
+		t.Errorf("interchange_duplicates: %d rows, %v; want 1 (the third copy)", n, err)
+	}
+}
+
 func receiveN(t *testing.T, st *postgres.Store, n int) []int64 {
 	t.Helper()
 	var ids []int64

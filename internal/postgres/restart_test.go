@@ -39,6 +39,44 @@ func TestBeginRestartLimitsConcurrent(t *testing.T) {
 	}
 }
 
+// TestBeginRestartLimits: a new transfer is counted with the bytes open:
+// with 200 of a limit of 300 open, 200 more are refused and 100 more
+// taken, per partner and in all; another partner's bytes count in all
+// only, and the transfer replaced (same partner and ETag) not at all.
+func TestBeginRestartLimits(t *testing.T) {
+	tests := []struct {
+		name    string
+		lim     postgres.RestartLimits
+		open    map[string]int64 // partner: bytes of a transfer open before
+		partner string
+		etag    string
+		give    int64
+		wantErr error
+	}{
+		{"partner: 200 more of 300", postgres.RestartLimits{PartnerBytes: 300}, map[string]int64{"P": 200}, "P", "new", 200, postgres.ErrRestartFull},
+		{"partner: 100 more of 300", postgres.RestartLimits{PartnerBytes: 300}, map[string]int64{"P": 200}, "P", "new", 100, nil},
+		{"partner: another's bytes", postgres.RestartLimits{PartnerBytes: 300}, map[string]int64{"Q": 200}, "P", "new", 200, nil},
+		{"partner: the one replaced", postgres.RestartLimits{PartnerBytes: 300}, map[string]int64{"P": 200}, "P", "open-P", 300, nil},
+		{"in all: 200 more of 300", postgres.RestartLimits{TotalBytes: 300}, map[string]int64{"Q": 200}, "P", "new", 200, postgres.ErrRestartFull},
+		{"in all: 100 more of 300", postgres.RestartLimits{TotalBytes: 300}, map[string]int64{"Q": 200}, "P", "new", 100, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx := context.Background()
+			st := pgtest.Store(t)
+			for p, n := range tt.open {
+				if _, err := st.BeginRestart(ctx, p, "open-"+p, []byte(`{}`), n, postgres.RestartLimits{}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			_, err := st.BeginRestart(ctx, tt.partner, tt.etag, []byte(`{}`), tt.give, tt.lim)
+			if !errors.Is(err, tt.wantErr) {
+				t.Errorf("BeginRestart(%d bytes, %v open, limits %+v) = %v, want %v", tt.give, tt.open, tt.lim, err, tt.wantErr)
+			}
+		})
+	}
+}
+
 // TestRestartTransferLifecycle: a transfer is appended to from the
 // offset it holds only, read back in order, replaced by a new begin of
 // the same partner and ETag (its bytes gone with it), and deleted.

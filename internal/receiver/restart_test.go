@@ -221,10 +221,11 @@ func TestRestartResume(t *testing.T) {
 }
 
 // TestRestartRefusesWrongResume: a resume that does not start at the
-// bytes held (before or after), that changes the transfer's length, or
-// that names a transfer not held is refused and changes nothing; the
-// right one then completes the message. A stale append (a writer that
-// lost the race) stores nothing.
+// bytes held (before or after), that does not run to the end of the
+// transfer, that names another length than the transfer began with
+// (longer or shorter), or that names a transfer not held is refused and
+// changes nothing; the right one then completes the message. A stale
+// append (a writer that lost the race) stores nothing.
 func TestRestartRefusesWrongResume(t *testing.T) {
 	e := newEnv(t, envOptions{spool: true, restart: true})
 	const id, etag = "<wrong-offset@x>", "t-wrong"
@@ -237,19 +238,19 @@ func TestRestartRefusesWrongResume(t *testing.T) {
 		name       string
 		etag       string
 		from       int
+		end        int // the range sent ends before byte end
 		total      int
 		wantStatus int
 	}{
-		{"before the bytes held", etag, cut - 1, total, http.StatusRequestedRangeNotSatisfiable},
-		{"after the bytes held", etag, cut + 1, total, http.StatusRequestedRangeNotSatisfiable},
-		{"another length", etag, cut, total + 1, http.StatusPreconditionFailed},
-		{"unknown transfer", "t-unknown", cut, total, http.StatusPreconditionFailed},
+		{"before the bytes held", etag, cut - 1, total, total, http.StatusRequestedRangeNotSatisfiable},
+		{"after the bytes held", etag, cut + 1, total, total, http.StatusRequestedRangeNotSatisfiable},
+		{"not to the end", etag, cut, total - 1, total, http.StatusBadRequest},
+		{"a longer length", etag, cut, total + 1, total + 1, http.StatusPreconditionFailed},
+		{"a shorter length", etag, cut, total - 1, total - 1, http.StatusPreconditionFailed},
+		{"unknown transfer", "t-unknown", cut, total, total, http.StatusPreconditionFailed},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			body := m.body
-			if tt.total > total {
-				body = append(bytes.Clone(m.body), 'x')
-			}
+			body := append(bytes.Clone(m.body), 'x')[:tt.end]
 			r := resume(t, e.url, m.header, tt.etag, body, tt.from, tt.total)
 			wantStatus(t, r.status, tt.wantStatus)
 			if tt.wantStatus == http.StatusRequestedRangeNotSatisfiable {
