@@ -157,6 +157,9 @@ func TestPartnerSecretsOverTheAPI(t *testing.T) {
 	if m := a.send(t, peer, []byte("UNA:+.? 'UNB+UNOC:3+A+B'\n"), "application/EDIFACT", "one.edi", "sent", "delivered", "failed"); m.Status == "failed" {
 		t.Fatalf("send before the password: %+v", m)
 	}
+	if seen := partner.headers(); len(seen) != 1 || seen[0] != "" {
+		t.Errorf("while every password_file was refused, the partner was sent Authorization %q, want none", seen)
+	}
 	var ok struct {
 		Version int64 `json:"version"`
 	}
