@@ -52,7 +52,7 @@ func (c *partnerCLI) open(ctx context.Context) (*partners.Service, *postgres.Sto
 	if err := c.db.check(); err != nil {
 		return nil, nil, err
 	}
-	base, err := config.Load(c.db.configPath, config.Options{Now: time.Now})
+	base, err := config.Load(c.db.configPath, config.Options{Now: time.Now, SecretsDir: c.db.secretsDir})
 	if err != nil {
 		return nil, nil, err
 	}

@@ -276,12 +276,14 @@ func TestPartnersUpgradeKeepsEverything(t *testing.T) {
 		}
 	}
 	db := pgtest.URL(t)
-	getenv := env("EDIHUB_DATABASE_URL", db, "EDIHUB_CONFIG", cfgPath)
+	// The secrets (globex.pw, station.key, partner.crt) are names in the
+	// secrets directory: the station's directory here.
+	getenv := env("EDIHUB_DATABASE_URL", db, "EDIHUB_CONFIG", cfgPath, "EDIHUB_SECRETS_DIR", dir)
 	if out, _, err := runCmd(t, getenv, "partners", "apply", "-f", cfgPath); err != nil {
 		t.Fatalf("partners apply -f edihub.yaml = %v\n%s", err, out)
 	}
 
-	file, err := config.Load(cfgPath, config.Options{})
+	file, err := config.Load(cfgPath, config.Options{SecretsDir: dir})
 	if err != nil {
 		t.Fatal(err)
 	}

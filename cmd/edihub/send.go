@@ -99,11 +99,30 @@ func printJSON(w io.Writer, v any) error {
 
 // stationDB is what the one-shot subcommands working on a station's
 // database (send, report) open: the database and the station's file.
-type stationDB struct{ url, configPath string }
+type stationDB struct{ url, configPath, secretsDir string }
 
 func (d *stationDB) flags(fs *flagSet) {
 	fs.String(&d.url, "database-url", "", "PostgreSQL connection URL, e.g. postgres://edihub:secret@db:5432/edihub?sslmode=verify-full")
 	fs.String(&d.configPath, "config", "", "path of the station and partner YAML file (see docs/configuration.md)")
+	secretsDirFlag(fs, &d.secretsDir)
+}
+
+// secretsDirFlag defines -secrets-dir, the directory of the partner
+// secrets (config.Options.SecretsDir).
+func secretsDirFlag(fs *flagSet, p *string) {
+	fs.String(p, "secrets-dir", "", "directory of the partner secrets (a mounted Kubernetes Secret whose keys are files): a stored partner names its HTTP password (auth.password_file) and TLS client certificate and key (tls.cert_file, tls.key_file) by a file name in it, never by a path; empty: partners may name no secrets (see docs/partners.md)")
+}
+
+// checkSecretsDir says what is wrong with a secrets directory that is set
+// but is no directory.
+func checkSecretsDir(dir string) error {
+	if dir == "" {
+		return nil
+	}
+	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+		return fmt.Errorf("EDIHUB_SECRETS_DIR (-secrets-dir) %q is not a directory: set it to the directory the partner secrets are mounted in, or leave it empty when no partner names a secret", dir)
+	}
+	return nil
 }
 
 // check says which setting is missing, and how to set it.
@@ -114,13 +133,13 @@ func (d stationDB) check() error {
 	if d.configPath == "" {
 		return errors.New("no station configuration: set EDIHUB_CONFIG (or -config) to the path of the station and partner YAML file")
 	}
-	return nil
+	return checkSecretsDir(d.secretsDir)
 }
 
 // open loads the station's file and opens its database (close it); the
 // partners are those stored in the database (see partners.Snapshot).
 func (d stationDB) open(ctx context.Context) (*config.File, *postgres.Store, error) {
-	cfg, err := config.Load(d.configPath, config.Options{Now: time.Now})
+	cfg, err := config.Load(d.configPath, config.Options{Now: time.Now, SecretsDir: d.secretsDir})
 	if err != nil {
 		return nil, nil, err
 	}

@@ -34,6 +34,7 @@ type serveOptions struct {
 	log          logOptions
 	databaseURL  string
 	configPath   string
+	secretsDir   string
 	httpAddr     string
 	apiAddr      string
 	opsAddr      string
@@ -79,6 +80,7 @@ func serveFlags(fs *flagSet) func(context.Context, *environment) error {
 	o.log.flags(fs)
 	fs.String(&o.databaseURL, "database-url", "", "PostgreSQL connection URL, e.g. postgres://edihub:secret@db:5432/edihub?sslmode=verify-full")
 	fs.String(&o.configPath, "config", "", "path of the station and partner YAML file (see docs/configuration.md)")
+	secretsDirFlag(fs, &o.secretsDir)
 	fs.String(&o.httpAddr, "http-addr", ":8080", "address of the AS2 and API listener")
 	fs.String(&o.apiAddr, "api-addr", "", "address of a separate REST API listener, so partners reach only /as2 on the AS2 listener; empty: the API is served on the AS2 listener")
 	fs.String(&o.opsAddr, "ops-addr", ":9090", "address of the ops listener (/metrics, /healthz, /readyz, /leader)")
@@ -115,6 +117,9 @@ func (o serveOptions) validate() error {
 	}
 	if o.configPath == "" {
 		return errors.New("no station configuration: set EDIHUB_CONFIG (or -config) to the path of the station and partner YAML file")
+	}
+	if err := checkSecretsDir(o.secretsDir); err != nil {
+		return err
 	}
 	if o.maxBodyBytes <= 0 {
 		return fmt.Errorf("EDIHUB_MAX_BODY_BYTES (-max-body-bytes) must be positive, got %d", o.maxBodyBytes)
@@ -238,7 +243,7 @@ func serve(ctx context.Context, env *environment, o serveOptions) error {
 
 	// The file is checked before the database is opened: a mistake in it
 	// is reported first.
-	base, err := config.Load(o.configPath, config.Options{Now: time.Now})
+	base, err := config.Load(o.configPath, config.Options{Now: time.Now, SecretsDir: o.secretsDir})
 	if err != nil {
 		return err
 	}
@@ -264,7 +269,7 @@ func serve(ctx context.Context, env *environment, o serveOptions) error {
 		log.Info("report mail not configured (EDIHUB_SMTP_URL is empty): the leader stores each day's report, mails none")
 	}
 	reg := newRegistry(store)
-	live, err := partners.NewLive(ctx, partners.LiveOptions{Store: store, Path: o.configPath, Base: base, Logger: log, Registerer: reg, Identity: identity})
+	live, err := partners.NewLive(ctx, partners.LiveOptions{Store: store, Path: o.configPath, Base: base, SecretsDir: o.secretsDir, Logger: log, Registerer: reg, Identity: identity})
 	if err != nil {
 		return err
 	}

@@ -122,6 +122,13 @@ type Options struct {
 	// Now returns the time certificates are checked against; nil means
 	// time.Now.
 	Now func() time.Time
+	// SecretsDir is the one directory partner secrets are read from when
+	// a profile goes to or comes from the database (see ParsePartnerDoc,
+	// BuildPartner): a secret is named there by a plain file name, never
+	// by a path. Empty: such profiles may name no secrets. The file's
+	// own partners list keeps paths relative to the file for its own
+	// checks; importing it (File.Specs) takes names only.
+	SecretsDir string
 }
 
 // Station is this edihub installation's own AS2 identity.
@@ -375,9 +382,11 @@ type File struct {
 
 	index map[string]int
 	files []string
-	// dir resolves relative secret paths of partners stored in the
-	// database: the file's directory, where the replicas mount them.
+	// dir resolves the relative paths of the file.
 	dir string
+	// secretsDir holds the secrets that partners stored in the database
+	// name (Options.SecretsDir).
+	secretsDir string
 }
 
 // Partner returns the partner whose AS2 ID is exactly as2ID (case-sensitive,
@@ -459,7 +468,10 @@ func Parse(data []byte, dir, name string, opts Options) (*File, error) {
 	if opts.Now != nil {
 		now = opts.Now
 	}
-	p := &parser{name: name, dir: dir, secretDir: dir, now: now()}
+	// The file's own partners keep naming their secrets by paths
+	// relative to the file: they are served only once imported, and the
+	// import (Specs) takes names in the secrets directory alone.
+	p := &parser{name: name, dir: dir, secretsDir: opts.SecretsDir, now: now()}
 	if len(data) > maxFileSize {
 		return nil, p.fail("", fmt.Sprintf("the file is larger than %d MiB", maxFileSize>>20), "point EDIHUB_CONFIG at the edihub station and partner file")
 	}
@@ -473,14 +485,20 @@ func Parse(data []byte, dir, name string, opts Options) (*File, error) {
 // parser carries what validation needs to phrase errors and warnings.
 type parser struct {
 	name string
-	// dir resolves relative paths of public files (certificates, CA
-	// bundles); secretDir those of secrets (passwords, TLS client keys),
-	// which stay files on each replica: the configuration file's
-	// directory. Both are dir in a configuration file.
-	dir, secretDir string
-	// secretsOptional turns a missing secret file into a warning: a
+	// dir resolves relative paths: of every file in a configuration
+	// file, of public files (certificates, CA bundles) in a partners
+	// document.
+	dir string
+	// secretRefs makes secrets (passwords, TLS client certificates and
+	// keys) names in secretsDir instead of paths: in every profile that
+	// goes to or comes from the database, whoever wrote it.
+	secretRefs bool
+	// secretsDir is the secrets directory (Options.SecretsDir); it is
+	// also the File's, for the profiles built from it later.
+	secretsDir string
+	// secretsOptional turns a secret missing here into a warning: a
 	// partners document checked away from the replicas (edihub partners
-	// apply) may name files that only the replicas have.
+	// apply) may name secrets that only the replicas have.
 	secretsOptional bool
 	// inlineOnly refuses public files given as paths (see
 	// PartnerDocOptions.InlineOnly).
@@ -518,7 +536,7 @@ func (p *parser) build(raw *rawFile) (*File, error) {
 	if err != nil {
 		return nil, err
 	}
-	f := &File{Path: p.name, Station: sts[0], Stations: sts, index: make(map[string]int, len(raw.Partners)), dir: p.dir}
+	f := &File{Path: p.name, Station: sts[0], Stations: sts, index: make(map[string]int, len(raw.Partners)), dir: p.dir, secretsDir: p.secretsDir}
 	if len(raw.Partners) == 0 {
 		p.warn("partners", "no partners configured; edihub can neither send nor accept messages")
 	}
@@ -1111,24 +1129,109 @@ func (p *parser) readPublic(field, ref, what string) ([]byte, error) {
 	return p.readRef(field, ref, what)
 }
 
-// readSecret reads a secret's file, resolved against secretDir: secrets
-// are never written inline (they stay out of the database). With
-// secretsOptional a missing file is a warning and nil, nil.
+// readSecret reads a secret (field names it, what says what it holds).
+// Secrets are never written inline: they stay out of the database. In a
+// configuration file's own partners a secret is a path, relative to the
+// file; in a profile for the database it is a name in the secrets
+// directory (see readSecretRef).
 func (p *parser) readSecret(field, ref, what string) ([]byte, error) {
 	if IsInlinePEM(ref) {
-		return nil, p.fail(field, "holds the key or certificate itself, not a path",
-			"keep secrets in files (a Kubernetes Secret mounted on every replica) and write the file's path here")
+		return nil, p.fail(field, "holds the key or certificate itself, not a reference",
+			"keep secrets in files (a Kubernetes Secret mounted on every replica) and name the file here")
 	}
-	q := *p
-	q.dir = p.secretDir
-	data, err := q.readRef(field, ref, what)
-	p.files = q.files // the secret's path is one of the files read
-	var e *Error
-	if err != nil && p.secretsOptional && errors.As(err, &e) && errors.Is(e.Err, fs.ErrNotExist) {
-		p.warn(field, "%s is not on this machine; each replica reads it from %s", ref, q.resolve(ref))
-		return nil, nil
+	if p.secretRefs {
+		return p.readSecretRef(field, ref, what)
 	}
-	return data, err
+	return p.readRef(field, ref, what)
+}
+
+// secretsSetting names the setting of the secrets directory in messages.
+const secretsSetting = "EDIHUB_SECRETS_DIR (-secrets-dir)"
+
+// readSecretRef reads the secret ref names in the secrets directory. The
+// name is a plain file name; the file is opened through an os.Root, so
+// neither the name nor a symbolic link in the directory leads out of it.
+// Whatever the operating system says about a file that cannot be read,
+// the message is the same and names nothing but ref: who writes a profile
+// learns nothing about the replica's files. With secretsOptional a secret
+// that cannot be read here is a warning and nil, nil.
+func (p *parser) readSecretRef(field, ref, what string) ([]byte, error) {
+	if ref == "" {
+		return nil, p.fail(field, "missing", "set it to the name of "+what+" in the secrets directory, "+secretsSetting)
+	}
+	if !secretName(ref) {
+		return nil, p.fail(field, fmt.Sprintf("secret reference %q: not a name in the secrets directory", ref),
+			"write the name of a file in the secrets directory ("+secretsSetting+", a mounted Kubernetes Secret whose keys are files), like acme-password: letters, digits, '-', '_' and '.', no path; to convert a path, copy the file into the secrets directory and name it here")
+	}
+	if p.secretsDir == "" {
+		if p.secretsOptional {
+			p.warn(field, "secret reference %q: no secrets directory here to check it in; each replica reads it from its own, %s", ref, secretsSetting)
+			return nil, nil
+		}
+		return nil, p.fail(field, fmt.Sprintf("secret reference %q: no secrets directory is configured", ref),
+			"set "+secretsSetting+" on every replica to the directory the partner secrets are mounted in (a Kubernetes Secret whose keys are files) and put "+ref+" there; or remove the secret from the profile")
+	}
+	p.files = append(p.files, filepath.Join(p.secretsDir, ref))
+	data, err := readInRoot(p.secretsDir, ref)
+	if err != nil {
+		if p.secretsOptional {
+			p.warn(field, "secret reference %q: not found in the secrets directory here; each replica reads it from its own, %s", ref, secretsSetting)
+			return nil, nil
+		}
+		return nil, p.fail(field, fmt.Sprintf("secret reference %q: not found in the secrets directory", ref),
+			"put a file named "+ref+" (a key of the mounted Secret), readable by edihub, in the secrets directory of every replica ("+secretsSetting+"), or correct the name")
+	}
+	return data, nil
+}
+
+// secretName reports whether ref is a plain name of a file in the secrets
+// directory: the characters of a Kubernetes Secret's keys, not "." or
+// "..", and not the "..data" kind of entry Kubernetes keeps beside the
+// keys.
+func secretName(ref string) bool {
+	if ref == "" || len(ref) > 253 || strings.HasPrefix(ref, "..") || ref == "." {
+		return false
+	}
+	for _, c := range ref {
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9', c == '-', c == '_', c == '.':
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// readInRoot reads at most maxFileSize bytes of the regular file name in
+// dir, opened through an os.Root: a name or a symbolic link that leads out
+// of dir is an error, as is anything but a regular file (opening a FIFO
+// would block).
+func readInRoot(dir, name string) ([]byte, error) {
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer root.Close()
+	fi, err := root.Stat(name)
+	if err != nil {
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, &fs.PathError{Op: "read", Path: name, Err: errNotRegular}
+	}
+	f, err := root.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, maxFileSize+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(data) > maxFileSize {
+		return nil, &fs.PathError{Op: "read", Path: name, Err: errTooLarge}
+	}
+	return data, nil
 }
 
 // refName is how messages name a reference: its path, or "the inline
@@ -1138,18 +1241,6 @@ func refName(ref string) string {
 		return "the inline PEM"
 	}
 	return ref
-}
-
-// resolve is ref as an absolute path, relative ones against p.dir.
-func (p *parser) resolve(ref string) string {
-	path := ref
-	if !filepath.IsAbs(path) {
-		path = filepath.Join(p.dir, ref)
-	}
-	if abs, err := filepath.Abs(path); err == nil {
-		return abs
-	}
-	return path
 }
 
 // readRef reads the file a key names, resolving a relative path against the

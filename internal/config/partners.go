@@ -27,7 +27,8 @@ func (f *File) Current() *File { return f }
 // are stored in: the same keys as an entry of a configuration file's
 // partners list. In a stored spec the partner's certificates and TLS CA
 // bundle are PEM text written inline instead of paths; secrets (the HTTP
-// password, the TLS client key) remain paths on the replicas.
+// password, our TLS client certificate and key) are names of files in
+// each replica's secrets directory (Options.SecretsDir), never paths.
 type PartnerSpec = rawPartner
 
 // PartnerDoc is a validated partners document (see ParsePartnerDoc).
@@ -45,9 +46,10 @@ type PartnerDoc struct {
 type PartnerDocOptions struct {
 	// Now is the time certificates are checked against; nil is time.Now.
 	Now func() time.Time
-	// SecretsOptional makes a secret file (auth.password_file,
-	// tls.cert_file, tls.key_file) that is not on this machine a warning:
-	// the replicas read it from the directory of their configuration file.
+	// SecretsOptional makes a secret (auth.password_file, tls.cert_file,
+	// tls.key_file) that cannot be read here, or no secrets directory
+	// here, a warning: the replicas read it from their own secrets
+	// directory. A secret that is not a name is an error all the same.
 	SecretsOptional bool
 	// InlineOnly refuses certificates and CA bundles given as paths: a
 	// document that came over the network must not make the server read
@@ -60,16 +62,18 @@ type PartnerDocOptions struct {
 // configuration file's partners list, as `partners: [...]`. A whole
 // configuration file is accepted too (its station section is ignored), so
 // that an old file upgrades in one command. Paths of certificates and CA
-// bundles are resolved against dir and their PEM inlined into the specs;
-// secrets are resolved against base's directory, as the replicas resolve
-// them. The first problem is an *Error with the file, line, field and fix
+// bundles are resolved against dir and their PEM inlined into the specs.
+// Secrets are names in base's secrets directory (Options.SecretsDir),
+// read there as the replicas read them: a path, or a name that leads out
+// of the directory, is refused, and with no secrets directory no secret
+// may be named (unless SecretsOptional). The first problem is an *Error with the file, line, field and fix
 // of Load; nothing of a document with an error is returned.
 func ParsePartnerDoc(data []byte, dir, name string, base *File, opts PartnerDocOptions) (*PartnerDoc, error) {
 	now := time.Now
 	if opts.Now != nil {
 		now = opts.Now
 	}
-	p := &parser{name: name, dir: dir, secretDir: base.dir, secretsOptional: opts.SecretsOptional, inlineOnly: opts.InlineOnly, now: now()}
+	p := &parser{name: name, dir: dir, secretRefs: true, secretsDir: base.secretsDir, secretsOptional: opts.SecretsOptional, inlineOnly: opts.InlineOnly, now: now()}
 	if len(data) > maxFileSize {
 		return nil, p.fail("", fmt.Sprintf("the file is larger than %d MiB", maxFileSize>>20), "split the partners over several files")
 	}
@@ -147,10 +151,12 @@ func (p *parser) inline(field string, raw rawPartner) (PartnerSpec, error) {
 
 // BuildPartner makes the profile of a stored spec for base's stations, as
 // a replica serves it: name says where the spec comes from in errors and
-// warnings (like `partner "ACME" version 3`), and secrets are read from
-// base's directory. The checks are those of Load.
+// warnings (like `partner "ACME" version 3`). Its secrets are names read
+// from base's secrets directory and its certificates are PEM text: a
+// stored spec never makes a replica read a path. The checks are those of
+// Load.
 func BuildPartner(base *File, spec PartnerSpec, name string, now time.Time) (Partner, []string, error) {
-	p := &parser{name: name, dir: base.dir, secretDir: base.dir, now: now, profileApplied: true}
+	p := &parser{name: name, dir: base.dir, secretRefs: true, secretsDir: base.secretsDir, inlineOnly: true, now: now, profileApplied: true}
 	pa, err := p.partner("partner", &spec, base.stations())
 	pa.files = p.files
 	return pa, p.warnings, err
@@ -160,7 +166,7 @@ func BuildPartner(base *File, spec PartnerSpec, name string, now time.Time) (Par
 // given) as revision revision of the partner set. The stations and the
 // file's own warnings are f's.
 func (f *File) WithPartners(partners []Partner, revision int64) *File {
-	g := &File{Path: f.Path, Station: f.Station, Stations: f.Stations, Warnings: f.Warnings, dir: f.dir, files: f.files, Revision: revision,
+	g := &File{Path: f.Path, Station: f.Station, Stations: f.Stations, Warnings: f.Warnings, dir: f.dir, secretsDir: f.secretsDir, files: f.files, Revision: revision,
 		Partners: partners, index: make(map[string]int, len(partners))}
 	for i := range partners {
 		g.index[partners[i].AS2ID] = i

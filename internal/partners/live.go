@@ -56,8 +56,12 @@ type LiveOptions struct {
 	// Path is the configuration file: the station, its keys and secrets,
 	// and the partners to import into an empty database.
 	Path string
-	// Base, when set, is the file at Path loaded already.
-	Base       *config.File
+	// Base, when set, is the file at Path loaded already, with
+	// SecretsDir.
+	Base *config.File
+	// SecretsDir is the directory the secrets stored partners name are
+	// read from (config.Options.SecretsDir); empty: none.
+	SecretsDir string
 	Logger     *zap.Logger
 	Registerer prometheus.Registerer
 	// Identity names this replica in partner_replicas.
@@ -162,7 +166,7 @@ func (l *Live) Current() *config.File { return l.cur.Load() }
 // loadFile loads the configuration file and notes the modification times
 // of the files it depends on.
 func (l *Live) loadFile() (*config.File, map[string]fileStamp, error) {
-	f, err := config.Load(l.o.Path, config.Options{Now: l.o.Now})
+	f, err := config.Load(l.o.Path, config.Options{Now: l.o.Now, SecretsDir: l.o.SecretsDir})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -184,6 +188,13 @@ func (l *Live) importFile(ctx context.Context, base *config.File) error {
 	}
 	specs, err := base.Specs(config.PartnerDocOptions{Now: l.o.Now})
 	if err != nil {
+		// A list that cannot be stored (a secret given as a path) stops
+		// the start only when it would be imported.
+		if rev, rerr := l.o.Store.PartnerRevision(ctx); rerr == nil && rev > 0 {
+			l.log.Warn("partners listed in the configuration file are not served and cannot be imported: the database holds the partners",
+				zap.String("path", base.Path), zap.Error(err))
+			return nil
+		}
 		return err
 	}
 	changes := make([]postgres.PartnerChange, 0, len(specs))

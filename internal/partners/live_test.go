@@ -39,7 +39,7 @@ func newLive(t *testing.T, st *postgres.Store, path, identity string, resync, fi
 	log, logs := testLogger(t)
 	reg := prometheus.NewRegistry()
 	l, err := partners.NewLive(context.Background(), partners.LiveOptions{
-		Store: st, Path: path, Logger: log, Registerer: reg, Identity: identity, Resync: resync, FileCheck: fileCheck,
+		Store: st, Path: path, SecretsDir: filepath.Dir(path), Logger: log, Registerer: reg, Identity: identity, Resync: resync, FileCheck: fileCheck,
 	})
 	if err != nil {
 		t.Fatalf("NewLive: %v", err)

@@ -102,10 +102,11 @@ func writeFile(t testing.TB, path string, data []byte) {
 	}
 }
 
-// loadBase loads the configuration file at path.
+// loadBase loads the configuration file at path; its directory is the
+// secrets directory too.
 func loadBase(t testing.TB, path string) *config.File {
 	t.Helper()
-	f, err := config.Load(path, config.Options{})
+	f, err := config.Load(path, config.Options{SecretsDir: filepath.Dir(path)})
 	if err != nil {
 		t.Fatalf("config.Load(%s): %v", path, err)
 	}
