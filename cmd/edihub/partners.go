@@ -90,7 +90,7 @@ func osUser() string {
 
 // fileFlag defines -f, the partners file (not bound to a variable).
 func fileFlag(fs *flagSet, p *string) {
-	fs.FlagSet.StringVar(p, "f", "", "the partners file: a YAML file with a partners: list (a whole edihub.yaml works too; its station is ignored)")
+	fs.ActionString(p, "f", "", "the partners file: a YAML file with a partners: list (a whole edihub.yaml works too; its station is ignored)")
 }
 
 // plan reads path and plans it against the stored partners.
@@ -135,8 +135,8 @@ func partnersApplyFlags(fs *flagSet) func(context.Context, *environment) error {
 	var dryRun, prune bool
 	c.flags(fs)
 	fileFlag(fs, &file)
-	fs.FlagSet.BoolVar(&dryRun, "dry-run", false, "check the file and show what would change, without changing anything")
-	fs.FlagSet.BoolVar(&prune, "prune", false, "also delete the stored partners the file does not list (the file is the whole set)")
+	fs.ActionBool(&dryRun, "dry-run", false, "check the file and show what would change, without changing anything")
+	fs.ActionBool(&prune, "prune", false, "also delete the stored partners the file does not list (the file is the whole set)")
 	return func(ctx context.Context, env *environment) error {
 		return c.with(ctx, func(svc *partners.Service, store *postgres.Store) error {
 			p, err := plan(ctx, svc, file, prune)
@@ -168,7 +168,7 @@ func partnersDiffFlags(fs *flagSet) func(context.Context, *environment) error {
 	var prune bool
 	c.flags(fs)
 	fileFlag(fs, &file)
-	fs.FlagSet.BoolVar(&prune, "prune", false, "also show the stored partners the file does not list as deleted")
+	fs.ActionBool(&prune, "prune", false, "also show the stored partners the file does not list as deleted")
 	return func(ctx context.Context, env *environment) error {
 		return c.with(ctx, func(svc *partners.Service, store *postgres.Store) error {
 			p, err := plan(ctx, svc, file, prune)
@@ -266,7 +266,7 @@ func partnersDeleteFlags(fs *flagSet) func(context.Context, *environment) error 
 	var c partnerCLI
 	var version int64
 	c.flags(fs)
-	fs.FlagSet.Int64Var(&version, "version", postgres.AnyVersion, "the version you read (edihub partners get NAME): the delete is refused when the partner changed since; default: whatever is stored")
+	fs.ActionInt64(&version, "version", postgres.AnyVersion, "the version you read (edihub partners get NAME): the delete is refused when the partner changed since; default: whatever is stored")
 	return func(ctx context.Context, env *environment) error {
 		if len(env.args) != 1 {
 			return errors.New("partners delete: give the partner's AS2 ID")
@@ -286,7 +286,7 @@ func partnersHistoryFlags(fs *flagSet) func(context.Context, *environment) error
 	var c partnerCLI
 	var limit int
 	c.flags(fs)
-	fs.FlagSet.IntVar(&limit, "limit", 50, "how many changes to list, newest first")
+	fs.ActionInt(&limit, "limit", 50, "how many changes to list, newest first")
 	return func(ctx context.Context, env *environment) error {
 		if len(env.args) > 1 {
 			return errors.New("partners history: give one partner's AS2 ID, or none for every partner")
@@ -317,7 +317,7 @@ func partnersRestoreFlags(fs *flagSet) func(context.Context, *environment) error
 	var c partnerCLI
 	var version int64
 	c.flags(fs)
-	fs.FlagSet.Int64Var(&version, "version", 0, "the version to bring back (edihub partners history NAME lists them)")
+	fs.ActionInt64(&version, "version", 0, "the version to bring back (edihub partners history NAME lists them)")
 	return func(ctx context.Context, env *environment) error {
 		if len(env.args) != 1 || version <= 0 {
 			return errors.New("partners restore: give -version N and the partner's AS2 ID: edihub partners restore -version 3 NAME")
@@ -337,7 +337,7 @@ func partnersTestFlags(fs *flagSet) func(context.Context, *environment) error {
 	var c partnerCLI
 	var asJSON bool
 	c.flags(fs)
-	fs.FlagSet.BoolVar(&asJSON, "json", false, "print the report as JSON (the API's answer) instead of text")
+	fs.ActionBool(&asJSON, "json", false, "print the report as JSON (the API's answer) instead of text")
 	return func(ctx context.Context, env *environment) error {
 		if len(env.args) != 1 {
 			return errors.New("partners test: give the partner's AS2 ID: edihub partners test NAME")

@@ -29,9 +29,9 @@ func sendFlags(fs *flagSet) func(context.Context, *environment) error {
 	var db stationDB
 	var partner, contentType, filename string
 	db.flags(fs)
-	fs.String(&partner, "partner", "", "AS2 ID of the partner to send to, exactly as configured (case-sensitive)")
-	fs.String(&contentType, "content-type", "application/octet-stream", "Content-Type of the document, e.g. application/EDI-X12 or application/EDIFACT")
-	fs.String(&filename, "filename", "", "file name sent in Content-Disposition; default: the base name of FILE")
+	fs.ActionString(&partner, "partner", "", "AS2 ID of the partner to send to, exactly as configured (case-sensitive)")
+	fs.ActionString(&contentType, "content-type", "application/octet-stream", "Content-Type of the document, e.g. application/EDI-X12 or application/EDIFACT")
+	fs.ActionString(&filename, "filename", "", "file name sent in Content-Disposition; default: the base name of FILE")
 	return func(ctx context.Context, env *environment) error {
 		if len(env.args) != 1 {
 			return errors.New("send: want exactly one FILE argument after the flags: edihub send -partner ID [-content-type T] [-filename F] FILE")
