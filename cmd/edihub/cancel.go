@@ -45,6 +45,7 @@ func cancelFlags(fs *flagSet) func(context.Context, *environment) error {
 		case err != nil:
 			return fmt.Errorf("cancel: %w", err)
 		}
+		audit(ctx, store, env.stderr, "message.cancel", strconv.FormatInt(id, 10), map[string]any{"partner": m.Partner, "message_id": m.MessageID, "reason": reason})
 		return printJSON(env.stdout, api.MessageView(m, "/api/v1"))
 	}
 }

@@ -73,11 +73,6 @@ func (c *partnerCLI) with(ctx context.Context, fn func(*partners.Service, *postg
 	return fn(svc, store)
 }
 
-// actor names who changes partners or users from the command line, for
-// the history and the audit log: "cli:" and the operating system user and
-// host (osUser).
-func actor() string { return "cli:" + osUser() }
-
 // osUser is the operating system user and host: "root@host".
 func osUser() string {
 	name := "unknown"
@@ -152,9 +147,14 @@ func partnersApplyFlags(fs *flagSet) func(context.Context, *environment) error {
 				fmt.Fprintln(env.stdout, "nothing to apply")
 				return nil
 			}
-			rev, err := svc.Apply(ctx, actor(), p)
+			rev, err := svc.Apply(ctx, cliCaller().Actor(), p)
 			if err != nil {
 				return fmt.Errorf("apply: %w (nothing was applied)", err)
+			}
+			for _, c := range p.Changes {
+				if c.Op != partners.OpUnchanged {
+					audit(ctx, store, env.stderr, "partner."+c.Op, c.AS2ID, map[string]any{"from_version": c.From, "revision": rev, "file": file})
+				}
 			}
 			fmt.Fprintf(env.stdout, "applied %d change(s): partner set revision %d; every replica serves it within seconds (edihub partners get shows each replica's revision)\n", p.Changed(), rev)
 			return nil
@@ -272,10 +272,11 @@ func partnersDeleteFlags(fs *flagSet) func(context.Context, *environment) error 
 			return errors.New("partners delete: give the partner's AS2 ID")
 		}
 		return c.with(ctx, func(svc *partners.Service, store *postgres.Store) error {
-			rev, err := svc.Delete(ctx, actor(), env.args[0], version)
+			rev, err := svc.Delete(ctx, cliCaller().Actor(), env.args[0], version)
 			if err != nil {
 				return err
 			}
+			audit(ctx, store, env.stderr, "partner.delete", env.args[0], map[string]any{"revision": rev})
 			fmt.Fprintf(env.stdout, "deleted %s: partner set revision %d\n", env.args[0], rev)
 			return nil
 		})
@@ -323,10 +324,11 @@ func partnersRestoreFlags(fs *flagSet) func(context.Context, *environment) error
 			return errors.New("partners restore: give -version N and the partner's AS2 ID: edihub partners restore -version 3 NAME")
 		}
 		return c.with(ctx, func(svc *partners.Service, store *postgres.Store) error {
-			sp, err := svc.Restore(ctx, actor(), env.args[0], version, postgres.AnyVersion)
+			sp, err := svc.Restore(ctx, cliCaller().Actor(), env.args[0], version, postgres.AnyVersion)
 			if err != nil {
 				return err
 			}
+			audit(ctx, store, env.stderr, "partner.restore", sp.AS2ID, map[string]any{"from_version": version, "version": sp.Version, "revision": sp.Revision})
 			fmt.Fprintf(env.stdout, "restored %s version %d as version %d (revision %d)\n", sp.AS2ID, version, sp.Version, sp.Revision)
 			return nil
 		})
@@ -352,6 +354,7 @@ func partnersTestFlags(fs *flagSet) func(context.Context, *environment) error {
 				return fmt.Errorf("partners test: no partner %q (AS2 IDs are case-sensitive; edihub partners get lists them)", env.args[0])
 			}
 			r := probe.Run(ctx, probe.Options{Station: *cfg.StationOf(p), Partner: p})
+			audit(ctx, store, env.stderr, "partner.test", env.args[0], map[string]any{"ok": r.OK})
 			if asJSON {
 				err = printJSON(env.stdout, r)
 			} else {

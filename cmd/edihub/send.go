@@ -79,6 +79,8 @@ func sendFlags(fs *flagSet) func(context.Context, *environment) error {
 		if err != nil {
 			return fmt.Errorf("send: %w", err)
 		}
+		audit(ctx, store, env.stderr, "message.send", strconv.FormatInt(res.ID, 10), map[string]any{
+			"partner": partner, "message_id": res.MessageID, "filename": filename, "size": fi.Size()})
 		// The API's answer to POST /api/v1/messages, encoded as the API
 		// encodes it (httpserver.WriteJSON), so scripts can take either.
 		return printJSON(env.stdout, api.Queued{

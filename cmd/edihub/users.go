@@ -56,7 +56,7 @@ func (c *usersCLI) open(ctx context.Context) (*auth.Users, *postgres.Store, auth
 	if err != nil {
 		return nil, nil, auth.Caller{}, err
 	}
-	return &auth.Users{Store: store, Now: time.Now}, store, auth.Caller{Principal: auth.CLIPrincipal(osUser())}, nil
+	return &auth.Users{Store: store, Now: time.Now}, store, cliCaller(), nil
 }
 
 // with opens the store, runs fn with the users service and the caller the
