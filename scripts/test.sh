@@ -23,6 +23,25 @@ step "go vet"
 go vet ./...
 echo "ok"
 
+# go.mod lists what the code imports, each direct dependency as direct:
+# go mod tidy -diff prints what tidying would change and fails if anything.
+# The separate modules under test/ are checked too.
+step "go mod tidy -diff"
+tidy_failed=0
+for mod in go.mod test/*/go.mod; do
+	[[ -f "$mod" ]] || continue
+	dir="$(dirname "$mod")"
+	if ! out="$(cd "$dir" && go mod tidy -diff 2>&1)"; then
+		echo "$out"
+		echo "FAIL  $mod is not tidy: run go mod tidy in $dir and commit go.mod and go.sum"
+		tidy_failed=1
+	fi
+done
+if ((tidy_failed != 0)); then
+	exit 1
+fi
+echo "ok"
+
 step "go test -race ./... (unit and integration)"
 status=0
 go test -race -count=1 -timeout "${EDIHUB_TEST_TIMEOUT:-45m}" -json ./... 2>&1 |

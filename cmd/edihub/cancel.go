@@ -18,7 +18,7 @@ import (
 func cancelFlags(fs *flagSet) func(context.Context, *environment) error {
 	var url, reason string
 	fs.String(&url, "database-url", "", "PostgreSQL connection URL, e.g. postgres://edihub:secret@db:5432/edihub?sslmode=verify-full")
-	fs.String(&reason, "reason", "", "why, recorded in the message's error as \"cancelled: <reason>\"")
+	fs.ActionString(&reason, "reason", "", "why, recorded in the message's error as \"cancelled: <reason>\"")
 	return func(ctx context.Context, env *environment) error {
 		if len(env.args) != 1 {
 			return errors.New("cancel: want exactly one message ID argument after the flags: edihub cancel [-reason TEXT] ID (the id of GET /api/v1/messages)")
@@ -45,6 +45,7 @@ func cancelFlags(fs *flagSet) func(context.Context, *environment) error {
 		case err != nil:
 			return fmt.Errorf("cancel: %w", err)
 		}
+		audit(ctx, store, env.stderr, "message.cancel", strconv.FormatInt(id, 10), map[string]any{"partner": m.Partner, "message_id": m.MessageID, "reason": reason})
 		return printJSON(env.stdout, api.MessageView(m, "/api/v1"))
 	}
 }

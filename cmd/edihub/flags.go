@@ -5,22 +5,34 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 )
 
 var errHelp = errors.New("help requested")
 
-// flagSet is a flag.FlagSet whose every flag -foo-bar defaults to the
-// environment variable EDIHUB_FOO_BAR (or a variable named explicitly).
-// Values from the environment are validated like flags, and a bad one is
-// reported with the variable's name.
+// flagSet is a flag.FlagSet with two kinds of flags.
+//
+// A setting (String, Bool, Duration, Int64, Int) is how this hub is
+// reached and run: a database URL, a file, an address, a limit. Its flag
+// -foo-bar defaults to the environment variable EDIHUB_FOO_BAR (or a
+// variable named explicitly); values from the environment are validated
+// like flags, and a bad one is reported with the variable's name.
+//
+// An action flag (ActionString, ActionBool, ActionInt, ActionInt64) says
+// what one invocation does: a file to apply, a date, an output format, a
+// dry run, -send, -force. It has no variable: a value left in a shell
+// must not change what the next command does (mail a finished day again).
+// Every flag is one or the other; parse refuses a flag defined on the
+// embedded flag.FlagSet directly.
 type flagSet struct {
 	*flag.FlagSet
-	getenv func(string) string
-	envs   map[string][]string // flag name -> variables, first set wins
-	order  []string
-	stderr io.Writer
+	getenv  func(string) string
+	envs    map[string][]string // flag name -> variables, first set wins
+	order   []string
+	actions []string // action flags, in the order defined
+	stderr  io.Writer
 	// args are the positional arguments, set by parse.
 	args []string
 }
@@ -71,8 +83,52 @@ func (fs *flagSet) Int(p *int, name string, def int, usage string, extraEnv ...s
 	fs.bind(name, extraEnv)
 }
 
-// parse applies the environment, then the command line.
+// ActionString defines an action flag: no variable sets it.
+func (fs *flagSet) ActionString(p *string, name, def, usage string) {
+	fs.StringVar(p, name, def, usage)
+	fs.actions = append(fs.actions, name)
+}
+
+// ActionBool defines an action flag: no variable sets it.
+func (fs *flagSet) ActionBool(p *bool, name string, def bool, usage string) {
+	fs.BoolVar(p, name, def, usage)
+	fs.actions = append(fs.actions, name)
+}
+
+// ActionInt defines an action flag: no variable sets it.
+func (fs *flagSet) ActionInt(p *int, name string, def int, usage string) {
+	fs.IntVar(p, name, def, usage)
+	fs.actions = append(fs.actions, name)
+}
+
+// ActionInt64 defines an action flag: no variable sets it.
+func (fs *flagSet) ActionInt64(p *int64, name string, def int64, usage string) {
+	fs.Int64Var(p, name, def, usage)
+	fs.actions = append(fs.actions, name)
+}
+
+// isAction reports whether name is an action flag.
+func (fs *flagSet) isAction(name string) bool {
+	return slices.Contains(fs.actions, name)
+}
+
+// unclassified lists the flags defined neither as a setting nor as an
+// action: a programming error, refused by parse.
+func (fs *flagSet) unclassified() []string {
+	var out []string
+	fs.VisitAll(func(f *flag.Flag) {
+		if _, bound := fs.envs[f.Name]; !bound && !fs.isAction(f.Name) {
+			out = append(out, f.Name)
+		}
+	})
+	return out
+}
+
+// parse applies the environment to the settings, then the command line.
 func (fs *flagSet) parse(args []string) error {
+	if bad := fs.unclassified(); len(bad) > 0 {
+		return fmt.Errorf("edihub %s: flags %v are neither settings nor actions (define them with fs.String or fs.ActionString)", fs.command(), bad)
+	}
 	for _, name := range fs.order {
 		for _, env := range fs.envs[name] {
 			v := fs.getenv(env)
@@ -124,7 +180,9 @@ func redactIfSecret(name, v string) string {
 
 // printDefaults lists every flag with its variable and default.
 func (fs *flagSet) printDefaults(w io.Writer) {
-	fmt.Fprintln(w, "Flags (each defaults to the environment variable shown):")
+	if len(fs.order) > 0 {
+		fmt.Fprintln(w, "Settings (each defaults to the environment variable shown):")
+	}
 	for _, name := range fs.order {
 		f := fs.Lookup(name)
 		def := f.DefValue
@@ -135,16 +193,17 @@ func (fs *flagSet) printDefaults(w io.Writer) {
 	}
 	// Flags of one invocation (a file to apply, a dry run) have no
 	// variable.
-	fs.VisitAll(func(f *flag.Flag) {
-		if _, bound := fs.envs[f.Name]; bound {
-			return
-		}
+	if len(fs.actions) > 0 {
+		fmt.Fprintln(w, "Flags of this invocation (no environment variable):")
+	}
+	for _, name := range fs.actions {
+		f := fs.Lookup(name)
 		def := ""
 		if f.DefValue != "" && f.DefValue != "false" {
 			def = "  default " + f.DefValue
 		}
 		fmt.Fprintf(w, "  -%s%s\n      %s\n", f.Name, def, f.Usage)
-	})
+	}
 }
 
 // settings describes every flag for the README's reference table.

@@ -131,7 +131,8 @@ func usage(w io.Writer) {
 	}
 	fmt.Fprintf(w, "  %-10s %s\n", "help", "show help for a command: edihub help <command>")
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "Every flag defaults to the EDIHUB_* environment variable named in its help.")
+	fmt.Fprintln(w, "Every setting defaults to the EDIHUB_* environment variable named in its help;")
+	fmt.Fprintln(w, "the flags of one invocation (-send, -force, -date, -f, ...) have none.")
 }
 
 func help(args []string, getenv func(string) string, stdout io.Writer) error {

@@ -73,11 +73,6 @@ func (c *partnerCLI) with(ctx context.Context, fn func(*partners.Service, *postg
 	return fn(svc, store)
 }
 
-// actor names who changes partners or users from the command line, for
-// the history and the audit log: "cli:" and the operating system user and
-// host (osUser).
-func actor() string { return "cli:" + osUser() }
-
 // osUser is the operating system user and host: "root@host".
 func osUser() string {
 	name := "unknown"
@@ -90,7 +85,7 @@ func osUser() string {
 
 // fileFlag defines -f, the partners file (not bound to a variable).
 func fileFlag(fs *flagSet, p *string) {
-	fs.FlagSet.StringVar(p, "f", "", "the partners file: a YAML file with a partners: list (a whole edihub.yaml works too; its station is ignored)")
+	fs.ActionString(p, "f", "", "the partners file: a YAML file with a partners: list (a whole edihub.yaml works too; its station is ignored)")
 }
 
 // plan reads path and plans it against the stored partners.
@@ -135,8 +130,8 @@ func partnersApplyFlags(fs *flagSet) func(context.Context, *environment) error {
 	var dryRun, prune bool
 	c.flags(fs)
 	fileFlag(fs, &file)
-	fs.FlagSet.BoolVar(&dryRun, "dry-run", false, "check the file and show what would change, without changing anything")
-	fs.FlagSet.BoolVar(&prune, "prune", false, "also delete the stored partners the file does not list (the file is the whole set)")
+	fs.ActionBool(&dryRun, "dry-run", false, "check the file and show what would change, without changing anything")
+	fs.ActionBool(&prune, "prune", false, "also delete the stored partners the file does not list (the file is the whole set)")
 	return func(ctx context.Context, env *environment) error {
 		return c.with(ctx, func(svc *partners.Service, store *postgres.Store) error {
 			p, err := plan(ctx, svc, file, prune)
@@ -152,9 +147,14 @@ func partnersApplyFlags(fs *flagSet) func(context.Context, *environment) error {
 				fmt.Fprintln(env.stdout, "nothing to apply")
 				return nil
 			}
-			rev, err := svc.Apply(ctx, actor(), p)
+			rev, err := svc.Apply(ctx, cliCaller().Actor(), p)
 			if err != nil {
 				return fmt.Errorf("apply: %w (nothing was applied)", err)
+			}
+			for _, c := range p.Changes {
+				if c.Op != partners.OpUnchanged {
+					audit(ctx, store, env.stderr, "partner."+c.Op, c.AS2ID, map[string]any{"from_version": c.From, "revision": rev, "file": file})
+				}
 			}
 			fmt.Fprintf(env.stdout, "applied %d change(s): partner set revision %d; every replica serves it within seconds (edihub partners get shows each replica's revision)\n", p.Changed(), rev)
 			return nil
@@ -168,7 +168,7 @@ func partnersDiffFlags(fs *flagSet) func(context.Context, *environment) error {
 	var prune bool
 	c.flags(fs)
 	fileFlag(fs, &file)
-	fs.FlagSet.BoolVar(&prune, "prune", false, "also show the stored partners the file does not list as deleted")
+	fs.ActionBool(&prune, "prune", false, "also show the stored partners the file does not list as deleted")
 	return func(ctx context.Context, env *environment) error {
 		return c.with(ctx, func(svc *partners.Service, store *postgres.Store) error {
 			p, err := plan(ctx, svc, file, prune)
@@ -266,16 +266,17 @@ func partnersDeleteFlags(fs *flagSet) func(context.Context, *environment) error 
 	var c partnerCLI
 	var version int64
 	c.flags(fs)
-	fs.FlagSet.Int64Var(&version, "version", postgres.AnyVersion, "the version you read (edihub partners get NAME): the delete is refused when the partner changed since; default: whatever is stored")
+	fs.ActionInt64(&version, "version", postgres.AnyVersion, "the version you read (edihub partners get NAME): the delete is refused when the partner changed since; default: whatever is stored")
 	return func(ctx context.Context, env *environment) error {
 		if len(env.args) != 1 {
 			return errors.New("partners delete: give the partner's AS2 ID")
 		}
 		return c.with(ctx, func(svc *partners.Service, store *postgres.Store) error {
-			rev, err := svc.Delete(ctx, actor(), env.args[0], version)
+			rev, err := svc.Delete(ctx, cliCaller().Actor(), env.args[0], version)
 			if err != nil {
 				return err
 			}
+			audit(ctx, store, env.stderr, "partner.delete", env.args[0], map[string]any{"revision": rev})
 			fmt.Fprintf(env.stdout, "deleted %s: partner set revision %d\n", env.args[0], rev)
 			return nil
 		})
@@ -286,7 +287,7 @@ func partnersHistoryFlags(fs *flagSet) func(context.Context, *environment) error
 	var c partnerCLI
 	var limit int
 	c.flags(fs)
-	fs.FlagSet.IntVar(&limit, "limit", 50, "how many changes to list, newest first")
+	fs.ActionInt(&limit, "limit", 50, "how many changes to list, newest first")
 	return func(ctx context.Context, env *environment) error {
 		if len(env.args) > 1 {
 			return errors.New("partners history: give one partner's AS2 ID, or none for every partner")
@@ -317,16 +318,17 @@ func partnersRestoreFlags(fs *flagSet) func(context.Context, *environment) error
 	var c partnerCLI
 	var version int64
 	c.flags(fs)
-	fs.FlagSet.Int64Var(&version, "version", 0, "the version to bring back (edihub partners history NAME lists them)")
+	fs.ActionInt64(&version, "version", 0, "the version to bring back (edihub partners history NAME lists them)")
 	return func(ctx context.Context, env *environment) error {
 		if len(env.args) != 1 || version <= 0 {
 			return errors.New("partners restore: give -version N and the partner's AS2 ID: edihub partners restore -version 3 NAME")
 		}
 		return c.with(ctx, func(svc *partners.Service, store *postgres.Store) error {
-			sp, err := svc.Restore(ctx, actor(), env.args[0], version, postgres.AnyVersion)
+			sp, err := svc.Restore(ctx, cliCaller().Actor(), env.args[0], version, postgres.AnyVersion)
 			if err != nil {
 				return err
 			}
+			audit(ctx, store, env.stderr, "partner.restore", sp.AS2ID, map[string]any{"from_version": version, "version": sp.Version, "revision": sp.Revision})
 			fmt.Fprintf(env.stdout, "restored %s version %d as version %d (revision %d)\n", sp.AS2ID, version, sp.Version, sp.Revision)
 			return nil
 		})
@@ -337,7 +339,7 @@ func partnersTestFlags(fs *flagSet) func(context.Context, *environment) error {
 	var c partnerCLI
 	var asJSON bool
 	c.flags(fs)
-	fs.FlagSet.BoolVar(&asJSON, "json", false, "print the report as JSON (the API's answer) instead of text")
+	fs.ActionBool(&asJSON, "json", false, "print the report as JSON (the API's answer) instead of text")
 	return func(ctx context.Context, env *environment) error {
 		if len(env.args) != 1 {
 			return errors.New("partners test: give the partner's AS2 ID: edihub partners test NAME")
@@ -352,6 +354,7 @@ func partnersTestFlags(fs *flagSet) func(context.Context, *environment) error {
 				return fmt.Errorf("partners test: no partner %q (AS2 IDs are case-sensitive; edihub partners get lists them)", env.args[0])
 			}
 			r := probe.Run(ctx, probe.Options{Station: *cfg.StationOf(p), Partner: p})
+			audit(ctx, store, env.stderr, "partner.test", env.args[0], map[string]any{"ok": r.OK})
 			if asJSON {
 				err = printJSON(env.stdout, r)
 			} else {

@@ -159,11 +159,11 @@ func reportFlags(fs *flagSet) func(context.Context, *environment) error {
 	db.flags(fs)
 	fs.String(&lease, "lease-name", "edihub-leader", "name of the leader lease whose terms the report counts and whose fence a -send claims under")
 	ro.flags(fs)
-	fs.String(&date, "date", "yesterday", "the day: YYYY-MM-DD, today or yesterday (in the report time zone)")
-	fs.String(&format, "format", "text", "output: html, text, csv, json or png (the hourly chart)")
-	fs.String(&out, "o", "", "write the report to this file instead of standard output")
-	fs.Bool(&send, "send", false, "mail the report (a finished day through the same exactly-once claim as the leader; refused when already mailed)")
-	fs.Bool(&force, "force", false, "with -send: mail even when the day was mailed or is claimed, under a new Message-ID, without touching the claim")
+	fs.ActionString(&date, "date", "yesterday", "the day: YYYY-MM-DD, today or yesterday (in the report time zone)")
+	fs.ActionString(&format, "format", "text", "output: html, text, csv, json or png (the hourly chart)")
+	fs.ActionString(&out, "o", "", "write the report to this file instead of standard output")
+	fs.ActionBool(&send, "send", false, "mail the report (a finished day through the same exactly-once claim as the leader; refused when already mailed)")
+	fs.ActionBool(&force, "force", false, "with -send: mail even when the day was mailed or is claimed, under a new Message-ID, without touching the claim")
 	return func(ctx context.Context, env *environment) error {
 		if err := db.check(); err != nil {
 			return err

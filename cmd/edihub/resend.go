@@ -42,6 +42,7 @@ func resendFlags(fs *flagSet) func(context.Context, *environment) error {
 		case err != nil:
 			return fmt.Errorf("resend: %w", err)
 		}
+		audit(ctx, store, env.stderr, "message.resend", strconv.FormatInt(id, 10), map[string]any{"partner": m.Partner, "message_id": m.MessageID})
 		return printJSON(env.stdout, api.MessageView(m, "/api/v1"))
 	}
 }

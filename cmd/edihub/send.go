@@ -29,9 +29,9 @@ func sendFlags(fs *flagSet) func(context.Context, *environment) error {
 	var db stationDB
 	var partner, contentType, filename string
 	db.flags(fs)
-	fs.String(&partner, "partner", "", "AS2 ID of the partner to send to, exactly as configured (case-sensitive)")
-	fs.String(&contentType, "content-type", "application/octet-stream", "Content-Type of the document, e.g. application/EDI-X12 or application/EDIFACT")
-	fs.String(&filename, "filename", "", "file name sent in Content-Disposition; default: the base name of FILE")
+	fs.ActionString(&partner, "partner", "", "AS2 ID of the partner to send to, exactly as configured (case-sensitive)")
+	fs.ActionString(&contentType, "content-type", "application/octet-stream", "Content-Type of the document, e.g. application/EDI-X12 or application/EDIFACT")
+	fs.ActionString(&filename, "filename", "", "file name sent in Content-Disposition; default: the base name of FILE")
 	return func(ctx context.Context, env *environment) error {
 		if len(env.args) != 1 {
 			return errors.New("send: want exactly one FILE argument after the flags: edihub send -partner ID [-content-type T] [-filename F] FILE")
@@ -79,6 +79,8 @@ func sendFlags(fs *flagSet) func(context.Context, *environment) error {
 		if err != nil {
 			return fmt.Errorf("send: %w", err)
 		}
+		audit(ctx, store, env.stderr, "message.send", strconv.FormatInt(res.ID, 10), map[string]any{
+			"partner": partner, "message_id": res.MessageID, "filename": filename, "size": fi.Size()})
 		// The API's answer to POST /api/v1/messages, encoded as the API
 		// encodes it (httpserver.WriteJSON), so scripts can take either.
 		return printJSON(env.stdout, api.Queued{

@@ -36,8 +36,8 @@ func statusFlags(fs *flagSet) func(context.Context, *environment) error {
 	var o statusOptions
 	fs.String(&o.opsURLs, "ops-urls", "", "comma-separated ops listener URLs of the replicas, e.g. http://10.0.0.1:9090,http://10.0.0.2:9090")
 	fs.String(&o.opsDNS, "ops-dns", "", "host:port whose DNS addresses are the replicas' ops listeners, e.g. the headless Service edihub-ops.edihub.svc.cluster.local:9090; used when -ops-urls is empty")
-	fs.String(&o.output, "output", "table", "output format: table or json (also -o)")
-	fs.StringVar(&o.output, "o", "table", "short for -output")
+	fs.ActionString(&o.output, "output", "table", "output format: table or json (also -o)")
+	fs.ActionString(&o.output, "o", "table", "short for -output")
 	fs.Duration(&o.timeout, "timeout", 3*time.Second, "how long to wait for each replica's answer")
 	fs.String(&o.leaseName, "lease-name", "edihub-leader", "name of the leader Lease to show beside the replicas' views")
 	fs.String(&o.leaseNamespace, "lease-namespace", "", "namespace of the Lease; default: the pod's service-account namespace; none: the Lease is not read", "POD_NAMESPACE")
@@ -151,7 +151,7 @@ func replicaURLs(ctx context.Context, o statusOptions) ([]string, error) {
 // checks that every replica answers and all agree on exactly one leader.
 func status(ctx context.Context, env *environment, o statusOptions) error {
 	if o.output != "table" && o.output != "json" {
-		return fmt.Errorf("EDIHUB_OUTPUT (-output, -o) = %q: want table or json", o.output)
+		return fmt.Errorf("-output (-o) = %q: want table or json", o.output)
 	}
 	if o.timeout <= 0 {
 		return fmt.Errorf("EDIHUB_TIMEOUT (-timeout) must be positive, got %s", o.timeout)

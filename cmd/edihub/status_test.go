@@ -203,7 +203,7 @@ func TestStatusJSONAndDNS(t *testing.T) {
 		args []string
 		want string
 	}{
-		{"bad output", []string{"EDIHUB_OPS_DNS", "edihub-ops.edihub.svc:" + port}, []string{"-o", "yaml"}, "EDIHUB_OUTPUT"},
+		{"bad output", []string{"EDIHUB_OPS_DNS", "edihub-ops.edihub.svc:" + port}, []string{"-o", "yaml"}, "-output"},
 		{"no port", []string{"EDIHUB_OPS_DNS", "edihub-ops.edihub.svc"}, nil, "host:port"},
 		{"unknown name", []string{"EDIHUB_OPS_DNS", "nowhere:9090"}, nil, "resolve EDIHUB_OPS_DNS"},
 	}

@@ -56,7 +56,7 @@ func (c *usersCLI) open(ctx context.Context) (*auth.Users, *postgres.Store, auth
 	if err != nil {
 		return nil, nil, auth.Caller{}, err
 	}
-	return &auth.Users{Store: store, Now: time.Now}, store, auth.Caller{Principal: auth.CLIPrincipal(osUser())}, nil
+	return &auth.Users{Store: store, Now: time.Now}, store, cliCaller(), nil
 }
 
 // with opens the store, runs fn with the users service and the caller the
@@ -95,7 +95,7 @@ func hint(err error, user string) error {
 
 // passwordFlag defines -password-file.
 func passwordFlag(fs *flagSet, p *string) {
-	fs.FlagSet.StringVar(p, "password-file", "", "file holding the password (its first line); without it, the password is read from standard input when that is not a terminal, and generated and printed once otherwise")
+	fs.ActionString(p, "password-file", "", "file holding the password (its first line); without it, the password is read from standard input when that is not a terminal, and generated and printed once otherwise")
 }
 
 // password reads the password from file, else from standard input when it
@@ -137,7 +137,7 @@ func usersAddFlags(fs *flagSet) func(context.Context, *environment) error {
 	var c usersCLI
 	var roleName, file string
 	c.flags(fs)
-	fs.FlagSet.StringVar(&roleName, "role", "", "the user's role: viewer (reads, no payloads), operator (also payloads, send, resend, partner tests) or admin (also partners, users, audit log)")
+	fs.ActionString(&roleName, "role", "", "the user's role: viewer (reads, no payloads), operator (also payloads, send, resend, partner tests) or admin (also partners, users, audit log)")
 	passwordFlag(fs, &file)
 	return func(ctx context.Context, env *environment) error {
 		if err := wantArgs(env, "add", "NAME"); err != nil {
@@ -235,7 +235,7 @@ func usersRoleFlags(fs *flagSet) func(context.Context, *environment) error {
 	var c usersCLI
 	var roleName string
 	c.flags(fs)
-	fs.FlagSet.StringVar(&roleName, "role", "", "the user's new role: viewer, operator or admin")
+	fs.ActionString(&roleName, "role", "", "the user's new role: viewer, operator or admin")
 	return func(ctx context.Context, env *environment) error {
 		if err := wantArgs(env, "role", "NAME"); err != nil {
 			return err
@@ -286,9 +286,9 @@ func usersTokenFlags(fs *flagSet) func(context.Context, *environment) error {
 	var c usersCLI
 	var name, roleName, expires string
 	c.flags(fs)
-	fs.FlagSet.StringVar(&name, "name", "", "the token's name among the user's tokens, such as ci or erp (letters, digits, . _ - @)")
-	fs.FlagSet.StringVar(&roleName, "role", "", "the token's role: viewer, operator or admin, at most the user's; default: the user's")
-	fs.FlagSet.StringVar(&expires, "expires", "", "how long the token lasts, in days (90d) or as a duration (36h); default: until revoked")
+	fs.ActionString(&name, "name", "", "the token's name among the user's tokens, such as ci or erp (letters, digits, . _ - @)")
+	fs.ActionString(&roleName, "role", "", "the token's role: viewer, operator or admin, at most the user's; default: the user's")
+	fs.ActionString(&expires, "expires", "", "how long the token lasts, in days (90d) or as a duration (36h); default: until revoked")
 	return func(ctx context.Context, env *environment) error {
 		if err := wantArgs(env, "token", "NAME"); err != nil {
 			return err

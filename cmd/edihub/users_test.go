@@ -191,8 +191,8 @@ func TestUsersCLI(t *testing.T) {
 		if r.Action == "login" || r.Action == "login.failed" {
 			continue
 		}
-		if r.Actor != actor() || r.Remote != "" {
-			t.Errorf("audit entry %+v: actor %q, remote %q; want %q from nowhere", r, r.Actor, r.Remote, actor())
+		if r.Actor != cliCaller().Actor() || r.Remote != "" {
+			t.Errorf("audit entry %+v: actor %q, remote %q; want %q from nowhere", r, r.Actor, r.Remote, cliCaller().Actor())
 		}
 		got = append(got, r.Action+" "+r.Target)
 	}

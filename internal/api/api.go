@@ -518,14 +518,13 @@ func (h *handler) audit(r *http.Request, action, target string, detail map[strin
 	if h.o.Auditor == nil {
 		return
 	}
-	e := auth.AuditFromRequest(r)
-	e.Action, e.Target, e.Detail = action, target, detail
+	c := auth.CallerOf(r)
 	// The change is made: a client that goes away now must not cancel
 	// its record.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), auditTimeout)
 	defer cancel()
-	if err := h.o.Auditor.Record(ctx, e); err != nil {
-		h.log.Error("audit entry not written", zap.String("action", action), zap.String("target", target), zap.String("actor", e.Actor), zap.Error(err))
+	if err := auth.Audit(ctx, h.o.Auditor, c, action, target, detail); err != nil {
+		h.log.Error("audit entry not written", zap.String("action", action), zap.String("target", target), zap.String("actor", c.Actor()), zap.Error(err))
 	}
 }
 

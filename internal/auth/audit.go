@@ -50,6 +50,19 @@ func CallerOf(r *http.Request) Caller {
 	return Caller{Principal: p, Remote: RemoteIP(r)}
 }
 
+// CLICaller is the Caller of edihub's command line run by who, the
+// operating system user and host ("root@host"): an admin (the database
+// URL is its credential), recorded as cli:<who>, with no address.
+func CLICaller(who string) Caller { return Caller{Principal: CLIPrincipal(who)} }
+
+// Audit records in a the action or change c made (Action, such as
+// partner.update, on target, with detail). The API, the console and the
+// command line record what they did through it; changes of users and
+// tokens are recorded by Users in their own transaction instead.
+func Audit(ctx context.Context, a Auditor, c Caller, action, target string, detail map[string]any) error {
+	return a.Record(ctx, c.entry(action, target, detail))
+}
+
 // entry is an audit Entry of c.
 func (c Caller) entry(action, target string, detail map[string]any) Entry {
 	return Entry{Actor: c.Actor(), Action: action, Target: target, Detail: detail, Remote: c.Remote}

@@ -42,12 +42,11 @@ func (c *Console) audit(r *http.Request, action, target string, detail map[strin
 	if c.o.Auditor == nil {
 		return
 	}
-	e := auth.AuditFromRequest(r)
-	e.Action, e.Target, e.Detail = action, target, detail
+	caller := auth.CallerOf(r)
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), auditTimeout)
 	defer cancel()
-	if err := c.o.Auditor.Record(ctx, e); err != nil {
-		c.log.Error("audit entry not written", zap.String("action", action), zap.String("target", target), zap.String("actor", e.Actor), zap.Error(err))
+	if err := auth.Audit(ctx, c.o.Auditor, caller, action, target, detail); err != nil {
+		c.log.Error("audit entry not written", zap.String("action", action), zap.String("target", target), zap.String("actor", caller.Actor()), zap.Error(err))
 	}
 }
 
