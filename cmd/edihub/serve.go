@@ -73,6 +73,10 @@ type serveOptions struct {
 	purge          purgeOptions
 	report         reportOptions
 	oidc           oidcOptions
+
+	// maxPasswordChecks bounds the console sign-ins checking a password
+	// at once on this replica.
+	maxPasswordChecks int
 }
 
 func serveFlags(fs *flagSet) func(context.Context, *environment) error {
@@ -103,6 +107,7 @@ func serveFlags(fs *flagSet) func(context.Context, *environment) error {
 	fs.Duration(&o.drainDelay, "shutdown-delay", 0, "on SIGTERM, how long to keep serving HTTP (with /readyz failing) after the lease is released, so load balancers stop sending traffic before the listeners close; 5s suits Kubernetes")
 	fs.String(&o.apiToken, "api-token", "", "shared bootstrap token of the REST API: whoever holds it is an admin; create users and their own tokens instead (edihub users add, edihub users token) and unset it; empty: users' tokens only (docs/users.md)")
 	fs.Int(&o.dbMaxConns, "db-max-conns", 20, "largest number of database connections this replica opens")
+	fs.Int(&o.maxPasswordChecks, "max-password-checks", auth.DefaultMaxPasswordChecks, "largest number of console sign-ins that check a password at once on this replica (each takes 19 MiB for tens of milliseconds); more get HTTP 429 with Retry-After")
 	o.leader.flags(fs)
 	o.outbound.flags(fs)
 	o.purge.flags(fs)
@@ -159,6 +164,9 @@ func (o serveOptions) validate() error {
 	}
 	if o.dbMaxConns < 2 {
 		return fmt.Errorf("EDIHUB_DB_MAX_CONNS (-db-max-conns) must be at least 2, got %d", o.dbMaxConns)
+	}
+	if o.maxPasswordChecks < 1 {
+		return fmt.Errorf("EDIHUB_MAX_PASSWORD_CHECKS (-max-password-checks) must be at least 1, got %d; the default is %d", o.maxPasswordChecks, auth.DefaultMaxPasswordChecks)
 	}
 	if err := o.leader.validate(); err != nil {
 		return err
@@ -324,7 +332,8 @@ type parts struct {
 func newParts(r *replica) (*parts, error) {
 	p := &parts{metrics: httpserver.NewMetrics(r.reg)}
 	var err error
-	if p.auth, err = auth.New(auth.Options{Store: r.store, BootstrapToken: r.o.apiToken, Auditor: r.store, Logger: r.log}); err != nil {
+	if p.auth, err = auth.New(auth.Options{Store: r.store, BootstrapToken: r.o.apiToken, Auditor: r.store, Logger: r.log,
+		MaxPasswordChecks: r.o.maxPasswordChecks}); err != nil {
 		return nil, err
 	}
 	if r.o.apiToken != "" {

@@ -148,6 +148,9 @@ var (
 	// ErrThrottled: too many failed logins for the user or the address;
 	// a *ThrottledError says for how long. 429.
 	ErrThrottled = errors.New("too many failed logins")
+	// ErrBusy: too many password checks running at once on this replica
+	// (Options.MaxPasswordChecks); try again after BusyRetryAfter. 429.
+	ErrBusy = errors.New("too many logins at once")
 	// ErrForbidden: authenticated, but the role or the user does not
 	// allow it. 403.
 	ErrForbidden = errors.New("forbidden")

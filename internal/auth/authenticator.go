@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -27,8 +28,7 @@ type Store interface {
 	RehashPassword(ctx context.Context, id int64, old, hash string) error
 	APITokenByHash(ctx context.Context, hash []byte) (postgres.APIToken, postgres.User, error)
 	TouchAPIToken(ctx context.Context, id int64, at time.Time, every time.Duration) error
-	LoginFailuresOf(ctx context.Context, keys []string) ([]postgres.LoginFailures, error)
-	LoginFailed(ctx context.Context, key string, next func(postgres.LoginFailures) postgres.LoginFailures) (postgres.LoginFailures, error)
+	UpdateLoginFailures(ctx context.Context, keys []string, next func([]postgres.LoginFailures) []postgres.LoginFailures) error
 	ClearLoginFailures(ctx context.Context, key string) error
 	SignInOIDCUser(ctx context.Context, in postgres.OIDCSignIn) (postgres.User, bool, error)
 }
@@ -48,6 +48,12 @@ const (
 	FirstLock = time.Minute
 	// MaxLock is the longest lock.
 	MaxLock = time.Hour
+	// DefaultMaxPasswordChecks is Options.MaxPasswordChecks's default:
+	// four checks of DefaultParams take 76 MiB.
+	DefaultMaxPasswordChecks = 4
+	// BusyRetryAfter is when to try again after ErrBusy: a check takes
+	// tens of milliseconds.
+	BusyRetryAfter = time.Second
 	// TouchEvery bounds the writes of a token's last use: at most one per
 	// token in this time, however often it is used.
 	TouchEvery = time.Minute
@@ -70,6 +76,10 @@ type Options struct {
 	// Logger logs refused tokens and logins (never a secret); nil logs
 	// nothing.
 	Logger *zap.Logger
+	// MaxPasswordChecks bounds the logins that check a password at once
+	// (each takes Params.Memory while it runs); 0 means
+	// DefaultMaxPasswordChecks.
+	MaxPasswordChecks int
 }
 
 // Authenticator resolves who makes a request: the bearer token of an API
@@ -85,6 +95,12 @@ type Authenticator struct {
 	// users is set once a user was seen: users are never deleted, so the
 	// API stays enabled from then on without asking the database.
 	users atomic.Bool
+	// check checks a password against a hash: CheckPassword, or a test's
+	// fake that counts or holds the checks.
+	check func(hash, password string) (bool, error)
+	// checks holds a token per login checking a password: its capacity
+	// is Options.MaxPasswordChecks.
+	checks chan struct{}
 }
 
 // New validates o and returns an Authenticator. It refuses Params that
@@ -102,7 +118,14 @@ func New(o Options) (*Authenticator, error) {
 	if err := o.Params.validate(); err != nil {
 		return nil, err
 	}
-	a := &Authenticator{o: o, log: o.Logger.Named("auth"), bootstrap: sha256.Sum256([]byte(o.BootstrapToken))}
+	if o.MaxPasswordChecks < 0 {
+		return nil, fmt.Errorf("auth: MaxPasswordChecks %d: want 1 or more, or 0 for %d", o.MaxPasswordChecks, DefaultMaxPasswordChecks)
+	}
+	if o.MaxPasswordChecks == 0 {
+		o.MaxPasswordChecks = DefaultMaxPasswordChecks
+	}
+	a := &Authenticator{o: o, log: o.Logger.Named("auth"), bootstrap: sha256.Sum256([]byte(o.BootstrapToken)), check: CheckPassword,
+		checks: make(chan struct{}, o.MaxPasswordChecks)}
 	if o.Store != nil {
 		a.dummy = o.Params.Hash(GeneratePassword())
 	}
@@ -212,23 +235,39 @@ func throttleKeys(name, remote string) (user, ip string) {
 }
 
 // Login checks a user's name and password, from remote (the client's IP;
-// "" when unknown). Failed logins are counted per user name and per
-// address in the store, so that the count holds across replicas: after
+// "" when unknown). Attempts are counted per user name and per address in
+// the store, so that the count holds across replicas: after
 // UserFailureLimit failures for a name, or IPFailureLimit from an address
-// (an IPv6 address's /64),
-// with no pause of FailureWindow between them, further attempts are
-// refused without checking the password (a *ThrottledError, ErrThrottled)
-// for FirstLock, doubling with each further failure up to MaxLock. A
-// success clears the name's count (not the address's). Names that do not
-// exist are counted alike, and a dummy hash is checked for them, so that
-// neither the answer nor its time tells whether a name exists.
+// (an IPv6 address's /64), with no pause of FailureWindow between them,
+// further attempts are refused without checking the password (a
+// *ThrottledError, ErrThrottled) for FirstLock, doubling with each further
+// failure up to MaxLock. An attempt is counted as a failure before its
+// password is checked, in the same transaction that decides whether the
+// name or the address is locked, so that attempts sent at the same time
+// (to any replicas) get no more checks than the limits allow; a success
+// takes its attempt back: it clears the name's count and undoes its count
+// of the address. Names that do not exist are counted alike, and a dummy
+// hash is checked for them, so that neither the answer nor its time tells
+// whether a name exists.
+//
+// At most Options.MaxPasswordChecks logins of this Authenticator check a
+// password at once (each check takes Params.Memory): a login past that is
+// refused at once with ErrBusy, counting nothing; try again after
+// BusyRetryAfter.
 //
 // It returns the user's Principal, or an error wrapping ErrUnauthenticated
 // (also ErrDisabled for a disabled user whose password was right),
-// ErrThrottled, or the store's.
+// ErrThrottled, ErrBusy, or the store's.
 func (a *Authenticator) Login(ctx context.Context, name, password, remote string) (Principal, error) {
 	if a.o.Store == nil {
 		return Principal{}, fmt.Errorf("%w: no users", ErrUnauthenticated)
+	}
+	select {
+	case a.checks <- struct{}{}:
+		defer func() { <-a.checks }()
+	default:
+		a.log.Info("login refused: too many password checks at once", zap.String("user", name), zap.String("remote", remote))
+		return Principal{}, fmt.Errorf("%w: %d password checks running", ErrBusy, cap(a.checks))
 	}
 	now := a.o.Now()
 	userKey, ipKey := throttleKeys(name, remote)
@@ -236,15 +275,9 @@ func (a *Authenticator) Login(ctx context.Context, name, password, remote string
 	if ipKey != "" {
 		keys = append(keys, ipKey)
 	}
-	recs, err := a.o.Store.LoginFailuresOf(ctx, keys)
+	before, after, until, err := a.countAttempt(ctx, keys, ipKey, now)
 	if err != nil {
 		return Principal{}, err
-	}
-	var until time.Time
-	for _, f := range recs {
-		if f.LockedUntil != nil && f.LockedUntil.After(until) {
-			until = *f.LockedUntil
-		}
 	}
 	if until.After(now) {
 		a.log.Info("login throttled", zap.String("user", name), zap.String("remote", remote), zap.Time("until", until))
@@ -259,24 +292,16 @@ func (a *Authenticator) Login(ctx context.Context, name, password, remote string
 	if err != nil || hash == "" {
 		hash = a.dummy
 	}
-	ok, herr := CheckPassword(hash, password)
+	ok, herr := a.check(hash, password)
 	if herr != nil {
 		a.log.Error("stored password hash unreadable", zap.String("user", u.Name), zap.Error(herr))
 	}
 	ok = ok && err == nil && u.PasswordHash != ""
 	if !ok || u.DisabledAt != nil {
+		// The attempt was counted as a failure: it stays one.
 		reason := "wrong name or password"
 		if ok {
 			reason = "user disabled"
-		}
-		for _, k := range keys {
-			limit := UserFailureLimit
-			if k == ipKey {
-				limit = IPFailureLimit
-			}
-			if _, ferr := a.o.Store.LoginFailed(ctx, k, failure(now, limit)); ferr != nil {
-				a.log.Error("failed login not counted", zap.Error(ferr))
-			}
 		}
 		a.log.Info("login failed", zap.String("user", name), zap.String("remote", remote), zap.String("reason", reason))
 		a.audit(ctx, Entry{Actor: "anonymous", Action: "login.failed", Target: name, Remote: remote, Detail: map[string]any{"reason": reason}})
@@ -289,9 +314,7 @@ func (a *Authenticator) Login(ctx context.Context, name, password, remote string
 	if err != nil {
 		return Principal{}, fmt.Errorf("user %d: %w", u.ID, err)
 	}
-	if err := a.o.Store.ClearLoginFailures(ctx, userKey); err != nil {
-		a.log.Warn("failed logins not cleared", zap.Error(err))
-	}
+	a.takeBack(ctx, userKey, ipKey, before, after)
 	if err := a.o.Store.RecordLogin(ctx, u.ID, now); err != nil {
 		a.log.Warn("login time not written", zap.Error(err))
 	}
@@ -304,6 +327,84 @@ func (a *Authenticator) Login(ctx context.Context, name, password, remote string
 	a.log.Info("login", zap.String("user", u.Name), zap.String("remote", remote))
 	a.audit(ctx, Entry{Actor: p.Actor(), Action: "login", Target: u.Name, Remote: remote})
 	return p, nil
+}
+
+// countAttempt counts a login attempt at now as a failure of each key, in
+// one transaction of the store that first checks the keys' locks: when a
+// key is locked, nothing is counted and until is the end of the longest
+// lock. Otherwise before and after are the keys' records before and after
+// the count (in the order of keys), and until is zero or past.
+func (a *Authenticator) countAttempt(ctx context.Context, keys []string, ipKey string, now time.Time) (before, after []postgres.LoginFailures, until time.Time, err error) {
+	err = a.o.Store.UpdateLoginFailures(ctx, keys, func(recs []postgres.LoginFailures) []postgres.LoginFailures {
+		until = time.Time{}
+		for _, f := range recs {
+			if f.LockedUntil != nil && f.LockedUntil.After(until) {
+				until = *f.LockedUntil
+			}
+		}
+		if until.After(now) {
+			return nil
+		}
+		before = recs
+		after = make([]postgres.LoginFailures, len(recs))
+		for i, f := range recs {
+			limit := UserFailureLimit
+			if f.Key == ipKey {
+				limit = IPFailureLimit
+			}
+			after[i] = failure(now, limit)(f)
+		}
+		return after
+	})
+	if err != nil {
+		return nil, nil, time.Time{}, fmt.Errorf("count login attempt: %w", err)
+	}
+	return before, after, until, nil
+}
+
+// takeBack undoes the count of a login attempt that succeeded: the name's
+// failures are cleared; the address's record gets back what it was before
+// the attempt when nothing counted on it since, else one failure less, and
+// no lock below IPFailureLimit. A failure to write is logged: the attempt
+// then stays counted, which errs on the safe side. before and after are
+// countAttempt's.
+func (a *Authenticator) takeBack(ctx context.Context, userKey, ipKey string, before, after []postgres.LoginFailures) {
+	// A client that goes away must not leave its success counted.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if err := a.o.Store.ClearLoginFailures(ctx, userKey); err != nil {
+		a.log.Warn("failed logins not cleared", zap.Error(err))
+	}
+	if ipKey == "" {
+		return
+	}
+	i := slices.IndexFunc(after, func(f postgres.LoginFailures) bool { return f.Key == ipKey })
+	if i < 0 {
+		return
+	}
+	err := a.o.Store.UpdateLoginFailures(ctx, []string{ipKey}, func(recs []postgres.LoginFailures) []postgres.LoginFailures {
+		f := recs[0]
+		if sameFailures(f, after[i]) {
+			return []postgres.LoginFailures{before[i]}
+		}
+		if f.Failures > 0 {
+			f.Failures--
+		}
+		if f.Failures < IPFailureLimit {
+			f.LockedUntil = nil
+		}
+		return []postgres.LoginFailures{f}
+	})
+	if err != nil {
+		a.log.Warn("login attempt of a success not taken back from its address", zap.Error(err))
+	}
+}
+
+// sameFailures reports whether a and b are the same record.
+func sameFailures(a, b postgres.LoginFailures) bool {
+	sameLock := a.LockedUntil == nil && b.LockedUntil == nil ||
+		a.LockedUntil != nil && b.LockedUntil != nil && a.LockedUntil.Equal(*b.LockedUntil)
+	return a.Key == b.Key && a.Failures == b.Failures && a.FirstAt.Equal(b.FirstAt) && a.LastAt.Equal(b.LastAt) && sameLock
 }
 
 // failure is the next record of a key after a failed login at now: the

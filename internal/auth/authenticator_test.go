@@ -3,7 +3,9 @@ package auth_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -452,6 +454,18 @@ func TestSessionPrincipal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The login's principal carries the epoch the change bumped: a
+	// session made from it holds.
+	u, err := e.store.User(ctx, "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u.SessionEpoch == 0 || p2.Epoch != u.SessionEpoch {
+		t.Errorf("Login after a password change: epoch %d, want the user's %d (not 0)", p2.Epoch, u.SessionEpoch)
+	}
+	if got, err := e.auth.SessionPrincipal(ctx, p2.UserID, p2.Epoch); err != nil || got != p2 {
+		t.Errorf("SessionPrincipal of the login after a password change = %+v, %v; want %+v", got, err, p2)
+	}
 	if _, err := e.users.SetDisabled(ctx, admin, "alice", true); err != nil {
 		t.Fatal(err)
 	}
@@ -493,5 +507,183 @@ func TestLoginTimeHidesNames(t *testing.T) {
 	known, unknown := median(byName[0]), median(byName[1])
 	if unknown < known/2 {
 		t.Errorf("failed login of an unknown name took %s, of a known one %s: the time tells which names exist", unknown, known)
+	}
+}
+
+// heldChecks is a password check for auth.SetCheck that counts the checks
+// of wrong passwords and holds each until release is closed, after
+// telling entered; a right password (want) is checked at once.
+type heldChecks struct {
+	want    string
+	entered chan struct{}
+	release chan struct{}
+	held    atomic.Int32
+}
+
+func newHeldChecks(want string) *heldChecks {
+	return &heldChecks{want: want, entered: make(chan struct{}), release: make(chan struct{})}
+}
+
+func (h *heldChecks) check(hash, password string) (bool, error) {
+	if password != h.want {
+		h.held.Add(1)
+		h.entered <- struct{}{}
+		<-h.release
+	}
+	return auth.CheckPassword(hash, password)
+}
+
+// TestLoginConcurrentGuesses: guesses sent at the same time count against
+// the limits as if sent one after the other: of 30 wrong passwords at
+// once for one name (or from one address), only the limit's worth are
+// checked, the others are refused at once, and the right password sent
+// while those checks run is refused too.
+func TestLoginConcurrentGuesses(t *testing.T) {
+	const n = 30
+	tests := []struct {
+		name  string
+		limit int
+		// guess is the name and address of the i-th wrong guess.
+		guess func(i int) (name, remote string)
+		// right is the name and address of the right password.
+		right, rightFrom string
+	}{
+		{"one name", auth.UserFailureLimit, func(i int) (string, string) { return "alice", fmt.Sprintf("192.0.2.%d", i+1) }, "alice", "198.51.100.1"},
+		{"one address", auth.IPFailureLimit, func(i int) (string, string) { return fmt.Sprintf("u%d", i), "203.0.113.7" }, "alice", "203.0.113.7"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx := context.Background()
+			e := newEnv(t)
+			e.addUser(t, "alice", auth.RoleViewer)
+			// Room for every guess to be checked at once: only the
+			// throttle may refuse them.
+			a, err := auth.New(auth.Options{Store: e.store, Params: cheap, Now: e.clock.Now, MaxPasswordChecks: n + 1, Logger: zaptest.NewLogger(t)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			h := newHeldChecks(pw("alice"))
+			auth.SetCheck(a, h.check)
+			results := make(chan error, n)
+			for i := range n {
+				name, remote := tt.guess(i)
+				go func() {
+					_, err := a.Login(ctx, name, "a wrong password", remote)
+					results <- err
+				}()
+			}
+			// Every guess is either being checked (held) or answered.
+			var checking int
+			var errs []error
+			for range n {
+				select {
+				case <-h.entered:
+					checking++
+				case err := <-results:
+					errs = append(errs, err)
+				}
+			}
+			_, rightErr := a.Login(ctx, tt.right, pw(tt.right), tt.rightFrom)
+			close(h.release)
+			for range checking {
+				errs = append(errs, <-results)
+			}
+
+			if got := int(h.held.Load()); got > tt.limit {
+				t.Errorf("%d concurrent wrong guesses: %d passwords checked, want at most %d", n, got, tt.limit)
+			}
+			if !errors.Is(rightErr, auth.ErrThrottled) {
+				t.Errorf("right password while %d guesses are checked = %v, want ErrThrottled", checking, rightErr)
+			}
+			var wrong, throttled int
+			for _, err := range errs {
+				switch {
+				case errors.Is(err, auth.ErrThrottled):
+					throttled++
+				case errors.Is(err, auth.ErrUnauthenticated):
+					wrong++
+				default:
+					t.Errorf("a wrong guess = %v, want ErrUnauthenticated or ErrThrottled", err)
+				}
+			}
+			if wrong != tt.limit || throttled != n-tt.limit {
+				t.Errorf("%d concurrent wrong guesses: %d refused as wrong, %d throttled; want %d and %d", n, wrong, throttled, tt.limit, n-tt.limit)
+			}
+			// Still locked once they are done.
+			if _, err := a.Login(ctx, tt.right, pw(tt.right), tt.rightFrom); !errors.Is(err, auth.ErrThrottled) {
+				t.Errorf("right password after the guesses = %v, want ErrThrottled", err)
+			}
+		})
+	}
+}
+
+// TestLoginBoundsPasswordChecks: while MaxPasswordChecks logins check a
+// password, one more is refused at once with ErrBusy, its password not
+// checked and its attempt not counted; once the checks end, a login is
+// checked again.
+func TestLoginBoundsPasswordChecks(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	e.addUser(t, "alice", auth.RoleViewer)
+	a, err := auth.New(auth.Options{Store: e.store, Params: cheap, Now: e.clock.Now, MaxPasswordChecks: 2, Logger: zaptest.NewLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := newHeldChecks(pw("alice"))
+	auth.SetCheck(a, h.check)
+	results := make(chan error, 2)
+	for i := range 2 {
+		go func() {
+			_, err := a.Login(ctx, fmt.Sprintf("u%d", i), "a wrong password", fmt.Sprintf("192.0.2.%d", i+1))
+			results <- err
+		}()
+	}
+	for range 2 {
+		<-h.entered
+	}
+	_, busy := a.Login(ctx, "alice", pw("alice"), "198.51.100.1")
+	close(h.release)
+	for range 2 {
+		if err := <-results; !errors.Is(err, auth.ErrUnauthenticated) {
+			t.Errorf("a held wrong guess = %v, want ErrUnauthenticated", err)
+		}
+	}
+	if !errors.Is(busy, auth.ErrBusy) {
+		t.Errorf("Login while 2 of 2 password checks run = %v, want ErrBusy", busy)
+	}
+	if recs, err := e.store.LoginFailuresOf(ctx, []string{"user:alice", "ip:198.51.100.1"}); err != nil || len(recs) != 0 {
+		t.Errorf("attempts counted for the busy login: %+v, %v; want none", recs, err)
+	}
+	if _, err := a.Login(ctx, "alice", pw("alice"), "198.51.100.1"); err != nil {
+		t.Errorf("Login after the checks ended = %v, want a login", err)
+	}
+	if got := h.held.Load(); got != 2 {
+		t.Errorf("wrong passwords checked = %d, want 2", got)
+	}
+}
+
+// TestLoginTakesBackAddressAttempt: a success undoes its count of the
+// address, and its lock: 19 failures from an address, a success that was
+// counted as its 20th attempt (locking it while its check ran), then one
+// more failure: the address is locked only now.
+func TestLoginTakesBackAddressAttempt(t *testing.T) {
+	e := newEnv(t)
+	e.addUser(t, "alice", auth.RoleViewer)
+	for i := range auth.IPFailureLimit - 1 {
+		if err := e.login(fmt.Sprintf("u%d", i), false, "203.0.113.7"); !errors.Is(err, auth.ErrUnauthenticated) {
+			t.Fatalf("failure %d = %v", i+1, err)
+		}
+	}
+	if err := e.login("alice", true, "203.0.113.7"); err != nil {
+		t.Fatalf("right password after %d failures from the address = %v, want a login", auth.IPFailureLimit-1, err)
+	}
+	if err := e.login("alice", true, "203.0.113.7"); err != nil {
+		t.Errorf("right password again = %v, want a login (a success does not count)", err)
+	}
+	if err := e.login("bob", false, "203.0.113.7"); !errors.Is(err, auth.ErrUnauthenticated) {
+		t.Fatalf("failure %d = %v, want ErrUnauthenticated", auth.IPFailureLimit, err)
+	}
+	if err := e.login("alice", true, "203.0.113.7"); !errors.Is(err, auth.ErrThrottled) || retryAfter(err) != time.Minute {
+		t.Errorf("right password after %d failures = %v, want ErrThrottled for 1m", auth.IPFailureLimit, err)
 	}
 }

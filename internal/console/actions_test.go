@@ -142,7 +142,8 @@ func TestCrossOriginPostRefused(t *testing.T) {
 
 	tb := tab(t)
 	e.login(t, tb, "olga")
-	run(t, tb, "visit the other site", chromedp.Navigate(evil.URL), submit("#go"), chromedp.WaitVisible(chromedp.CSS(".error")))
+	run(t, tb, "visit the other site", chromedp.Navigate(evil.URL), submit("#go"), loaded)
+	expect(t, tb, "the other site's post", ".error")
 	if got := text(t, tb, ".error"); !strings.Contains(got, "came from another site") {
 		t.Errorf("the console answered %q", got)
 	}

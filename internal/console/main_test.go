@@ -304,13 +304,46 @@ func tab(t *testing.T) context.Context {
 	return browser.Start(t).NewTab(t)
 }
 
-// run runs chromedp actions in the tab, failing the test on an error.
+// run runs chromedp actions in the tab, failing the test on an error
+// with what the tab shows.
 func run(t *testing.T, tab context.Context, what string, actions ...chromedp.Action[chromedp.Void]) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(tab, 30*time.Second)
 	defer cancel()
 	if err := chromedp.Do(ctx, actions...); err != nil {
-		t.Fatalf("%s: %v", what, err)
+		t.Fatalf("%s: %v; the tab shows %s", what, err, pageState(tab))
+	}
+}
+
+// pageState says what the tab shows, for a failure: its URL, the HTTP
+// status and title of the page, and the start of its text.
+func pageState(tab context.Context) string {
+	ctx, cancel := context.WithTimeout(tab, 5*time.Second)
+	defer cancel()
+	s, err := chromedp.Run(ctx, chromedp.Evaluate[string](`(() => {
+  const nav = performance.getEntriesByType("navigation")[0];
+  const text = (document.body ? document.body.innerText : "").replace(/\s+/g, " ").trim().slice(0, 400);
+  return location.href + " (HTTP " + ((nav && nav.responseStatus) || "?") + ", title " + JSON.stringify(document.title) + "): " + JSON.stringify(text);
+})()`))
+	if err != nil {
+		return "nothing readable (" + err.Error() + ")"
+	}
+	return s
+}
+
+// loaded waits until the tab's document is loaded completely.
+func loaded(ctx context.Context, tg *chromedp.Target) (chromedp.Void, error) {
+	_, err := chromedp.Poll[bool](`document.readyState === "complete"`)(ctx, tg)
+	return chromedp.Void{}, err
+}
+
+// expect fails t at once, with what the tab shows, unless the page the
+// tab shows has an element sel: a page that went elsewhere is reported
+// as such instead of waiting for sel until a timeout.
+func expect(t *testing.T, tab context.Context, what, sel string) {
+	t.Helper()
+	if n := eval[int](t, tab, fmt.Sprintf("document.querySelectorAll(%q).length", sel)); n == 0 {
+		t.Fatalf("%s: the page has no %s; the tab shows %s", what, sel, pageState(tab))
 	}
 }
 
@@ -330,8 +363,9 @@ func (e *env) loginHere(t *testing.T, tab context.Context, name string) {
 		chromedp.SetValue(chromedp.CSS("#name"), name),
 		chromedp.SendKeys(chromedp.CSS("#password"), password),
 		submit("#signin"),
-		chromedp.WaitVisible(chromedp.CSS("#logout")),
+		loaded,
 	)
+	expect(t, tab, "sign in as "+name, "#logout")
 }
 
 // loginFails sends the sign-in form with the test password and waits for
@@ -343,8 +377,9 @@ func (e *env) loginFails(t *testing.T, tab context.Context, name string) {
 		chromedp.SetValue(chromedp.CSS("#name"), name),
 		chromedp.SendKeys(chromedp.CSS("#password"), password),
 		submit("#signin"),
-		chromedp.WaitVisible(chromedp.CSS("#login-error")),
+		loaded,
 	)
+	expect(t, tab, "sign in as "+name+", refused", "#login-error")
 }
 
 // submit clicks sel (a submit button or a link) and waits until the

@@ -85,14 +85,27 @@ func (c *Console) toLogin(w http.ResponseWriter, r *http.Request, why string) {
 }
 
 // safeNext is where to go after sign-in: a console page named by next,
-// else the messages.
+// else the messages. A path with dot segments is refused, as browsers
+// resolve them (also percent-encoded) and "/console/../api" is not a
+// console page.
 func safeNext(next string) string {
 	u, err := url.Parse(next)
 	if err != nil || u.Scheme != "" || u.Host != "" || u.User != nil || !strings.HasPrefix(u.Path, Prefix+"/") ||
-		strings.HasPrefix(next, "//") || strings.Contains(next, "\\") || strings.HasPrefix(u.Path, Prefix+"/login") {
+		strings.HasPrefix(next, "//") || strings.Contains(next, "\\") || strings.HasPrefix(u.Path, Prefix+"/login") ||
+		hasDotSegment(u.Path) {
 		return Prefix + "/messages"
 	}
 	return u.RequestURI()
+}
+
+// hasDotSegment reports whether path has a "." or ".." segment.
+func hasDotSegment(path string) bool {
+	for seg := range strings.SplitSeq(path, "/") {
+		if seg == "." || seg == ".." {
+			return true
+		}
+	}
+	return false
 }
 
 // loginData is the sign-in page's.
@@ -120,8 +133,9 @@ func (c *Console) loginPage(w http.ResponseWriter, r *http.Request) {
 }
 
 // login checks the name and password of the sign-in form. A throttled
-// attempt is told how long to wait; a wrong name and a wrong password get
-// the same answer.
+// attempt is told how long to wait, and so is one refused because this
+// replica checks as many passwords as it may at once (429 and Retry-After
+// both); a wrong name and a wrong password get the same answer.
 func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 	name, password := strings.TrimSpace(r.PostFormValue("name")), r.PostFormValue("password")
 	d := loginData{Name: name, Next: r.PostFormValue("next"), OIDC: c.oidcName()}
@@ -141,6 +155,11 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 		}
 		d.Error = fmt.Sprintf("Too many attempts, try again in %d %s.", mins, unit)
 		w.Header().Set("Retry-After", fmt.Sprint(int(math.Ceil(te.RetryAfter.Seconds()))))
+		c.render(w, r, http.StatusTooManyRequests, "login", c.view(r, "Sign in", "", d))
+		return
+	case errors.Is(err, auth.ErrBusy):
+		d.Error = "Too many sign-ins at once, try again in a moment."
+		w.Header().Set("Retry-After", fmt.Sprint(int(math.Ceil(auth.BusyRetryAfter.Seconds()))))
 		c.render(w, r, http.StatusTooManyRequests, "login", c.view(r, "Sign in", "", d))
 		return
 	case errors.Is(err, auth.ErrDisabled):

@@ -344,39 +344,66 @@ func scanLoginFailures(r pgx.CollectableRow) (LoginFailures, error) {
 	return f, err
 }
 
-// LoginFailed records a failed login for key: next gets the key's record
-// (Failures 0 when it has none) and returns the one to store. The record is
-// locked meanwhile, so that failures counted on several replicas at once
-// all count.
-func (s *Store) LoginFailed(ctx context.Context, key string, next func(LoginFailures) LoginFailures) (LoginFailures, error) {
-	var out LoginFailures
+// UpdateLoginFailures reads and rewrites the failed-login records of keys
+// in one transaction that holds their rows locked, so that attempts
+// counted on several replicas at once all count, each seeing those before
+// it. next gets the records in the order of keys (a key without one has
+// Failures 0 and zero times) and returns the records to store, in the same
+// order, or nil to leave them all as they were; a record of Failures 0 is
+// deleted. One statement locks the rows, in key order, so that calls over
+// overlapping keys never deadlock.
+func (s *Store) UpdateLoginFailures(ctx context.Context, keys []string, next func([]LoginFailures) []LoginFailures) error {
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `INSERT INTO login_failures (key, failures, first_at, last_at) VALUES ($1, 0, now(), now())
-ON CONFLICT (key) DO NOTHING`, key); err != nil {
-			return err
-		}
-		rows, err := tx.Query(ctx, `SELECT key, failures, first_at, last_at, locked_until FROM login_failures WHERE key = $1 FOR UPDATE`, key)
+		rows, err := tx.Query(ctx, `
+INSERT INTO login_failures (key, failures, first_at, last_at)
+SELECT k, 0, now(), now() FROM unnest($1::text[]) AS k ORDER BY k
+ON CONFLICT (key) DO UPDATE SET failures = login_failures.failures
+RETURNING key, failures, first_at, last_at, locked_until`, keys)
 		if err != nil {
 			return err
 		}
-		cur, err := pgx.CollectExactlyOneRow(rows, scanLoginFailures)
+		cur, err := pgx.CollectRows(rows, scanLoginFailures)
 		if err != nil {
 			return err
 		}
-		if cur.Failures == 0 {
-			cur = LoginFailures{Key: key}
+		in := make([]LoginFailures, len(keys))
+		for i, k := range keys {
+			in[i] = LoginFailures{Key: k}
+			for _, f := range cur {
+				if f.Key == k && f.Failures > 0 {
+					in[i] = f
+				}
+			}
 		}
-		out = next(cur)
-		out.Key = key
-		_, err = tx.Exec(ctx, `UPDATE login_failures SET failures = $2, first_at = $3, last_at = $4, locked_until = $5 WHERE key = $1`,
-			key, out.Failures, out.FirstAt, out.LastAt, out.LockedUntil)
-		return err
+		out := next(in)
+		if out == nil {
+			return errUnchanged
+		}
+		if len(out) != len(keys) {
+			return fmt.Errorf("%d records for %d keys", len(out), len(keys))
+		}
+		for i, f := range out {
+			if f.Failures == 0 {
+				if _, err := tx.Exec(ctx, `DELETE FROM login_failures WHERE key = $1`, keys[i]); err != nil {
+					return err
+				}
+				continue
+			}
+			if _, err := tx.Exec(ctx, `UPDATE login_failures SET failures = $2, first_at = $3, last_at = $4, locked_until = $5 WHERE key = $1`,
+				keys[i], f.Failures, f.FirstAt, f.LastAt, f.LockedUntil); err != nil {
+				return err
+			}
+		}
+		return nil
 	})
-	if err != nil {
-		return LoginFailures{}, fmt.Errorf("record failed login: %w", err)
+	if err != nil && !errors.Is(err, errUnchanged) {
+		return fmt.Errorf("update login failures: %w", err)
 	}
-	return out, nil
+	return nil
 }
+
+// errUnchanged rolls back a transaction that has nothing to write.
+var errUnchanged = errors.New("unchanged")
 
 // ClearLoginFailures forgets the failed logins of key.
 func (s *Store) ClearLoginFailures(ctx context.Context, key string) error {

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"maps"
 	"testing"
 	"time"
 
@@ -207,31 +208,58 @@ func TestAPITokens(t *testing.T) {
 	}
 }
 
-// TestLoginFailedCountsEveryReplica: failures recorded at once, as by
-// several replicas, all count: each update sees the one before.
-func TestLoginFailedCountsEveryReplica(t *testing.T) {
+// TestUpdateLoginFailuresCountsEveryReplica: updates of overlapping keys
+// made at once, as by several replicas, all count (each sees the one
+// before) and never deadlock; an update that returns nil stores nothing,
+// not even an empty record.
+func TestUpdateLoginFailuresCountsEveryReplica(t *testing.T) {
 	ctx := context.Background()
 	st := pgtest.Store(t)
 	const n = 8
 	now := time.Now()
-	testenv.Together(n, func(int) {
-		if _, err := st.LoginFailed(ctx, "user:alice", func(f postgres.LoginFailures) postgres.LoginFailures {
+	count := func(recs []postgres.LoginFailures) []postgres.LoginFailures {
+		out := make([]postgres.LoginFailures, len(recs))
+		for i, f := range recs {
 			if f.Failures == 0 {
 				f.FirstAt = now
 			}
 			f.Failures++
 			f.LastAt = now
-			return f
-		}); err != nil {
+			out[i] = f
+		}
+		return out
+	}
+	testenv.Together(n, func(i int) {
+		// Both orders of the same keys.
+		keys := []string{"user:alice", "ip:192.0.2.1"}
+		if i%2 == 1 {
+			keys = []string{"ip:192.0.2.1", "user:alice"}
+		}
+		if err := st.UpdateLoginFailures(ctx, keys, count); err != nil {
 			t.Error(err)
 		}
 	})
-	recs, err := st.LoginFailuresOf(ctx, []string{"user:alice", "ip:192.0.2.1"})
+	if err := st.UpdateLoginFailures(ctx, []string{"user:bob", "user:alice"}, func([]postgres.LoginFailures) []postgres.LoginFailures { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	recs, err := st.LoginFailuresOf(ctx, []string{"user:alice", "ip:192.0.2.1", "user:bob"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(recs) != 1 || recs[0].Key != "user:alice" || recs[0].Failures != n {
-		t.Fatalf("LoginFailuresOf = %+v, want user:alice with %d failures", recs, n)
+	got := map[string]int{}
+	for _, f := range recs {
+		got[f.Key] = f.Failures
+	}
+	if want := map[string]int{"user:alice": n, "ip:192.0.2.1": n}; !maps.Equal(got, want) {
+		t.Fatalf("LoginFailuresOf = %v, want %v", got, want)
+	}
+	if err := st.UpdateLoginFailures(ctx, []string{"ip:192.0.2.1"}, func([]postgres.LoginFailures) []postgres.LoginFailures {
+		return []postgres.LoginFailures{{}}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if recs, _ := st.LoginFailuresOf(ctx, []string{"ip:192.0.2.1"}); len(recs) != 0 {
+		t.Errorf("after an update to no failures: %+v, want no record", recs)
 	}
 	if err := st.ClearLoginFailures(ctx, "user:alice"); err != nil {
 		t.Fatal(err)
