@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -43,8 +44,20 @@ func withProvider(t *testing.T, prov **oidcprovider.Provider, lazy **oidc.Lazy, 
 		if err != nil {
 			t.Fatal(err)
 		}
+		// failed hears of the first request that found the provider down:
+		// a provider started Down is then known to have failed a discovery.
+		failed := make(chan struct{})
+		var once sync.Once
+		base := p.HTTPClient()
+		client := &http.Client{Timeout: base.Timeout, Transport: roundTripper(func(r *http.Request) (*http.Response, error) {
+			res, err := base.Transport.RoundTrip(r)
+			if err != nil {
+				once.Do(func() { close(failed) })
+			}
+			return res, err
+		})}
 		l, err := oidc.NewLazy(oidc.Options{
-			Issuer: p.Issuer, ClientID: "edihub", ClientSecret: "client-secret", RedirectURL: callback, Roles: roles, HTTPClient: p.HTTPClient(),
+			Issuer: p.Issuer, ClientID: "edihub", ClientSecret: "client-secret", RedirectURL: callback, Roles: roles, HTTPClient: client,
 		}, zaptest.NewLogger(t, zaptest.Level(zap.ErrorLevel)))
 		if err != nil {
 			t.Fatal(err)
@@ -59,7 +72,13 @@ func withProvider(t *testing.T, prov **oidcprovider.Provider, lazy **oidc.Lazy, 
 				t.Errorf("Lazy.Run: %v", err)
 			}
 		})
-		if !po.Down {
+		if po.Down {
+			select {
+			case <-failed:
+			case <-time.After(30 * time.Second):
+				t.Fatal("no discovery tried within 30s")
+			}
+		} else {
 			waitReady(t, l)
 		}
 		o.OIDC, o.OIDCName = l, "Test IdP"
@@ -69,6 +88,10 @@ func withProvider(t *testing.T, prov **oidcprovider.Provider, lazy **oidc.Lazy, 
 		}
 	}
 }
+
+type roundTripper func(*http.Request) (*http.Response, error)
+
+func (f roundTripper) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
 // waitReady waits until l discovered its provider.
 func waitReady(t *testing.T, l *oidc.Lazy) {

@@ -3,7 +3,9 @@ package oidc_test
 import (
 	"context"
 	"errors"
+	"net/http"
 	"net/url"
+	"sync"
 	"testing"
 	"time"
 
@@ -19,8 +21,20 @@ import (
 // its context does (the package's tests check for leaked goroutines).
 func TestLazyDiscoversWhenTheProviderComesUp(t *testing.T) {
 	op := startProvider(t, oidcprovider.Options{Down: true})
+	// failed hears of the first request that found the provider down, so
+	// that it comes up only after a discovery failed.
+	failed := make(chan struct{})
+	var once sync.Once
+	base := op.HTTPClient()
+	client := &http.Client{Timeout: base.Timeout, Transport: roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		res, err := base.Transport.RoundTrip(r)
+		if err != nil {
+			once.Do(func() { close(failed) })
+		}
+		return res, err
+	})}
 	l, err := oidc.NewLazy(oidc.Options{Issuer: op.Issuer, ClientID: clientID, ClientSecret: clientSecret, RedirectURL: redirectURL,
-		Roles: roles, HTTPClient: op.HTTPClient()}, zaptest.NewLogger(t))
+		Roles: roles, HTTPClient: client}, zaptest.NewLogger(t))
 	if err != nil {
 		t.Fatalf("NewLazy with the provider down = %v, want nil", err)
 	}
@@ -45,6 +59,11 @@ func TestLazyDiscoversWhenTheProviderComesUp(t *testing.T) {
 		t.Errorf("Finish() with the provider down = %v, want ErrUnavailable", err)
 	}
 
+	select {
+	case <-failed:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no discovery tried within 30s")
+	}
 	op.SetDown(false)
 	select {
 	case <-l.Ready():
