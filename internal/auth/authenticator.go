@@ -127,8 +127,8 @@ func bearerToken(r *http.Request) (string, bool) {
 // in, so a token could outlive their access there (docs/oidc.md).
 //
 // Errors wrap ErrUnauthenticated (no token, unknown, revoked, expired, of
-// a provider's user; also ErrDisabled for a disabled user) with a reason fit for the caller,
-// or are the store's (the database did not answer).
+// a provider's user; also ErrDisabled for a disabled user) with a reason
+// fit for the caller, or are the store's (the database did not answer).
 func (a *Authenticator) Bearer(r *http.Request) (Principal, error) {
 	tok, ok := bearerToken(r)
 	if !ok {
