@@ -1,13 +1,14 @@
 package main
 
 import (
-	"context"
 	"database/sql"
 	"errors"
 	"fmt"
 	"net/url"
 	"strings"
 	"time"
+
+	"go.uber.org/zap"
 
 	"github.com/edihub/edihub/internal/auth"
 	"github.com/edihub/edihub/internal/console"
@@ -86,10 +87,11 @@ func (o *oidcOptions) flags(fs *flagSet) {
 	fs.String(&o.roles, "oidc-roles", "", "which group gets which role: group=role pairs separated by commas, such as edi-admins=admin,edi-ops=operator,edi-viewers=viewer")
 }
 
-// provider builds the OpenID Connect provider of the settings and fetches
-// its discovery document, so that a broken setup stops the start; nil
-// without an issuer. ctx bounds the discovery.
-func (o oidcOptions) provider(ctx context.Context, readFile func(string) ([]byte, error)) (*oidc.Provider, string, error) {
+// provider checks the settings of sign-in with an OpenID Connect provider
+// and returns its oidc.Lazy, not yet discovered (its Run does that, with
+// retries, logging to log); nil without an issuer. Settings wrong in
+// themselves are an error; a provider that is down is not.
+func (o oidcOptions) provider(readFile func(string) ([]byte, error), log *zap.Logger) (*oidc.Lazy, string, error) {
 	if o.issuer == "" {
 		if o.clientID != "" || o.clientSecretFile != "" || o.redirectURL != "" || o.roles != "" || o.groupsClaim != "" || o.scopes != "" {
 			return nil, "", errors.New("EDIHUB_OIDC_* settings are set without EDIHUB_OIDC_ISSUER (-oidc-issuer): set the provider's issuer URL, or unset them (docs/oidc.md)")
@@ -116,9 +118,7 @@ func (o oidcOptions) provider(ctx context.Context, readFile func(string) ([]byte
 	if o.scopes != "" {
 		opts.Scopes = strings.Fields(o.scopes)
 	}
-	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	p, err := oidc.New(dctx, opts)
+	p, err := oidc.NewLazy(opts, log.Named("oidc"))
 	if err != nil {
 		return nil, "", err
 	}

@@ -157,9 +157,9 @@ func TestServeRejectsBadSettings(t *testing.T) {
 		{"recipients without SMTP", []string{"EDIHUB_DATABASE_URL", "postgres://x@127.0.0.1:1/x", "EDIHUB_CONFIG", cfg, "EDIHUB_REPORT_TO", "c@d.example"}, []string{"EDIHUB_SMTP_URL", "-smtp-url"}},
 		{"OIDC settings without an issuer", []string{"EDIHUB_DATABASE_URL", "postgres://x@127.0.0.1:1/x", "EDIHUB_CONFIG", cfg, "EDIHUB_OIDC_CLIENT_ID", "edihub"}, []string{"EDIHUB_OIDC_ISSUER", "-oidc-issuer"}},
 		{"OIDC without roles and secret", []string{"EDIHUB_DATABASE_URL", "postgres://x@127.0.0.1:1/x", "EDIHUB_CONFIG", cfg, "EDIHUB_OIDC_ISSUER", "http://127.0.0.1:1"}, []string{"EDIHUB_OIDC_ROLES", "EDIHUB_OIDC_CLIENT_SECRET_FILE"}},
-		{"OIDC provider unreachable", []string{"EDIHUB_DATABASE_URL", "postgres://x@127.0.0.1:1/x", "EDIHUB_CONFIG", cfg, "EDIHUB_OIDC_ISSUER", "http://127.0.0.1:1",
+		{"OIDC issuer in clear", []string{"EDIHUB_DATABASE_URL", "postgres://x@127.0.0.1:1/x", "EDIHUB_CONFIG", cfg, "EDIHUB_OIDC_ISSUER", "http://idp.example",
 			"EDIHUB_OIDC_CLIENT_ID", "edihub", "EDIHUB_OIDC_CLIENT_SECRET_FILE", cfg, "EDIHUB_OIDC_REDIRECT_URL", "http://127.0.0.1:8080/console/oidc/callback",
-			"EDIHUB_OIDC_ROLES", "edi-ops=operator"}, []string{"EDIHUB_OIDC_ISSUER", "unreachable"}},
+			"EDIHUB_OIDC_ROLES", "edi-ops=operator"}, []string{"EDIHUB_OIDC_ISSUER", "plain http"}},
 		{"secret not echoed", []string{"EDIHUB_DB_MAX_CONNS", "many", "EDIHUB_API_TOKEN", "tok3n"}, []string{"EDIHUB_DB_MAX_CONNS"}},
 	}
 	for _, tt := range tests {

@@ -239,9 +239,11 @@ func serve(ctx context.Context, env *environment, o serveOptions) error {
 	defer func() { _ = log.Sync() }()
 	applyMemoryLimit(log, env.getenv, cgroupMemoryMax)
 
-	// A broken sign-in setup stops the start, before the database is
-	// opened: the first person to try it would find it otherwise.
-	op, opName, err := o.oidc.provider(ctx, os.ReadFile)
+	// Sign-in settings wrong in themselves stop the start, before the
+	// database is opened: the first person to try them would find them
+	// otherwise. The provider is discovered in the background (run):
+	// one that is down must not keep AS2 from being served.
+	op, opName, err := o.oidc.provider(os.ReadFile, log)
 	if err != nil {
 		return err
 	}
@@ -457,6 +459,9 @@ func (p *parts) run(ctx context.Context, r *replica, srvs servers) error {
 	g.Go(func() error { return p.out.dispatcher.Run(gctx) })
 	g.Go(func() error { return p.console.Run(gctx) })
 	g.Go(func() error { return r.live.Run(gctx) })
+	if r.oidc != nil {
+		g.Go(func() error { return r.oidc.Run(gctx) })
+	}
 	if p.out.forwarder != nil {
 		g.Go(func() error { return p.out.forwarder.Run(gctx) })
 	}

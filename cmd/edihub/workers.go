@@ -34,8 +34,9 @@ type replica struct {
 	report   reportSettings
 	identity string
 	// oidc signs people in to the console with an OpenID Connect
-	// provider, named oidcName; nil: passwords only.
-	oidc     *oidc.Provider
+	// provider, named oidcName, discovered by its Run; nil: passwords
+	// only.
+	oidc     *oidc.Lazy
 	oidcName string
 	// spool takes AS2 bodies too large for memory (EDIHUB_SPOOL_*).
 	spool *spool.Spool

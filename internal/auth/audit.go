@@ -31,10 +31,11 @@ func RemoteIP(r *http.Request) string {
 }
 
 // AuditFromRequest is an Entry with the actor (the request's principal,
-// "anonymous" without one) and remote (RemoteIP) of r filled in.
+// "anonymous" without one, and its provider's issuer and subject, if any)
+// and remote (RemoteIP) of r filled in.
 func AuditFromRequest(r *http.Request) Entry {
 	p, _ := FromContext(r.Context())
-	return Entry{Actor: p.Actor(), Remote: RemoteIP(r)}
+	return Entry{Actor: p.Actor(), Remote: RemoteIP(r), ActorIssuer: p.Issuer, ActorSubject: p.Subject}
 }
 
 // Caller is who makes a change and from where: a principal and its
@@ -65,5 +66,5 @@ func Audit(ctx context.Context, a Auditor, c Caller, action, target string, deta
 
 // entry is an audit Entry of c.
 func (c Caller) entry(action, target string, detail map[string]any) Entry {
-	return Entry{Actor: c.Actor(), Action: action, Target: target, Detail: detail, Remote: c.Remote}
+	return Entry{Actor: c.Actor(), Action: action, Target: target, Detail: detail, Remote: c.Remote, ActorIssuer: c.Issuer, ActorSubject: c.Subject}
 }

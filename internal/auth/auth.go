@@ -92,6 +92,9 @@ type Principal struct {
 	// Epoch is the user's session epoch when it signed in (KindUser): a
 	// session is valid while the user's epoch is the same.
 	Epoch int64
+	// Issuer and Subject identify a user of an OpenID Connect provider
+	// there; "" for others. Audit entries carry them (AuditFromRequest).
+	Issuer, Subject string
 }
 
 // BootstrapPrincipal is the principal of the bootstrap token.
@@ -151,6 +154,11 @@ var (
 	// ErrBusy: too many password checks running at once on this replica
 	// (Options.MaxPasswordChecks); try again after BusyRetryAfter. 429.
 	ErrBusy = errors.New("too many logins at once")
+	// ErrProviderUserToken: an API token of a user of an identity
+	// provider, which the hub does not accept (see Bearer). It is also an
+	// ErrUnauthenticated when Bearer returns it, and an ErrForbidden when
+	// a token is asked for such a user. 401 or 403.
+	ErrProviderUserToken = errors.New("users of the identity provider have no API tokens")
 	// ErrForbidden: authenticated, but the role or the user does not
 	// allow it. 403.
 	ErrForbidden = errors.New("forbidden")

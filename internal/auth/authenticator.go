@@ -31,6 +31,7 @@ type Store interface {
 	UpdateLoginFailures(ctx context.Context, keys []string, next func([]postgres.LoginFailures) []postgres.LoginFailures) error
 	ClearLoginFailures(ctx context.Context, key string) error
 	SignInOIDCUser(ctx context.Context, in postgres.OIDCSignIn) (postgres.User, bool, error)
+	RefuseOIDCUser(ctx context.Context, in postgres.OIDCRefusal) (postgres.User, bool, error)
 }
 
 // Login throttling (see Login) and token bookkeeping.
@@ -144,11 +145,13 @@ func bearerToken(r *http.Request) (string, bool) {
 // of no user; a user's token is looked up by its hash and refused when
 // revoked, expired or its user disabled, and its role is the lesser of the
 // token's and the user's. A token's last use is written at most once per
-// TouchEvery.
+// TouchEvery. A token of a user of an identity provider is refused: the
+// hub learns of the person's standing at the provider only when they sign
+// in, so a token could outlive their access there (docs/oidc.md).
 //
-// Errors wrap ErrUnauthenticated (no token, unknown, revoked, expired;
-// also ErrDisabled for a disabled user) with a reason fit for the caller,
-// or are the store's (the database did not answer).
+// Errors wrap ErrUnauthenticated (no token, unknown, revoked, expired, of
+// a provider's user; also ErrDisabled for a disabled user) with a reason
+// fit for the caller, or are the store's (the database did not answer).
 func (a *Authenticator) Bearer(r *http.Request) (Principal, error) {
 	tok, ok := bearerToken(r)
 	if !ok {
@@ -184,6 +187,9 @@ func (a *Authenticator) Bearer(r *http.Request) (Principal, error) {
 	case u.DisabledAt != nil:
 		a.log.Info("API token of a disabled user used", zap.String("user", u.Name), zap.String("token", t.Name), zap.String("remote", RemoteIP(r)))
 		return Principal{}, fmt.Errorf("%w: %w: %s", ErrUnauthenticated, ErrDisabled, u.Name)
+	case u.OIDCIssuer != "":
+		a.log.Info("API token of a user of the identity provider used", zap.String("user", u.Name), zap.String("token", t.Name), zap.String("remote", RemoteIP(r)))
+		return Principal{}, fmt.Errorf("%w: %w: the API token %q of %s", ErrUnauthenticated, ErrProviderUserToken, t.Name, u.Name)
 	}
 	tokenRole, err := ParseRole(t.Role)
 	if err != nil {
@@ -460,13 +466,13 @@ func (a *Authenticator) SessionPrincipal(ctx context.Context, userID, epoch int6
 	if err != nil {
 		return Principal{}, fmt.Errorf("user %d: %w", u.ID, err)
 	}
-	return Principal{Kind: KindUser, User: u.Name, UserID: u.ID, Role: role, Epoch: u.SessionEpoch}, nil
+	return Principal{Kind: KindUser, User: u.Name, UserID: u.ID, Role: role, Epoch: u.SessionEpoch, Issuer: u.OIDCIssuer, Subject: u.OIDCSubject}, nil
 }
 
 // ExternalIdentity is a person an identity provider (OpenID Connect)
 // signed in: who they are there (Issuer and Subject, together), a name
-// for a new user (their e-mail address or user name at the provider), and
-// the role their groups map to.
+// for a new user (an e-mail address the provider verified; "" names the
+// user after the subject), and the role their groups map to.
 type ExternalIdentity struct {
 	Issuer, Subject string
 	Name            string
@@ -508,19 +514,40 @@ func (a *Authenticator) ExternalLogin(ctx context.Context, id ExternalIdentity, 
 	if err := a.o.Store.RecordLogin(ctx, u.ID, a.o.Now()); err != nil {
 		a.log.Warn("login time not written", zap.Error(err))
 	}
-	p := Principal{Kind: KindUser, User: u.Name, UserID: u.ID, Role: role, Epoch: u.SessionEpoch}
+	p := Principal{Kind: KindUser, User: u.Name, UserID: u.ID, Role: role, Epoch: u.SessionEpoch, Issuer: u.OIDCIssuer, Subject: u.OIDCSubject}
 	a.log.Info("login", zap.String("user", u.Name), zap.String("remote", remote), zap.String("via", "oidc"), zap.Bool("new_user", created))
-	a.audit(ctx, Entry{Actor: p.Actor(), Action: "login", Target: u.Name, Remote: remote,
+	a.audit(ctx, Entry{Actor: p.Actor(), Action: "login", Target: u.Name, Remote: remote, ActorIssuer: p.Issuer, ActorSubject: p.Subject,
 		Detail: map[string]any{"via": "oidc", "issuer": id.Issuer, "role": u.Role}})
 	return p, nil
 }
 
 // ExternalLoginRefused records a sign-in its provider vouched for but the
-// hub refuses (no group maps to a role): a failed login for name, with why.
-func (a *Authenticator) ExternalLoginRefused(ctx context.Context, name, reason, remote string) {
-	a.log.Info("login failed", zap.String("user", name), zap.String("remote", remote), zap.String("reason", reason), zap.String("via", "oidc"))
-	a.audit(ctx, Entry{Actor: "anonymous", Action: "login.failed", Target: name, Remote: remote,
-		Detail: map[string]any{"reason": reason, "via": "oidc"}})
+// hub refuses (no group maps to a role), with why: a failed login, and,
+// when id has a user, the user disabled and its sessions ended (its
+// tokens are refused with it), in one transaction. The provider's word is
+// the person's standing: whoever is taken out of every mapped group loses
+// access at the hub with their next sign-in, not only their role. An
+// administrator enables the user again. Errors are the store's.
+func (a *Authenticator) ExternalLoginRefused(ctx context.Context, id ExternalIdentity, reason, remote string) error {
+	if a.o.Store == nil {
+		return nil
+	}
+	// A client that goes away must not cancel the refusal.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	u, disabled, err := a.o.Store.RefuseOIDCUser(ctx, postgres.OIDCRefusal{
+		Issuer: id.Issuer, Subject: id.Subject, Who: id.Name, Reason: reason, Remote: remote,
+	})
+	if err != nil {
+		return err
+	}
+	name := id.Name
+	if u.ID != 0 {
+		name = u.Name
+	}
+	a.log.Info("login failed", zap.String("user", name), zap.String("remote", remote), zap.String("reason", reason), zap.String("via", "oidc"),
+		zap.Bool("user_disabled", disabled))
+	return nil
 }
 
 // externalName is the name a new user of id gets: id.Name made into a name

@@ -170,6 +170,8 @@ type TokenRequest struct {
 // CreateToken makes an API token for a user and returns it (shown once:
 // only its hash is stored) with its record. Admins make tokens for any
 // enabled user; a user makes its own, with at most the role it acts with.
+// A user of an identity provider gets none (ErrProviderUserToken, an
+// ErrForbidden): see Bearer.
 func (u *Users) CreateToken(ctx context.Context, c Caller, user string, tr TokenRequest) (string, postgres.APIToken, error) {
 	target, err := u.authorizeTokens(ctx, c, user)
 	if err != nil {
@@ -180,6 +182,10 @@ func (u *Users) CreateToken(ctx context.Context, c Caller, user string, tr Token
 	}
 	if target.DisabledAt != nil {
 		return "", postgres.APIToken{}, fmt.Errorf("%w: %s: enable the user first (edihub users enable)", ErrDisabled, target.Name)
+	}
+	if target.OIDCIssuer != "" {
+		return "", postgres.APIToken{}, fmt.Errorf("%w: %w: %s signs in with the identity provider; make a local user for automation (edihub users add)",
+			ErrForbidden, ErrProviderUserToken, target.Name)
 	}
 	userRole, err := ParseRole(target.Role)
 	if err != nil {

@@ -83,7 +83,7 @@ type Authenticator interface {
 	Login(ctx context.Context, name, password, remote string) (auth.Principal, error)
 	SessionPrincipal(ctx context.Context, userID, epoch int64) (auth.Principal, error)
 	ExternalLogin(ctx context.Context, id auth.ExternalIdentity, remote string) (auth.Principal, error)
-	ExternalLoginRefused(ctx context.Context, name, reason, remote string)
+	ExternalLoginRefused(ctx context.Context, id auth.ExternalIdentity, reason, remote string) error
 }
 
 // MessageStore reads messages and what happened to them;

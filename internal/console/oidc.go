@@ -16,29 +16,44 @@ import (
 )
 
 // OIDCProvider signs people in with an OpenID Connect provider;
-// *oidc.Provider implements it.
+// *oidc.Lazy implements it. Until the provider is discovered, Available is
+// false and Start returns oidc.ErrUnavailable: the console offers
+// passwords meanwhile.
 type OIDCProvider interface {
-	Start() (oidc.Flow, string)
+	Available() bool
+	Start() (oidc.Flow, string, error)
 	Finish(ctx context.Context, flow oidc.Flow, callback url.Values) (oidc.Identity, error)
 }
 
 // Session key of where to go after an OIDC sign-in.
 const keyOIDCNext = "oidc_next"
 
-// oidcName is the provider's name on the sign-in button; "" without one.
+// oidcName is the provider's name on the sign-in button; "" without one
+// or while it is unavailable (oidcDown).
 func (c *Console) oidcName() string {
-	if c.o.OIDC == nil {
+	if c.o.OIDC == nil || !c.o.OIDC.Available() {
 		return ""
 	}
 	return c.o.OIDCName
 }
+
+// oidcDown reports a provider set up but not (yet) reachable.
+func (c *Console) oidcDown() bool { return c.o.OIDC != nil && !c.o.OIDC.Available() }
 
 // oidcStart begins a sign-in with the provider: the flow's secrets (state,
 // nonce, PKCE verifier) stay in the server-side session, and the browser
 // goes to the provider. It is a link (GET), not a form: a form's
 // redirection to another site breaks the policy's form-action 'self'.
 func (c *Console) oidcStart(w http.ResponseWriter, r *http.Request) {
-	flow, authURL := c.o.OIDC.Start()
+	flow, authURL, err := c.o.OIDC.Start()
+	if errors.Is(err, oidc.ErrUnavailable) {
+		c.fail(w, r, http.StatusServiceUnavailable, "Sign-in with "+c.o.OIDCName+" (SSO) is unavailable: the hub cannot reach the identity provider. Sign in with your password, or try again later.")
+		return
+	}
+	if err != nil {
+		c.internal(w, r, "Starting the sign-in", err)
+		return
+	}
 	b, err := json.Marshal(flow)
 	if err != nil {
 		c.internal(w, r, "Starting the sign-in", err)
@@ -61,7 +76,8 @@ type oidcRefusedData struct {
 // oidcCallback finishes the sign-in: the flow is taken out of the session
 // whatever the outcome, the provider's answer is checked (oidc.Finish),
 // and the user of (issuer, subject) is signed in with the role its groups
-// map to, made on its first sign-in.
+// map to, made on its first sign-in. A person whose groups map to no role
+// is refused, and their user, if any, disabled (Auth.ExternalLoginRefused).
 func (c *Console) oidcCallback(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	raw := c.sessions.PopString(ctx, keyOIDC)
@@ -76,14 +92,16 @@ func (c *Console) oidcCallback(w http.ResponseWriter, r *http.Request) {
 	var ce *oidc.ConfigError
 	switch {
 	case errors.Is(err, oidc.ErrNoRole):
-		who := id.Email
-		if who == "" {
-			who = id.Name
-		}
+		who := verifiedName(id)
 		if who == "" {
 			who = id.Subject
 		}
-		c.o.Auth.ExternalLoginRefused(ctx, who, "no group maps to a role", remote)
+		// The provider vouched for the person and gave no role: their user,
+		// if they have one, loses access now, not only at a later sign-in.
+		if err := c.o.Auth.ExternalLoginRefused(ctx, auth.ExternalIdentity{Issuer: id.Issuer, Subject: id.Subject, Name: who}, "no group maps to a role", remote); err != nil {
+			c.internal(w, r, "Refusing the sign-in", err)
+			return
+		}
 		d := oidcRefusedData{
 			Message: fmt.Sprintf("You signed in at %s as %s, but none of your groups gives a role at this hub, so you cannot use the console.", c.o.OIDCName, who),
 			Who:     fmt.Sprintf("subject %s", id.Subject),
@@ -112,11 +130,7 @@ func (c *Console) oidcCallback(w http.ResponseWriter, r *http.Request) {
 		c.internal(w, r, "Signing in", err)
 		return
 	}
-	name := id.Email
-	if name == "" {
-		name = id.Name
-	}
-	p, err := c.o.Auth.ExternalLogin(ctx, auth.ExternalIdentity{Issuer: id.Issuer, Subject: id.Subject, Name: name, Role: role}, remote)
+	p, err := c.o.Auth.ExternalLogin(ctx, auth.ExternalIdentity{Issuer: id.Issuer, Subject: id.Subject, Name: verifiedName(id), Role: role}, remote)
 	switch {
 	case errors.Is(err, auth.ErrDisabled):
 		c.fail(w, r, http.StatusForbidden, "Your user at this hub is disabled. Ask an administrator.")
@@ -133,4 +147,16 @@ func (c *Console) oidcCallback(w http.ResponseWriter, r *http.Request) {
 		next = Prefix + "/messages"
 	}
 	http.Redirect(w, r, next, http.StatusSeeOther)
+}
+
+// verifiedName is the name a person of the provider gets at the hub: their
+// e-mail address when the provider verified it, else "" (a name made of
+// the subject). An unverified address, or a display name, is whatever the
+// person typed at the provider, and would let them appear in the audit log
+// and partner history as somebody else.
+func verifiedName(id oidc.Identity) string {
+	if id.EmailVerified {
+		return id.Email
+	}
+	return ""
 }

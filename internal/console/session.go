@@ -115,6 +115,9 @@ type loginData struct {
 	Error string
 	// OIDC names the provider of the "Sign in with" button; "" hides it.
 	OIDC string
+	// OIDCDown says that sign-in with the provider is set up but the
+	// provider is unreachable.
+	OIDCDown bool
 }
 
 func (c *Console) loginPage(w http.ResponseWriter, r *http.Request) {
@@ -124,7 +127,7 @@ func (c *Console) loginPage(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, safeNext(r.URL.Query().Get("next")), http.StatusSeeOther)
 		return
 	}
-	d := loginData{Next: r.URL.Query().Get("next"), OIDC: c.oidcName()}
+	d := loginData{Next: r.URL.Query().Get("next"), OIDC: c.oidcName(), OIDCDown: c.oidcDown()}
 	v := c.view(r, "Sign in", "", d)
 	if r.URL.Query().Get("why") == "ended" {
 		v.Flash = "Your session has ended. Sign in again."
@@ -138,7 +141,7 @@ func (c *Console) loginPage(w http.ResponseWriter, r *http.Request) {
 // both); a wrong name and a wrong password get the same answer.
 func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 	name, password := strings.TrimSpace(r.PostFormValue("name")), r.PostFormValue("password")
-	d := loginData{Name: name, Next: r.PostFormValue("next"), OIDC: c.oidcName()}
+	d := loginData{Name: name, Next: r.PostFormValue("next"), OIDC: c.oidcName(), OIDCDown: c.oidcDown()}
 	if name == "" || password == "" {
 		d.Error = "Enter your user name and password."
 		c.render(w, r, http.StatusBadRequest, "login", c.view(r, "Sign in", "", d))

@@ -92,10 +92,19 @@ type Identity struct {
 // New validates opts and fetches the provider's discovery document. Every
 // mistake in opts, and a discovery that fails, is a *ConfigError naming the
 // setting and the fix. ctx bounds discovery only.
+//
+// edihub serve uses NewLazy instead, which discovers in the background:
+// a provider that is down must not keep the hub from starting.
 func New(ctx context.Context, opts Options) (*Provider, error) {
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
+	return discover(ctx, opts)
+}
+
+// discover fetches the discovery document of opts, validated, and makes
+// the Provider.
+func discover(ctx context.Context, opts Options) (*Provider, error) {
 	ctx = gooidc.ClientContext(ctx, opts.HTTPClient)
 	provider, err := gooidc.NewProvider(ctx, opts.Issuer)
 	if err != nil {

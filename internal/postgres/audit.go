@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"strings"
 	"time"
 
@@ -15,13 +16,18 @@ import (
 // (Actor, such as "user:alice"), what (Action, such as "partner.update",
 // on Target, such as the partner's AS2 ID, with Detail) and from where
 // (Remote: the client's IP, "" from the command line). The time is the
-// database's.
+// database's. ActorIssuer and ActorSubject name the person behind an actor
+// signed in with an OpenID Connect provider: they are stored in the
+// detail as "actor_issuer" and "actor_subject", since the user's name
+// alone may be any name the provider gave.
 type AuditEntry struct {
 	Actor  string
 	Action string
 	Target string
 	Detail map[string]any
 	Remote string
+
+	ActorIssuer, ActorSubject string
 }
 
 // AuditRecord is one stored audit log entry.
@@ -68,6 +74,10 @@ func insertAudit(ctx context.Context, q execer, e AuditEntry) error {
 	detail := e.Detail
 	if detail == nil {
 		detail = map[string]any{}
+	}
+	if e.ActorIssuer != "" {
+		detail = maps.Clone(detail)
+		detail["actor_issuer"], detail["actor_subject"] = e.ActorIssuer, e.ActorSubject
 	}
 	b, err := json.Marshal(detail)
 	if err != nil {

@@ -250,3 +250,60 @@ VALUES ($1, $2, $3, $4, $5) RETURNING `+userColumns, name, in.Role, in.Issuer, i
 	})
 	return u, created, err
 }
+
+// OIDCRefusal is a person their OpenID Connect provider vouched for but
+// whose groups map to no role.
+type OIDCRefusal struct {
+	Issuer, Subject string
+	// Who names the person in the audit log when they have no user
+	// (the name they gave the provider); the user's name otherwise.
+	Who    string
+	Reason string
+	Remote string
+}
+
+// RefuseOIDCUser records a refused OpenID Connect sign-in (login.failed)
+// and, when (in.Issuer, in.Subject) has a user that is enabled, disables
+// it and bumps its session epoch (its console sessions end; its tokens
+// stop with it), recorded as user.disable by "oidc:<issuer>": all in one
+// transaction. It returns the user as stored after the change and whether
+// it was disabled now; a person without a user gets a zero User and
+// nothing but the audit row.
+func (s *Store) RefuseOIDCUser(ctx context.Context, in OIDCRefusal) (User, bool, error) {
+	var u User
+	disabled := false
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var err error
+		u, err = scanUser(tx.QueryRow(ctx, `SELECT `+userColumns+` FROM users WHERE oidc_issuer = $1 AND oidc_subject = $2 FOR UPDATE`,
+			in.Issuer, in.Subject))
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+			u = User{}
+		case err != nil:
+			return err
+		case u.DisabledAt == nil:
+			u, err = scanUser(tx.QueryRow(ctx, `UPDATE users SET disabled_at = now(), session_epoch = session_epoch + 1, updated_at = now()
+WHERE id = $1 RETURNING `+userColumns, u.ID))
+			if err != nil {
+				return err
+			}
+			disabled = true
+		}
+		who := in.Who
+		if u.ID != 0 {
+			who = u.Name
+		}
+		detail := map[string]any{"reason": in.Reason, "via": "oidc", "issuer": in.Issuer, "subject": in.Subject}
+		if err := insertAudit(ctx, tx, AuditEntry{Actor: "anonymous", Action: "login.failed", Target: who, Remote: in.Remote, Detail: detail}); err != nil {
+			return err
+		}
+		if !disabled {
+			return nil
+		}
+		return insertAudit(ctx, tx, AuditEntry{Actor: "oidc:" + in.Issuer, Action: "user.disable", Target: u.Name, Remote: in.Remote, Detail: detail})
+	})
+	if err != nil {
+		return User{}, false, fmt.Errorf("refuse OIDC user %s: %w", in.Subject, err)
+	}
+	return u, disabled, nil
+}

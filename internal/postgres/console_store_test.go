@@ -53,6 +53,46 @@ func TestSignInOIDCUser(t *testing.T) {
 	}
 }
 
+// TestRefuseOIDCUser: a refused sign-in of a person with a user disables it
+// and bumps its session epoch, with the login.failed and user.disable rows,
+// once; a person without a user gets the login.failed row only.
+func TestRefuseOIDCUser(t *testing.T) {
+	ctx := context.Background()
+	st := pgtest.Store(t)
+	in := postgres.OIDCSignIn{Issuer: "https://idp.example", Subject: "u-1", Name: "ada@example.com", Role: "admin", Actor: "oidc:https://idp.example"}
+	u, _, err := st.SignInOIDCUser(ctx, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		give         postgres.OIDCRefusal
+		wantDisabled bool
+		wantEpoch    int64
+	}{
+		{give: postgres.OIDCRefusal{Issuer: "https://idp.example", Subject: "u-1", Who: "x", Reason: "no group maps to a role"}, wantDisabled: true, wantEpoch: u.SessionEpoch + 1},
+		{give: postgres.OIDCRefusal{Issuer: "https://idp.example", Subject: "u-1", Who: "x", Reason: "no group maps to a role"}, wantDisabled: false, wantEpoch: u.SessionEpoch + 1},
+		{give: postgres.OIDCRefusal{Issuer: "https://idp.example", Subject: "u-2", Who: "nobody@example.com", Reason: "no group maps to a role"}},
+	}
+	for _, tt := range tests {
+		got, disabled, err := st.RefuseOIDCUser(ctx, tt.give)
+		if err != nil || disabled != tt.wantDisabled || got.SessionEpoch != tt.wantEpoch || (got.ID != 0) != (tt.give.Subject == "u-1") || (got.ID != 0 && got.DisabledAt == nil) {
+			t.Errorf("RefuseOIDCUser(%s) = %+v, %v, %v; want disabled now %v, epoch %d", tt.give.Subject, got, disabled, err, tt.wantDisabled, tt.wantEpoch)
+		}
+	}
+	recs, err := st.AuditLog(ctx, postgres.AuditQuery{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, r := range recs {
+		got = append(got, r.Action+" "+r.Target+" "+fmt.Sprint(r.Detail["subject"]))
+	}
+	want := []string{"login.failed nobody@example.com u-2", "login.failed ada@example.com u-1", "user.disable ada@example.com u-1", "login.failed ada@example.com u-1", "user.add ada@example.com u-1"}
+	if strings.Join(got, ";") != strings.Join(want, ";") {
+		t.Errorf("audit = %q, want %q", got, want)
+	}
+}
+
 // TestDeleteExpiredSessions deletes the sessions past their expiry only.
 func TestDeleteExpiredSessions(t *testing.T) {
 	ctx := context.Background()

@@ -27,8 +27,10 @@ import (
 	"net/http/cookiejar"
 	"net/http/httptest"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -46,6 +48,9 @@ type User struct {
 	Email    string
 	Password string
 	Groups   []string
+	// EmailUnverified makes email_verified false: an address the person
+	// typed that the provider did not check.
+	EmailUnverified bool
 }
 
 // Client is a confidential web client (client_secret_basic or
@@ -81,6 +86,8 @@ type Options struct {
 	SigningKey *rsa.PrivateKey
 	// IDTokenLifetime is how long ID tokens are valid; 0 means 5 minutes.
 	IDTokenLifetime time.Duration
+	// Down starts the provider down, as SetDown(true) does.
+	Down bool
 }
 
 // Provider is a running OpenID provider. Its methods are safe for
@@ -93,6 +100,8 @@ type Provider struct {
 	server  *httptest.Server
 	storage *storage
 	client  *http.Client
+
+	down atomic.Bool
 
 	mu       sync.Mutex
 	browsers []*http.Transport // closed with the provider
@@ -194,17 +203,30 @@ func start(opts Options) (*Provider, error) {
 	mux.HandleFunc("GET "+loginPath, login.show)
 	mux.HandleFunc("POST "+loginPath, interceptor.HandlerFunc(login.check))
 	mux.Handle("/", provider)
-	server.Config.Handler = mux
+	p := &Provider{Issuer: issuer, server: server, storage: st}
+	p.down.Store(opts.Down)
+	server.Config.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if p.down.Load() {
+			// Like a provider that is down: the connection ends
+			// without an answer.
+			if c, _, err := http.NewResponseController(w).Hijack(); err == nil {
+				c.Close()
+				return
+			}
+			http.Error(w, "down", http.StatusServiceUnavailable)
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
 	server.Config.ReadHeaderTimeout = 10 * time.Second
 	server.StartTLS()
-
-	return &Provider{
-		Issuer:  issuer,
-		server:  server,
-		storage: st,
-		client:  server.Client(),
-	}, nil
+	p.client = server.Client()
+	return p, nil
 }
+
+// SetDown takes the provider down (every request's connection is closed
+// without an answer, as when it is unreachable) or brings it up again.
+func (p *Provider) SetDown(down bool) { p.down.Store(down) }
 
 func (p *Provider) close() {
 	p.server.Close()
@@ -213,6 +235,23 @@ func (p *Provider) close() {
 	for _, t := range p.browsers {
 		t.CloseIdleConnections()
 	}
+}
+
+// SetGroups changes the groups of the user of subject, as an administrator
+// of the provider does: tokens issued from then on carry the new groups.
+// It panics for a subject the provider does not have (a mistake in the
+// test).
+func (p *Provider) SetGroups(subject string, groups []string) {
+	st := p.storage
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	for i := range st.users {
+		if st.users[i].Subject == subject {
+			st.users[i].Groups = slices.Clone(groups)
+			return
+		}
+	}
+	panic("oidcprovider: SetGroups: no user " + subject)
 }
 
 // HTTPClient returns a client that trusts the provider's certificate, for

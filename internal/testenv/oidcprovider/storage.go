@@ -32,7 +32,7 @@ type storage struct {
 	userInfoOnly bool
 
 	mu       sync.Mutex
-	requests map[string]*authRequest // by ID
+	requests map[string]*authRequest // by ID (users too: SetGroups changes them)
 	codes    map[string]string       // code → request ID
 	tokens   map[string]*accessToken // by ID
 }
@@ -49,6 +49,8 @@ type accessToken struct {
 }
 
 func (s *storage) userBySubject(sub string) (User, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	for _, u := range s.users {
 		if u.Subject == sub {
 			return u, true
@@ -251,7 +253,11 @@ func (s *storage) setUserinfo(info *oidc.UserInfo, subject string, scopes []stri
 			info.PreferredUsername = u.Email
 		case oidc.ScopeEmail:
 			info.Email = u.Email
-			info.EmailVerified = true
+			info.EmailVerified = oidc.Bool(!u.EmailUnverified)
+			if u.EmailUnverified {
+				// The field's omitempty would leave a false out.
+				info.AppendClaims("email_verified", false)
+			}
 		}
 	}
 	if groups && len(u.Groups) > 0 && (s.groupsScope == "" || slices.Contains(scopes, s.groupsScope)) {
