@@ -215,7 +215,7 @@ func partnersGetFlags(fs *flagSet) func(context.Context, *environment) error {
 			if err := tw.Flush(); err != nil {
 				return err
 			}
-			served, err := store.ServedRevisions(ctx)
+			served, err := store.ServedRevisions(ctx, partners.StoppedAfter)
 			if err != nil {
 				return err
 			}

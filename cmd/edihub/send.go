@@ -30,7 +30,7 @@ func sendFlags(fs *flagSet) func(context.Context, *environment) error {
 	var partner, contentType, filename string
 	db.flags(fs)
 	fs.ActionString(&partner, "partner", "", "AS2 ID of the partner to send to, exactly as configured (case-sensitive)")
-	fs.ActionString(&contentType, "content-type", "application/octet-stream", "Content-Type of the document, e.g. application/EDI-X12 or application/EDIFACT")
+	fs.ActionString(&contentType, "content-type", "", "Content-Type of the document; default: application/EDI-X12 or application/EDIFACT when FILE is an X12 or EDIFACT interchange, else application/octet-stream")
 	fs.ActionString(&filename, "filename", "", "file name sent in Content-Disposition; default: the base name of FILE")
 	return func(ctx context.Context, env *environment) error {
 		if len(env.args) != 1 {

@@ -36,7 +36,7 @@ type PartnerReader interface {
 	Partners(ctx context.Context) (postgres.PartnerSet, error)
 	Partner(ctx context.Context, as2ID string) (postgres.StoredPartner, error)
 	PartnerHistory(ctx context.Context, as2ID string, limit int) ([]postgres.PartnerHistoryEntry, error)
-	ServedRevisions(ctx context.Context) ([]postgres.ReplicaRevision, error)
+	ServedRevisions(ctx context.Context, seenWithin time.Duration) ([]postgres.ReplicaRevision, error)
 }
 
 // maxPartnerEntry bounds the body of a partner create or update: a profile
@@ -146,7 +146,7 @@ func (h *handler) listPartners(w http.ResponseWriter, r *http.Request) {
 		h.internal(w, "list partners", err)
 		return
 	}
-	served, err := h.o.PartnerReader.ServedRevisions(r.Context())
+	served, err := h.o.PartnerReader.ServedRevisions(r.Context(), partners.StoppedAfter)
 	if err != nil {
 		h.internal(w, "list partners", err)
 		return

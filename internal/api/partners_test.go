@@ -74,7 +74,12 @@ func setupPartners(t *testing.T) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st := pgtest.Store(t)
+	dbURL := pgtest.URL(t)
+	st, err := postgres.Open(context.Background(), dbURL, postgres.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.Close)
 	q, err := outbox.NewQueue(outbox.QueueOptions{Store: st, Config: cfg})
 	if err != nil {
 		t.Fatal(err)
@@ -90,7 +95,7 @@ func setupPartners(t *testing.T) *env {
 		Logger: log, Metrics: httpserver.NewMetrics(prometheus.NewRegistry()), MaxBodyBytes: 100 << 20, API: h, APIToken: token,
 	}))
 	t.Cleanup(srv.Close)
-	return &env{url: srv.URL, store: st, cfg: cfg}
+	return &env{url: srv.URL, store: st, cfg: cfg, dbURL: dbURL}
 }
 
 // call makes an API request with the token and the header fields given
@@ -673,6 +678,38 @@ func TestPartnersAPIList(t *testing.T) {
 	want := []string{"ACME CORP v1 /api/v1/partners/ACME%20CORP sha-256", "GLOBEX v2 /api/v1/partners/GLOBEX sha-512"}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("partners (-want +got):\n%s", diff)
+	}
+}
+
+// TestPartnersAPIListStoppedReplica: a replica that stopped recording its
+// revision (killed) longer than partners.StoppedAfter ago is not listed
+// and not counted as behind, though it served an older revision; the
+// replica that records on time is listed.
+func TestPartnersAPIListStoppedReplica(t *testing.T) {
+	e := setupPartners(t)
+	e.create(t, entry(t, "GLOBEX", "sha-256"))
+	ctx := context.Background()
+	rev, err := e.store.PartnerRevision(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	applied := time.Now().Add(-time.Hour).UTC().Truncate(time.Millisecond)
+	for identity, served := range map[string]int64{"replica-live": rev, "replica-killed": rev - 1} {
+		if err := e.store.RecordServedRevision(ctx, identity, served, applied); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Its last record a little over three heartbeats ago, by the
+	// database's clock (the one ServedRevisions compares with).
+	c := pgtest.Conn(t, e.dbURL)
+	if _, err := c.Exec(ctx, `UPDATE partner_replicas SET seen_at = now() - make_interval(secs => $1) WHERE identity = 'replica-killed'`,
+		(partners.StoppedAfter + 10*time.Second).Seconds()); err != nil {
+		t.Fatal(err)
+	}
+	l := decode[api.PartnerList](t, e.call(t, http.MethodGet, "/api/v1/partners", nil))
+	want := []api.ReplicaServing{{Identity: "replica-live", Revision: rev, AppliedAt: applied, Behind: false}}
+	if diff := cmp.Diff(want, l.Replicas, cmp.Comparer(func(a, b time.Time) bool { return a.Equal(b) })); diff != "" {
+		t.Errorf("GET /api/v1/partners replicas (-want +got):\n%s", diff)
 	}
 }
 

@@ -1,11 +1,13 @@
 package console
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -189,7 +191,8 @@ func (c *Console) resend() http.HandlerFunc {
 }
 
 // ContentTypes are the content types the send form offers; "" takes the
-// file's own.
+// one the document's envelope names (application/EDI-X12,
+// application/EDIFACT), else the one the browser gave the file.
 var ContentTypes = []string{"application/edi-x12", "application/edifact", "application/edi-consent", "application/xml", "text/plain", "application/octet-stream"}
 
 // sendData is the send page's.
@@ -263,6 +266,16 @@ func (c *Console) enqueue(w http.ResponseWriter, r *http.Request, up *upload, d 
 		return
 	}
 	ct := d.ContentType
+	if ct == "" {
+		// A browser types a file by its name's extension: an .x12 or
+		// .edi file comes as application/octet-stream. The envelope
+		// knows better.
+		var body io.Reader = bytes.NewReader(up.doc.Payload)
+		if up.doc.Open != nil {
+			body = up.doc.Open()
+		}
+		ct = outbox.EnvelopeContentType(body)
+	}
 	if ct == "" {
 		ct = up.fileType
 	}

@@ -196,6 +196,60 @@ func TestSendDocument(t *testing.T) {
 	noErrors(t, tb)
 }
 
+// TestSendDocumentTypedByEnvelope: with no content type chosen, an X12
+// document goes as application/EDI-X12, what its envelope says, not as
+// the application/octet-stream the browser gives an .x12 file; a file
+// that is not EDI keeps the browser's type.
+func TestSendDocumentTypedByEnvelope(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.addUser("olga", auth.RoleOperator)
+	dir := t.TempDir()
+	x12 := "ISA*00*          *00*          *ZZ*EDIHUB         *ZZ*ACME CORP      *261201*0930*U*00401*000000101*0*T*>~\n" +
+		"GS*PO*EDIHUB*ACME CORP*20261201*0930*101*X*004010~\nST*850*0001~\nBEG*00*SA*PO-1**20261201~\nSE*3*0001~\nGE*1*101~\nIEA*1*000000101~\n"
+	tests := []struct {
+		file, body string
+		want       string
+	}{
+		{"order-7.x12", x12, "application/EDI-X12"},
+		{"notes.txt", "not EDI", "text/plain"},
+	}
+	tb := tab(t)
+	e.login(t, tb, "olga")
+	for i, tt := range tests {
+		file := filepath.Join(dir, tt.file)
+		if err := os.WriteFile(file, []byte(tt.body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		run(t, tb, "send "+tt.file+" with no content type chosen",
+			chromedp.Navigate(e.page("/send")),
+			chromedp.WaitVisible(chromedp.CSS("#partner")),
+			chromedp.SetValue(chromedp.CSS("#partner"), "ACME CORP"),
+			chromedp.SetUploadFiles(chromedp.CSS("#document"), []string{file}),
+			submit("#send"),
+			chromedp.WaitVisible(chromedp.CSS("#status")),
+		)
+		recs := e.auditOf("message.send")
+		if len(recs) != i+1 {
+			t.Fatalf("%d sends audited, want %d", len(recs), i+1)
+		}
+		var id int64
+		for _, r := range recs {
+			if r.Detail["filename"] == tt.file {
+				id, _ = strconv.ParseInt(r.Target, 10, 64)
+			}
+		}
+		m, err := e.st.Message(e.ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.HasPrefix(m.ContentType, tt.want) {
+			t.Errorf("send %s with no content type chosen: queued as %q, want %q", tt.file, m.ContentType, tt.want)
+		}
+	}
+	noErrors(t, tb)
+}
+
 // TestCancelAndReapply: an operator cancels a message still retrying (with
 // a reason, recorded), and re-applies an orphan async MDN that names
 // another message from its trace; both are in the audit log, and a viewer

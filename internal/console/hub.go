@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/edihub/edihub/internal/leader"
+	"github.com/edihub/edihub/internal/partners"
 	"github.com/edihub/edihub/internal/postgres"
 	"github.com/edihub/edihub/internal/report"
 )
@@ -21,7 +22,7 @@ import (
 // implements it.
 type HubStore interface {
 	HubState(ctx context.Context, lease string) (postgres.HubState, error)
-	ServedRevisions(ctx context.Context) ([]postgres.ReplicaRevision, error)
+	ServedRevisions(ctx context.Context, seenWithin time.Duration) ([]postgres.ReplicaRevision, error)
 	PartnerRevision(ctx context.Context) (int64, error)
 	ReportDays(ctx context.Context, limit int) ([]postgres.ReportDay, error)
 	RecordReplicaStatus(ctx context.Context, st postgres.ReplicaStatus) error
@@ -125,7 +126,7 @@ func (c *Console) hub(w http.ResponseWriter, r *http.Request) {
 
 // hubReplicas fills in the replicas and the leader's workers.
 func (c *Console) hubReplicas(ctx context.Context, d *hubData) error {
-	served, err := c.o.Hub.ServedRevisions(ctx)
+	served, err := c.o.Hub.ServedRevisions(ctx, partners.StoppedAfter)
 	if err != nil {
 		return err
 	}

@@ -446,3 +446,43 @@ func TestWebhookNeedsSecret(t *testing.T) {
 		t.Error(b)
 	}
 }
+
+// TestQueueContentTypeFromEnvelope: a document queued without a content
+// type goes as what its envelope says (partners route by it), anything
+// else as application/octet-stream; a given content type is kept.
+func TestQueueContentTypeFromEnvelope(t *testing.T) {
+	st := pgtest.Store(t)
+	cfg := loadConfig(t, partnerYAML{id: "A", url: "http://127.0.0.1:1/as2"})
+	q, err := outbox.NewQueue(outbox.QueueOptions{Store: st, Config: cfg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const x12 = "ISA*00*          *00*          *ZZ*EDIHUB         *ZZ*A              *261201*0930*U*00401*000000101*0*T*>~\n" +
+		"GS*PO*EDIHUB*A*20261201*0930*101*X*004010~\nST*850*0001~\nBEG*00*SA*PO-1**20261201~\nSE*3*0001~\nGE*1*101~\nIEA*1*000000101~\n"
+	const edifact = "UNA:+.? '\nUNB+UNOC:3+EDIHUB+A+261201:0930+7'\nUNH+1+ORDERS:D:96A:UN'\nBGM+220+PO-1'\nUNT+3+1'\nUNZ+1+7'\n"
+	tests := []struct {
+		name        string
+		give        string // the payload
+		contentType string
+		want        string
+	}{
+		{"X12", x12, "", "application/EDI-X12"},
+		{"X12 after a byte-order mark and blank lines", "\xef\xbb\xbf\n\n" + x12, "", "application/EDI-X12"},
+		{"EDIFACT", edifact, "", "application/EDIFACT"},
+		{"not EDI", "<order/>", "", "application/octet-stream"},
+		{"X12 with a content type given", x12, "text/plain", "text/plain"},
+	}
+	for _, tt := range tests {
+		res, err := q.Enqueue(context.Background(), outbox.Document{Partner: "A", ContentType: tt.contentType, Payload: []byte(tt.give)})
+		if err != nil {
+			t.Fatalf("%s: Enqueue: %v", tt.name, err)
+		}
+		m, err := st.Message(context.Background(), res.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.ContentType != tt.want {
+			t.Errorf("%s: Enqueue(content type %q) stored %q, want %q", tt.name, tt.contentType, m.ContentType, tt.want)
+		}
+	}
+}

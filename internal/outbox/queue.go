@@ -42,8 +42,9 @@ var ErrInvalidDocument = errors.New("invalid document")
 type Document struct {
 	// Partner is the partner's AS2 ID, exactly as configured.
 	Partner string
-	// ContentType is the payload's MIME type; empty means
-	// application/octet-stream.
+	// ContentType is the payload's MIME type; empty means the one its
+	// envelope names (EnvelopeContentType) for an X12 or EDIFACT
+	// interchange, else application/octet-stream.
 	ContentType string
 	// Filename, when set, is sent in Content-Disposition.
 	Filename string
@@ -133,19 +134,23 @@ func (q *Queue) Enqueue(ctx context.Context, d Document) (Queued, error) {
 	if !ok {
 		return Queued{}, fmt.Errorf("%w %q: no partner with this AS2 ID in the configuration (AS2 IDs are case-sensitive)", ErrUnknownPartner, d.Partner)
 	}
+	open, size := d.Open, d.Size
+	if open == nil {
+		open, size = func() io.Reader { return bytes.NewReader(d.Payload) }, int64(len(d.Payload))
+	}
 	ct := strings.TrimSpace(d.ContentType)
 	if ct == "" {
-		ct = "application/octet-stream"
+		// Partners route by content type: an interchange goes as what
+		// its envelope says it is.
+		if ct = EnvelopeContentType(open()); ct == "" {
+			ct = "application/octet-stream"
+		}
 	}
 	if _, _, err := mime.ParseMediaType(ct); err != nil || strings.ContainsAny(ct, "\r\n") {
 		return Queued{}, fmt.Errorf("%w: content type %q is not a MIME type", ErrInvalidDocument, d.ContentType)
 	}
 	if strings.ContainsAny(d.Filename, "\r\n\x00/\\") || len(d.Filename) > 255 {
 		return Queued{}, fmt.Errorf("%w: filename %q must be a plain file name of at most 255 bytes", ErrInvalidDocument, d.Filename)
-	}
-	open, size := d.Open, d.Size
-	if open == nil {
-		open, size = func() io.Reader { return bytes.NewReader(d.Payload) }, int64(len(d.Payload))
 	}
 	if size == 0 {
 		return Queued{}, fmt.Errorf("%w: empty payload", ErrInvalidDocument)
@@ -172,6 +177,22 @@ func (q *Queue) Enqueue(ctx context.Context, d Document) (Queued, error) {
 		q.notify()
 	}
 	return Queued{ID: e.ID, MessageID: e.MessageID, Status: e.Status, CreatedAt: e.CreatedAt}, nil
+}
+
+// EnvelopeContentType is the MIME type (RFC 1767) of the EDI interchange
+// r starts with: application/EDI-X12 for X12, application/EDIFACT for
+// EDIFACT, and "" for anything else. It reads at most about 1 KiB of r.
+func EnvelopeContentType(r io.Reader) string {
+	std, err := edi.Detect(bufio.NewReaderSize(r, 2048))
+	switch {
+	case err != nil:
+		return ""
+	case std == edi.X12:
+		return "application/EDI-X12"
+	case std == edi.EDIFACT:
+		return "application/EDIFACT"
+	}
+	return ""
 }
 
 // outbound is the message to queue for partner p: its profile's MDN,

@@ -50,6 +50,14 @@ const (
 	DefaultListenWait = 2 * time.Second
 )
 
+// StoppedAfter is how long a replica may go without recording the
+// revision it serves before the lists of replicas (the API's, the
+// console's, edihub partners get) leave it out as stopped: Live records it
+// at every resync, so three missed DefaultResync intervals. A replica
+// killed or restarted (a new identity) drops out of the lists within it,
+// and is never counted as behind.
+const StoppedAfter = 3 * DefaultResync
+
 // LiveOptions configure NewLive.
 type LiveOptions struct {
 	Store LiveStore

@@ -138,7 +138,7 @@ func TestLiveImport(t *testing.T) {
 	if got := gauge(t, first.reg, "edihub_partners_revision"); got != float64(rev) {
 		t.Errorf("edihub_partners_revision = %v, want %d", got, rev)
 	}
-	replicas, err := st.ServedRevisions(ctx)
+	replicas, err := st.ServedRevisions(ctx, partners.StoppedAfter)
 	if err != nil || len(replicas) != 1 || replicas[0].Identity != "replica-1" || replicas[0].Revision != rev {
 		t.Errorf("ServedRevisions = %+v, %v; want replica-1 at revision %d", replicas, err, rev)
 	}
@@ -243,7 +243,7 @@ func TestLiveServesChange(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "the served revision recorded", 10*time.Second, func() bool {
-		rr, err := st.ServedRevisions(ctx)
+		rr, err := st.ServedRevisions(ctx, partners.StoppedAfter)
 		return err == nil && len(rr) == 1 && rr[0].Identity == "replica-1" && rr[0].Revision == rev
 	})
 }

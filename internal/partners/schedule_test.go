@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/edihub/edihub/internal/config"
+	"github.com/edihub/edihub/internal/partners"
 	"github.com/edihub/edihub/internal/testenv/devpki"
 	"github.com/edihub/edihub/internal/testenv/pgtest"
 )
@@ -126,7 +127,7 @@ func TestLiveCertificateUseServed(t *testing.T) {
 `)
 	replicas := []liveEnv{newLive(t, st1, path, "replica-1", never, never), newLive(t, st2, path, "replica-2", never, never)}
 	seen := func() map[string]time.Time {
-		rr, err := st1.ServedRevisions(ctx)
+		rr, err := st1.ServedRevisions(ctx, partners.StoppedAfter)
 		if err != nil {
 			t.Fatal(err)
 		}

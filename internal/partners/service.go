@@ -17,7 +17,7 @@ type Store interface {
 	ChangePartners(ctx context.Context, actor string, changes []postgres.PartnerChange) (int64, error)
 	PartnerHistory(ctx context.Context, as2ID string, limit int) ([]postgres.PartnerHistoryEntry, error)
 	PartnerVersion(ctx context.Context, as2ID string, version int64) (string, error)
-	ServedRevisions(ctx context.Context) ([]postgres.ReplicaRevision, error)
+	ServedRevisions(ctx context.Context, seenWithin time.Duration) ([]postgres.ReplicaRevision, error)
 }
 
 // Service changes the stored partners: for the REST API and edihub

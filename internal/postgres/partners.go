@@ -362,12 +362,15 @@ ON CONFLICT (identity) DO UPDATE SET revision = excluded.revision, applied_at = 
 	return nil
 }
 
-// ServedRevisions lists the replicas seen within the last two minutes with
-// the partner set revision each serves.
-func (s *Store) ServedRevisions(ctx context.Context) ([]ReplicaRevision, error) {
+// ServedRevisions lists the replicas that recorded the partner set
+// revision they serve within the last seenWithin (by the database's
+// clock), by identity. A replica that recorded nothing for longer stopped,
+// or cannot reach the database; it is left out (its row goes after an
+// hour).
+func (s *Store) ServedRevisions(ctx context.Context, seenWithin time.Duration) ([]ReplicaRevision, error) {
 	rows, err := s.pool.Query(ctx, `
 SELECT identity, revision, applied_at, seen_at FROM partner_replicas
- WHERE seen_at > now() - interval '2 minutes' ORDER BY identity`)
+ WHERE seen_at > now() - make_interval(secs => $1) ORDER BY identity`, seenWithin.Seconds())
 	if err != nil {
 		return nil, fmt.Errorf("read served partner revisions: %w", err)
 	}

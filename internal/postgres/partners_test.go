@@ -479,6 +479,51 @@ func TestPartnerCertificateUse(t *testing.T) {
 	}
 }
 
+// TestServedRevisionsLeaveStoppedOut: a replica that has not recorded its
+// revision within the window (killed, or restarted under a new identity)
+// is not listed, while one that records on time is.
+func TestServedRevisionsLeaveStoppedOut(t *testing.T) {
+	ctx := context.Background()
+	url := pgtest.URL(t)
+	st, err := postgres.Open(ctx, url, postgres.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	applied := time.Now().Add(-time.Hour).UTC().Truncate(time.Microsecond)
+	for _, identity := range []string{"replica-live", "replica-killed"} {
+		if err := st.RecordServedRevision(ctx, identity, 4, applied); err != nil {
+			t.Fatalf("RecordServedRevision(%s): %v", identity, err)
+		}
+	}
+	// The killed one's last record, 100 s ago: past three 30 s heartbeats,
+	// within the two minutes the list used to keep.
+	c := pgtest.Conn(t, url)
+	if _, err := c.Exec(ctx, `UPDATE partner_replicas SET seen_at = now() - interval '100 seconds' WHERE identity = 'replica-killed'`); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		give time.Duration
+		want []string
+	}{
+		{90 * time.Second, []string{"replica-live"}},
+		{110 * time.Second, []string{"replica-killed", "replica-live"}},
+	}
+	for _, tt := range tests {
+		got, err := st.ServedRevisions(ctx, tt.give)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []string
+		for _, rr := range got {
+			ids = append(ids, rr.Identity)
+		}
+		if diff := cmp.Diff(tt.want, ids); diff != "" {
+			t.Errorf("ServedRevisions(%v) identities (-want +got):\n%s", tt.give, diff)
+		}
+	}
+}
+
 // TestPartnerServedRevisions: a replica's recorded revision is listed, and a
 // later record replaces it.
 func TestPartnerServedRevisions(t *testing.T) {
@@ -499,7 +544,7 @@ func TestPartnerServedRevisions(t *testing.T) {
 			t.Fatalf("RecordServedRevision(%s, %d): %v", r.identity, r.revision, err)
 		}
 	}
-	got, err := st.ServedRevisions(ctx)
+	got, err := st.ServedRevisions(ctx, time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -133,30 +133,21 @@ func exchange(ctx context.Context, binary, state, hubURL, hubCfg, demoURL string
 		say("no demo exchange: %v", err)
 		return
 	}
-	send := func(dbURL, cfg, from, to string, i int) error {
-		now := time.Now()
-		doc := filepath.Join(dir, fmt.Sprintf("order-%d.x12", i))
-		body := fmt.Sprintf("ISA*00*          *00*          *ZZ*%-15s*ZZ*%-15s*%s*%s*U*00401*%09d*0*T*>~\n"+
-			"ST*850*%04d~\nBEG*00*SA*PO-%d**%s~\nSE*3*%04d~\n",
-			from, to, now.Format("060102"), now.Format("1504"), i, i, i, now.Format("20060102"), i)
-		if err := os.WriteFile(doc, []byte(body), 0o644); err != nil {
-			return err
-		}
-		cmd := exec.CommandContext(ctx, binary, "send", "-partner", to, "-content-type", "application/EDI-X12", doc)
-		cmd.Env = append(os.Environ(), "EDIHUB_DATABASE_URL="+dbURL, "EDIHUB_CONFIG="+cfg)
-		if out, err := cmd.CombinedOutput(); err != nil {
-			return fmt.Errorf("%w: %s", err, strings.TrimSpace(string(out)))
-		}
-		return nil
+	docs, err := writeDemoDocuments(dir, exchangeCount, time.Now())
+	if err != nil {
+		say("no demo exchange: %v", err)
+		return
 	}
 	demoCfg := filepath.Join(state, "demo", "edihub.yaml")
-	for i := 1; i <= exchangeCount; i++ {
-		if err := send(hubURL, hubCfg, "EDIHUB", "DEMO PARTNER", i); err != nil {
-			say("demo exchange: the hub could not queue a document: %v", err)
-			return
+	for _, d := range docs {
+		dbURL, cfg := hubURL, hubCfg
+		if d.From == demoAS2ID {
+			dbURL, cfg = demoURL, demoCfg
 		}
-		if err := send(demoURL, demoCfg, "DEMO PARTNER", "EDIHUB", 100+i); err != nil {
-			say("demo exchange: the demo partner could not queue a document: %v", err)
+		cmd := exec.CommandContext(ctx, binary, "send", "-partner", d.To, "-content-type", "application/EDI-X12", d.Path)
+		cmd.Env = append(os.Environ(), "EDIHUB_DATABASE_URL="+dbURL, "EDIHUB_CONFIG="+cfg)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			say("demo exchange: %s could not queue a document: %v: %s", d.From, err, strings.TrimSpace(string(out)))
 			return
 		}
 	}
