@@ -49,6 +49,11 @@ const (
 	// and be copied 8 bytes at a time past its end.
 	slack  = 320
 	inSize = 64 << 10
+	// fullWindow is the window of a stream of unknown size (NewReader),
+	// the most one grows to (NewReaderSize); minWindow the least one
+	// starts with.
+	fullWindow = windowSize + outChunk + slack
+	minWindow  = 8 << 10
 	// inKeep bytes before the input position survive a refill of the
 	// input buffer: a stored block's header gives back the bytes the bit
 	// buffer held.
@@ -73,6 +78,7 @@ type Reader struct {
 	overread uint
 
 	win    []byte
+	full   int // the size win grows to, and slides at
 	op, rp int // write and read positions in win
 	limit  int // no symbol starts at op > limit
 
@@ -104,8 +110,25 @@ const (
 // NewReader returns a Reader of the zlib or raw DEFLATE stream in src.
 // The header, which tells the two apart, is read on the first Read.
 func NewReader(src io.Reader) *Reader {
-	r := &Reader{src: src, in: make([]byte, inSize+inKeep), ip: inKeep, iend: inKeep,
-		win: make([]byte, windowSize+outChunk+slack), adler: 1}
+	return NewReaderSize(src, 0)
+}
+
+// NewReaderSize is NewReader for a stream of about size bytes (0 or less:
+// unknown), which sizes its buffers: a small message held in memory then
+// costs a few KiB of them rather than the 350 KiB a stream of any size
+// gets. The hint bounds nothing: the window starts at about four times
+// size and grows as the output does, up to its full size (32 KiB of
+// history and 32 to 256 KiB decoded between two slides, by the hint),
+// whatever the stream holds.
+func NewReaderSize(src io.Reader, size int64) *Reader {
+	in, win, full := inSize, fullWindow, fullWindow
+	if size > 0 {
+		in = int(min(max(size, 512), inSize))
+		full = windowSize + int(min(max(4*size, windowSize), outChunk)) + slack
+		win = int(min(max(4*size, minWindow), int64(full)))
+	}
+	r := &Reader{src: src, in: make([]byte, in+inKeep), ip: inKeep, iend: inKeep,
+		win: make([]byte, win), full: full, adler: 1}
 	r.limit = len(r.win) - slack
 	return r
 }
@@ -118,6 +141,15 @@ func (r *Reader) Read(p []byte) (int, error) {
 			return 0, r.err
 		}
 		if r.op > r.limit {
+			if len(r.win) < r.full {
+				// Grow: until it is full size, the window holds all
+				// the output from its start. Four times, not twice:
+				// fewer copies for a stream that compressed well.
+				win := make([]byte, min(4*len(r.win), r.full))
+				copy(win, r.win[:r.op])
+				r.win, r.limit = win, len(win)-slack
+				continue
+			}
 			// Slide: the last 32 KiB stay as history.
 			copy(r.win, r.win[r.op-windowSize:r.op])
 			r.op, r.rp = windowSize, windowSize

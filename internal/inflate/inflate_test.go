@@ -155,11 +155,14 @@ func TestInflateMatchesZlib(t *testing.T) {
 			t.Run(fmt.Sprintf("%d/%d", size, level), func(t *testing.T) {
 				data := corpus(uint64(size+level), size)
 				z := compress(t, data, level)
-				for name, src := range map[string]io.Reader{
-					"whole": bytes.NewReader(z), "one byte at a time": iotest.OneByteReader(bytes.NewReader(z)),
-					"half": iotest.HalfReader(bytes.NewReader(z)),
+				for name, zr := range map[string]*Reader{
+					"whole": NewReader(bytes.NewReader(z)), "one byte at a time": NewReader(iotest.OneByteReader(bytes.NewReader(z))),
+					"half": NewReader(iotest.HalfReader(bytes.NewReader(z))),
+					// The window starts small and grows (or would, for a
+					// wrong hint) before it slides.
+					"sized": NewReaderSize(bytes.NewReader(z), int64(len(z))), "sized too small": NewReaderSize(iotest.HalfReader(bytes.NewReader(z)), 1),
 				} {
-					got, err := io.ReadAll(NewReader(src))
+					got, err := io.ReadAll(zr)
 					if err != nil {
 						t.Fatalf("%s: %v", name, err)
 					}

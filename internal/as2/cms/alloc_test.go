@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto"
 	"errors"
+	"io"
 	"path/filepath"
 	"runtime"
 	"testing"
@@ -135,5 +136,45 @@ func BenchmarkDecrypt(b *testing.B) {
 				}
 			})
 		}
+	}
+}
+
+// BenchmarkDecompress inflates CompressedData of EDI-like payloads in
+// memory (Decompress) and as a stream over the same bytes
+// (DecompressStream), so that the two paths' costs and allocations read
+// side by side.
+func BenchmarkDecompress(b *testing.B) {
+	line := []byte("ST*850*0001~BEG*00*SA*PO-1**20260101~N1*ST*ACME*92*0042~\n")
+	for _, size := range []struct {
+		name string
+		n    int
+	}{{"4KiB", 4 << 10}, {"1MiB", 1 << 20}} {
+		payload := bytes.Repeat(line, size.n/len(line)+1)[:size.n]
+		der, err := cms.Compress(payload)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run(size.name+"/Decompress", func(b *testing.B) {
+			b.SetBytes(int64(len(payload)))
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := cms.Decompress(der, 0); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(size.name+"/DecompressStream", func(b *testing.B) {
+			b.SetBytes(int64(len(payload)))
+			b.ReportAllocs()
+			for b.Loop() {
+				r, err := cms.DecompressStream(bytes.NewReader(der), 0)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if _, err := io.Copy(io.Discard, r); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
