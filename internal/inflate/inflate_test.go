@@ -252,6 +252,11 @@ func FuzzInflate(f *testing.F) {
 		if werr == nil && !bytes.Equal(got, want) {
 			t.Fatalf("outputs differ: %d and %d bytes", len(want), len(got))
 		}
+		// Sized by the input's length, as a message in memory is.
+		sized, serr := io.ReadAll(NewReaderSize(bytes.NewReader(in), int64(len(in))))
+		if (serr == nil) != (gerr == nil) || gerr == nil && !bytes.Equal(sized, got) {
+			t.Fatalf("NewReaderSize: %d bytes, %v; NewReader: %d bytes, %v", len(sized), serr, len(got), gerr)
+		}
 	})
 }
 
