@@ -2,9 +2,10 @@ package as2_test
 
 import (
 	"bytes"
-	"compress/zlib"
+	"compress/flate"
 	"crypto"
 	"crypto/x509"
+	"encoding/asn1"
 	"encoding/base64"
 	"io"
 	"net/http"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/edihub/edihub/internal/as2"
 	"github.com/edihub/edihub/internal/as2/cms"
+	"github.com/edihub/edihub/internal/inflate"
 	"github.com/edihub/edihub/internal/testenv/openssltest"
 )
 
@@ -87,11 +89,8 @@ func compareZlib(t *testing.T, h http.Header, body []byte, opts as2.UnwrapOption
 	if payload.Len() != 0 || !bytes.Equal(plain.Bytes(), want.Payload) {
 		t.Errorf("payload kept compressed: payload writer %d bytes, plain %d, want 0, %d", payload.Len(), plain.Len(), len(want.Payload))
 	}
-	zr, err := zlib.NewReader(&stream)
-	if err != nil {
-		t.Fatal(err)
-	}
-	inflated, err := io.ReadAll(zr)
+	// The reader the store reads such a payload back with.
+	inflated, err := io.ReadAll(inflate.NewReader(&stream))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -273,4 +272,70 @@ func TestUnwrapStreamOpaque(t *testing.T) {
 			t.Errorf("%s: %v, want %s", name, err, want)
 		}
 	}
+}
+
+// rawDeflateMessage is an AS2 body whose compressed layer holds raw
+// DEFLATE instead of a zlib stream (no header, no Adler-32), as some
+// implementations send it, around an EDI entity of payload.
+func rawDeflateMessage(t *testing.T, payload []byte) (http.Header, []byte) {
+	t.Helper()
+	var z bytes.Buffer
+	w, err := flate.NewWriter(&z, flate.BestSpeed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Write([]byte("Content-Type: application/EDI-X12\r\nContent-Transfer-Encoding: binary\r\n\r\n"))
+	w.Write(payload)
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	type encap struct {
+		Type    asn1.ObjectIdentifier
+		Content []byte `asn1:"explicit,tag:0"`
+	}
+	type compressedData struct {
+		Version   int
+		Algorithm struct{ Algorithm asn1.ObjectIdentifier }
+		Encap     encap
+	}
+	var cd compressedData
+	cd.Algorithm.Algorithm = asn1.ObjectIdentifier{1, 2, 840, 113549, 1, 9, 16, 3, 8} // zlib
+	cd.Encap = encap{asn1.ObjectIdentifier{1, 2, 840, 113549, 1, 7, 1}, z.Bytes()}
+	der, err := asn1.Marshal(struct {
+		Type    asn1.ObjectIdentifier
+		Content compressedData `asn1:"explicit,tag:0"`
+	}{asn1.ObjectIdentifier{1, 2, 840, 113549, 1, 9, 16, 1, 9}, cd})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := http.Header{"Content-Type": {"application/pkcs7-mime; smime-type=compressed-data; name=smime.p7z"}}
+	h.Set("Content-Transfer-Encoding", "binary")
+	return h, der
+}
+
+// TestUnwrapRawDeflate: a compressed layer of raw DEFLATE unwraps to its
+// payload in memory (Unwrap) and as a stream (UnwrapStream, the path of a
+// message above the spool threshold), which refused it before, and kept
+// as its stream (stored compressed) it inflates back with the reader the
+// store uses.
+func TestUnwrapRawDeflate(t *testing.T) {
+	ids := openssltest.Keys(t)
+	payload := bytes.Repeat([]byte("ST*850*0001~BEG*00*SA*PO-1**20260101~\n"), 3000)
+	h, body := rawDeflateMessage(t, payload)
+	opts := streamOpts(ids, nil, as2.MICContentOnly)
+	m, err := as2.Unwrap(h, bytes.Clone(body), opts)
+	if err != nil || !bytes.Equal(m.Payload, payload) {
+		t.Fatalf("Unwrap(raw DEFLATE) = %v; want the %d-byte payload", err, len(payload))
+	}
+	var streamed bytes.Buffer
+	if _, err := as2.UnwrapStream(h, bytes.NewReader(body), opts, &streamed); err != nil || !bytes.Equal(streamed.Bytes(), payload) {
+		t.Fatalf("UnwrapStream(raw DEFLATE) = %d bytes, %v; want the %d-byte payload", streamed.Len(), err, len(payload))
+	}
+	compareStream(t, h, body, opts)
+	cut := body[:len(body)-len(body)/3]
+	m, err = as2.Unwrap(h, bytes.Clone(cut), opts)
+	if as2.Disposition(err) != as2.DispositionDecompressionFailed {
+		t.Fatalf("Unwrap(raw DEFLATE cut short) error = %v (%s), want %s", err, as2.Disposition(err), as2.DispositionDecompressionFailed)
+	}
+	compareStream(t, h, cut, opts)
 }

@@ -1,16 +1,28 @@
 // Package inflate decompresses zlib streams (RFC 1950 around RFC 1951's
-// DEFLATE) as a stream, in constant memory, faster than compress/flate
-// and klauspost/compress: it reads its input 64 bits at a time, decodes
-// Huffman codes through one table lookup (two for the rare long codes)
-// whose entries carry the length or distance base and its extra bits, or
-// two literals when both codes fit, and writes straight into its window,
-// copying matches 8 or 16 bytes at a time. Inflating is the largest cost of receiving a large compressed
+// DEFLATE), or raw DEFLATE streams, as a stream, in constant memory,
+// faster than compress/flate and klauspost/compress: it reads its input
+// 64 bits at a time, decodes Huffman codes through one table lookup (two
+// for the rare long codes) whose entries carry the length or distance
+// base and its extra bits, or two literals when both codes fit, and
+// writes straight into its window, copying matches 8 or 16 bytes at a
+// time. Inflating is the largest cost of receiving a large compressed
 // AS2 message.
 //
-// It accepts and refuses exactly what compress/flate and compress/zlib
-// do (complete Huffman codes, or zlib's degenerate single code; no
-// distance past the output; the Adler-32 checksum), which the tests
-// check against compress/zlib.
+// A stream whose first two bytes are not a zlib header (RFC 1950 section
+// 2.2: compression method 8, a window of at most 32 KiB, the FCHECK
+// multiple of 31) is read as raw DEFLATE, without the Adler-32 trailer:
+// some AS2 implementations put raw DEFLATE in a CMS CompressedData whose
+// algorithm says zlib. Every inflate of edihub goes through this package,
+// so the rule is the same wherever a stream is read (in memory, spooled,
+// or stored compressed and read back).
+//
+// Otherwise it accepts and refuses exactly what compress/flate and
+// compress/zlib do (complete Huffman codes, or zlib's degenerate single
+// code; no distance past the output; the Adler-32 checksum; a zlib
+// header asking for a preset dictionary is ErrDictionary, not raw
+// DEFLATE), which the tests check against compress/zlib with the raw
+// DEFLATE rule on top (compress/flate when compress/zlib reports
+// zlib.ErrHeader).
 package inflate
 
 import (
@@ -20,9 +32,9 @@ import (
 )
 
 // Errors; a Reader's errors wrap one of them, or its source's, or
-// io.ErrUnexpectedEOF for a stream cut short.
+// io.ErrUnexpectedEOF for a stream cut short (a stream of fewer than two
+// bytes included).
 var (
-	ErrHeader   = errors.New("inflate: invalid zlib header")
 	ErrChecksum = errors.New("inflate: invalid zlib checksum")
 	ErrCorrupt  = errors.New("inflate: corrupt DEFLATE data")
 	// ErrDictionary is a stream that needs a preset dictionary (FDICT).
@@ -37,6 +49,11 @@ const (
 	// and be copied 8 bytes at a time past its end.
 	slack  = 320
 	inSize = 64 << 10
+	// fullWindow is the window of a stream of unknown size (NewReader),
+	// the most one grows to (NewReaderSize); minWindow the least one
+	// starts with.
+	fullWindow = windowSize + outChunk + slack
+	minWindow  = 8 << 10
 	// inKeep bytes before the input position survive a refill of the
 	// input buffer: a stored block's header gives back the bytes the bit
 	// buffer held.
@@ -46,7 +63,8 @@ const (
 	distBits = 8
 )
 
-// Reader reads the decompressed content of a zlib stream.
+// Reader reads the decompressed content of a zlib stream or of a raw
+// DEFLATE stream (see the package comment).
 type Reader struct {
 	src    io.Reader
 	srcErr error // the source's error once it returned one (io.EOF included)
@@ -60,12 +78,14 @@ type Reader struct {
 	overread uint
 
 	win    []byte
+	full   int // the size win grows to, and slides at
 	op, rp int // write and read positions in win
 	limit  int // no symbol starts at op > limit
 
 	state      int
 	checkSum   uint32 // the stream's Adler-32, once read
 	final      bool
+	raw        bool // no zlib header: raw DEFLATE, no checksum
 	storedLeft int
 	adler      uint32 // of the output so far
 	err        error
@@ -87,11 +107,28 @@ const (
 	stateDone
 )
 
-// NewReader returns a Reader of the zlib stream in src. The header is
-// read on the first Read.
+// NewReader returns a Reader of the zlib or raw DEFLATE stream in src.
+// The header, which tells the two apart, is read on the first Read.
 func NewReader(src io.Reader) *Reader {
-	r := &Reader{src: src, in: make([]byte, inSize+inKeep), ip: inKeep, iend: inKeep,
-		win: make([]byte, windowSize+outChunk+slack), adler: 1}
+	return NewReaderSize(src, 0)
+}
+
+// NewReaderSize is NewReader for a stream of about size bytes (0 or less:
+// unknown), which sizes its buffers: a small message held in memory then
+// costs a few KiB of them rather than the 350 KiB a stream of any size
+// gets. The hint bounds nothing: the window starts at about four times
+// size and grows as the output does, up to its full size (32 KiB of
+// history and 32 to 256 KiB decoded between two slides, by the hint),
+// whatever the stream holds.
+func NewReaderSize(src io.Reader, size int64) *Reader {
+	in, win, full := inSize, fullWindow, fullWindow
+	if size > 0 {
+		in = int(min(max(size, 512), inSize))
+		full = windowSize + int(min(max(4*size, windowSize), outChunk)) + slack
+		win = int(min(max(4*size, minWindow), int64(full)))
+	}
+	r := &Reader{src: src, in: make([]byte, in+inKeep), ip: inKeep, iend: inKeep,
+		win: make([]byte, win), full: full, adler: 1}
 	r.limit = len(r.win) - slack
 	return r
 }
@@ -104,16 +141,27 @@ func (r *Reader) Read(p []byte) (int, error) {
 			return 0, r.err
 		}
 		if r.op > r.limit {
+			if len(r.win) < r.full {
+				// Grow: until it is full size, the window holds all
+				// the output from its start. Four times, not twice:
+				// fewer copies for a stream that compressed well.
+				win := make([]byte, min(4*len(r.win), r.full))
+				copy(win, r.win[:r.op])
+				r.win, r.limit = win, len(win)-slack
+				continue
+			}
 			// Slide: the last 32 KiB stay as history.
 			copy(r.win, r.win[r.op-windowSize:r.op])
 			r.op, r.rp = windowSize, windowSize
 		}
 		start := r.op
 		r.decode()
-		r.adler = adlerUpdate(r.adler, r.win[start:r.op])
+		if !r.raw {
+			r.adler = adlerUpdate(r.adler, r.win[start:r.op])
+		}
 		if r.state == stateDone && r.err == nil {
 			r.err = io.EOF
-			if r.adler != r.checkSum {
+			if !r.raw && r.adler != r.checkSum {
 				r.err = ErrChecksum
 			}
 		}
@@ -133,6 +181,9 @@ func (r *Reader) decode() {
 		case stateBlock:
 			if r.final {
 				r.state = stateTrailer
+				if r.raw {
+					r.state = stateDone
+				}
 				continue
 			}
 			r.blockHeader()
@@ -243,14 +294,20 @@ func (r *Reader) refillSlow() {
 	}
 }
 
+// header reads the zlib header, or leaves the first two bytes to the
+// first block when they are not one (raw DEFLATE: the rule of the
+// package comment, compress/zlib's header check).
 func (r *Reader) header() {
 	if !r.need(16) {
 		return
 	}
-	cmf, flg := r.take(8), r.take(8)
+	cmf, flg := uint32(r.bits&0xff), uint32(r.bits>>8&0xff)
+	if cmf&0x0f != 8 || cmf>>4 > 7 || (cmf<<8|flg)%31 != 0 {
+		r.raw, r.state = true, stateBlock
+		return
+	}
+	r.take(16)
 	switch {
-	case cmf&0x0f != 8 || cmf>>4 > 7 || (cmf<<8|flg)%31 != 0:
-		r.fail(ErrHeader)
 	case flg&0x20 != 0:
 		r.fail(ErrDictionary)
 	default:

@@ -76,13 +76,77 @@ func compress(t testing.TB, data []byte, level int) []byte {
 	return z.Bytes()
 }
 
-// reference inflates z with compress/zlib.
+// reference inflates z with compress/zlib, or with compress/flate when
+// z does not start with a zlib header (zlib.ErrHeader): the package's
+// rule for raw DEFLATE.
 func reference(z []byte) ([]byte, error) {
-	r, err := zlib.NewReader(bytes.NewReader(z))
-	if err != nil {
+	var r io.Reader
+	zr, err := zlib.NewReader(bytes.NewReader(z))
+	switch {
+	case errors.Is(err, zlib.ErrHeader):
+		r = flate.NewReader(bytes.NewReader(z))
+	case err != nil:
 		return nil, err
+	default:
+		r = zr
 	}
 	return io.ReadAll(r)
+}
+
+func deflate(t testing.TB, data []byte, level int) []byte {
+	var b bytes.Buffer
+	w, err := flate.NewWriter(&b, level)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Write(data)
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return b.Bytes()
+}
+
+// TestInflateRawDeflate: a stream without a zlib header is inflated as
+// raw DEFLATE (no Adler-32 to check) to what compress/flate gives; one
+// cut short is io.ErrUnexpectedEOF, one with a bad block ErrCorrupt; a
+// zlib header that asks for a dictionary stays ErrDictionary.
+func TestInflateRawDeflate(t *testing.T) {
+	for _, size := range []int{0, 1, 100, 65_536, 1<<20 + 3} {
+		for _, level := range []int{flate.NoCompression, flate.BestSpeed, flate.DefaultCompression, flate.HuffmanOnly} {
+			data := corpus(uint64(size*7+level), size)
+			raw := deflate(t, data, level)
+			for name, src := range map[string]io.Reader{
+				"whole": bytes.NewReader(raw), "one byte at a time": iotest.OneByteReader(bytes.NewReader(raw)),
+			} {
+				got, err := io.ReadAll(NewReader(src))
+				if err != nil || !bytes.Equal(got, data) {
+					t.Fatalf("ReadAll(NewReader(raw DEFLATE of %d bytes, level %d, %s)) = %d bytes, %v; want the %d bytes", size, level, name, len(got), err, len(data))
+				}
+			}
+		}
+	}
+	raw := deflate(t, corpus(11, 200_000), flate.DefaultCompression)
+	tests := []struct {
+		name string
+		give []byte
+		want error
+	}{
+		{"truncated", raw[:len(raw)/2], io.ErrUnexpectedEOF},
+		{"last byte missing", raw[:len(raw)-1], io.ErrUnexpectedEOF},
+		{"one byte", raw[:1], io.ErrUnexpectedEOF},
+		{"reserved block type", []byte{0x07, 0x00}, ErrCorrupt},
+		{"stored bad nlen", []byte{0x01, 0x05, 0x00, 0x00, 0x00}, ErrCorrupt},
+		{"zlib header with dictionary", append([]byte{0x78, 0xbb}, raw...), ErrDictionary},
+	}
+	for _, tt := range tests {
+		_, err := io.ReadAll(NewReader(bytes.NewReader(tt.give)))
+		if !errors.Is(err, tt.want) {
+			t.Errorf("ReadAll(NewReader(%s)) error = %v, want %v", tt.name, err, tt.want)
+		}
+		if _, werr := reference(tt.give); werr == nil {
+			t.Errorf("reference(%s) succeeded, want it to fail too", tt.name)
+		}
+	}
 }
 
 func TestInflateMatchesZlib(t *testing.T) {
@@ -91,11 +155,14 @@ func TestInflateMatchesZlib(t *testing.T) {
 			t.Run(fmt.Sprintf("%d/%d", size, level), func(t *testing.T) {
 				data := corpus(uint64(size+level), size)
 				z := compress(t, data, level)
-				for name, src := range map[string]io.Reader{
-					"whole": bytes.NewReader(z), "one byte at a time": iotest.OneByteReader(bytes.NewReader(z)),
-					"half": iotest.HalfReader(bytes.NewReader(z)),
+				for name, zr := range map[string]*Reader{
+					"whole": NewReader(bytes.NewReader(z)), "one byte at a time": NewReader(iotest.OneByteReader(bytes.NewReader(z))),
+					"half": NewReader(iotest.HalfReader(bytes.NewReader(z))),
+					// The window starts small and grows (or would, for a
+					// wrong hint) before it slides.
+					"sized": NewReaderSize(bytes.NewReader(z), int64(len(z))), "sized too small": NewReaderSize(iotest.HalfReader(bytes.NewReader(z)), 1),
 				} {
-					got, err := io.ReadAll(NewReader(src))
+					got, err := io.ReadAll(zr)
 					if err != nil {
 						t.Fatalf("%s: %v", name, err)
 					}
@@ -128,7 +195,7 @@ func TestInflateRefusesWhatZlibRefuses(t *testing.T) {
 		"no checksum":     z[:len(z)-4],
 		"short checksum":  z[:len(z)-2],
 		"bad checksum":    append(append([]byte(nil), z[:len(z)-1]...), z[len(z)-1]^1),
-		"bad header":      append([]byte{0x78, 0x9d}, z[2:]...),
+		"bad header":      append([]byte{0x78, 0x9d}, z[2:]...), // raw DEFLATE, then, and not valid
 		"dictionary":      append([]byte{0x78, 0xbb}, z[2:]...),
 		"empty":           nil,
 		"header only":     z[:2],
@@ -165,21 +232,30 @@ func TestInflateSourceError(t *testing.T) {
 	}
 }
 
-// FuzzInflate checks inflate against compress/zlib on any input: both
+// FuzzInflate checks inflate against compress/zlib, and compress/flate
+// for a stream without a zlib header (reference), on any input: both
 // succeed with the same output, or both fail.
 func FuzzInflate(f *testing.F) {
 	for i, level := range []int{0, 1, 6, 9, -2} {
 		f.Add(compress(f, corpus(uint64(i), 3000), level))
 	}
 	f.Add([]byte{0x78, 0x9c, 0x03, 0x00, 0x00, 0x00, 0x00, 0x01})
+	// Raw DEFLATE (no zlib header).
+	f.Add(deflate(f, corpus(5, 3000), flate.DefaultCompression))
+	f.Add([]byte{0x03, 0x00})
 	f.Fuzz(func(t *testing.T, in []byte) {
 		want, werr := reference(in)
 		got, gerr := io.ReadAll(NewReader(bytes.NewReader(in)))
 		if (werr == nil) != (gerr == nil) {
-			t.Fatalf("compress/zlib: %d bytes, %v; inflate: %d bytes, %v", len(want), werr, len(got), gerr)
+			t.Fatalf("reference: %d bytes, %v; inflate: %d bytes, %v", len(want), werr, len(got), gerr)
 		}
 		if werr == nil && !bytes.Equal(got, want) {
 			t.Fatalf("outputs differ: %d and %d bytes", len(want), len(got))
+		}
+		// Sized by the input's length, as a message in memory is.
+		sized, serr := io.ReadAll(NewReaderSize(bytes.NewReader(in), int64(len(in))))
+		if (serr == nil) != (gerr == nil) || gerr == nil && !bytes.Equal(sized, got) {
+			t.Fatalf("NewReaderSize: %d bytes, %v; NewReader: %d bytes, %v", len(sized), serr, len(got), gerr)
 		}
 	})
 }

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"crypto"
 	"errors"
+	"fmt"
+	"io"
 	"path/filepath"
 	"runtime"
 	"testing"
@@ -135,5 +137,52 @@ func BenchmarkDecrypt(b *testing.B) {
 				}
 			})
 		}
+	}
+}
+
+// BenchmarkDecompress inflates CompressedData of EDI-like payloads in
+// memory (Decompress) and as a stream over the same bytes
+// (DecompressStream), so that the two paths' costs and allocations read
+// side by side.
+func BenchmarkDecompress(b *testing.B) {
+	// X12-like lines with codes that do not repeat, which zlib about
+	// halves (the bench's catalogue), and one line repeated, which it
+	// shrinks a hundredfold.
+	var catalogue []byte
+	for i := 0; len(catalogue) < 1<<20; i++ {
+		catalogue = fmt.Appendf(catalogue, "LIN*%d*VP*%x*PRICE*%d~\n", i, uint64(i)*0x9e3779b97f4a7c15, i%9973)
+	}
+	repeated := bytes.Repeat([]byte("ST*850*0001~BEG*00*SA*PO-1**20260101~N1*ST*ACME*92*0042~\n"), 1<<20/50)
+	for _, size := range []struct {
+		name string
+		data []byte
+	}{{"4KiB", catalogue[:4<<10]}, {"1MiB", catalogue[:1<<20]}, {"1MiB-repeated", repeated[:1<<20]}} {
+		payload := size.data
+		der, err := cms.Compress(payload)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run(size.name+"/Decompress", func(b *testing.B) {
+			b.SetBytes(int64(len(payload)))
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := cms.Decompress(der, 0); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(size.name+"/DecompressStream", func(b *testing.B) {
+			b.SetBytes(int64(len(payload)))
+			b.ReportAllocs()
+			for b.Loop() {
+				r, err := cms.DecompressStream(bytes.NewReader(der), 0)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if _, err := io.Copy(io.Discard, r); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }

@@ -240,9 +240,11 @@ func checkVerified(t *testing.T, v *cms.Verified, certs []*x509Cert, detached []
 }
 
 // FuzzDecompress feeds Decompress arbitrary bytes and checks that errors
-// wrap a sentinel and the limit holds; and that the fuzzed bytes, as
-// content, survive Compress → Decompress with a limit of their size, and
-// not with one byte less (ErrTooLarge).
+// wrap a sentinel, the limit holds and DecompressStream gives the same
+// content or fails too; and that the fuzzed bytes, as content, survive
+// Compress → Decompress with a limit of their size, and not with one
+// byte less (ErrTooLarge). testdata/fuzz/FuzzDecompress holds a
+// CompressedData of raw DEFLATE.
 func FuzzDecompress(f *testing.F) {
 	for _, s := range opensslSeeds(f) {
 		f.Add(s)
@@ -255,6 +257,14 @@ func FuzzDecompress(f *testing.F) {
 		}
 		if len(out) > limit {
 			t.Fatalf("Decompress() returned %d bytes over the limit", len(out))
+		}
+		var streamed []byte
+		r, serr := cms.DecompressStream(bytes.NewReader(b), limit)
+		if serr == nil {
+			streamed, serr = io.ReadAll(r)
+		}
+		if (err == nil) != (serr == nil) || !bytes.Equal(out, streamed) && err == nil {
+			t.Fatalf("Decompress() = %d bytes, %v; DecompressStream() = %d bytes, %v; want the same", len(out), err, len(streamed), serr)
 		}
 		cms.Identify(b)
 

@@ -172,9 +172,32 @@ func (s *berStream) contentInfo() (asn1.ObjectIdentifier, error) {
 // segments of a constructed one (nested segments included).
 func (s *berStream) octetStream(h streamHeader) io.Reader {
 	if h.tag&0x20 == 0 {
-		return io.LimitReader(s.r, h.length)
+		return &primitiveReader{r: s.r, left: h.length}
 	}
 	return &segmentReader{s: s, left: h.length}
+}
+
+// primitiveReader reads the content of a primitive string: a source that
+// ends before it is a malformed (truncated) message, as for a segmented
+// string, not the end of the content.
+type primitiveReader struct {
+	r    io.Reader
+	left int64
+}
+
+func (r *primitiveReader) Read(p []byte) (int, error) {
+	if r.left <= 0 {
+		return 0, io.EOF
+	}
+	n, err := r.r.Read(p[:min(int64(len(p)), r.left)])
+	r.left -= int64(n)
+	switch {
+	case err == io.EOF && r.left > 0:
+		err = unexpectedEOF(err)
+	case err == io.EOF && n > 0:
+		err = nil
+	}
+	return n, err
 }
 
 // segmentReader reads the segments of a constructed string.
@@ -250,7 +273,12 @@ func (r *segmentReader) next() error {
 // must be of one of the types want (what names it in errors; notWant
 // says what is wrong with another type); it returns the type found.
 func openStream(r io.Reader, what, notWant string, want ...asn1.ObjectIdentifier) (*berStream, asn1.ObjectIdentifier, error) {
-	s := &berStream{r: bufio.NewReaderSize(r, 64<<10)}
+	size := 64 << 10
+	if l, ok := r.(interface{ Len() int }); ok {
+		// A message in memory (Decompress): no larger buffer than it.
+		size = min(size, l.Len())
+	}
+	s := &berStream{r: bufio.NewReaderSize(r, size)}
 	ct, err := s.contentInfo()
 	if err != nil {
 		return nil, nil, err
@@ -483,8 +511,9 @@ func unpad(plain []byte, bs int, total int64) ([]byte, error) {
 	return plain[:len(plain)-pad], io.EOF
 }
 
-// DecompressStream reads a CompressedData ContentInfo (zlib) from r and
-// returns a reader of the inflated content, which fails with an error
+// DecompressStream reads a CompressedData ContentInfo (zlib; raw DEFLATE
+// when the zlib header is absent) from r and returns a reader of the
+// inflated content, which fails with an error
 // wrapping ErrDecompression and ErrTooLarge past maxSize bytes
 // (DefaultMaxDecompressedSize when maxSize <= 0). Bytes after the
 // compressed content are left unread. Errors wrap ErrMalformed,
@@ -537,22 +566,25 @@ func DecompressStreamTee(r io.Reader, maxSize int64, zlib io.Writer) (io.Reader,
 	if zlib != nil {
 		src = io.TeeReader(src, zlib)
 	}
-	return &inflateReader{src: src, left: maxSize, max: maxSize}, nil
+	// The string's length, when definite, sizes the inflater's buffers.
+	return &inflateReader{src: src, size: h.length, left: maxSize, max: maxSize}, nil
 }
 
-// inflateReader inflates a zlib stream within a limit. It uses
-// internal/inflate, about twice as fast as compress/zlib on EDI payloads
+// inflateReader inflates a zlib stream, or raw DEFLATE (the rule is
+// internal/inflate's), within a limit. It uses internal/inflate, about
+// twice as fast as compress/zlib on EDI payloads
 // (BenchmarkInflateCatalogue): inflating is the largest cost of
-// receiving a large compressed message.
+// receiving a large compressed message. Decompress reads through it too.
 type inflateReader struct {
 	src       io.Reader
 	zr        io.Reader
+	size      int64 // of the compressed stream; <= 0 unknown
 	left, max int64
 }
 
 func (z *inflateReader) Read(p []byte) (int, error) {
 	if z.zr == nil {
-		z.zr = fastinflate.NewReader(z.src)
+		z.zr = fastinflate.NewReaderSize(z.src, z.size)
 	}
 	if z.left < 0 {
 		return 0, fmt.Errorf("%w: %w: more than %d bytes", ErrDecompression, ErrTooLarge, z.max)

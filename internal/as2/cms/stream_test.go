@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"testing/iotest"
@@ -197,6 +198,102 @@ func TestDecryptStreamGCMOpenSSL(t *testing.T) {
 			}
 			if _, err := readAll(good, []cms.Recipient{{Cert: ids.C.Cert, Key: ids.C.Key.(crypto.Decrypter)}}); !errors.Is(err, cms.ErrNoRecipient) {
 				t.Errorf("other recipient: %v, want ErrNoRecipient", err)
+			}
+		})
+	}
+}
+
+// decryptErrorClass is the sentinels a decryption error wraps, the class
+// a caller tells errors apart by.
+func decryptErrorClass(err error) []error {
+	var c []error
+	for _, s := range []error{cms.ErrMalformed, cms.ErrContentType, cms.ErrUnsupportedAlgorithm, cms.ErrNoRecipient, cms.ErrDecryption} {
+		if errors.Is(err, s) {
+			c = append(c, s)
+		}
+	}
+	return c
+}
+
+// TestDecryptMatchesDecryptStream: Decrypt (kept apart from
+// DecryptStream: it decrypts in place, DecryptInPlace) and DecryptStream
+// give the same plaintext, or fail with the same class of error, on the
+// inputs either is tested with: openssl's ciphers in DER and BER
+// segments, OAEP, GCM, our Encrypt's, an empty content, and truncated,
+// tampered, foreign and wrongly addressed messages.
+func TestDecryptMatchesDecryptStream(t *testing.T) {
+	ids := openssltest.Keys(t)
+	mine := []cms.Recipient{{Cert: ids.B.Cert, Key: ids.B.Key.(crypto.Decrypter)}}
+	dir := t.TempDir()
+	big := bytes.Repeat([]byte("0123456789abcdef-"), 20000)
+	openssl := func(name string, content []byte, args ...string) []byte {
+		in := openssltest.WriteFile(t, dir, name+".in", content)
+		out := filepath.Join(dir, name+".p7m")
+		openssltest.Run(t, nil, append([]string{"cms", "-encrypt", "-binary", "-in", in, "-outform", "DER", "-out", out, "-recip", ids.B.CertPath}, args...)...)
+		return openssltest.ReadFile(t, out)
+	}
+	ours := func(c cms.Cipher, content []byte) []byte {
+		der, err := cms.Encrypt(content, []*x509.Certificate{ids.B.Cert}, cms.EncryptOptions{Cipher: c})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return der
+	}
+	cbc := openssl("cbc", big, "-aes256")
+	gcm := openssl("gcm", big, "-aes-128-gcm")
+	flip := func(b []byte, i int) []byte { b = bytes.Clone(b); b[i] ^= 0x55; return b }
+	compressed, err := cms.Compress([]byte(content))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name       string
+		give       []byte
+		recipients []cms.Recipient
+		want       []byte // the plaintext, when it decrypts
+		class      []error
+	}{
+		{"aes256 DER", cbc, mine, big, nil},
+		{"aes256 BER stream", openssl("cbcber", big, "-aes256", "-stream"), mine, big, nil},
+		{"des3 BER stream", openssl("des3", big[:100_003], "-des3", "-stream"), mine, big[:100_003], nil},
+		{"aes256 oaep sha256", openssl("oaep", big[:70_000], "-aes256", "-keyopt", "rsa_padding_mode:oaep", "-keyopt", "rsa_oaep_md:sha256"), mine, big[:70_000], nil},
+		{"one block exactly", openssl("block", []byte("0123456789abcdef"), "-aes128"), mine, []byte("0123456789abcdef"), nil},
+		{"aes128-gcm DER", gcm, mine, big, nil},
+		{"aes256-gcm BER stream", openssl("gcmber", big, "-aes-256-gcm", "-stream"), mine, big, nil},
+		{"aes256-gcm empty", openssl("gcmempty", []byte{}, "-aes-256-gcm"), mine, []byte{}, nil},
+		{"Encrypt aes256-cbc", ours(cms.AES256CBC, big), mine, big, nil},
+		{"Encrypt aes256-gcm", ours(cms.AES256GCM, big), mine, big, nil},
+		{"other recipient", cbc, []cms.Recipient{{Cert: ids.C.Cert, Key: ids.C.Key.(crypto.Decrypter)}}, nil, []error{cms.ErrNoRecipient}},
+		{"gcm ciphertext tampered", flip(gcm, len(gcm)/2), mine, nil, []error{cms.ErrDecryption}},
+		{"gcm tag tampered", flip(gcm, len(gcm)-1), mine, nil, []error{cms.ErrDecryption}},
+		{"truncated in the ciphertext", cbc[:len(cbc)/2], mine, nil, []error{cms.ErrMalformed}},
+		{"truncated at the end", cbc[:len(cbc)-100], mine, nil, []error{cms.ErrMalformed}},
+		{"compressed data", compressed, mine, nil, []error{cms.ErrContentType}},
+		{"empty", nil, mine, nil, []error{cms.ErrMalformed}},
+		{"text", []byte("hello world"), mine, nil, []error{cms.ErrMalformed}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := cms.Decrypt(bytes.Clone(tt.give), tt.recipients)
+			var streamed []byte
+			r, serr := cms.DecryptStream(iotest.HalfReader(bytes.NewReader(tt.give)), tt.recipients)
+			if serr == nil {
+				streamed, serr = io.ReadAll(r)
+			}
+			if tt.class == nil {
+				if err != nil || !bytes.Equal(got, tt.want) {
+					t.Errorf("Decrypt(%s) = %d bytes, %v; want the %d bytes encrypted", tt.name, len(got), err, len(tt.want))
+				}
+				if serr != nil || !bytes.Equal(streamed, tt.want) {
+					t.Errorf("DecryptStream(%s) = %d bytes, %v; want the %d bytes encrypted", tt.name, len(streamed), serr, len(tt.want))
+				}
+				return
+			}
+			if c := decryptErrorClass(err); !slices.Equal(c, tt.class) {
+				t.Errorf("Decrypt(%s) error = %v, class %v; want class %v", tt.name, err, c, tt.class)
+			}
+			if c := decryptErrorClass(serr); !slices.Equal(c, tt.class) {
+				t.Errorf("DecryptStream(%s) error = %v, class %v; want class %v", tt.name, serr, c, tt.class)
 			}
 		})
 	}
