@@ -19,6 +19,7 @@ import (
 	"github.com/go-chi/chi/v5"
 	"github.com/google/go-cmp/cmp"
 	"github.com/santhosh-tekuri/jsonschema/v6"
+	"github.com/santhosh-tekuri/jsonschema/v6/kind"
 	"go.uber.org/zap"
 
 	"github.com/edihub/edihub/internal/api"
@@ -288,9 +289,30 @@ func (d *openAPIDoc) check(method, path string, status int, header http.Header, 
 		return fmt.Errorf("%s %s %d: the body is not JSON: %v", method, t.path, status, err)
 	}
 	if err := d.schemas[sptr].Validate(v); err != nil {
+		var ve *jsonschema.ValidationError
+		if errors.As(err, &ve) {
+			err = prune(ve)
+		}
 		return fmt.Errorf("%s %s %d: the body does not match #%s: %v", method, t.path, status, sptr, err)
 	}
 	return nil
+}
+
+// prune drops the "false schema" errors of unevaluatedProperties beside
+// the errors that caused them: when a $ref'd part of a schema fails, its
+// properties count as unevaluated, and each would be listed.
+func prune(e *jsonschema.ValidationError) *jsonschema.ValidationError {
+	p := *e
+	p.Causes = nil
+	for _, c := range e.Causes {
+		if _, isFalse := c.ErrorKind.(*kind.FalseSchema); !isFalse || len(c.Causes) > 0 {
+			p.Causes = append(p.Causes, prune(c))
+		}
+	}
+	if len(p.Causes) == 0 {
+		p.Causes = e.Causes
+	}
+	return &p
 }
 
 // checkAnswer fails the test when an answer of the API does not match
