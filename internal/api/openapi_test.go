@@ -600,3 +600,34 @@ func TestOpenAPICheck(t *testing.T) {
 		})
 	}
 }
+
+// TestOpenAPICheckNamesCause: an answer that lacks a field of a schema
+// composed with $ref (a message) fails naming the field, without an
+// error for each of its other properties.
+func TestOpenAPICheckNamesCause(t *testing.T) {
+	d, err := loadDoc()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := api.DetailView(api.Message{ID: 7, Direction: "outbound", Status: "queued"}, nil)
+	b, err := json.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	header := http.Header{"Content-Type": {"application/json"}}
+	if err := d.check("GET", "/api/v1/messages/7", 200, header, b); err != nil {
+		t.Fatalf("check(a message) = %v, want nil", err)
+	}
+	var obj map[string]any
+	if err := json.Unmarshal(b, &obj); err != nil {
+		t.Fatal(err)
+	}
+	delete(obj, "size")
+	if b, err = json.Marshal(obj); err != nil {
+		t.Fatal(err)
+	}
+	err = d.check("GET", "/api/v1/messages/7", 200, header, b)
+	if err == nil || !strings.Contains(err.Error(), "missing property 'size'") || strings.Contains(err.Error(), "false schema") {
+		t.Errorf("check(a message without size) = %v, want an error naming size alone", err)
+	}
+}
