@@ -42,6 +42,7 @@
 //	GET  /users/{name}/tokens              viewer    a user's API tokens (the user itself or an admin)
 //	POST /users/{name}/tokens              viewer    make one ({"name", "role", "expires_in"}); shown once
 //	DELETE /users/{name}/tokens/{token}    viewer    revoke one
+//	GET  /openapi.json                     viewer    this list as an OpenAPI 3.1 document (OpenAPI)
 //
 // Every change is recorded in the audit log (Options.Auditor).
 //
@@ -306,6 +307,9 @@ func (h *handler) routes() []route {
 		{get, "/users/{name}/tokens", viewer, h.listTokens, o.Users != nil},
 		{post, "/users/{name}/tokens", viewer, h.createToken, o.Users != nil},
 		{del, "/users/{name}/tokens/{token}", viewer, h.revokeToken, o.Users != nil},
+		// The description of these routes (openapi.yaml): any caller that
+		// may use the API may read it.
+		{get, "/openapi.json", viewer, h.openAPI, true},
 	}
 }
 

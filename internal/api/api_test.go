@@ -93,7 +93,7 @@ partners:
 	reports := &report.Service{Store: st, Location: time.UTC, Now: time.Now,
 		Builder: &report.Builder{Source: st, Station: "EDIHUB", Lease: "edihub-leader", Partners: []string{"ACME CORP", "GLOBEX"}, Now: time.Now}}
 	o := api.Options{Queue: q, Store: st, Inbox: st, Logger: log, Reports: reports, Certificates: cfg.Certificates,
-		Tracer: st, Canceller: st, Reapplier: st}
+		Tracer: st, Canceller: st, Reapplier: st, Interchanges: st}
 	if opts != nil {
 		opts(&o)
 	}
@@ -129,16 +129,30 @@ func (e *env) do(t *testing.T, method, path, ct string, body []byte, tok string)
 	return send(t, req)
 }
 
-// send sends req and reads its answer whole.
+// send sends req, reads its answer whole and checks it against the
+// API's OpenAPI document (checkAnswer).
 func send(t *testing.T, req *http.Request) response {
 	t.Helper()
-	resp, err := http.DefaultClient.Do(req)
+	r, err := roundTrip(req)
 	if err != nil {
 		t.Fatal(err)
 	}
+	checkAnswer(t, req.Method, req.URL.EscapedPath(), r)
+	return r
+}
+
+// roundTrip sends req and reads its answer whole.
+func roundTrip(req *http.Request) (response, error) {
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return response{}, err
+	}
 	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return response{resp.StatusCode, resp.Header, b}
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return response{}, fmt.Errorf("%s %s: read the answer: %w", req.Method, req.URL.Path, err)
+	}
+	return response{resp.StatusCode, resp.Header, b}, nil
 }
 
 func decode[T any](t *testing.T, r response) T {

@@ -55,6 +55,7 @@ func TestAuditOutlivesHangUp(t *testing.T) {
 	req.RemoteAddr = "192.0.2.3:5555"
 	w := httptest.NewRecorder()
 	h.ServeHTTP(w, req)
+	checkAnswer(t, req.Method, apiPrefix+req.URL.EscapedPath(), response{w.Code, w.Header(), w.Body.Bytes()})
 	if w.Code != http.StatusAccepted {
 		t.Fatalf("POST /messages = %d %s, want 202", w.Code, w.Body)
 	}

@@ -110,14 +110,7 @@ func (e *env) call(t *testing.T, method, path string, body []byte, header ...str
 	for i := 0; i+1 < len(header); i += 2 {
 		req.Header.Set(header[i], header[i+1])
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var b bytes.Buffer
-	_, _ = b.ReadFrom(resp.Body)
-	return response{resp.StatusCode, resp.Header, b.Bytes()}
+	return send(t, req)
 }
 
 // entry is a partner entry as a client sends it: the certificate as PEM

@@ -24,14 +24,7 @@ func (e *env) get(t *testing.T, path, accept string) response {
 	if accept != "" {
 		req.Header.Set("Accept", accept)
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var b bytes.Buffer
-	_, _ = b.ReadFrom(resp.Body)
-	return response{resp.StatusCode, resp.Header, b.Bytes()}
+	return send(t, req)
 }
 
 func TestReports(t *testing.T) {

@@ -77,10 +77,12 @@ partners:
 	users := &auth.Users{Store: st, Params: cheap}
 	reports := &report.Service{Store: st, Location: time.UTC, Now: time.Now,
 		Builder: &report.Builder{Source: st, Station: "EDIHUB", Lease: "edihub-leader", Partners: []string{"GLOBEX"}, Now: time.Now}}
-	h, err := api.New(api.Options{Queue: q, Store: st, Inbox: st, Resender: st, Tracer: st, Canceller: st, Reapplier: st, Logger: log, Reports: reports, Certificates: cfg.Certificates,
+	h, err := api.New(api.Options{Queue: q, Store: st, Inbox: st, Resender: st, Tracer: st, Canceller: st, Reapplier: st, Interchanges: st, Logger: log, Reports: reports, Certificates: cfg.Certificates,
 		Partners: &partners.Service{Store: st, Base: func() *config.File { return cfg }}, PartnerReader: st,
 		TestPartner: func(_ context.Context, id string) (any, bool) {
-			return probe.Report{Partner: id, OK: id == "GLOBEX"}, id == "GLOBEX" || id == "NEWCO"
+			// A report as probe.Run makes them: at least one step.
+			return probe.Report{Partner: id, URL: "http://127.0.0.1:1/as2", Started: time.Now(), OK: id == "GLOBEX",
+				Steps: []probe.Step{{Name: probe.StepMessage, OK: id == "GLOBEX", Detail: "built the test message"}}}, id == "GLOBEX" || id == "NEWCO"
 		},
 		Auditor: st, Audit: st, Users: users,
 	})
@@ -161,6 +163,7 @@ var routeRoles = []routeRole{
 	{"GET", "/users/{name}/tokens", auth.RoleViewer, "/users/{user}/tokens", ""},
 	{"POST", "/users/{name}/tokens", auth.RoleViewer, "/users/{user}/tokens", `{"name": "t-{method}"}`},
 	{"DELETE", "/users/{name}/tokens/{token}", auth.RoleViewer, "/users/{user}/tokens/none", ""},
+	{"GET", "/openapi.json", auth.RoleViewer, "/openapi.json", ""},
 
 	{"GET", "/messages/{id}/payload", auth.RoleOperator, "/messages/1/payload", ""},
 	{"GET", "/messages/{id}/mdn", auth.RoleOperator, "/messages/1/mdn", ""},
