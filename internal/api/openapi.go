@@ -8,7 +8,7 @@ import (
 	"strconv"
 	"sync"
 
-	"gopkg.in/yaml.v3"
+	yaml "go.yaml.in/yaml/v3"
 )
 
 // openAPIYAML is the API's OpenAPI 3.1 description, maintained by hand

@@ -13,7 +13,7 @@ import (
 
 	"github.com/go-chi/chi/v5"
 	"go.uber.org/zap"
-	"gopkg.in/yaml.v3"
+	yaml "go.yaml.in/yaml/v3"
 
 	"github.com/edihub/edihub/internal/auth"
 	"github.com/edihub/edihub/internal/config"
