@@ -178,6 +178,20 @@ func (m *memTerms) CurrentTerm(context.Context, string) (postgres.Term, error) {
 
 func (m *memTerms) Ping(context.Context) error { return nil }
 
+// signalOnLog returns a logger option and a channel it closes when the
+// first entry whose message contains snippet has been written to the
+// logger's core: a readiness signal for what a component only logs.
+func signalOnLog(snippet string) (zap.Option, <-chan struct{}) {
+	ch := make(chan struct{})
+	var once sync.Once
+	return zap.Hooks(func(e zapcore.Entry) error {
+		if strings.Contains(e.Message, snippet) {
+			once.Do(func() { close(ch) })
+		}
+		return nil
+	}), ch
+}
+
 // leading returns the identities whose status says they lead.
 func leading(es []*Elector) []string {
 	var out []string
@@ -231,17 +245,18 @@ func TestKubernetesElectorsOnFakeClientset(t *testing.T) {
 		}
 	}()
 
+	// The electors signal no change of Status: poll it, bounded.
 	waitFor := func(what string, cond func() bool) {
 		t.Helper()
 		for deadline := time.Now().Add(leaseDuration / 2); !cond(); {
 			if time.Now().After(deadline) {
 				t.Fatalf("no %s after %v, half the lease duration", what, leaseDuration/2)
 			}
-			time.Sleep(5 * time.Millisecond)
+			time.Sleep(5 * time.Millisecond) // bounded poll: see above
 		}
 	}
 	waitFor("a leader", func() bool { return len(leading(es)) == 1 })
-	time.Sleep(300 * time.Millisecond)
+	time.Sleep(300 * time.Millisecond) // stays: three retry periods of real client-go timers in which no second leader may appear
 	if l := leading(es); len(l) != 1 {
 		t.Fatalf("leaders = %v, want exactly one", l)
 	}
@@ -443,11 +458,12 @@ func TestServerVersionIsChecked(t *testing.T) {
 			enforceResourceVersions(cs)
 			cs.Discovery().(*fakediscovery.FakeDiscovery).FakedServerVersion = &version.Info{GitVersion: tt.git}
 			core, logs := observer.New(zapcore.InfoLevel)
+			hook, campaigning := signalOnLog("campaigning")
 			e, err := NewKubernetes(KubernetesOptions{Leases: cs.CoordinationV1(), Namespace: "ns", Version: cs.Discovery()}, Options{
 				LeaseName: "edihub-leader", Identity: "r0",
 				LeaseDuration: 2 * time.Second, RenewDeadline: time.Second, RetryPeriod: 100 * time.Millisecond,
 				WorkerStopTimeout: 500 * time.Millisecond,
-				Terms:             &memTerms{}, Logger: zap.New(core), Registerer: prometheus.NewRegistry(),
+				Terms:             &memTerms{}, Logger: zap.New(core, hook), Registerer: prometheus.NewRegistry(),
 			})
 			if err != nil {
 				t.Fatal(err)
@@ -455,11 +471,10 @@ func TestServerVersionIsChecked(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
 			done := make(chan error, 1)
 			go func() { done <- e.Run(ctx) }()
-			for deadline := time.Now().Add(10 * time.Second); logs.FilterMessage("campaigning").Len() == 0; {
-				if time.Now().After(deadline) {
-					t.Fatal("not campaigning")
-				}
-				time.Sleep(10 * time.Millisecond)
+			select {
+			case <-campaigning: // logged after the version check
+			case <-time.After(10 * time.Second):
+				t.Fatal("not campaigning")
 			}
 			cancel()
 			if err := <-done; err != nil {
