@@ -480,6 +480,58 @@ func TestWorkerReturnRestartsItInsideTheTerm(t *testing.T) {
 	}
 }
 
+// TestWorkerRestartBackoff: on synctest's clock, a worker that returns at
+// once is started again after the retry period, doubling per return in a
+// row up to the lease duration; a run longer than the lease duration
+// resets the backoff to the retry period.
+func TestWorkerRestartBackoff(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t) // retry period 20ms, lease duration 400ms
+		var mu sync.Mutex
+		var starts []time.Time
+		eighth := make(chan struct{})
+		h.e.o.Workers["flaky"] = WorkerFunc(func(ctx context.Context) error {
+			mu.Lock()
+			starts = append(starts, time.Now())
+			n := len(starts)
+			mu.Unlock()
+			switch n {
+			case 7: // a run longer than the lease duration
+				select {
+				case <-ctx.Done():
+					return nil
+				case <-time.After(h.e.o.LeaseDuration + time.Millisecond):
+				}
+			case 8:
+				close(eighth)
+				<-ctx.Done()
+				return nil
+			}
+			return errors.New("connection reset by peer")
+		})
+		stop, _ := h.start(t)
+		select {
+		case <-eighth:
+		case <-time.After(time.Minute):
+			t.Fatal("the worker was not started an eighth time within a minute")
+		}
+		if err := stop(); err != nil {
+			t.Fatal(err)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		var gaps []time.Duration
+		for i := 1; i < len(starts); i++ {
+			gaps = append(gaps, starts[i].Sub(starts[i-1]))
+		}
+		ms := time.Millisecond
+		want := []time.Duration{20 * ms, 40 * ms, 80 * ms, 160 * ms, 320 * ms, 400 * ms, 421 * ms}
+		if fmt.Sprint(gaps) != fmt.Sprint(want) {
+			t.Errorf("gaps between the worker's starts %v, want %v", gaps, want)
+		}
+	})
+}
+
 // TestStaleFenceEndsTheTerm: a worker refused by the fence ends the term
 // (a newer term opened); the replica pauses and campaigns again, and does
 // not release a lease that is no longer its own.
