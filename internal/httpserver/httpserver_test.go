@@ -68,7 +68,7 @@ func waitStatus(t *testing.T, url string, want int) {
 		if got, _ = get(t, url); got == want {
 			return
 		}
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(100 * time.Millisecond) // stays: bounded poll of a real PostgreSQL reconnect
 	}
 	t.Fatalf("GET %s = %d, want %d", url, got, want)
 }

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
@@ -248,38 +249,40 @@ func TestTrackerSettles(t *testing.T) {
 // TestWatcher flags each overdue interchange once, sets the gauge, and
 // stops on a stale fence.
 func TestWatcher(t *testing.T) {
-	st := &fakeStore{flagged: map[int64]bool{}, due: []postgres.DueAck{{Interchange: 1, Partner: "ACME"}, {Interchange: 2, Partner: "ACME"}, {Interchange: 3, Partner: "BETA"}}}
-	reg := prometheus.NewRegistry()
-	w, err := interchange.NewWatcher(interchange.WatcherOptions{Store: st, Logger: zap.NewNop(), Registerer: reg, Interval: time.Hour, Batch: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(leader.WithFence(context.Background(), postgres.Fence{Lease: "l", Token: 1}))
-	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx) }()
-	for {
-		if n := testutil.CollectAndCount(reg, "edihub_ack_overdue"); n == 2 {
-			break
+	synctest.Test(t, func(t *testing.T) {
+		st := &fakeStore{flagged: map[int64]bool{}, due: []postgres.DueAck{{Interchange: 1, Partner: "ACME"}, {Interchange: 2, Partner: "ACME"}, {Interchange: 3, Partner: "BETA"}}}
+		reg := prometheus.NewRegistry()
+		w, err := interchange.NewWatcher(interchange.WatcherOptions{Store: st, Logger: zap.NewNop(), Registerer: reg, Interval: time.Hour, Batch: 2})
+		if err != nil {
+			t.Fatal(err)
 		}
-		time.Sleep(time.Millisecond)
-	}
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatalf("Run = %v, want nil when the term ends", err)
-	}
-	if len(st.flagged) != 3 {
-		t.Errorf("flagged %v, want all three", st.flagged)
-	}
-	want := "edihub_ack_overdue_flagged_total"
-	if got := testutil.CollectAndCount(reg, want); got != 2 {
-		t.Errorf("%s has %d series, want 2 (ACME, BETA)", want, got)
-	}
-	st.stale = true
-	st.flagged = map[int64]bool{}
-	err = w.Run(leader.WithFence(context.Background(), postgres.Fence{Lease: "l", Token: 1}))
-	if !errors.Is(err, postgres.ErrStaleFence) {
-		t.Errorf("Run with a stale fence = %v, want ErrStaleFence", err)
-	}
+		ctx, cancel := context.WithCancel(leader.WithFence(context.Background(), postgres.Fence{Lease: "l", Token: 1}))
+		done := make(chan error, 1)
+		go func() { done <- w.Run(ctx) }()
+		// Once Run waits out its interval (synctest's clock: an hour that
+		// never passes here), the first cycle has flagged all it found.
+		synctest.Wait()
+		if n := testutil.CollectAndCount(reg, "edihub_ack_overdue"); n != 2 {
+			t.Errorf("edihub_ack_overdue has %d series after the first cycle, want 2 (ACME, BETA)", n)
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatalf("Run = %v, want nil when the term ends", err)
+		}
+		if len(st.flagged) != 3 {
+			t.Errorf("flagged %v, want all three", st.flagged)
+		}
+		want := "edihub_ack_overdue_flagged_total"
+		if got := testutil.CollectAndCount(reg, want); got != 2 {
+			t.Errorf("%s has %d series, want 2 (ACME, BETA)", want, got)
+		}
+		st.stale = true
+		st.flagged = map[int64]bool{}
+		err = w.Run(leader.WithFence(context.Background(), postgres.Fence{Lease: "l", Token: 1}))
+		if !errors.Is(err, postgres.ErrStaleFence) {
+			t.Errorf("Run with a stale fence = %v, want ErrStaleFence", err)
+		}
+	})
 }
 
 // TestTrackerTA1NotAcknowledged: an interchange without groups (a TA1

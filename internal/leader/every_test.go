@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"go.uber.org/zap"
@@ -89,6 +90,45 @@ func TestLoop(t *testing.T) {
 	if err := (Loop{Name: "x", Logger: zap.NewNop()}).Run(context.Background()); err == nil {
 		t.Error("Run without a fence in ctx = nil, want an error")
 	}
+}
+
+// TestLoopTiming: with the default sleep, on synctest's clock, a
+// successful step starts the next one the interval after it started (its
+// own duration included), failed steps in a row wait 100 ms, 200 ms,
+// 400 ms, and a wakeup starts the next step at once.
+func TestLoopTiming(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		transient := errors.New("database away")
+		results := []error{nil, transient, transient, transient, nil, nil, nil}
+		wake := make(chan struct{}, 1)
+		ctx, cancel := context.WithCancel(WithFence(context.Background(), postgres.Fence{Lease: "l", Token: 1}))
+		defer cancel()
+		begin := time.Now()
+		var starts []time.Duration
+		err := Loop{
+			Name: "timed", Interval: time.Second, Wake: wake, Logger: zap.NewNop(),
+			Step: func(context.Context, postgres.Fence) error {
+				n := len(starts)
+				starts = append(starts, time.Since(begin))
+				time.Sleep(300 * time.Millisecond) // the step's work, on the virtual clock
+				switch n {
+				case 5:
+					wake <- struct{}{} // a NOTIFY arrives during the step
+				case 6:
+					cancel()
+				}
+				return results[n]
+			},
+		}.Run(ctx)
+		if err != nil {
+			t.Fatalf("Run = %v, want nil after ctx ended", err)
+		}
+		ms := time.Millisecond
+		want := []time.Duration{0, 1000 * ms, 1400 * ms, 1900 * ms, 2600 * ms, 3600 * ms, 3900 * ms}
+		if fmt.Sprint(starts) != fmt.Sprint(want) {
+			t.Errorf("step starts %v, want %v", starts, want)
+		}
+	})
 }
 
 func TestBackoff(t *testing.T) {

@@ -109,7 +109,7 @@ func waitLeader(t *testing.T, rs []*replica, not *replica, within time.Duration)
 		if time.Since(began) > within {
 			t.Fatalf("no (new) leader within %s", within)
 		}
-		time.Sleep(5 * time.Millisecond)
+		time.Sleep(5 * time.Millisecond) // stays: bounded poll, Status has no change signal and the electors run against real servers
 	}
 }
 
@@ -168,7 +168,7 @@ func electionProperties(t *testing.T, store *postgres.Store, build newElector, d
 
 	first, took := waitLeader(t, rs, nil, 10*time.Second)
 	t.Logf("first leader %s after %s", first.e.Status().Identity, took)
-	time.Sleep(time.Second)
+	time.Sleep(time.Second) // stays: real renewals against the real backend, during which leadership must not move
 	if l := leaders(rs); len(l) != 1 || l[0] != first {
 		t.Fatalf("leadership moved without cause: %d leaders", len(l))
 	}
@@ -204,7 +204,7 @@ func electionProperties(t *testing.T, store *postgres.Store, build newElector, d
 
 	// The lease is deleted: the leader loses it (its renewal finds it
 	// gone), someone takes a re-created one, and tokens keep increasing.
-	time.Sleep(500 * time.Millisecond)
+	time.Sleep(500 * time.Millisecond) // stays: the successor renews against the real backend before its lease is deleted
 	deleteLease()
 	deadline := time.Now().Add(15 * time.Second)
 	for {
@@ -216,9 +216,9 @@ func electionProperties(t *testing.T, store *postgres.Store, build newElector, d
 		if time.Now().After(deadline) {
 			t.Fatalf("no leader with a token above %d after the lease was deleted", secondToken)
 		}
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(10 * time.Millisecond) // stays: bounded poll, Status has no change signal
 	}
-	time.Sleep(500 * time.Millisecond)
+	time.Sleep(500 * time.Millisecond) // stays: the new leader renews the re-created lease at the real backend before shutdown
 	for _, r := range rs {
 		r.stop(t)
 	}
@@ -440,7 +440,7 @@ func TestKubernetesKeepsCoordinatedElectionFields(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatal("the leader did not renew")
 		}
-		time.Sleep(200 * time.Millisecond)
+		time.Sleep(200 * time.Millisecond) // stays: bounded poll of the real API server's Lease for a renewal
 	}
 	check("after renewals")
 	rs[0].stop(t)

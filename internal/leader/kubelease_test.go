@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"go.uber.org/zap"
@@ -178,6 +179,20 @@ func (m *memTerms) CurrentTerm(context.Context, string) (postgres.Term, error) {
 
 func (m *memTerms) Ping(context.Context) error { return nil }
 
+// signalOnLog returns a logger option and a channel it closes when the
+// first entry whose message contains snippet has been written to the
+// logger's core: a readiness signal for what a component only logs.
+func signalOnLog(snippet string) (zap.Option, <-chan struct{}) {
+	ch := make(chan struct{})
+	var once sync.Once
+	return zap.Hooks(func(e zapcore.Entry) error {
+		if strings.Contains(e.Message, snippet) {
+			once.Do(func() { close(ch) })
+		}
+		return nil
+	}), ch
+}
+
 // leading returns the identities whose status says they lead.
 func leading(es []*Elector) []string {
 	var out []string
@@ -194,88 +209,93 @@ func leading(es []*Elector) []string {
 // lease duration is long enough that it cannot expire while the test
 // waits (each wait gives up at half of it): a successor proves that the
 // release was taken, without timing the handoff, which is only logged.
+// The electors and the fake clientset run on synctest's clock.
 func TestKubernetesElectorsOnFakeClientset(t *testing.T) {
-	const leaseDuration = time.Minute
-	cs := fake.NewClientset()
-	enforceResourceVersions(cs)
-	terms := &memTerms{}
-	var es []*Elector
-	var cancels []context.CancelFunc
-	var wg sync.WaitGroup
-	errs := make(chan error, 3)
-	for i := range 3 {
-		e, err := NewKubernetes(KubernetesOptions{Leases: cs.CoordinationV1(), Namespace: "ns"}, Options{
-			LeaseName: "edihub-leader", Identity: fmt.Sprintf("r%d", i),
-			LeaseDuration: leaseDuration, RenewDeadline: time.Second, RetryPeriod: 100 * time.Millisecond,
-			WorkerStopTimeout: 800 * time.Millisecond,
-			Terms:             terms, Logger: zaptest.NewLogger(t), Registerer: prometheus.NewRegistry(),
-		})
+	synctest.Test(t, func(t *testing.T) {
+		const leaseDuration = time.Minute
+		cs := fake.NewClientset()
+		enforceResourceVersions(cs)
+		terms := &memTerms{}
+		var es []*Elector
+		var cancels []context.CancelFunc
+		var wg sync.WaitGroup
+		errs := make(chan error, 3)
+		for i := range 3 {
+			e, err := NewKubernetes(KubernetesOptions{Leases: cs.CoordinationV1(), Namespace: "ns"}, Options{
+				LeaseName: "edihub-leader", Identity: fmt.Sprintf("r%d", i),
+				LeaseDuration: leaseDuration, RenewDeadline: time.Second, RetryPeriod: 100 * time.Millisecond,
+				WorkerStopTimeout: 800 * time.Millisecond,
+				Terms:             terms, Logger: zaptest.NewLogger(t), Registerer: prometheus.NewRegistry(),
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			es, cancels = append(es, e), append(cancels, cancel)
+			wg.Add(1)
+			go func() { defer wg.Done(); errs <- e.Run(ctx) }()
+		}
+		defer func() {
+			for _, c := range cancels {
+				c()
+			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				if err != nil {
+					t.Errorf("Run = %v", err)
+				}
+			}
+		}()
+
+		// The electors signal no change of Status: poll it, bounded; the
+		// sleeps advance synctest's clock.
+		waitFor := func(what string, cond func() bool) {
+			t.Helper()
+			for deadline := time.Now().Add(leaseDuration / 2); !cond(); {
+				if time.Now().After(deadline) {
+					t.Fatalf("no %s after %v, half the lease duration", what, leaseDuration/2)
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+		}
+		waitFor("a leader", func() bool { return len(leading(es)) == 1 })
+		time.Sleep(300 * time.Millisecond) // virtual: three retry periods in which no second leader may appear
+		if l := leading(es); len(l) != 1 {
+			t.Fatalf("leaders = %v, want exactly one", l)
+		}
+		first := leading(es)[0]
+		var idx int
+		fmt.Sscanf(first, "r%d", &idx)
+		firstToken := es[idx].Status().FencingToken
+
+		// The leader shuts down: it releases, and a follower takes over
+		// before the lease could expire (without the release a follower would
+		// wait out the lease, longer than waitFor waits).
+		began := time.Now()
+		cancels[idx]()
+		waitFor("successor (the release was not taken: a follower would wait out the lease)", func() bool { l := leading(es); return len(l) == 1 && l[0] != first })
+		t.Logf("handoff took %s (retry period 100ms)", time.Since(began))
+		next := leading(es)[0]
+		fmt.Sscanf(next, "r%d", &idx)
+		if tok := es[idx].Status().FencingToken; tok <= firstToken {
+			t.Errorf("successor token %d, want > %d", tok, firstToken)
+		}
+		lease, err := cs.CoordinationV1().Leases("ns").Get(context.Background(), "edihub-leader", metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		ctx, cancel := context.WithCancel(context.Background())
-		es, cancels = append(es, e), append(cancels, cancel)
-		wg.Add(1)
-		go func() { defer wg.Done(); errs <- e.Run(ctx) }()
-	}
-	defer func() {
-		for _, c := range cancels {
-			c()
+		if h := holderOf(lease); h != next || *lease.Spec.LeaseTransitions < 1 {
+			t.Errorf("Lease holder %q, transitions %d; want %q, >= 1", h, *lease.Spec.LeaseTransitions, next)
 		}
-		wg.Wait()
-		close(errs)
-		for err := range errs {
-			if err != nil {
-				t.Errorf("Run = %v", err)
+		terms.mu.Lock()
+		defer terms.mu.Unlock()
+		for i := 1; i < len(terms.opened); i++ {
+			if terms.opened[i].Token <= terms.opened[i-1].Token {
+				t.Errorf("terms opened out of order: %v", terms.opened)
 			}
 		}
-	}()
-
-	waitFor := func(what string, cond func() bool) {
-		t.Helper()
-		for deadline := time.Now().Add(leaseDuration / 2); !cond(); {
-			if time.Now().After(deadline) {
-				t.Fatalf("no %s after %v, half the lease duration", what, leaseDuration/2)
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
-	}
-	waitFor("a leader", func() bool { return len(leading(es)) == 1 })
-	time.Sleep(300 * time.Millisecond)
-	if l := leading(es); len(l) != 1 {
-		t.Fatalf("leaders = %v, want exactly one", l)
-	}
-	first := leading(es)[0]
-	var idx int
-	fmt.Sscanf(first, "r%d", &idx)
-	firstToken := es[idx].Status().FencingToken
-
-	// The leader shuts down: it releases, and a follower takes over
-	// before the lease could expire (without the release a follower would
-	// wait out the lease, longer than waitFor waits).
-	began := time.Now()
-	cancels[idx]()
-	waitFor("successor (the release was not taken: a follower would wait out the lease)", func() bool { l := leading(es); return len(l) == 1 && l[0] != first })
-	t.Logf("handoff took %s (retry period 100ms)", time.Since(began))
-	next := leading(es)[0]
-	fmt.Sscanf(next, "r%d", &idx)
-	if tok := es[idx].Status().FencingToken; tok <= firstToken {
-		t.Errorf("successor token %d, want > %d", tok, firstToken)
-	}
-	lease, err := cs.CoordinationV1().Leases("ns").Get(context.Background(), "edihub-leader", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if h := holderOf(lease); h != next || *lease.Spec.LeaseTransitions < 1 {
-		t.Errorf("Lease holder %q, transitions %d; want %q, >= 1", h, *lease.Spec.LeaseTransitions, next)
-	}
-	terms.mu.Lock()
-	defer terms.mu.Unlock()
-	for i := 1; i < len(terms.opened); i++ {
-		if terms.opened[i].Token <= terms.opened[i-1].Token {
-			t.Errorf("terms opened out of order: %v", terms.opened)
-		}
-	}
+	})
 }
 
 // countGets counts the clientset's Lease reads.
@@ -443,11 +463,12 @@ func TestServerVersionIsChecked(t *testing.T) {
 			enforceResourceVersions(cs)
 			cs.Discovery().(*fakediscovery.FakeDiscovery).FakedServerVersion = &version.Info{GitVersion: tt.git}
 			core, logs := observer.New(zapcore.InfoLevel)
+			hook, campaigning := signalOnLog("campaigning")
 			e, err := NewKubernetes(KubernetesOptions{Leases: cs.CoordinationV1(), Namespace: "ns", Version: cs.Discovery()}, Options{
 				LeaseName: "edihub-leader", Identity: "r0",
 				LeaseDuration: 2 * time.Second, RenewDeadline: time.Second, RetryPeriod: 100 * time.Millisecond,
 				WorkerStopTimeout: 500 * time.Millisecond,
-				Terms:             &memTerms{}, Logger: zap.New(core), Registerer: prometheus.NewRegistry(),
+				Terms:             &memTerms{}, Logger: zap.New(core, hook), Registerer: prometheus.NewRegistry(),
 			})
 			if err != nil {
 				t.Fatal(err)
@@ -455,11 +476,10 @@ func TestServerVersionIsChecked(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
 			done := make(chan error, 1)
 			go func() { done <- e.Run(ctx) }()
-			for deadline := time.Now().Add(10 * time.Second); logs.FilterMessage("campaigning").Len() == 0; {
-				if time.Now().After(deadline) {
-					t.Fatal("not campaigning")
-				}
-				time.Sleep(10 * time.Millisecond)
+			select {
+			case <-campaigning: // logged after the version check
+			case <-time.After(10 * time.Second):
+				t.Fatal("not campaigning")
 			}
 			cancel()
 			if err := <-done; err != nil {

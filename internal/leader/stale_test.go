@@ -30,6 +30,7 @@ func TestKubernetesStaleFenceIsExplained(t *testing.T) {
 	cs := fake.NewClientset()
 	enforceResourceVersions(cs)
 	core, logs := observer.New(zapcore.InfoLevel)
+	hook, refused := signalOnLog("term refused")
 	started := make(chan struct{}, 1)
 	e, err := NewKubernetes(KubernetesOptions{Leases: cs.CoordinationV1(), Namespace: "ns"}, Options{
 		LeaseName: "edihub-leader", Identity: "r0",
@@ -40,7 +41,7 @@ func TestKubernetesStaleFenceIsExplained(t *testing.T) {
 			<-ctx.Done()
 			return nil
 		})},
-		Terms: store, Logger: zap.New(core), Registerer: prometheus.NewRegistry(),
+		Terms: store, Logger: zap.New(core, hook), Registerer: prometheus.NewRegistry(),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -48,13 +49,9 @@ func TestKubernetesStaleFenceIsExplained(t *testing.T) {
 	rctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- e.Run(rctx) }()
-	deadline := time.Now().Add(10 * time.Second)
-	var entries []observer.LoggedEntry
-	for time.Now().Before(deadline) {
-		if entries = logs.FilterMessageSnippet("term refused").All(); len(entries) > 0 {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
+	select {
+	case <-refused:
+	case <-time.After(10 * time.Second):
 	}
 	cancel()
 	if err := <-done; err != nil {
@@ -65,6 +62,7 @@ func TestKubernetesStaleFenceIsExplained(t *testing.T) {
 		t.Error("a worker started under a stale term")
 	default:
 	}
+	entries := logs.FilterMessageSnippet("term refused").All()
 	if len(entries) == 0 {
 		t.Fatalf("no explanation of the stale term; logged %v", logs.All())
 	}

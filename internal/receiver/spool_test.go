@@ -40,7 +40,7 @@ func waitSpoolEmpty(t *testing.T, e *env, after string) {
 		if len(files) == 0 && e.spool.Used() == 0 {
 			return
 		}
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(10 * time.Millisecond) // stays: bounded poll, the spool signals no removal
 	}
 	files, _ := filepath.Glob(filepath.Join(e.spool.Dir(), "f-*"))
 	t.Fatalf("after %s: spool holds %d bytes in %v, want nothing", after, e.spool.Used(), files)

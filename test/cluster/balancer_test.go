@@ -151,12 +151,12 @@ func TestBalancerWatch(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatal("the failing backends never left the rotation")
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond) // stays: bounded poll, the balancer's real health probes run on their own period
 	}
 	cutOff.Store(false)
 	frozen.Store(false)
 	for time.Now().Before(deadline) && (lb.isUnready(host(cut)) || lb.isUnready(host(stuck))) {
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond) // stays: as above
 	}
 	got := map[string]bool{}
 	for range 6 {

@@ -102,7 +102,7 @@ func TestAsyncMDNEndToEnd(t *testing.T) {
 			if i < e2eDocuments {
 				e.send(ctx, t, i)
 			}
-			time.Sleep(150 * time.Millisecond)
+			time.Sleep(150 * time.Millisecond) // stays: paces the documents so the kill falls amid real traffic
 		}
 		became, next, err := e.sc.cl.WaitNewLeader(ctx, killedAt, leader)
 		if err != nil {

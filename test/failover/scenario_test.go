@@ -45,7 +45,7 @@ func (sc *scenario) takeover(t *testing.T, ctx context.Context, since time.Time,
 // leader.
 func (sc *scenario) settled(t *testing.T, old, next *failover.Replica) {
 	t.Helper()
-	time.Sleep(3 * time.Second)
+	time.Sleep(3 * time.Second) // stays: real replicas run a few renewals so a late write of the old leader would show
 	noWorkers(t, old)
 	sc.onlyLeader(t, next)
 }
@@ -156,7 +156,7 @@ func TestStartup(t *testing.T) {
 		end := time.Now().Add(observe)
 		for time.Now().Before(end) {
 			sc.onlyLeader(t, l)
-			time.Sleep(2 * time.Second)
+			time.Sleep(2 * time.Second) // stays: samples the real cluster over the observation window
 		}
 		for _, e := range sc.cl.Recorder().Events() {
 			switch {
@@ -194,7 +194,7 @@ func TestCrash(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b failover.Backend) {
 		sc := start(t, b, setup{})
 		l, _ := sc.leader(t)
-		time.Sleep(3 * time.Second) // followers see a few renewals
+		time.Sleep(3 * time.Second) // stays, real time: followers see a few renewals
 		ctx, cancel := within(t, bound)
 		defer cancel()
 		killed, err := l.Kill(ctx)
@@ -217,7 +217,7 @@ func TestGracefulHandoff(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b failover.Backend) {
 		sc := start(t, b, setup{})
 		l, first := sc.leader(t)
-		time.Sleep(3 * time.Second)
+		time.Sleep(3 * time.Second) // stays: real renewals and heartbeats before the fault
 		ctx, cancel := within(t, bound)
 		defer cancel()
 		termed, err := l.Terminate(ctx)
@@ -253,7 +253,7 @@ func TestFrozenLeader(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b failover.Backend) {
 		sc := start(t, b, setup{})
 		l, old := sc.leader(t)
-		time.Sleep(3 * time.Second)
+		time.Sleep(3 * time.Second) // stays: real renewals and heartbeats before the fault
 		ctx, cancel := within(t, bound)
 		defer cancel()
 		frozen, err := l.Freeze(ctx)
@@ -267,7 +267,7 @@ func TestFrozenLeader(t *testing.T) {
 		}
 		became, next, beat := tk.Became, tk.Leader, tk.Beat
 		t.Logf("%s frozen; %s leads (token %d) %v later (first heartbeat)", l.Spec.Name, next.Spec.Name, became.Token, beat.At.Sub(frozen))
-		time.Sleep(time.Until(frozen.Add(45 * time.Second)))
+		time.Sleep(time.Until(frozen.Add(45 * time.Second))) // stays: the freeze lasts past the real lease duration on purpose
 		resumed, err := l.Resume(ctx)
 		if err != nil {
 			t.Fatal(err)
@@ -312,7 +312,7 @@ func TestPartitionedLeader(t *testing.T) {
 	t.Parallel()
 	sc := start(t, failover.Kubernetes, setup{})
 	l, old := sc.leader(t)
-	time.Sleep(3 * time.Second)
+	time.Sleep(3 * time.Second) // stays: real renewals and heartbeats before the fault
 	ctx, cancel := within(t, bound)
 	defer cancel()
 	cut := l.Cut()
@@ -342,7 +342,7 @@ func TestAPIServerDown(t *testing.T) {
 	t.Parallel()
 	sc := start(t, failover.Kubernetes, setup{})
 	l, old := sc.leader(t)
-	time.Sleep(3 * time.Second)
+	time.Sleep(3 * time.Second) // stays: real renewals and heartbeats before the fault
 	ctx, cancel := within(t, 3*time.Minute)
 	defer cancel()
 	stopped := time.Now()
@@ -366,7 +366,7 @@ func TestAPIServerDown(t *testing.T) {
 				noWorkers(t, r)
 			}
 		}
-		time.Sleep(time.Second)
+		time.Sleep(time.Second) // stays: samples the real cluster while the API server is down
 	}
 	lost, err := sc.cl.WaitTermEnd(ctx, stopped, l, old.Token)
 	if err != nil {
@@ -402,7 +402,7 @@ func TestPostgresRestart(t *testing.T) {
 	srv, url := dedicatedDatabase(t)
 	sc := start(t, failover.Kubernetes, setup{databaseURL: url})
 	l, _ := sc.leader(t)
-	time.Sleep(3 * time.Second)
+	time.Sleep(3 * time.Second) // stays: real renewals and heartbeats before the fault
 	ctx, cancel := within(t, bound)
 	defer cancel()
 	down := time.Now()
@@ -416,7 +416,7 @@ func TestPostgresRestart(t *testing.T) {
 		t.Fatalf("%s logged no failing write while PostgreSQL was down: %v", l.Spec.Name, err)
 	}
 	t.Logf("PostgreSQL down; %s's fenced write failed %v later", l.Spec.Name, failing.Time.Sub(down))
-	time.Sleep(time.Until(down.Add(10 * time.Second)))
+	time.Sleep(time.Until(down.Add(10 * time.Second))) // stays: PostgreSQL stays down for a real outage of 10 s
 	// Writes may resume before Start returns: the server accepts
 	// connections before Start has seen it ready (a replica became leader
 	// in that gap once, and the wait for an event after Start's return
@@ -434,7 +434,7 @@ func TestPostgresRestart(t *testing.T) {
 		t.Fatalf("no fenced write accepted after PostgreSQL came back: %v", err)
 	}
 	t.Logf("PostgreSQL up; %s: %q %v later", recovered.Replica, recovered.Msg, recovered.Time.Sub(up))
-	time.Sleep(3 * time.Second)
+	time.Sleep(3 * time.Second) // stays: real writes after recovery before the history is verified
 	h := sc.verify(t, nil)
 	after := slices.IndexFunc(h.Beats, func(b failover.Beat) bool { return b.At.After(up) })
 	if after < 0 {
@@ -458,7 +458,7 @@ func TestLeaderCutFromPostgres(t *testing.T) {
 	t.Parallel()
 	sc := start(t, failover.Kubernetes, setup{proxyDatabase: true})
 	l, old := sc.leader(t)
-	time.Sleep(3 * time.Second)
+	time.Sleep(3 * time.Second) // stays: real renewals and heartbeats before the fault
 	ctx, cancel := within(t, bound)
 	defer cancel()
 	cut := l.CutDatabase()
@@ -473,7 +473,7 @@ func TestLeaderCutFromPostgres(t *testing.T) {
 	_, next, beat := sc.takeover(t, ctx, cut, l)
 	t.Logf("database cut: %s %q %v after the cut (%s); %s leads, first heartbeat %v after the cut (target ≤ lease duration + renew deadline = %v)",
 		l.Spec.Name, end.Msg, end.Time.Sub(cut), end.Reason, next.Spec.Name, beat.At.Sub(cut), failover.LeaseDuration+failover.RenewDeadline)
-	time.Sleep(3 * failover.RetryPeriod) // would it take the Lease back?
+	time.Sleep(3 * failover.RetryPeriod) // stays, real time: would it take the Lease back?
 	// Not noWorkers: /metrics fails on a replica cut from the database
 	// (edihub_outbox_due reads it), so ask /leader.
 	if st, err := l.Leader(ctx); err != nil || st.IsLeader {
@@ -500,7 +500,7 @@ func TestFrozenInFencedTransaction(t *testing.T) {
 	t.Parallel()
 	sc := start(t, failover.Kubernetes, setup{proxyDatabase: true})
 	l, old := sc.leader(t)
-	time.Sleep(3 * time.Second)
+	time.Sleep(3 * time.Second) // stays: real renewals and heartbeats before the fault
 	ctx, cancel := within(t, bound)
 	defer cancel()
 	frozen, err := sc.cl.FreezeInFencedTransaction(ctx, l)

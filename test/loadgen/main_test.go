@@ -65,7 +65,7 @@ func TestParts(t *testing.T) {
 	defer child.Process.Kill()
 	snap0 := takeSnapshot()
 	for takeSnapshot()[child.Process.Pid].ticks-snap0[child.Process.Pid].ticks < 20 {
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(10 * time.Millisecond) // stays: the child must burn real CPU ticks
 	}
 	snap1 := takeSnapshot()
 	checkSum := func(name string, before, after snapshot, p map[string]float64) {

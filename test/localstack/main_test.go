@@ -219,7 +219,7 @@ func runStack(t *testing.T, root, localstack, edihub, state string, offset int, 
 		if (msg.Status == "delivered" && msg.Ack != "pending") || msg.Status == "failed" || time.Now().After(deadline) {
 			break
 		}
-		time.Sleep(500 * time.Millisecond)
+		time.Sleep(500 * time.Millisecond) // stays: bounded poll of a real replica's API, which signals nothing
 	}
 	if msg.Status != "delivered" || msg.Ack != "accepted" {
 		t.Errorf("message %d to DEMO PARTNER: status %q (%s), ack %q; want delivered, accepted (the demo partner's 997)", queued.ID, msg.Status, msg.Error, msg.Ack)
@@ -321,7 +321,7 @@ func waitLeader(t *testing.T, client *http.Client, pt ports, deadline time.Time)
 		if len(leaders) == 1 || time.Now().After(deadline) {
 			return leaders, lead
 		}
-		time.Sleep(250 * time.Millisecond)
+		time.Sleep(250 * time.Millisecond) // stays: bounded poll of the real replicas' /leader
 	}
 }
 
@@ -394,7 +394,7 @@ func longRun(t *testing.T, client *http.Client, pt ports, state string, stack in
 		if len(leaders) != 1 || next.Identity != lead.Identity || time.Now().After(deadline) {
 			break
 		}
-		time.Sleep(250 * time.Millisecond)
+		time.Sleep(250 * time.Millisecond) // stays: bounded poll while the real Lease expires
 	}
 	if len(leaders) != 1 || next.Identity == lead.Identity {
 		t.Fatalf("leaders %v after killing %s, want another replica", leaders, lead.Identity)
@@ -412,7 +412,7 @@ func longRun(t *testing.T, client *http.Client, pt ports, state string, stack in
 		if code == http.StatusOK && err == nil || time.Now().After(deadline) {
 			break
 		}
-		time.Sleep(250 * time.Millisecond)
+		time.Sleep(250 * time.Millisecond) // stays: bounded poll until the restarted process answers
 	}
 	if back.Identity == "" || back.Identity == lead.Identity {
 		t.Errorf("the replica on %s after its kill -9: identity %q, want a restarted process (not %s) that is ready", killed, back.Identity, lead.Identity)
