@@ -26,18 +26,19 @@ var (
 	derRSASignature = algorithmID(oidRSAEncryption, derNull)
 	// derDigestAlgs and derECDSASignatures are the digest and ECDSA
 	// signature algorithms by hash, absent parameters.
-	derDigestAlgs      = map[crypto.Hash][]byte{}
-	derECDSASignatures = map[crypto.Hash][]byte{}
+	derDigestAlgs      = algorithmIDs(digestOIDs[:5])
+	derECDSASignatures = algorithmIDs([]hashOID{{oidECDSAWithSHA1, crypto.SHA1}, {oidECDSAWithSHA224, crypto.SHA224},
+		{oidECDSAWithSHA256, crypto.SHA256}, {oidECDSAWithSHA384, crypto.SHA384}, {oidECDSAWithSHA512, crypto.SHA512}})
 )
 
-func init() {
-	for _, d := range digestOIDs[:5] {
-		derDigestAlgs[d.hash] = algorithmID(d.oid, nil)
+// algorithmIDs encodes an AlgorithmIdentifier with absent parameters for
+// each hash's OID.
+func algorithmIDs(ids []hashOID) map[crypto.Hash][]byte {
+	m := make(map[crypto.Hash][]byte, len(ids))
+	for _, d := range ids {
+		m[d.hash] = algorithmID(d.oid, nil)
 	}
-	for h, oid := range map[crypto.Hash]asn1.ObjectIdentifier{crypto.SHA1: oidECDSAWithSHA1, crypto.SHA224: oidECDSAWithSHA224,
-		crypto.SHA256: oidECDSAWithSHA256, crypto.SHA384: oidECDSAWithSHA384, crypto.SHA512: oidECDSAWithSHA512} {
-		derECDSASignatures[h] = algorithmID(oid, nil)
-	}
+	return m
 }
 
 // tlvSize is the size of a DER element whose content has n bytes.

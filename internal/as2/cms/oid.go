@@ -47,12 +47,15 @@ var (
 	oidDESEDE3CBC        = asn1.ObjectIdentifier{1, 2, 840, 113549, 3, 7}
 )
 
-// digestOIDs maps digest algorithm identifiers to hashes. The signature
-// OIDs are included because some partners put them in digestAlgorithm.
-var digestOIDs = []struct {
+// hashOID is an algorithm identifier and the hash it names.
+type hashOID struct {
 	oid  asn1.ObjectIdentifier
 	hash crypto.Hash
-}{
+}
+
+// digestOIDs maps digest algorithm identifiers to hashes. The signature
+// OIDs are included because some partners put them in digestAlgorithm.
+var digestOIDs = []hashOID{
 	{oidSHA1, crypto.SHA1},
 	{oidSHA224, crypto.SHA224},
 	{oidSHA256, crypto.SHA256},
