@@ -85,6 +85,10 @@ type Enqueued struct {
 	// same document: the message is the one queued then, nothing new was
 	// written.
 	Replayed bool
+	// Repeated are the message's interchanges whose control number was
+	// sent to the partner before within NewOutbound.EDI's
+	// DuplicateWindow, each with the message that sent it last.
+	Repeated []Duplicate
 }
 
 // StatusQueued is the status of an outbound message waiting for its first
@@ -724,6 +728,6 @@ RETURNING id`, e.ID, m.Partner, m.URL, m.MaxAttempts, m.RetryWindow.Microseconds
 	if err != nil || m.EDI == nil {
 		return err
 	}
-	_, err = insertInterchanges(ctx, tx, e.ID, *m.EDI)
+	e.Repeated, err = insertInterchanges(ctx, tx, e.ID, *m.EDI)
 	return err
 }

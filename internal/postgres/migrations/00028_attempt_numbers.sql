@@ -1,6 +1,7 @@
 -- Send attempts numbered across resends, recorded when an async MDN
 -- decided the message while they were under way, and the outcomes an
--- attempt can end with after it was recorded.
+-- attempt can end with after it was recorded; the event of an outbound
+-- interchange control number repeated.
 
 -- +goose Up
 
@@ -23,7 +24,20 @@ ALTER TABLE message_attempts DROP CONSTRAINT message_attempts_outcome_check;
 ALTER TABLE message_attempts ADD CONSTRAINT message_attempts_outcome_check
     CHECK (outcome IN ('retrying', 'done', 'failed', 'cancelled', 'negative'));
 
+-- interchange-repeated: an outbound message carries an interchange whose
+-- control number (same partner, sender and receiver) was sent before
+-- within the partner's duplicate window; the partner's acknowledgement of
+-- either cannot be told apart.
+ALTER TABLE events
+    DROP CONSTRAINT events_type_check,
+    ADD CONSTRAINT events_type_check
+        CHECK (type = ANY ('{received,sent,delivered,failed,overdue,ack,ack-overdue,interchange-repeated}'::text[])) NOT VALID;
+
 -- +goose Down
+DELETE FROM events WHERE type = 'interchange-repeated';
+ALTER TABLE events
+    DROP CONSTRAINT events_type_check,
+    ADD CONSTRAINT events_type_check CHECK (type = ANY ('{received,sent,delivered,failed,overdue,ack,ack-overdue}'::text[])) NOT VALID;
 UPDATE message_attempts SET outcome = 'failed' WHERE outcome IN ('cancelled', 'negative');
 ALTER TABLE message_attempts DROP CONSTRAINT message_attempts_outcome_check;
 ALTER TABLE message_attempts ADD CONSTRAINT message_attempts_outcome_check
