@@ -139,7 +139,7 @@ func newOutbound(r *replica, reports api.Reports) (*outbound, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w (raise EDIHUB_DISPATCH_LEASE / -dispatch-lease, or leave it 0)", err)
 	}
-	q, err := outbox.NewQueue(outbox.QueueOptions{Store: store, Config: cfg, Notify: d.Wake, RetryWindow: o.outbound.retryWindow})
+	q, err := outbox.NewQueue(outbox.QueueOptions{Store: store, Config: cfg, Notify: d.Wake, RetryWindow: o.outbound.retryWindow, Logger: log.Named("queue")})
 	if err != nil {
 		return nil, err
 	}

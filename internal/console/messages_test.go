@@ -1,6 +1,8 @@
 package console_test
 
 import (
+	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -112,6 +114,46 @@ func TestSearchByMessageIDAndFilename(t *testing.T) {
 	// The form keeps what was searched.
 	if got := eval[string](t, tb, `document.getElementById("q-overdue").checked ? "checked" : ""`); got != "checked" {
 		t.Error("the overdue box is not ticked on the overdue search")
+	}
+	noErrors(t, tb)
+}
+
+// TestAttemptOutcomes: the trace shows an attempt the partner's MDN
+// refused, and one whose retry was cancelled, as what they are, styled as
+// failures; a delivered one as done.
+func TestAttemptOutcomes(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.addUser("vera", auth.RoleViewer)
+	day := time.Date(2026, 3, 2, 9, 0, 0, 0, time.UTC)
+	refused := e.seed(msg{Direction: "outbound", Partner: "ACME CORP", MessageID: "<out-1@edihub>", Status: "failed", Payload: "ISA*...",
+		Created: day, LastStatus: 200, Error: "negative MDN: processed/error: decryption-failed",
+		MDN: "automatic-action/MDN-sent-automatically; processed/error: decryption-failed"})
+	e.exec(`UPDATE message_attempts SET outcome = 'negative' WHERE message_id = $1`, refused)
+	cancelled := e.seed(msg{Direction: "outbound", Partner: "ACME CORP", MessageID: "<out-2@edihub>", Status: "failed", Payload: "ISA*...",
+		Created: day, LastStatus: 502, Error: "HTTP 502; cancelled: sent by mistake"})
+	e.exec(`UPDATE message_attempts SET outcome = 'cancelled' WHERE message_id = $1`, cancelled)
+	delivered := e.seed(msg{Direction: "outbound", Partner: "ACME CORP", MessageID: "<out-3@edihub>", Status: "delivered", Payload: "ISA*...",
+		Created: day, LastStatus: 200, MDN: "automatic-action/MDN-sent-automatically; processed"})
+
+	tb := tab(t)
+	e.login(t, tb, "vera")
+	tests := []struct {
+		give      int64
+		wantText  string
+		wantClass string
+	}{
+		{give: refused, wantText: "negative MDN", wantClass: "badge bad"},
+		{give: cancelled, wantText: "cancelled", wantClass: "badge bad"},
+		{give: delivered, wantText: "done", wantClass: "badge ok"},
+	}
+	for _, tt := range tests {
+		run(t, tb, fmt.Sprintf("open message %d", tt.give), chromedp.Navigate(e.page(fmt.Sprintf("/messages/%d", tt.give))),
+			chromedp.WaitVisible(chromedp.CSS("#attempts")))
+		got := eval[[]string](t, tb, `(b => [b.textContent, b.className])(document.querySelector("#attempts tbody tr .badge"))`)
+		if want := []string{tt.wantText, tt.wantClass}; !slices.Equal(got, want) {
+			t.Errorf("attempt of message %d shows %q, want %q", tt.give, got, want)
+		}
 	}
 	noErrors(t, tb)
 }

@@ -206,7 +206,7 @@ var funcs = template.FuncMap{
 		switch s {
 		case "delivered", "sent", "processed", "done", "ok", "active", "accepted":
 			return "ok"
-		case "failed", "error", "orphan", "disabled", "revoked", "expired", "rejected":
+		case "failed", "error", "orphan", "disabled", "revoked", "expired", "rejected", "negative", "cancelled":
 			return "bad"
 		case "retrying", "awaiting-mdn", "overdue", "pending", "sending", "accepted-with-errors":
 			return "warn"

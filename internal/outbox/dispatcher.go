@@ -790,7 +790,9 @@ func (d *Dispatcher) finish(ctx context.Context, log *zap.Logger, it postgres.Ou
 	defer cancel()
 	if err := d.o.Store.FinishOutbox(fctx, it, r); err != nil {
 		if errors.Is(err, postgres.ErrClaimLost) {
-			log.Warn("claim expired before the outcome was recorded; another dispatcher retries", zap.String("result", result))
+			// An async MDN that decided the message meanwhile does not
+			// get here: FinishOutbox records the attempt then.
+			log.Warn("claim expired and the item was claimed again or finished before the outcome was recorded; the attempt is not recorded", zap.String("result", result))
 		} else {
 			log.Error("record outcome; the claim expires and the item is retried", zap.String("result", result), zap.Error(err))
 		}

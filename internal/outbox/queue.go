@@ -25,6 +25,8 @@ import (
 	"strings"
 	"time"
 
+	"go.uber.org/zap"
+
 	"github.com/edihub/edihub/internal/config"
 	"github.com/edihub/edihub/internal/edi"
 	"github.com/edihub/edihub/internal/postgres"
@@ -88,6 +90,7 @@ type Queue struct {
 	newID  func(station string) string
 	notify func()
 	window time.Duration
+	log    *zap.Logger
 }
 
 // QueueOptions configure NewQueue.
@@ -106,6 +109,10 @@ type QueueOptions struct {
 	// it. Zero means no window: max_attempts alone decides. edihub serve
 	// sets it from EDIHUB_RETRY_WINDOW (DefaultRetryWindow).
 	RetryWindow time.Duration
+	// Logger, when set, gets a warning for each interchange queued whose
+	// control number was sent to the partner before within its
+	// edi_duplicate_window.
+	Logger *zap.Logger
 }
 
 // DefaultRetryWindow is edihub serve's default retry window.
@@ -123,7 +130,11 @@ func NewQueue(o QueueOptions) (*Queue, error) {
 	if o.RetryWindow < 0 {
 		return nil, errors.New("outbox: negative retry window")
 	}
-	return &Queue{store: o.Store, cfg: o.Config, newID: newID, notify: o.Notify, window: o.RetryWindow}, nil
+	log := o.Logger
+	if log == nil {
+		log = zap.NewNop()
+	}
+	return &Queue{store: o.Store, cfg: o.Config, newID: newID, notify: o.Notify, window: o.RetryWindow, log: log}, nil
 }
 
 // Enqueue queues d. Errors wrap ErrUnknownPartner, ErrInvalidDocument or
@@ -172,6 +183,13 @@ func (q *Queue) Enqueue(ctx context.Context, d Document) (Queued, error) {
 	}
 	if e.Replayed {
 		return Queued{ID: e.ID, MessageID: e.MessageID, Status: e.Status, CreatedAt: e.CreatedAt, Replayed: true}, nil
+	}
+	for _, r := range e.Repeated {
+		// The partner's acknowledgement names the control number
+		// only: it is credited to the latest of the messages it took.
+		q.log.Warn("interchange control number repeated within the duplicate window",
+			zap.String("partner", p.AS2ID), zap.Int64("message", e.ID), zap.String("control_number", r.ControlNumber),
+			zap.Int64("sent_before_in", r.First))
 	}
 	if q.notify != nil {
 		q.notify()
@@ -231,7 +249,7 @@ func (q *Queue) outbound(cfg *config.File, p *config.Partner, ct, filename strin
 	// A payload that is not EDI is told apart from its first bytes; an
 	// EDI one whose envelope cannot be read is sent as it is, unrecorded.
 	if doc, err := edi.Parse(bufio.NewReaderSize(open(), 64<<10), edi.Limits{}); err == nil && len(doc.Interchanges) > 0 {
-		m.EDI = &postgres.EDIRecord{Partner: p.AS2ID, Direction: "outbound", Doc: doc, AckDue: p.EDI.AckDue}
+		m.EDI = &postgres.EDIRecord{Partner: p.AS2ID, Direction: "outbound", Doc: doc, AckDue: p.EDI.AckDue, DuplicateWindow: p.EDI.DuplicateWindow}
 	}
 	return m
 }

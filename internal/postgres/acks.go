@@ -32,6 +32,10 @@ var ErrAckUnmatched = errors.New("acknowledgement matches nothing sent")
 // its control number, a CONTRL the latest outbound interchange with its;
 // either only in an interchange that went from the acknowledging
 // interchange's receiver ID to its sender ID.
+// Only an interchange of a message the partner could have received is
+// settled: one it took (an MDN or a 2xx came back: awaiting-mdn,
+// delivered, sent, or an attempt done), never one refused or never
+// posted; of those with the control number, the latest sent.
 // Each settled interchange gets an "ack" event (the event feed and the
 // webhook carry it). It returns the matches (a TA1 that does not reject
 // settles nothing and is none) and, for verdicts that match nothing, their
@@ -92,7 +96,7 @@ func applyVerdict(ctx context.Context, tx pgx.Tx, partner string, ackMessage int
 UPDATE message_groups SET ack_status = $3, ack_codes = $4
  WHERE control_number = $2 AND interchange_id = (
        SELECT max(g.interchange_id) FROM message_groups g JOIN message_interchanges i ON i.id = g.interchange_id
-        WHERE g.partner = $1 AND g.control_number = $2 AND i.sender_id = $5 AND i.receiver_id = $6)
+        WHERE g.partner = $1 AND g.control_number = $2 AND i.sender_id = $5 AND i.receiver_id = $6`+takenByPartner+`)
 RETURNING interchange_id`, partner, clean(v.GroupControl), string(v.Status), codes, clean(v.Receiver.ID), clean(v.Sender.ID)).Scan(&m.Interchange)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return m, ErrAckUnmatched
@@ -124,8 +128,8 @@ RETURNING i.message_id, i.control_number, i.ack_status, i.ack_codes`, m.Intercha
 	}
 	err := tx.QueryRow(ctx, `
 UPDATE message_interchanges SET ack_status = $3, ack_codes = $4, acked_at = now(), ack_message = $5
- WHERE id = (SELECT max(id) FROM message_interchanges
-              WHERE partner = $1 AND direction = 'outbound' AND control_number = $2 AND sender_id = $6 AND receiver_id = $7)
+ WHERE id = (SELECT max(id) FROM message_interchanges i
+              WHERE partner = $1 AND direction = 'outbound' AND control_number = $2 AND sender_id = $6 AND receiver_id = $7`+takenByPartner+`)
 RETURNING id, message_id, control_number, ack_status, ack_codes`,
 		partner, clean(v.InterchangeControl), string(v.Status), codes, ackMessage, clean(v.Receiver.ID), clean(v.Sender.ID)).
 		Scan(&m.Interchange, &m.Message, &m.ControlNumber, &m.Status, &m.Codes)
@@ -140,8 +144,18 @@ RETURNING id, message_id, control_number, ack_status, ack_codes`,
 
 // sentInterchange selects the latest interchange sent to partner ($1)
 // with control number $2, from $3 to $4.
-const sentInterchange = `(SELECT max(id) FROM message_interchanges
-              WHERE partner = $1 AND direction = 'outbound' AND control_number = $2 AND sender_id = $3 AND receiver_id = $4)`
+const sentInterchange = `(SELECT max(id) FROM message_interchanges i
+              WHERE partner = $1 AND direction = 'outbound' AND control_number = $2 AND sender_id = $3 AND receiver_id = $4` + takenByPartner + `)`
+
+// takenByPartner keeps the interchanges i of messages the partner could
+// have received: it took them (a 2xx or an MDN came back), whatever the
+// MDN said later. A message refused (a 4xx), never posted, or not posted
+// yet awaits no acknowledgement: its control number may well be repeated
+// by one the partner took.
+const takenByPartner = `
+   AND EXISTS (SELECT 1 FROM messages m WHERE m.id = i.message_id
+                AND (m.status IN ('awaiting-mdn', 'delivered', 'sent')
+                     OR EXISTS (SELECT 1 FROM message_attempts a WHERE a.message_id = m.id AND a.outcome IN ('done', 'negative'))))`
 
 // applyTA1 applies an X12 interchange acknowledgement: a rejecting one
 // (TA104 R) settles the interchange rejected with its note code, and a

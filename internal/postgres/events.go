@@ -29,6 +29,11 @@ const (
 	// its due time. Written by ApplyAcks and FlagOverdueAcks.
 	EventAck        = "ack"
 	EventAckOverdue = "ack-overdue"
+	// EventInterchangeRepeated: an outbound message carries an
+	// interchange whose control number was sent to the partner before
+	// (same sender and receiver) within its duplicate window. Written
+	// when the message is queued.
+	EventInterchangeRepeated = "interchange-repeated"
 )
 
 // Event is one entry of the event feed.

@@ -50,8 +50,11 @@ type EDIRecord struct {
 	// AckDue, for an outbound message, makes each interchange await its
 	// functional acknowledgement until now + AckDue (ack_status pending).
 	AckDue time.Duration
-	// DuplicateWindow, for an inbound message, is how far back the same
-	// interchange marks a duplicate; 0: no check.
+	// DuplicateWindow is how far back the same interchange marks a
+	// duplicate (inbound) or a repeated control number (outbound: the
+	// interchange's duplicate_of is the latest message that sent it
+	// before, and the message gets an interchange-repeated event); 0: no
+	// check.
 	DuplicateWindow time.Duration
 	// Refused counts the duplicates found as refused.
 	Refused bool
@@ -103,8 +106,17 @@ func (s *Store) FindDuplicateInterchanges(ctx context.Context, partner string, d
 	return out, nil
 }
 
+// repeatedSQL finds the latest earlier outbound interchange with the same
+// control number, sender and receiver to the partner within the window.
+const repeatedSQL = `
+SELECT message_id FROM message_interchanges
+ WHERE partner = $1 AND direction = 'outbound' AND sender_id = $2 AND receiver_id = $3 AND control_number = $4
+   AND created_at >= now() - $5::bigint * interval '1 microsecond' AND message_id <> $6
+ ORDER BY id DESC LIMIT 1`
+
 // insertInterchanges writes rec's interchanges for message id in tx and
-// returns the duplicates found (inbound).
+// returns the duplicates found (inbound) or the control numbers repeated
+// (outbound, with the message that sent each last).
 func insertInterchanges(ctx context.Context, tx pgx.Tx, id int64, rec EDIRecord) ([]Duplicate, error) {
 	if err := lockInterchanges(ctx, tx, rec); err != nil {
 		return nil, err
@@ -127,6 +139,24 @@ func insertInterchanges(ctx context.Context, tx pgx.Tx, id int64, rec EDIRecord)
 				}
 			case !errors.Is(err, pgx.ErrNoRows):
 				return nil, fmt.Errorf("look for duplicate interchanges: %w", err)
+			}
+		}
+		if rec.Direction == "outbound" && rec.DuplicateWindow > 0 {
+			var earlier int64
+			err := tx.QueryRow(ctx, repeatedSQL, rec.Partner, clean(ic.Sender.ID), clean(ic.Receiver.ID), clean(ic.ControlNumber), rec.DuplicateWindow.Microseconds(), id).Scan(&earlier)
+			switch {
+			case err == nil:
+				dup = &earlier
+				dups = append(dups, Duplicate{ControlNumber: ic.ControlNumber, First: earlier})
+				if _, err := tx.Exec(ctx, `
+INSERT INTO events (type, message, partner, direction, detail)
+SELECT 'interchange-repeated', id, partner, direction, jsonb_build_object(
+       'message_id', message_id, 'status', status, 'control_number', $2::text, 'sent_before_in', $3::bigint)
+  FROM messages WHERE id = $1`, id, clean(ic.ControlNumber), earlier); err != nil {
+					return nil, fmt.Errorf("interchange-repeated event: %w", err)
+				}
+			case !errors.Is(err, pgx.ErrNoRows):
+				return nil, fmt.Errorf("look for repeated interchanges: %w", err)
 			}
 		}
 		if err := insertInterchange(ctx, tx, id, rec, &ic, dup); err != nil {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -29,12 +30,25 @@ func parseEDI(t *testing.T, s string) *edi.Document {
 	return doc
 }
 
+// enqueueEDI queues doc to partner and records it sent (the partner took
+// it): only then does its acknowledgement apply.
 func enqueueEDI(t *testing.T, st *postgres.Store, partner, doc string, due time.Duration) postgres.Enqueued {
+	t.Helper()
+	e := queueEDI(t, st, partner, doc, due, 0)
+	if _, err := st.ExecSQL(context.Background(), `UPDATE messages SET status = 'sent' WHERE id = $1`, e.ID); err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+// queueEDI queues doc to partner, looking for its control number among
+// those sent within window.
+func queueEDI(t *testing.T, st *postgres.Store, partner, doc string, due, window time.Duration) postgres.Enqueued {
 	t.Helper()
 	e, err := st.EnqueueOutbound(context.Background(), postgres.NewOutbound{
 		Partner: partner, AS2From: "EDIHUB", AS2To: partner, MessageID: fmt.Sprintf("<%d@edihub>", time.Now().UnixNano()),
 		MDNMode: "none", URL: "http://127.0.0.1:1/as2", MaxAttempts: 1, Payload: []byte(doc),
-		EDI: &postgres.EDIRecord{Partner: partner, Direction: "outbound", Doc: parseEDI(t, doc), AckDue: due},
+		EDI: &postgres.EDIRecord{Partner: partner, Direction: "outbound", Doc: parseEDI(t, doc), AckDue: due, DuplicateWindow: window},
 	})
 	if err != nil {
 		t.Fatalf("EnqueueOutbound = %v", err)
@@ -430,5 +444,125 @@ func TestMessagesByICN(t *testing.T) {
 	}
 	if got, _ := st.Messages(ctx, postgres.MessageQuery{ICN: "999"}); len(got) != 0 {
 		t.Errorf("Messages(icn 999) = %v, want none", got)
+	}
+}
+
+// TestAckCreditsMessageTakenByPartner: every document carries the same
+// control number; one was refused (HTTP 403, failed), then one resent
+// and delivered, then one still queued. The partner's 997 settles the
+// delivered one, which it received, not the refused one nor the one it
+// has not got; a 997 for a control number only a refused message carried
+// matches nothing.
+func TestAckCreditsMessageTakenByPartner(t *testing.T) {
+	ctx := context.Background()
+	st := pgtest.Store(t)
+	finish := func(r postgres.OutboxResult) {
+		t.Helper()
+		items, err := st.ClaimOutbox(ctx, "d", time.Minute, 10)
+		if err != nil || len(items) != 1 {
+			t.Fatalf("ClaimOutbox = %+v, %v; want one row", items, err)
+		}
+		b := postgres.OutboundBuild{Headers: http.Header{"Message-ID": {"<0@s>"}}, Body: []byte("built"), MIC: "m, sha-256", MICAlg: "sha-256"}
+		if err := st.SaveOutboundBuild(ctx, items[0], b); err != nil {
+			t.Fatal(err)
+		}
+		if err := st.FinishOutbox(ctx, items[0], r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	refused := postgres.OutboxResult{State: postgres.OutboxFailed, HTTPStatus: 403, Error: "partner answered HTTP 403",
+		Message: &postgres.MessageUpdate{Status: "failed", Final: true}}
+	delivered := postgres.OutboxResult{State: postgres.OutboxDone, HTTPStatus: 200,
+		Message: &postgres.MessageUpdate{Status: "delivered", Final: true}}
+
+	first := queueEDI(t, st, "ACME", x12PO, time.Hour, 0)
+	finish(refused)
+	second := queueEDI(t, st, "ACME", x12PO, time.Hour, 0)
+	finish(delivered)
+	later := queueEDI(t, st, "ACME", x12PO, time.Hour, 0) // not sent yet
+	if _, err := st.ExecSQL(ctx, `UPDATE outbox SET next_attempt_at = now() + interval '1 hour' WHERE message_id = $1`, later.ID); err != nil {
+		t.Fatal(err)
+	}
+
+	doc := parseEDI(t, x12PO)
+	ack, err := edi.Acknowledge(edi.AckRequest{Interchange: &doc.Interchanges[0], Standard: edi.X12, Kind: edi.Ack997, Control: 1, Now: time.Now()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	matches, unmatched, err := st.ApplyAcks(ctx, "ACME", 0, parseEDI(t, string(ack.Document)).Acknowledgements())
+	if err != nil || len(matches) != 1 || len(unmatched) != 0 {
+		t.Fatalf("ApplyAcks = %+v, %v, %v; want one match", matches, unmatched, err)
+	}
+	if matches[0].Message != second.ID {
+		t.Errorf("ApplyAcks settled message %d, want %d (delivered), not %d (refused)", matches[0].Message, second.ID, first.ID)
+	}
+	if ics, err := st.Interchanges(ctx, first.ID); err != nil || ics[0].AckStatus != "pending" {
+		t.Errorf("refused message's interchange = %+v, %v; want still pending", ics, err)
+	}
+
+	// A 997 for a group only a refused message carried.
+	onlyRefused := strings.ReplaceAll(strings.ReplaceAll(x12PO, "000000777", "000000778"), "4242", "4243")
+	lone := queueEDI(t, st, "ACME", onlyRefused, time.Hour, 0)
+	finish(refused)
+	d := parseEDI(t, onlyRefused)
+	ack, err = edi.Acknowledge(edi.AckRequest{Interchange: &d.Interchanges[0], Standard: edi.X12, Kind: edi.Ack997, Control: 2, Now: time.Now()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if matches, unmatched, err := st.ApplyAcks(ctx, "ACME", 0, parseEDI(t, string(ack.Document)).Acknowledgements()); err != nil || len(matches) != 0 || !cmp.Equal(unmatched, []string{"4243"}) {
+		t.Errorf("ApplyAcks(997 for refused message %d) = %+v, unmatched %v, %v; want unmatched 4243", lone.ID, matches, unmatched, err)
+	}
+}
+
+// TestRepeatedOutboundControlNumber: an outbound interchange whose control
+// number (same partner, sender, receiver) was sent within the duplicate
+// window names the latest message that sent it and gets an
+// interchange-repeated event in its trace; outside any window (0) or with
+// another number, nothing.
+func TestRepeatedOutboundControlNumber(t *testing.T) {
+	ctx := context.Background()
+	st := pgtest.Store(t)
+	other := strings.ReplaceAll(x12PO, "000000777", "000000779")
+	tests := []struct {
+		name      string
+		give      string
+		window    time.Duration
+		wantOf    bool
+		wantEvent bool
+	}{
+		{name: "first of its number", give: x12PO, window: time.Hour},
+		{name: "repeated", give: x12PO, window: time.Hour, wantOf: true, wantEvent: true},
+		{name: "repeated, no window", give: x12PO},
+		{name: "another number", give: other, window: time.Hour},
+	}
+	var last int64
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := queueEDI(t, st, "ACME", tt.give, time.Hour, tt.window)
+			ics, err := st.Interchanges(ctx, e.ID)
+			if err != nil || len(ics) != 1 {
+				t.Fatalf("Interchanges = %+v, %v", ics, err)
+			}
+			if got := ics[0].DuplicateOf; (got != nil) != tt.wantOf || (got != nil && *got != last) {
+				t.Errorf("duplicate_of = %v, want repeated %v of message %d", refOf(got), tt.wantOf, last)
+			}
+			if got := len(e.Repeated) > 0; got != tt.wantOf {
+				t.Errorf("Enqueued.Repeated = %+v, want repeated %v", e.Repeated, tt.wantOf)
+			}
+			tr, err := st.MessageTrace(ctx, e.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := false
+			for _, ev := range tr.Events {
+				got = got || ev.Type == postgres.EventInterchangeRepeated
+			}
+			if got != tt.wantEvent {
+				t.Errorf("trace events %+v, want interchange-repeated %v", tr.Events, tt.wantEvent)
+			}
+			if tt.give == x12PO {
+				last = e.ID
+			}
+		})
 	}
 }

@@ -349,11 +349,19 @@ WITH pending AS (
            disposition = EXCLUDED.disposition, mic = EXCLUDED.mic, signed = EXCLUDED.signed, created_at = now()
 ), settled AS (
     -- A retry (or resend) still queued is not sent again: the partner
-    -- has the message, its MDN decided it.
+    -- has the message, its MDN decided it. An attempt under way keeps
+    -- its claim (claimed_by, attempts): its outcome is still recorded
+    -- (FinishOutbox).
     UPDATE outbox o
-       SET status = 'done', finished_at = now(), claimed_by = '', claimed_until = NULL,
-           last_error = 'decided by the partner''s async MDN before this attempt'
+       SET status = 'done', finished_at = now(), claimed_until = NULL, decided_by_mdn = true,
+           last_error = 'decided by the partner''s async MDN'
      WHERE o.message_id = (SELECT id FROM msg) AND o.kind = 'message' AND o.status = 'pending'
+), refused AS (
+    -- A negative MDN refuses what the attempt that sent the message
+    -- delivered: its trace says so.
+    UPDATE message_attempts a SET outcome = 'negative', error = $5
+     WHERE $3::text = 'failed'
+       AND a.id = (SELECT max(id) FROM message_attempts WHERE message_id = (SELECT id FROM msg) AND outcome = 'done')
 ), decided AS (
     UPDATE mdn_inbox i
        SET processed_at = now(), fence = $9, partner = $10, message_ref = (SELECT id FROM msg),
@@ -499,14 +507,16 @@ func execOne(ctx context.Context, tx pgx.Tx, sql string, args ...any) (bool, err
 // built as a stream, built again from its payload with the inputs frozen
 // there): the row goes back to pending with fresh attempts (the update
 // wakes every replica's dispatchers), the message to queued with no due
-// time. overdue counts the resend in mdn_resends. It returns
+// time. Its attempts go on from the last one (attempts_before). overdue
+// counts the resend in mdn_resends. It returns
 // ErrNotResendable when the outbox row is gone or still pending, or its
 // message is to be built again and its payload is gone (purged). The
 // caller checked the message's state.
 func requeue(ctx context.Context, tx pgx.Tx, id int64, overdue bool) error {
 	ok, err := execOne(ctx, tx, `
-UPDATE outbox o SET status = 'pending', attempts = 0, next_attempt_at = now(), claimed_by = '', claimed_until = NULL,
-                  finished_at = NULL, last_error = ''
+UPDATE outbox o SET status = 'pending', attempts_before = attempts_before + attempts, attempts = 0,
+                  next_attempt_at = now(), claimed_by = '', claimed_until = NULL, finished_at = NULL, last_error = '',
+                  decided_by_mdn = false
  WHERE o.message_id = $1 AND o.kind = 'message' AND o.status <> 'pending'
    AND (o.build_inputs IS NULL OR EXISTS (SELECT 1 FROM payloads p WHERE p.message_id = o.message_id))`, id)
 	if err != nil {
@@ -517,7 +527,7 @@ UPDATE outbox o SET status = 'pending', attempts = 0, next_attempt_at = now(), c
 	}
 	_, err = tx.Exec(ctx, `
 UPDATE messages SET status = 'queued', error = '', disposition = '', mdn_overdue = false, mdn_due_at = NULL,
-       completed_at = NULL, mic_verified = NULL, attempts = 0, updated_at = now(),
+       completed_at = NULL, mic_verified = NULL, updated_at = now(),
        mdn_resends = mdn_resends + CASE WHEN $2::boolean THEN 1 ELSE 0 END
  WHERE id = $1`, id, overdue)
 	return err

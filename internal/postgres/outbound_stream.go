@@ -109,6 +109,9 @@ func (s *Store) RecordStreamedBuild(ctx context.Context, it OutboxItem, b Outbou
 		mics = []string{} // the column is NOT NULL
 	}
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if err := lockMessage(ctx, tx, it); err != nil {
+			return err
+		}
 		tag, err := tx.Exec(ctx, `
 UPDATE outbox SET mic = $4, mic_alg = $5, mics = $6, body_size = $7, body_sha256 = $8, build_inputs = $9
  WHERE id = $1 AND claimed_by = $2 AND attempts = $3 AND status = 'pending' AND build_inputs IS NOT NULL`,

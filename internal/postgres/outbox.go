@@ -85,6 +85,10 @@ type Enqueued struct {
 	// same document: the message is the one queued then, nothing new was
 	// written.
 	Replayed bool
+	// Repeated are the message's interchanges whose control number was
+	// sent to the partner before within NewOutbound.EDI's
+	// DuplicateWindow, each with the message that sent it last.
+	Repeated []Duplicate
 }
 
 // StatusQueued is the status of an outbound message waiting for its first
@@ -139,7 +143,11 @@ type OutboxItem struct {
 	MICs        []string // the MIC in every supported algorithm (OutboundBuild.MICs)
 	Attempts    int      // including the attempt this claim is for
 	MaxAttempts int
-	ClaimedBy   string
+	// AttemptsBefore counts the attempts of the message's earlier sends
+	// (before its latest resend): the attempt this claim is for is the
+	// message's attempt AttemptsBefore+Attempts.
+	AttemptsBefore int
+	ClaimedBy      string
 	// ClaimedUntil ends the claim: after it, the row may be claimed again.
 	ClaimedUntil time.Time
 	// RetryWindowLeft is how much of the row's retry window was left at
@@ -165,6 +173,8 @@ func (it *OutboxItem) Built() bool { return it.Body != nil || it.BodyChunked }
 // outcome (a crash, an OOM kill or a shutdown during the build or the
 // send; otherwise an item that kills its dispatcher would be claimed
 // forever), or its last retry was scheduled past the end of the window.
+// Such a row's message is locked before the row (as every writer of both
+// does) and skipped while another transaction holds it.
 func (s *Store) ClaimOutbox(ctx context.Context, by string, lease time.Duration, limit int) ([]OutboxItem, error) {
 	return s.ClaimOutboxKinds(ctx, by, lease, limit, nil)
 }
@@ -178,11 +188,21 @@ func (s *Store) ClaimOutboxKinds(ctx context.Context, by string, lease time.Dura
 		return nil, nil
 	}
 	rows, err := s.pool.Query(ctx, `
-WITH exhausted AS (
+WITH exhausted_messages AS (
+    SELECT m.id FROM messages m
+     WHERE m.id IN (SELECT message_id FROM outbox
+                     WHERE status = 'pending' AND next_attempt_at <= now() AND attempts >= max_attempts
+                       AND (retry_until IS NULL OR retry_until <= now()) AND kind = 'message'
+                       AND ($4::text[] IS NULL OR kind = ANY ($4::text[]))
+                     ORDER BY next_attempt_at, id
+                     LIMIT 100)
+       FOR NO KEY UPDATE SKIP LOCKED
+), exhausted AS (
     SELECT id FROM outbox
      WHERE status = 'pending' AND next_attempt_at <= now() AND attempts >= max_attempts
        AND (retry_until IS NULL OR retry_until <= now())
        AND ($4::text[] IS NULL OR kind = ANY ($4::text[]))
+       AND (kind <> 'message' OR message_id IN (SELECT id FROM exhausted_messages))
      ORDER BY next_attempt_at, id
      LIMIT 100
      FOR UPDATE SKIP LOCKED
@@ -197,7 +217,7 @@ WITH exhausted AS (
            END
       FROM exhausted
      WHERE o.id = exhausted.id
- RETURNING o.kind, o.message_id, o.attempts, o.last_error
+ RETURNING o.kind, o.message_id, o.attempts_before + o.attempts AS attempts, o.last_error
 ), failed_messages AS (
     UPDATE messages m
        SET status = 'failed', error = g.last_error, attempts = g.attempts, updated_at = now(), completed_at = now()
@@ -221,7 +241,7 @@ UPDATE outbox o
   FROM due
  WHERE o.id = due.id
 RETURNING o.id, o.kind, coalesce(o.message_id, 0), o.partner, o.url, o.headers, o.body, o.mic, o.mic_alg, o.mics,
-          o.body_chunked, coalesce(o.body_size, 0), o.build_inputs, o.body_sha256, o.attempts, o.max_attempts, o.claimed_by, o.claimed_until,
+          o.body_chunked, coalesce(o.body_size, 0), o.build_inputs, o.body_sha256, o.attempts, o.max_attempts, o.attempts_before, o.claimed_by, o.claimed_until,
           coalesce(extract(epoch FROM greatest(o.retry_until - now(), interval '0')), 0)::float8`,
 		by, lease.Microseconds(), limit, kinds)
 	if err != nil {
@@ -232,7 +252,7 @@ RETURNING o.id, o.kind, coalesce(o.message_id, 0), o.partner, o.url, o.headers, 
 		var hdr []byte
 		var windowLeft float64
 		if err := r.Scan(&it.ID, &it.Kind, &it.MessageID, &it.Partner, &it.URL, &hdr, &it.Body, &it.MIC, &it.MICAlg, &it.MICs,
-			&it.BodyChunked, &it.BodySize, &it.BuildInputs, &it.BodySHA256, &it.Attempts, &it.MaxAttempts, &it.ClaimedBy, &it.ClaimedUntil, &windowLeft); err != nil {
+			&it.BodyChunked, &it.BodySize, &it.BuildInputs, &it.BodySHA256, &it.Attempts, &it.MaxAttempts, &it.AttemptsBefore, &it.ClaimedBy, &it.ClaimedUntil, &windowLeft); err != nil {
 			return it, err
 		}
 		it.RetryWindowLeft = time.Duration(windowLeft * float64(time.Second))
@@ -323,6 +343,9 @@ func saveBuild(ctx context.Context, tx pgx.Tx, it OutboxItem, b OutboundBuild, c
 	if err != nil {
 		return err
 	}
+	if err := lockMessage(ctx, tx, it); err != nil {
+		return err
+	}
 	mics := b.MICs
 	if mics == nil {
 		mics = []string{} // the column is NOT NULL
@@ -402,17 +425,47 @@ type NewMDN struct {
 	Signed      bool
 }
 
+// lockMessage locks the outbound message of the claimed item it (none
+// for other kinds) in tx. Every transaction that writes both a message
+// and its outbox row locks the message first: the MDN poller's apply,
+// a resend and a cancel do so by their statements' order, the
+// dispatcher's writes by this lock. Had the dispatcher locked the outbox
+// row first, an async MDN applied while it recorded an attempt would
+// wait for the outbox row the dispatcher held while the dispatcher waited
+// for the message the MDN held: a deadlock.
+func lockMessage(ctx context.Context, tx pgx.Tx, it OutboxItem) error {
+	if it.MessageID == 0 || it.Kind != OutboxKindMessage {
+		return nil
+	}
+	if _, err := tx.Exec(ctx, `SELECT FROM messages WHERE id = $1 FOR NO KEY UPDATE`, it.MessageID); err != nil {
+		return fmt.Errorf("lock message %d: %w", it.MessageID, err)
+	}
+	return nil
+}
+
 // FinishOutbox records the end of the claimed attempt it: the outbox row's
 // state, the message's status, the attempt (message_attempts, for the
-// trace) and the MDN, in one short transaction. A
-// message already in a final status keeps it (the status moves to final
-// exactly once). It returns ErrClaimLost when the claim is no longer held.
+// trace) and the MDN, in one short transaction. A message already in a
+// final status keeps it (the status moves to final exactly once).
+//
+// An async MDN may decide the message while the attempt is under way (the
+// partner answered the post and sent its MDN before the attempt's outcome
+// was written): its apply finished the outbox row already. The attempt is
+// recorded all the same, with the outcome it had (a negative MDN makes a
+// taken message's outcome negative; a failure that would have been
+// retried is failed, as nothing retries it), and the row is left as the
+// MDN finished it. It returns ErrClaimLost when the claim is no longer
+// held otherwise: it expired and the row was claimed again or finished
+// meanwhile; the attempt is not recorded then.
 func (s *Store) FinishOutbox(ctx context.Context, it OutboxItem, r OutboxResult) error {
 	var status *int
 	if r.HTTPStatus != 0 {
 		status = &r.HTTPStatus
 	}
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if err := lockMessage(ctx, tx, it); err != nil {
+			return err
+		}
 		var tag pgconn.CommandTag
 		var err error
 		switch r.State {
@@ -433,13 +486,16 @@ UPDATE outbox SET status = $4, finished_at = now(), claimed_until = NULL, last_e
 		if err != nil {
 			return err
 		}
-		if tag.RowsAffected() == 0 {
-			return ErrClaimLost
+		if tag.RowsAffected() == 1 {
+			if it.MessageID == 0 || it.Kind != OutboxKindMessage {
+				return nil
+			}
+			return finishMessage(ctx, tx, it, r, status)
 		}
 		if it.MessageID == 0 || it.Kind != OutboxKindMessage {
-			return nil
+			return ErrClaimLost
 		}
-		return finishMessage(ctx, tx, it, r, status)
+		return finishDecided(ctx, tx, it, r, status)
 	})
 	if err != nil {
 		return fmt.Errorf("finish outbox %d: %w", it.ID, err)
@@ -447,14 +503,20 @@ UPDATE outbox SET status = $4, finished_at = now(), claimed_until = NULL, last_e
 	return nil
 }
 
+// attemptNumber is the message's number of the attempt it is for.
+func attemptNumber(it OutboxItem) int { return it.AttemptsBefore + it.Attempts }
+
 // finishMessage records a finished send attempt of an outbound message in
 // FinishOutbox's transaction: the attempt for its trace, the message's
 // new status, and the MDN the attempt got.
 func finishMessage(ctx context.Context, tx pgx.Tx, it OutboxItem, r OutboxResult, status *int) error {
-	// The attempt, for the message's trace.
-	if _, err := tx.Exec(ctx, `
-INSERT INTO message_attempts (message_id, attempt, replica, http_status, outcome, error) VALUES ($1, $2, $3, $4, $5, $6)`,
-		it.MessageID, it.Attempts, it.ClaimedBy, status, attemptOutcome(r.State), r.Error); err != nil {
+	outcome := attemptOutcome(r.State)
+	if r.State == OutboxFailed && r.MDN != nil && r.Message != nil && r.Message.Status == "failed" {
+		// The partner took the message and its MDN refused it.
+		outcome = AttemptNegative
+	}
+	n := attemptNumber(it)
+	if err := insertAttempt(ctx, tx, it, n, status, outcome, r.Error); err != nil {
 		return err
 	}
 	// decided: this attempt moved the message (not final before). Its
@@ -462,6 +524,7 @@ INSERT INTO message_attempts (message_id, attempt, replica, http_status, outcome
 	// a negative MDN): the receipt kept is the one that decided the
 	// message, as for async MDNs.
 	decided := false
+	moved := false
 	if u := r.Message; u != nil {
 		tag, err := tx.Exec(ctx, `
 UPDATE messages
@@ -470,13 +533,17 @@ UPDATE messages
        mdn_due_at = CASE WHEN $7::bigint > 0 THEN now() + $7::bigint * interval '1 microsecond' ELSE mdn_due_at END,
        mic_verified = coalesce($8::boolean, mic_verified)
  WHERE id = $1 AND status NOT IN ('delivered', 'failed', 'sent')`,
-			it.MessageID, u.Status, u.Disposition, u.Error, it.Attempts, u.Final, u.MDNDueIn.Microseconds(), u.MICVerified)
+			it.MessageID, u.Status, u.Disposition, u.Error, n, u.Final, u.MDNDueIn.Microseconds(), u.MICVerified)
 		if err != nil {
 			return err
 		}
-		decided = u.Final && tag.RowsAffected() == 1
-	} else if _, err := tx.Exec(ctx, `UPDATE messages SET attempts = $2, updated_at = now() WHERE id = $1`, it.MessageID, it.Attempts); err != nil {
-		return err
+		moved = tag.RowsAffected() == 1
+		decided = u.Final && moved
+	}
+	if !moved {
+		if err := setAttempts(ctx, tx, it.MessageID, n); err != nil {
+			return err
+		}
 	}
 	if r.MDN != nil {
 		hdr, err := json.Marshal(r.MDN.Headers)
@@ -495,6 +562,56 @@ ON CONFLICT (message_id) DO UPDATE
 		}
 	}
 	return nil
+}
+
+// finishDecided records the attempt of the claimed item it whose outbox
+// row an async MDN finished while the attempt was under way (the apply
+// keeps the claim's replica and attempt count on the row), in
+// FinishOutbox's transaction, with the message locked. It returns
+// ErrClaimLost when the row was not finished so (or the attempt is
+// recorded already).
+func finishDecided(ctx context.Context, tx pgx.Tx, it OutboxItem, r OutboxResult, status *int) error {
+	var msgStatus string
+	err := tx.QueryRow(ctx, `
+SELECT m.status FROM outbox o JOIN messages m ON m.id = o.message_id
+ WHERE o.id = $1 AND o.claimed_by = $2 AND o.attempts = $3 AND o.status = 'done' AND o.decided_by_mdn
+   AND NOT EXISTS (SELECT 1 FROM message_attempts a WHERE a.message_id = o.message_id AND a.attempt = $4 AND a.replica = $2)`,
+		it.ID, it.ClaimedBy, it.Attempts, attemptNumber(it)).Scan(&msgStatus)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return ErrClaimLost
+	}
+	if err != nil {
+		return err
+	}
+	outcome, text := AttemptDone, r.Error
+	switch {
+	case r.State != OutboxDone:
+		outcome = AttemptFailed
+		if r.State == OutboxPending {
+			text += "; not retried: the partner's async MDN decided the message meanwhile"
+		}
+	case msgStatus == "failed":
+		outcome = AttemptNegative
+	}
+	n := attemptNumber(it)
+	if err := insertAttempt(ctx, tx, it, n, status, outcome, text); err != nil {
+		return err
+	}
+	return setAttempts(ctx, tx, it.MessageID, n)
+}
+
+// insertAttempt records attempt n of the claimed item it's message.
+func insertAttempt(ctx context.Context, tx pgx.Tx, it OutboxItem, n int, status *int, outcome, text string) error {
+	_, err := tx.Exec(ctx, `
+INSERT INTO message_attempts (message_id, attempt, replica, http_status, outcome, error) VALUES ($1, $2, $3, $4, $5, $6)`,
+		it.MessageID, n, it.ClaimedBy, status, outcome, text)
+	return err
+}
+
+// setAttempts records n as message id's number of attempts.
+func setAttempts(ctx context.Context, tx pgx.Tx, id int64, n int) error {
+	_, err := tx.Exec(ctx, `UPDATE messages SET attempts = $2, updated_at = now() WHERE id = $1`, id, n)
+	return err
 }
 
 // OutboxStats counts pending rows that are due (next attempt in the past,
@@ -611,6 +728,6 @@ RETURNING id`, e.ID, m.Partner, m.URL, m.MaxAttempts, m.RetryWindow.Microseconds
 	if err != nil || m.EDI == nil {
 		return err
 	}
-	_, err = insertInterchanges(ctx, tx, e.ID, *m.EDI)
+	e.Repeated, err = insertInterchanges(ctx, tx, e.ID, *m.EDI)
 	return err
 }

@@ -165,9 +165,10 @@ DELETE FROM payloads WHERE message_id = $1`, wantErr: postgres.ErrNotResendable,
 			if err != nil {
 				t.Fatalf("ResendMessage = %v, want nil", err)
 			}
-			if got.Status != "queued" || got.Attempts != 0 || got.Error != "" || got.Disposition != "" || got.MDNOverdue || got.CompletedAt != nil || got.MDNResends != before.MDNResends {
-				t.Errorf("resent message = status %q, attempts %d, error %q, disposition %q, overdue %v, completed %v, resends %d; want queued afresh, resends %d",
-					got.Status, got.Attempts, got.Error, got.Disposition, got.MDNOverdue, got.CompletedAt, got.MDNResends, before.MDNResends)
+			// The attempts made are kept: the resend's are numbered on.
+			if got.Status != "queued" || got.Attempts != before.Attempts || got.Error != "" || got.Disposition != "" || got.MDNOverdue || got.CompletedAt != nil || got.MDNResends != before.MDNResends {
+				t.Errorf("resent message = status %q, attempts %d, error %q, disposition %q, overdue %v, completed %v, resends %d; want queued afresh, attempts %d, resends %d",
+					got.Status, got.Attempts, got.Error, got.Disposition, got.MDNOverdue, got.CompletedAt, got.MDNResends, before.Attempts, before.MDNResends)
 			}
 			items, err := st.ClaimOutbox(ctx, "d", time.Minute, 10)
 			if err != nil || len(items) != 1 || items[0].MessageID != e.ID || items[0].Attempts != 1 || !items[0].Built() {

@@ -18,6 +18,13 @@ const (
 	AttemptRetrying = "retrying" // failed; another attempt is scheduled
 	AttemptDone     = "done"     // the partner took the message
 	AttemptFailed   = "failed"   // failed for good
+	// AttemptCancelled is a failed attempt whose retry an operator
+	// cancelled (CancelMessage).
+	AttemptCancelled = "cancelled"
+	// AttemptNegative is an attempt the partner took whose MDN refused
+	// the message (an error or failure disposition), synchronous or
+	// asynchronous.
+	AttemptNegative = "negative"
 )
 
 // attemptOutcome is the outcome an attempt that leaves its outbox row in
@@ -34,8 +41,8 @@ func attemptOutcome(state string) string {
 
 // Attempt is one finished send attempt of an outbound message.
 type Attempt struct {
-	// Attempt numbers the message's attempts from 1; a resend numbers
-	// them from 1 again.
+	// Attempt numbers the message's attempts from 1; the attempts of a
+	// resend go on from the last one before it.
 	Attempt int
 	// Replica is the identity of the dispatcher that made it.
 	Replica string
@@ -220,6 +227,12 @@ SELECT id, claimed_by, coalesce(claimed_until > now(), false) FROM outbox
 		if _, err := tx.Exec(ctx, `
 UPDATE outbox SET status = 'failed', finished_at = now(), claimed_by = '', claimed_until = NULL, last_error = $2
  WHERE id = $1`, outboxID, text); err != nil {
+			return err
+		}
+		// The attempt that scheduled the retry cancelled here says so.
+		if _, err := tx.Exec(ctx, `
+UPDATE message_attempts SET outcome = 'cancelled', error = CASE WHEN error = '' THEN $2 ELSE error || '; ' || $2 END
+ WHERE id = (SELECT max(id) FROM message_attempts WHERE message_id = $1) AND outcome = 'retrying'`, id, text); err != nil {
 			return err
 		}
 		// The events trigger writes the failed event.
