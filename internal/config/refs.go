@@ -116,26 +116,7 @@ func readInRoot(dir, name string) ([]byte, error) {
 		return nil, err
 	}
 	defer root.Close()
-	fi, err := root.Stat(name)
-	if err != nil {
-		return nil, err
-	}
-	if !fi.Mode().IsRegular() {
-		return nil, &fs.PathError{Op: "read", Path: name, Err: errNotRegular}
-	}
-	f, err := root.Open(name)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, maxFileSize+1))
-	if err != nil {
-		return nil, err
-	}
-	if len(data) > maxFileSize {
-		return nil, &fs.PathError{Op: "read", Path: name, Err: errTooLarge}
-	}
-	return data, nil
+	return readRegular(name, root.Stat, root.Open)
 }
 
 // refName is how messages name a reference: its path, or "the inline
@@ -178,14 +159,20 @@ func (p *parser) readRef(field, ref, what string) ([]byte, error) {
 // file (after following symbolic links, as Kubernetes Secret mounts use) is
 // refused before it is opened: opening a FIFO would block.
 func readFile(path string) ([]byte, error) {
-	fi, err := os.Stat(path)
+	return readRegular(path, os.Stat, os.Open)
+}
+
+// readRegular reads at most maxFileSize bytes of the regular file name,
+// through stat and open (of the file system or of an os.Root).
+func readRegular(name string, stat func(string) (fs.FileInfo, error), open func(string) (*os.File, error)) ([]byte, error) {
+	fi, err := stat(name)
 	if err != nil {
 		return nil, err
 	}
 	if !fi.Mode().IsRegular() {
-		return nil, &fs.PathError{Op: "read", Path: path, Err: errNotRegular}
+		return nil, &fs.PathError{Op: "read", Path: name, Err: errNotRegular}
 	}
-	f, err := os.Open(path)
+	f, err := open(name)
 	if err != nil {
 		return nil, err
 	}
@@ -195,7 +182,7 @@ func readFile(path string) ([]byte, error) {
 		return nil, err
 	}
 	if len(data) > maxFileSize {
-		return nil, &fs.PathError{Op: "read", Path: path, Err: errTooLarge}
+		return nil, &fs.PathError{Op: "read", Path: name, Err: errTooLarge}
 	}
 	return data, nil
 }
