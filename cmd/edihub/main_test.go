@@ -314,7 +314,7 @@ func TestFlagsAfterArguments(t *testing.T) {
 	for _, tt := range tests {
 		fs := newFlagSet("test", env(), io.Discard)
 		var role string
-		fs.FlagSet.StringVar(&role, "role", "", "")
+		fs.ActionString(&role, "role", "", "")
 		if err := fs.parse(tt.give); err != nil {
 			t.Fatalf("parse(%q) = %v", tt.give, err)
 		}
