@@ -62,7 +62,7 @@ func TestHelpListsCommandsAndSettings(t *testing.T) {
 	if err != nil {
 		t.Fatalf("edihub help serve = %v", err)
 	}
-	for _, want := range []string{"-database-url", "EDIHUB_DATABASE_URL", "-config", "EDIHUB_CONFIG", "-http-addr", "EDIHUB_HTTP_ADDR", "default :8080", "EDIHUB_OPS_ADDR", "default :9090", "EDIHUB_LOG_FORMAT", "EDIHUB_LOG_LEVEL", "EDIHUB_MIGRATE", "EDIHUB_API_TOKEN", "EDIHUB_MAX_MDN_BYTES"} {
+	for _, want := range []string{"-database-url", "EDIHUB_DATABASE_URL", "-config", "EDIHUB_CONFIG", "-http-addr", "EDIHUB_HTTP_ADDR", "default :8080", "EDIHUB_OPS_ADDR", "default :9090", "EDIHUB_LOG_FORMAT", "EDIHUB_LOG_LEVEL", "EDIHUB_MIGRATE", "EDIHUB_API_TOKEN", "EDIHUB_MAX_MDN_BYTES", "docs/settings.md"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("edihub help serve lacks %q", want)
 		}
