@@ -78,13 +78,13 @@ type oidcOptions struct {
 }
 
 func (o *oidcOptions) flags(fs *flagSet) {
-	fs.String(&o.issuer, "oidc-issuer", "", "issuer URL of an OpenID Connect provider (Keycloak, Entra ID, Okta) the console offers sign-in with, exactly as its discovery document states it; empty: passwords only (docs/oidc.md)")
+	fs.String(&o.issuer, "oidc-issuer", "", "issuer URL of the console's OpenID Connect provider; empty: passwords only (docs/oidc.md)")
 	fs.String(&o.clientID, "oidc-client-id", "", "client ID of the hub's registration at the OpenID Connect provider")
 	fs.String(&o.clientSecretFile, "oidc-client-secret-file", "", "file holding the client secret of that registration")
 	fs.String(&o.redirectURL, "oidc-redirect-url", "", "the console's callback as the browser reaches it, registered at the provider: https://<hub>/console/oidc/callback")
 	fs.String(&o.groupsClaim, "oidc-groups-claim", "", "claim listing the user's groups; a dotted name is a path into nested claims (realm_access.roles); empty means groups")
 	fs.String(&o.scopes, "oidc-scopes", "", "scopes to ask for, separated by spaces, with openid; empty means openid profile email")
-	fs.String(&o.roles, "oidc-roles", "", "which group gets which role: group=role pairs separated by commas, such as edi-admins=admin,edi-ops=operator,edi-viewers=viewer")
+	fs.String(&o.roles, "oidc-roles", "", "which group gets which role: group=role pairs, comma-separated, e.g. edi-admins=admin,edi-ops=operator")
 }
 
 // provider checks the settings of sign-in with an OpenID Connect provider

@@ -191,6 +191,9 @@ func (fs *flagSet) printDefaults(w io.Writer) {
 		}
 		fmt.Fprintf(w, "  -%s  (%s)  default %s\n      %s\n", name, strings.Join(fs.envs[name], ", else "), def, f.Usage)
 	}
+	if len(fs.order) > 0 {
+		fmt.Fprintln(w, "Details of each setting: docs/settings.md")
+	}
 	// Flags of one invocation (a file to apply, a dry run) have no
 	// variable.
 	if len(fs.actions) > 0 {
@@ -206,7 +209,7 @@ func (fs *flagSet) printDefaults(w io.Writer) {
 	}
 }
 
-// settings describes every flag for the README's reference table.
+// settingDoc describes a setting for the reference docs/settings.md.
 type settingDoc struct {
 	Flag, Env, Default, Usage string
 }

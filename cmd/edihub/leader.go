@@ -50,11 +50,11 @@ func (o *leaderOptions) flags(fs *flagSet) {
 	fs.Duration(&o.leaseDuration, "lease-duration", 30*time.Second, "how long followers wait after the lease last changed before taking it")
 	fs.Duration(&o.renewDeadline, "renew-deadline", 10*time.Second, "how long the leader keeps leading without renewing the lease")
 	fs.Duration(&o.retryPeriod, "retry-period", 2*time.Second, "how often the leader renews the lease and followers look at it")
-	fs.Duration(&o.workerStopTimeout, "worker-stop-timeout", 5*time.Second, "how long leader-gated workers may take to stop before the process exits; also the longest a fenced transaction may sit idle before the database ends it")
-	fs.Duration(&o.workerStuckAfter, "worker-stuck-after", 10*time.Minute, "a leader-gated worker that makes no progress for this long while this replica leads is stuck: /healthz fails so the replica is restarted")
-	fs.Duration(&o.mdnPollInterval, "mdn-poll-interval", mdn.DefaultPollInterval, "how often the leader's MDN poller looks for async MDNs and overdue messages when no notification woke it (a stored MDN wakes it at once through LISTEN/NOTIFY)")
-	fs.Int(&o.mdnBatchSize, "mdn-batch-size", mdn.DefaultBatchSize, "async MDNs the leader's poller applies per fenced transaction (keep transactions short: the next leader's term waits for them)")
-	fs.Duration(&o.ackWatchInterval, "ack-watch-interval", interchange.DefaultWatchInterval, "how often the leader's acknowledgement watcher flags interchanges whose functional acknowledgement (997, 999, CONTRL) is overdue")
+	fs.Duration(&o.workerStopTimeout, "worker-stop-timeout", 5*time.Second, "how long leader-gated workers may take to stop before the process exits")
+	fs.Duration(&o.workerStuckAfter, "worker-stuck-after", 10*time.Minute, "a leader-gated worker without progress this long while leading is stuck: /healthz fails")
+	fs.Duration(&o.mdnPollInterval, "mdn-poll-interval", mdn.DefaultPollInterval, "how often the leader's MDN poller looks for async MDNs and overdue messages unless woken sooner")
+	fs.Int(&o.mdnBatchSize, "mdn-batch-size", mdn.DefaultBatchSize, "async MDNs the leader's poller applies per fenced transaction")
+	fs.Duration(&o.ackWatchInterval, "ack-watch-interval", interchange.DefaultWatchInterval, "how often the leader's acknowledgement watcher flags overdue functional acknowledgements (997, 999, CONTRL)")
 }
 
 // purgeOptions are the settings of the leader's outbox purger.
@@ -70,7 +70,7 @@ func (o *purgeOptions) flags(fs *flagSet) {
 	fs.Duration(&o.interval, "purge-interval", outbox.DefaultPurgeInterval, "how often the leader deletes what is past its retention")
 	fs.Duration(&o.retention, "retention", outbox.DefaultRetention, "how long finished outbox rows, payloads, MDNs, processed inbox MDNs, heartbeats and events are kept")
 	fs.Duration(&o.auditRetention, "audit-retention", outbox.DefaultAuditRetention, "how long final message rows (the audit trail) are kept; at least -retention")
-	fs.Duration(&o.restartExpiry, "as2-restart-expiry", outbox.DefaultRestartExpiry, "how long an interrupted AS2 restart transfer is kept after its last byte arrived, for its partner to resume it; then the leader's purger deletes it and a resume gets HTTP 412 (the partner sends the message again)")
+	fs.Duration(&o.restartExpiry, "as2-restart-expiry", outbox.DefaultRestartExpiry, "how long an interrupted AS2 restart transfer is kept after its last byte, for its partner to resume it")
 	fs.Int(&o.batch, "purge-batch", outbox.DefaultPurgeBatch, "rows the purger deletes per short transaction")
 }
 

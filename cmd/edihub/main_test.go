@@ -3,16 +3,20 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/edihub/edihub/internal/testenv"
 	"github.com/edihub/edihub/internal/testenv/devpki"
@@ -20,7 +24,7 @@ import (
 	"github.com/edihub/edihub/internal/testenv/pgtest"
 )
 
-var update = flag.Bool("update", false, "rewrite the settings reference in README.md")
+var update = flag.Bool("update", false, "rewrite the settings reference docs/settings.md")
 
 func TestMain(m *testing.M) {
 	flag.Parse()
@@ -58,7 +62,7 @@ func TestHelpListsCommandsAndSettings(t *testing.T) {
 	if err != nil {
 		t.Fatalf("edihub help serve = %v", err)
 	}
-	for _, want := range []string{"-database-url", "EDIHUB_DATABASE_URL", "-config", "EDIHUB_CONFIG", "-http-addr", "EDIHUB_HTTP_ADDR", "default :8080", "EDIHUB_OPS_ADDR", "default :9090", "EDIHUB_LOG_FORMAT", "EDIHUB_LOG_LEVEL", "EDIHUB_MIGRATE", "EDIHUB_API_TOKEN", "EDIHUB_MAX_MDN_BYTES"} {
+	for _, want := range []string{"-database-url", "EDIHUB_DATABASE_URL", "-config", "EDIHUB_CONFIG", "-http-addr", "EDIHUB_HTTP_ADDR", "default :8080", "EDIHUB_OPS_ADDR", "default :9090", "EDIHUB_LOG_FORMAT", "EDIHUB_LOG_LEVEL", "EDIHUB_MIGRATE", "EDIHUB_API_TOKEN", "EDIHUB_MAX_MDN_BYTES", "docs/settings.md"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("edihub help serve lacks %q", want)
 		}
@@ -68,34 +72,101 @@ func TestHelpListsCommandsAndSettings(t *testing.T) {
 	}
 }
 
-// TestSettingsReferenceInREADME keeps the README's settings table equal to
-// the flag definitions. Run go test ./cmd/edihub -update to rewrite it.
-func TestSettingsReferenceInREADME(t *testing.T) {
-	const begin, end = "<!-- BEGIN SETTINGS (generated: go test ./cmd/edihub -update) -->\n", "<!-- END SETTINGS -->"
-	path := filepath.Join("..", "..", "README.md")
-	readme, err := os.ReadFile(path)
-	if err != nil {
+// TestSettingsReference keeps docs/settings.md equal to the flag
+// definitions and settingDetails. Run
+// go test ./cmd/edihub -run TestSettingsReference -update to rewrite it.
+func TestSettingsReference(t *testing.T) {
+	path := filepath.Join("..", "..", "docs", "settings.md")
+	want := settingsMarkdown()
+	got, err := os.ReadFile(path)
+	if err != nil && !(*update && errors.Is(err, fs.ErrNotExist)) {
 		t.Fatal(err)
 	}
-	s := string(readme)
-	i, j := strings.Index(s, begin), strings.Index(s, end)
-	if i < 0 || j < i {
-		t.Fatalf("README.md lacks the %q ... %q markers", strings.TrimSpace(begin), end)
+	if string(got) == want {
+		return
 	}
-	want := settingsMarkdown()
-	if got := s[i+len(begin) : j]; got != want {
-		if *update {
-			if err := os.WriteFile(path, []byte(s[:i+len(begin)]+want+s[j:]), 0o644); err != nil {
-				t.Fatal(err)
-			}
-			return
+	if *update {
+		if err := os.WriteFile(path, []byte(want), 0o644); err != nil {
+			t.Fatal(err)
 		}
-		t.Errorf("README.md settings reference is out of date; run go test ./cmd/edihub -update\n got:\n%s\nwant:\n%s", got, want)
+		return
+	}
+	t.Errorf("docs/settings.md is out of date; run go test ./cmd/edihub -run TestSettingsReference -update\n got:\n%s\nwant:\n%s", got, want)
+}
+
+// TestFlagUsageIsOneLine keeps every flag's usage short enough for one
+// line of edihub help; the details of a setting go to settingDetails.
+func TestFlagUsageIsOneLine(t *testing.T) {
+	for _, c := range commandsAndVerbs() {
+		fs := newFlagSet(c.name, env(), &bytes.Buffer{})
+		c.flags(fs)
+		fs.VisitAll(func(f *flag.Flag) {
+			if n := utf8.RuneCountInString(f.Usage); n > maxUsage || strings.Contains(f.Usage, "\n") {
+				t.Errorf("edihub %s -%s: usage is %d characters (at most %d, one line): %q", c.name, f.Name, n, maxUsage, f.Usage)
+			}
+		})
 	}
 }
 
+// TestSettingDetailsNameSettings keeps settingDetails free of entries for
+// flags that are no settings (renamed, removed, or action flags), which
+// docs/settings.md would otherwise print for nothing.
+func TestSettingDetailsNameSettings(t *testing.T) {
+	settings := map[string]bool{}
+	for _, c := range commandsAndVerbs() {
+		fs := newFlagSet(c.name, env(), &bytes.Buffer{})
+		c.flags(fs)
+		for _, name := range fs.order {
+			settings[name] = true
+		}
+	}
+	for name := range settingDetails {
+		if !settings[name] {
+			t.Errorf("settingDetails[%q]: no command has a setting -%s", name, name)
+		}
+	}
+}
+
+// commandsAndVerbs lists the commands with flags: each verb of a command
+// with verbs, named "partners apply".
+func commandsAndVerbs() []command {
+	var out []command
+	for _, c := range commands() {
+		if c.verbs == nil {
+			out = append(out, c)
+			continue
+		}
+		for _, v := range c.verbs {
+			v.name = c.name + " " + v.name
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+const settingsHeader = `# Settings
+
+<!-- Generated from the flag definitions in cmd/edihub: do not edit. Regenerate with
+go test ./cmd/edihub -run TestSettingsReference -update -->
+
+This page is generated from the flag definitions of ` + "`cmd/edihub`" + ` (the one-line
+meanings) and ` + "`settingDetails`" + ` in ` + "`cmd/edihub/settingdocs.go`" + ` (the details);
+a test fails while it is out of date. Regenerate it with
+` + "`go test ./cmd/edihub -run TestSettingsReference -update`" + `.
+
+Every setting is a flag whose default comes from its environment variable;
+` + "`edihub help <command>`" + ` prints the same list. What one command does is never
+read from the environment: its arguments and the flags of the invocation
+(` + "`-send`, `-force`, `-date`, `-format`, `-o`, `-f`, `-dry-run`, `-partner`, `-reason`, `-role`" + `, ...)
+have no variable, so a value left in a shell cannot make the next command mail
+a finished day again; ` + "`edihub help <command>`" + ` lists them apart from the
+settings.
+`
+
 func settingsMarkdown() string {
 	var b strings.Builder
+	b.WriteString(settingsHeader)
+	var detailed []string // flags with details, in order of first appearance
 	for _, c := range commands() {
 		name := c.name
 		if c.verbs != nil {
@@ -108,7 +179,7 @@ func settingsMarkdown() string {
 		if len(docs) == 0 {
 			continue
 		}
-		b.WriteString("\n`edihub " + name + "`\n\n| variable | flag | default | meaning |\n|---|---|---|---|\n")
+		b.WriteString("\n## edihub " + name + "\n\n| variable | flag | default | meaning |\n|---|---|---|---|\n")
 		for _, d := range docs {
 			def := d.Default
 			if def == "" {
@@ -116,10 +187,22 @@ func settingsMarkdown() string {
 			} else {
 				def = "`" + def + "`"
 			}
-			b.WriteString("| `" + d.Env + "` | `" + d.Flag + "` | " + def + " | " + strings.ReplaceAll(d.Usage, "|", "\\|") + " |\n")
+			meaning := strings.ReplaceAll(d.Usage, "|", "\\|")
+			if flagName := strings.TrimPrefix(d.Flag, "-"); settingDetails[flagName] != "" {
+				meaning += " ([details](#" + d.Flag + "))"
+				if !slices.Contains(detailed, flagName) {
+					detailed = append(detailed, flagName)
+				}
+			}
+			b.WriteString("| `" + d.Env + "` | `" + d.Flag + "` | " + def + " | " + meaning + " |\n")
 		}
 	}
-	b.WriteString("\n")
+	if len(detailed) > 0 {
+		b.WriteString("\n## Details\n")
+		for _, name := range detailed {
+			b.WriteString("\n### -" + name + "\n\n" + settingDetails[name] + "\n")
+		}
+	}
 	return b.String()
 }
 

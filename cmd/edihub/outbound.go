@@ -38,12 +38,12 @@ type outboundOptions struct {
 func (o *outboundOptions) flags(fs *flagSet) {
 	fs.Int(&o.workers, "dispatch-workers", outbox.DefaultWorkers, "outbound sends this replica runs at once (messages and async MDNs)")
 	fs.Duration(&o.pollInterval, "dispatch-poll-interval", outbox.DefaultPollInterval, "mean time between outbox polls (jittered ±50%); new work also wakes the dispatchers at once through LISTEN/NOTIFY")
-	fs.Duration(&o.lease, "dispatch-lease", 0, "how long a claimed outbox item stays claimed; a crashed replica's items are sent again after it. claims are extended while an item is being sent, so a partner timeout may be longer; 0 means 90s (the default partner timeout plus 30s); at least 1s")
+	fs.Duration(&o.lease, "dispatch-lease", 0, "how long a claimed outbox item stays claimed; 0 means 90s (the default partner timeout plus 30s)")
 	fs.Duration(&o.backoffBase, "retry-backoff", outbox.DefaultBackoffBase, "base of the exponential retry backoff (full jitter: retry n waits up to base·2^(n-1))")
 	fs.Duration(&o.backoffMax, "retry-backoff-max", outbox.DefaultBackoffMax, "longest wait between two attempts of one message")
-	fs.Duration(&o.retryWindow, "retry-window", outbox.DefaultRetryWindow, "how long an outbound message (or webhook delivery, or async MDN owed to a partner) is retried before it fails: it fails only when both max_attempts and this window are used up; a partner's retry_window overrides it; 0 means max_attempts alone")
-	fs.String(&o.webhookURL, "webhook-url", "", "URL that receives every event of the feed (received, sent, delivered, failed, overdue) as a signed JSON POST, at least once; empty disables the webhook")
-	fs.String(&o.webhookSecretFile, "webhook-secret-file", "", "file holding the webhook secret: each delivery carries X-Edihub-Timestamp and X-Edihub-Signature: sha256= and the hex HMAC-SHA256 of the timestamp, the event id and the body joined by dots (docs/sending.md says how to verify it); required with -webhook-url")
+	fs.Duration(&o.retryWindow, "retry-window", outbox.DefaultRetryWindow, "how long an outbound message is retried before it fails; 0 means max_attempts alone")
+	fs.String(&o.webhookURL, "webhook-url", "", "URL that receives every event of the feed as a signed JSON POST; empty disables the webhook")
+	fs.String(&o.webhookSecretFile, "webhook-secret-file", "", "file holding the webhook's HMAC secret; required with -webhook-url")
 	fs.Duration(&o.asyncMDNWait, "async-mdn-timeout", outbox.DefaultAsyncMDNWait, "how long a partner may take to send an async MDN before the message is overdue (messages.mdn_due_at)")
 }
 

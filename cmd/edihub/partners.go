@@ -266,7 +266,7 @@ func partnersDeleteFlags(fs *flagSet) func(context.Context, *environment) error 
 	var c partnerCLI
 	var version int64
 	c.flags(fs)
-	fs.ActionInt64(&version, "version", postgres.AnyVersion, "the version you read (edihub partners get NAME): the delete is refused when the partner changed since; default: whatever is stored")
+	fs.ActionInt64(&version, "version", postgres.AnyVersion, "the version you read (edihub partners get NAME): refused if the partner changed since; default: any")
 	return func(ctx context.Context, env *environment) error {
 		if len(env.args) != 1 {
 			return errors.New("partners delete: give the partner's AS2 ID")

@@ -32,7 +32,7 @@ type reportOptions struct {
 }
 
 func (o *reportOptions) flags(fs *flagSet) {
-	fs.String(&o.smtpURL, "smtp-url", "", "SMTP server of the report mail: smtp://user@host:587 (STARTTLS required), smtps://user@host:465 (implicit TLS), or smtp://host:1025?tls=none for a local catcher; empty: reports are stored, not mailed")
+	fs.String(&o.smtpURL, "smtp-url", "", "SMTP server of the report mail (smtp:// with STARTTLS, or smtps://); empty: reports are stored, not mailed")
 	fs.String(&o.passwordFile, "smtp-password-file", "", "file holding the SMTP password (trailing newline ignored); needed when the SMTP URL names a user")
 	fs.String(&o.from, "report-from", "", "sender of the report mail, e.g. \"edihub <edihub@example.com>\"")
 	fs.String(&o.to, "report-to", "", "recipients of the report mail, comma-separated")

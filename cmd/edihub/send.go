@@ -30,7 +30,7 @@ func sendFlags(fs *flagSet) func(context.Context, *environment) error {
 	var partner, contentType, filename string
 	db.flags(fs)
 	fs.ActionString(&partner, "partner", "", "AS2 ID of the partner to send to, exactly as configured (case-sensitive)")
-	fs.ActionString(&contentType, "content-type", "", "Content-Type of the document; default: application/EDI-X12 or application/EDIFACT when FILE is an X12 or EDIFACT interchange, else application/octet-stream")
+	fs.ActionString(&contentType, "content-type", "", "Content-Type of the document; default: from the EDI envelope (X12, EDIFACT), else application/octet-stream")
 	fs.ActionString(&filename, "filename", "", "file name sent in Content-Disposition; default: the base name of FILE")
 	return func(ctx context.Context, env *environment) error {
 		if len(env.args) != 1 {
@@ -112,7 +112,7 @@ func (d *stationDB) flags(fs *flagSet) {
 // secretsDirFlag defines -secrets-dir, the directory of the partner
 // secrets (config.Options.SecretsDir).
 func secretsDirFlag(fs *flagSet, p *string) {
-	fs.String(p, "secrets-dir", "", "directory of the partner secrets (a mounted Kubernetes Secret whose keys are files): a stored partner names its HTTP password (auth.password_file) and TLS client certificate and key (tls.cert_file, tls.key_file) by a file name in it, never by a path; empty: partners may name no secrets (see docs/partners.md)")
+	fs.String(p, "secrets-dir", "", "directory of the partner secrets (a mounted Kubernetes Secret); empty: partners may name no secrets")
 }
 
 // checkSecretsDir says what is wrong with a secrets directory that is set

@@ -35,7 +35,7 @@ type statusOptions struct {
 func statusFlags(fs *flagSet) func(context.Context, *environment) error {
 	var o statusOptions
 	fs.String(&o.opsURLs, "ops-urls", "", "comma-separated ops listener URLs of the replicas, e.g. http://10.0.0.1:9090,http://10.0.0.2:9090")
-	fs.String(&o.opsDNS, "ops-dns", "", "host:port whose DNS addresses are the replicas' ops listeners, e.g. the headless Service edihub-ops.edihub.svc.cluster.local:9090; used when -ops-urls is empty")
+	fs.String(&o.opsDNS, "ops-dns", "", "host:port whose DNS addresses are the replicas' ops listeners; used when -ops-urls is empty")
 	fs.ActionString(&o.output, "output", "table", "output format: table or json (also -o)")
 	fs.ActionString(&o.output, "o", "table", "short for -output")
 	fs.Duration(&o.timeout, "timeout", 3*time.Second, "how long to wait for each replica's answer")

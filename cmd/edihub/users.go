@@ -95,7 +95,7 @@ func hint(err error, user string) error {
 
 // passwordFlag defines -password-file.
 func passwordFlag(fs *flagSet, p *string) {
-	fs.ActionString(p, "password-file", "", "file holding the password (its first line); without it, the password is read from standard input when that is not a terminal, and generated and printed once otherwise")
+	fs.ActionString(p, "password-file", "", "file holding the password (its first line); else: standard input, or on a terminal generated and printed once")
 }
 
 // password reads the password from file, else from standard input when it
@@ -137,7 +137,7 @@ func usersAddFlags(fs *flagSet) func(context.Context, *environment) error {
 	var c usersCLI
 	var roleName, file string
 	c.flags(fs)
-	fs.ActionString(&roleName, "role", "", "the user's role: viewer (reads, no payloads), operator (also payloads, send, resend, partner tests) or admin (also partners, users, audit log)")
+	fs.ActionString(&roleName, "role", "", "the user's role: viewer (reads, no payloads), operator (also sends, resends, payloads) or admin (all)")
 	passwordFlag(fs, &file)
 	return func(ctx context.Context, env *environment) error {
 		if err := wantArgs(env, "add", "NAME"); err != nil {

@@ -17,8 +17,8 @@ import (
 var docs = filepath.Join("..", "..", "docs")
 
 // TestSampleInDocs keeps docs/report-sample.html (self-contained: its
-// charts are data: URIs) and docs/report-sample.png (the hourly chart the
-// README shows) rendered from the seeded day; -update rewrites them.
+// charts are data: URIs) and docs/report-sample.png (the hourly chart
+// docs/report.md shows) rendered from the seeded day; -update rewrites them.
 func TestSampleInDocs(t *testing.T) {
 	r := sampleReport(t)
 	vol, err := report.VolumeChart(r)

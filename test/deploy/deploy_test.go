@@ -106,10 +106,10 @@ func TestManifestsPassServerValidation(t *testing.T) {
 }
 
 // TestDeploymentSettingsExist keeps the Deployment's EDIHUB_* variables in
-// step with the flags: the README's settings table is generated from the
-// flag definitions (and checked by a test in cmd/edihub).
+// step with the flags: docs/settings.md is generated from the flag
+// definitions (and checked by a test in cmd/edihub).
 func TestDeploymentSettingsExist(t *testing.T) {
-	readme, err := os.ReadFile("../../README.md")
+	readme, err := os.ReadFile("../../docs/settings.md")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,11 +18,11 @@ import (
 )
 
 // flagDefaults returns the default of every EDIHUB_* setting from the
-// README's settings table, which cmd/edihub generates from the flags
-// (TestSettingsReferenceInREADME keeps it true).
+// settings reference docs/settings.md, which cmd/edihub generates from the
+// flags (TestSettingsReference keeps it true).
 func flagDefaults(t *testing.T) map[string]string {
 	t.Helper()
-	readme, err := os.ReadFile("../../README.md")
+	readme, err := os.ReadFile("../../docs/settings.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,7 +75,7 @@ func TestGracePeriodCoversShutdown(t *testing.T) {
 			}
 		}
 		if !ok {
-			t.Fatalf("no default for %s in the README's settings table and none in deployment.yaml", name)
+			t.Fatalf("no default for %s in docs/settings.md and none in deployment.yaml", name)
 		}
 		d, err := time.ParseDuration(v)
 		if err != nil {
@@ -153,7 +153,7 @@ func TestMemoryLimitFitsTheInFlightBudget(t *testing.T) {
 			}
 		}
 		if !ok {
-			t.Fatalf("no default for %s in the README's settings table and none in deployment.yaml", name)
+			t.Fatalf("no default for %s in docs/settings.md and none in deployment.yaml", name)
 		}
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil {

@@ -95,12 +95,12 @@ func TestReserveControlNumbers(t *testing.T) {
 	}
 }
 
-// TestExampleDocuments: the sample documents the README sends are whole
+// TestExampleDocuments: the sample documents the README and docs/local-stack.md send are whole
 // interchanges with no envelope problem.
 func TestExampleDocuments(t *testing.T) {
 	paths, err := filepath.Glob(filepath.Join("..", "..", "docs", "examples", "*.x12"))
 	if err != nil || len(paths) == 0 {
-		t.Fatalf("docs/examples/*.x12 = %v, %v; want the README's samples", paths, err)
+		t.Fatalf("docs/examples/*.x12 = %v, %v; want the samples the README sends", paths, err)
 	}
 	for _, p := range paths {
 		b, err := os.ReadFile(p)

@@ -291,7 +291,7 @@ func run(ctx context.Context) error {
 	say("  leader     %s status -ops-urls %s   (kill -9 the leader's pid to see a takeover)", o.binary, opsURLs(c))
 	if demoURL != "" {
 		say("  demo       DEMO PARTNER station on http://%s (the hub's partner; warnings only in the log), mode %s:", pt.demoHTTP(), o.demoMode)
-		say("               curl -X PUT --data MODE http://%s/demo-mode   (MODE: negative, silent, refuse or normal; README.md)", pt.demoHTTP())
+		say("               curl -X PUT --data MODE http://%s/demo-mode   (MODE: negative, silent, refuse or normal; docs/local-stack.md)", pt.demoHTTP())
 	}
 	sayMail(mailEnv, o.binary, dbURL, cfgPath, o.portOffset)
 	say("  config     %s", cfgPath)

@@ -38,7 +38,7 @@ import (
 // leaves no process and no listening port behind.
 //
 // The first run lasts, as a developer's does: many writes advance etcd's
-// revision far past where the run began, the README's kill -9 of the
+// revision far past where the run began, docs/local-stack.md's kill -9 of the
 // leader makes a successor open a term whose fence is that high revision,
 // and the successor is killed too, just before Ctrl-C, so its Lease is
 // left held by a dead process. The second run must still have a leader
@@ -332,7 +332,7 @@ func waitLeader(t *testing.T, client *http.Client, pt ports, deadline time.Time)
 const fillerWrites = 500
 
 // longRun acts out a long first run: it advances etcd's revision by
-// fillerWrites, kills the leader with SIGKILL (the README's step) and
+// fillerWrites, kills the leader with SIGKILL (docs/local-stack.md's step) and
 // waits for a successor, whose term's fence is above all those writes, and
 // for the stack to restart the killed replica; then it kills the successor
 // too, leaving the Lease held by a dead process.

@@ -9,7 +9,7 @@ import (
 )
 
 // Restart back-off of a replica that exited on its own or was killed (the
-// README's kill -9): the first restart comes after restartMin; a replica
+// kill -9 of docs/local-stack.md): the first restart comes after restartMin; a replica
 // that exits again within restartStable of its start waits twice as long
 // each time, up to restartMax, so one that cannot start does not spin.
 const (
