@@ -5,6 +5,8 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +14,7 @@ import (
 	"github.com/edihub/edihub/internal/auth"
 	"github.com/edihub/edihub/internal/console"
 	"github.com/edihub/edihub/internal/postgres"
+	"github.com/edihub/edihub/internal/testenv/freeport"
 	"github.com/edihub/edihub/internal/testenv/pgtest"
 )
 
@@ -105,5 +108,59 @@ func TestBinaryConsole(t *testing.T) {
 	}
 	if status, _ := get(p.as2, "/console/hub"); status != http.StatusNotFound {
 		t.Errorf("GET /console/hub on the AS2 listener = %d, want 404", status)
+	}
+}
+
+// TestBinaryStartsWithProviderDown: an identity provider that cannot be
+// reached does not keep the replica from starting (discovery runs in the
+// background): it is ready, its sign-in page says SSO is unavailable, the
+// SSO start answers 503, and password sign-in works.
+func TestBinaryStartsWithProviderDown(t *testing.T) {
+	dbURL := pgtest.URL(t)
+	st, err := postgres.Open(context.Background(), dbURL, postgres.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	users := &auth.Users{Store: st, Params: auth.Params{Memory: 64, Time: 1, Threads: 1}}
+	const pw = "correct horse battery"
+	if _, err := users.Add(context.Background(), auth.Caller{Principal: auth.CLIPrincipal("test@host")}, "ada", auth.RoleAdmin, pw); err != nil {
+		t.Fatal(err)
+	}
+	secret := filepath.Join(t.TempDir(), "client-secret")
+	if err := os.WriteFile(secret, []byte("s3cret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	addr, err := freeport.Addr() // nothing listens there
+	if err != nil {
+		t.Fatal(err)
+	}
+	down := "http://" + addr
+	p := startReplica(t, "EDIHUB_DATABASE_URL="+dbURL, "EDIHUB_API_ADDR=127.0.0.1:0",
+		"EDIHUB_OIDC_ISSUER="+down, "EDIHUB_OIDC_CLIENT_ID=edihub", "EDIHUB_OIDC_CLIENT_SECRET_FILE="+secret,
+		"EDIHUB_OIDC_ROLES=edi-admins=admin", "EDIHUB_OIDC_REDIRECT_URL=https://hub.example/console/oidc/callback")
+
+	if code, _, err := httpGet(p.ops + "/readyz"); err != nil || code != http.StatusOK {
+		t.Fatalf("GET /readyz with the provider down = %d, %v; want 200\n%s", code, err, p.log())
+	}
+	if code, body, err := httpGet(p.api + "/console/login"); err != nil || code != http.StatusOK || !strings.Contains(body, `id="sso-unavailable"`) {
+		t.Errorf("GET /console/login with the provider down = %d, %v; want 200 saying SSO is unavailable:\n%s", code, err, body)
+	}
+	client := &http.Client{Timeout: 30 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := client.Get(p.api + "/console/oidc/start")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable {
+		t.Errorf("GET /console/oidc/start with the provider down = %d, want 503", resp.StatusCode)
+	}
+	resp, err = client.PostForm(p.api+"/console/login", url.Values{"name": {"ada"}, "password": {pw}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusSeeOther {
+		t.Errorf("password sign-in with the provider down = %d, want 303\n%s", resp.StatusCode, p.log())
 	}
 }
