@@ -35,6 +35,7 @@ import (
 
 	"github.com/alexedwards/scs/postgresstore"
 	"github.com/alexedwards/scs/v2"
+	"github.com/go-chi/chi/v5"
 	"go.uber.org/zap"
 
 	"github.com/edihub/edihub/internal/auth"
@@ -202,7 +203,7 @@ type Console struct {
 	o        Options
 	log      *zap.Logger
 	sessions *scs.SessionManager
-	mux      *http.ServeMux
+	mux      chi.Router
 	pages    pages
 	csrf     *http.CrossOriginProtection
 	handler  http.Handler
@@ -237,7 +238,7 @@ func New(o Options) (*Console, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Console{o: o, log: o.Logger.Named("console"), pages: ps, mux: http.NewServeMux()}
+	c := &Console{o: o, log: o.Logger.Named("console"), pages: ps, mux: chi.NewRouter()}
 
 	// Not scs.New: it starts a memory store's cleanup goroutine that
 	// nothing can stop. Expired rows of the PostgreSQL store are deleted
@@ -314,18 +315,23 @@ func (c *Console) Run(ctx context.Context) error {
 	}
 }
 
-// handle registers a page that needs a signed-in user with role need or
-// above; need 0 is a page for everyone (the sign-in page).
+// handle registers a page ("METHOD path") that needs a signed-in user
+// with role need or above; need 0 is a page for everyone (the sign-in
+// page). GET pages answer HEAD too.
 func (c *Console) handle(pattern string, need auth.Role, h http.HandlerFunc) {
-	if need == 0 {
-		c.mux.Handle(pattern, h)
-		return
+	method, path, _ := strings.Cut(pattern, " ")
+	var page http.Handler = h
+	if need != 0 {
+		page = c.signedIn(c.require(need, h))
 	}
-	c.mux.Handle(pattern, c.signedIn(c.require(need, h)))
+	c.mux.Method(method, path, page)
+	if method == http.MethodGet {
+		c.mux.Method(http.MethodHead, path, page)
+	}
 }
 
 func (c *Console) routes() {
-	c.handle("GET "+Prefix+"/{$}", auth.RoleViewer, func(w http.ResponseWriter, r *http.Request) {
+	c.handle("GET "+Prefix+"/", auth.RoleViewer, func(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, Prefix+"/messages", http.StatusSeeOther)
 	})
 	c.handle("GET "+Prefix+"/login", 0, c.loginPage)
@@ -400,9 +406,13 @@ func (c *Console) routes() {
 		c.handle("GET "+Prefix+"/reports/{day}/report.csv", auth.RoleViewer, c.reportFile("csv"))
 	}
 
-	c.mux.HandleFunc(Prefix+"/", func(w http.ResponseWriter, r *http.Request) {
+	// A path the console does not serve, or a method a page does not
+	// take: the console's own 404 page.
+	notFound := func(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, http.StatusNotFound, "There is no such page.")
-	})
+	}
+	c.mux.NotFound(notFound)
+	c.mux.MethodNotAllowed(notFound)
 }
 
 type sessionKey struct{}

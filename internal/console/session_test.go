@@ -30,6 +30,9 @@ func TestSecurityHeaders(t *testing.T) {
 		{http.MethodGet, "/login", http.StatusOK},
 		{http.MethodGet, "/messages", http.StatusSeeOther},
 		{http.MethodGet, "/no-such-page", http.StatusNotFound},
+		{http.MethodPost, "/messages", http.StatusNotFound}, // a method the page does not take
+		{http.MethodHead, "/login", http.StatusOK},
+		{http.MethodGet, "/", http.StatusSeeOther},
 		{http.MethodGet, "/static/console.css", http.StatusOK},
 		{http.MethodGet, "/static/console.js", http.StatusOK},
 		{http.MethodPost, "/login", http.StatusBadRequest},
