@@ -23,17 +23,8 @@ import (
 // replica's elector and the lease it holds), the partners of the file, the
 // messages and the audit log; the AS2 listener serves none of it.
 func TestBinaryConsole(t *testing.T) {
-	dbURL := pgtest.URL(t)
-	st, err := postgres.Open(context.Background(), dbURL, postgres.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	users := &auth.Users{Store: st, Params: auth.Params{Memory: 64, Time: 1, Threads: 1}}
 	const pw = "correct horse battery"
-	if _, err := users.Add(context.Background(), auth.Caller{Principal: auth.CLIPrincipal("test@host")}, "ada", auth.RoleAdmin, pw); err != nil {
-		t.Fatal(err)
-	}
+	dbURL := databaseWithAdmin(t, "ada", pw)
 	p := startReplica(t, "EDIHUB_DATABASE_URL="+dbURL, "EDIHUB_API_ADDR=127.0.0.1:0")
 
 	client := &http.Client{Timeout: 30 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
@@ -116,17 +107,8 @@ func TestBinaryConsole(t *testing.T) {
 // background): it is ready, its sign-in page says SSO is unavailable, the
 // SSO start answers 503, and password sign-in works.
 func TestBinaryStartsWithProviderDown(t *testing.T) {
-	dbURL := pgtest.URL(t)
-	st, err := postgres.Open(context.Background(), dbURL, postgres.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	users := &auth.Users{Store: st, Params: auth.Params{Memory: 64, Time: 1, Threads: 1}}
 	const pw = "correct horse battery"
-	if _, err := users.Add(context.Background(), auth.Caller{Principal: auth.CLIPrincipal("test@host")}, "ada", auth.RoleAdmin, pw); err != nil {
-		t.Fatal(err)
-	}
+	dbURL := databaseWithAdmin(t, "ada", pw)
 	secret := filepath.Join(t.TempDir(), "client-secret")
 	if err := os.WriteFile(secret, []byte("s3cret\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -163,4 +145,21 @@ func TestBinaryStartsWithProviderDown(t *testing.T) {
 	if resp.StatusCode != http.StatusSeeOther {
 		t.Errorf("password sign-in with the provider down = %d, want 303\n%s", resp.StatusCode, p.log())
 	}
+}
+
+// databaseWithAdmin is a fresh migrated database holding the admin name
+// with password pw.
+func databaseWithAdmin(t *testing.T, name, pw string) string {
+	t.Helper()
+	dbURL := pgtest.URL(t)
+	st, err := postgres.Open(context.Background(), dbURL, postgres.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	users := &auth.Users{Store: st, Params: auth.Params{Memory: 64, Time: 1, Threads: 1}}
+	if _, err := users.Add(context.Background(), auth.Caller{Principal: auth.CLIPrincipal("test@host")}, name, auth.RoleAdmin, pw); err != nil {
+		t.Fatal(err)
+	}
+	return dbURL
 }
