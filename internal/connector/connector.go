@@ -1,0 +1,102 @@
+// Package connector moves documents between edihub and the places back
+// offices read and write files: a mounted folder, an SFTP server, an S3
+// bucket, an HTTP endpoint.
+//
+// A Destination receives documents edihub took from partners (a delivery:
+// an outbox row any replica's dispatcher claims). A Source holds documents
+// to send to partners; only the lease holder lists it (the pickup poller).
+//
+// The contract every kind keeps:
+//
+//   - A document appears at a destination whole or not at all: it is
+//     written under a temporary name and renamed (folder, SFTP), or put in
+//     one request (S3, HTTP). A reader never sees a partial file under the
+//     final name.
+//   - The final name is chosen by the caller and is deterministic for a
+//     document, so a retry after a lost answer writes the same name again
+//     (overwriting the same content) instead of adding a second file.
+//   - Errors say what failed in words an operator can act on and wrap one
+//     of the sentinels below, so the dispatcher can tell a retryable
+//     failure (a server down, a timeout) from one that needs a person (a
+//     refused login, a host key mismatch, a missing bucket).
+package connector
+
+import (
+	"context"
+	"errors"
+	"io"
+	"time"
+)
+
+// Errors a connector wraps; the dispatcher and the console classify
+// failures with errors.Is.
+var (
+	// ErrUnavailable: the far side could not be reached or answered with
+	// a temporary failure (connection refused, timeout, HTTP 5xx, S3
+	// 503 SlowDown). Retry later.
+	ErrUnavailable = errors.New("connector: unavailable")
+	// ErrRefused: the far side refused the credentials, the host key or
+	// the write (permission denied, HTTP 4xx, a missing bucket or
+	// directory). Retrying will not help until someone fixes it.
+	ErrRefused = errors.New("connector: refused")
+	// ErrNotFound: the object to read, archive or remove is gone.
+	ErrNotFound = errors.New("connector: not found")
+)
+
+// Object is one file a Source lists.
+type Object struct {
+	// Path is the object's name relative to the source's root (folder,
+	// SFTP directory, S3 prefix), with forward slashes.
+	Path    string
+	Size    int64
+	ModTime time.Time
+	// ETag is the S3 entity tag; empty for the other kinds.
+	ETag string
+}
+
+// Put describes one document written to a Destination.
+type Put struct {
+	// Name is the final name, relative to the destination's root, with
+	// forward slashes; directories in it are created as needed.
+	Name string
+	// Body is read once, to its end.
+	Body io.Reader
+	// Size is Body's length in bytes, or -1 when unknown.
+	Size int64
+	// ContentType is the document's MIME type (application/edi-x12 …).
+	ContentType string
+	// Metadata are written where the kind can carry them (S3 object
+	// metadata, HTTP headers); keys are lower case.
+	Metadata map[string]string
+}
+
+// Destination writes documents. Implementations are safe for concurrent
+// use.
+type Destination interface {
+	// Write stores p.Body under p.Name, whole or not at all, replacing a
+	// file of that name.
+	Write(ctx context.Context, p Put) error
+	// Check verifies the destination can be reached and written to,
+	// without leaving a file behind: the console's connectivity test.
+	Check(ctx context.Context) error
+	Close() error
+}
+
+// Source lists and reads documents. Implementations are safe for
+// concurrent use.
+type Source interface {
+	// List returns the files under the source's root (recursively),
+	// leaving out the archive directory, temporary names of writers in
+	// progress and marker files.
+	List(ctx context.Context) ([]Object, error)
+	// Open reads one listed file from its start.
+	Open(ctx context.Context, o Object) (io.ReadCloser, error)
+	// Archive moves a taken file to the archive path to (relative to the
+	// root); when to is empty it removes the file. A file already gone
+	// (an earlier archive whose answer was lost) is not an error.
+	Archive(ctx context.Context, o Object, to string) error
+	// Check verifies the source can be listed: the console's
+	// connectivity test.
+	Check(ctx context.Context) error
+	Close() error
+}
