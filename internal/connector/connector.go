@@ -100,3 +100,33 @@ type Source interface {
 	Check(ctx context.Context) error
 	Close() error
 }
+
+// Document describes one document for routes, file-name templates and
+// the metadata sidecar: what edihub knows of a received message (or of a
+// file picked up, before it is sent).
+type Document struct {
+	ID        int64  // messages.id
+	MessageID string // the AS2 Message-ID, without angle brackets
+	Partner   string // the partner's AS2 name
+	Station   string // the station's AS2 name
+	Direction string // "inbound" or "outbound"
+	// Standard is "x12" or "edifact" when the payload is an interchange
+	// edihub read the envelope of; empty otherwise.
+	Standard string
+	// Type is the document type from the envelope: X12 ST01 ("850"),
+	// EDIFACT UNH message type ("ORDERS"); empty when not EDI.
+	Type string
+	// GroupType is the X12 GS01 functional identifier ("PO"); empty for
+	// EDIFACT without groups and for other payloads.
+	GroupType string
+	// ICN is the interchange control number (ISA13, UNB0020).
+	ICN         string
+	ContentType string
+	// FileName is the original file name from the AS2
+	// Content-Disposition, or the picked-up file's base name; empty when
+	// there was none.
+	FileName string
+	MIC      string // the received content's MIC, "base64, alg"
+	Size     int64
+	Time     time.Time // when the message was received (or picked up)
+}
