@@ -69,7 +69,8 @@ type Put struct {
 	// ContentType is the document's MIME type (application/edi-x12 …).
 	ContentType string
 	// Metadata are written where the kind can carry them (S3 object
-	// metadata, HTTP headers); keys are lower case.
+	// metadata, HTTP headers); keys are lower case, values printable
+	// ASCII (Deliver percent-encodes the rest: MetaValue).
 	Metadata map[string]string
 }
 

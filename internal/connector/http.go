@@ -358,16 +358,17 @@ func metaHeader(k string) (string, bool) {
 	return h, true
 }
 
-// headerValue keeps printable ASCII and percent-encodes the rest (as in
-// a URL path), which every HTTP stack and S3's metadata accept.
+// headerValue percent-encodes the bytes of v that are not printable
+// ASCII. Deliver's metadata are printable already (MetaValue); this keeps
+// any other caller's from breaking the request.
 func headerValue(v string) string {
-	if !strings.ContainsFunc(v, func(r rune) bool { return r < 0x20 || r > 0x7e || r == '%' }) {
+	if !strings.ContainsFunc(v, func(r rune) bool { return r < 0x20 || r > 0x7e }) {
 		return v
 	}
 	var b strings.Builder
 	for i := 0; i < len(v); i++ {
 		c := v[i]
-		if c < 0x20 || c > 0x7e || c == '%' {
+		if c < 0x20 || c > 0x7e {
 			fmt.Fprintf(&b, "%%%02X", c)
 			continue
 		}

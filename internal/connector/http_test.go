@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"io"
+	"log"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -241,7 +242,9 @@ func TestHTTPErrorClasses(t *testing.T) {
 		t.Errorf("Write to a closed server = %v, want ErrUnavailable", err)
 	}
 
-	tlsSrv := httptest.NewTLSServer(&receiver{})
+	tlsSrv := httptest.NewUnstartedServer(&receiver{})
+	tlsSrv.Config.ErrorLog = log.New(io.Discard, "", 0) // the refused handshake
+	tlsSrv.StartTLS()
 	defer tlsSrv.Close()
 	untrusted := newHTTP(t, tlsSrv.URL, HTTPOptions{})
 	if err := untrusted.Check(t.Context()); !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "certificate is not trusted") {
