@@ -484,3 +484,42 @@ func TestArchiveName(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkFolderWrite measures a 64 MiB document written whole (with
+// both syncs) against writing and syncing the same bytes to a file
+// directly.
+func BenchmarkFolderWrite(b *testing.B) {
+	body := bytes.Repeat([]byte("0123456789abcdef"), 4<<20)
+	b.Run("folder", func(b *testing.B) {
+		base := b.TempDir()
+		f, err := NewFolder(FolderOptions{Name: "bench", Base: base, Path: "."})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.SetBytes(int64(len(body)))
+		for b.Loop() {
+			if err := f.Write(b.Context(), Put{Name: "a/doc.edi", Body: bytes.NewReader(body), Size: int64(len(body))}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("direct", func(b *testing.B) {
+		name := filepath.Join(b.TempDir(), "doc.edi")
+		b.SetBytes(int64(len(body)))
+		for b.Loop() {
+			file, err := os.Create(name)
+			if err == nil {
+				_, err = io.Copy(file, bytes.NewReader(body))
+			}
+			if err == nil {
+				err = file.Sync()
+			}
+			if cerr := file.Close(); err == nil {
+				err = cerr
+			}
+			if err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
