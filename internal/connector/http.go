@@ -113,6 +113,9 @@ func NewHTTP(o HTTPOptions) (*HTTP, error) {
 // once and seeking back when it is an io.ReadSeeker, else from copying it
 // to a temporary file first.
 func (h *HTTP) Write(ctx context.Context, p Put) error {
+	if p.Name == "" {
+		return fmt.Errorf("%w: http connector %s: a document needs a name (a request without one is a check)", ErrRefused, h.o.Name)
+	}
 	body, digest, size, cleanup, err := h.prepare(p)
 	if err != nil {
 		return err

@@ -199,6 +199,9 @@ func TestHTTPDigestMismatch(t *testing.T) {
 	if !errors.Is(err, ErrRefused) {
 		t.Errorf("Write with metadata sha256 %q = %v, want ErrRefused", "zz", err)
 	}
+	if err := h.Write(t.Context(), Put{Body: strings.NewReader("x"), Size: 1}); !errors.Is(err, ErrRefused) {
+		t.Errorf("Write without a name = %v, want ErrRefused", err)
+	}
 	srv.Close() // waits for the handlers
 	if complete != 0 {
 		t.Errorf("the receiver read %d complete bodies, want none", complete)
