@@ -25,6 +25,9 @@ import (
 	"context"
 	"errors"
 	"io"
+	"path"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -66,7 +69,8 @@ type Put struct {
 	// ContentType is the document's MIME type (application/edi-x12 …).
 	ContentType string
 	// Metadata are written where the kind can carry them (S3 object
-	// metadata, HTTP headers); keys are lower case.
+	// metadata, HTTP headers); keys are lower case, values printable
+	// ASCII (Deliver percent-encodes the rest: MetaValue).
 	Metadata map[string]string
 }
 
@@ -87,13 +91,21 @@ type Destination interface {
 type Source interface {
 	// List returns the files under the source's root (recursively),
 	// leaving out the archive directory, temporary names of writers in
-	// progress and marker files.
+	// progress (any path with a segment that starts with a dot: see
+	// Hidden) and marker files (see IsMarker). A poller that waits for
+	// markers asks for one with HasMarker.
 	List(ctx context.Context) ([]Object, error)
 	// Open reads one listed file from its start.
 	Open(ctx context.Context, o Object) (io.ReadCloser, error)
 	// Archive moves a taken file to the archive path to (relative to the
 	// root); when to is empty it removes the file. A file already gone
 	// (an earlier archive whose answer was lost) is not an error.
+	//
+	// to is a directory: the file keeps its path below it, at
+	// ArchiveName(to, o.Path, 0), or ArchiveName(to, o.Path, n) with the
+	// smallest n ≥ 1 that is free when an earlier file of that name was
+	// archived already. Only the lease holder archives, so there is no
+	// race for the free name.
 	Archive(ctx context.Context, o Object, to string) error
 	// Check verifies the source can be listed: the console's
 	// connectivity test.
@@ -129,4 +141,59 @@ type Document struct {
 	MIC      string // the received content's MIC, "base64, alg"
 	Size     int64
 	Time     time.Time // when the message was received (or picked up)
+}
+
+// MarkerSuffix ends the name of a done marker: an empty file NAME.done
+// that says NAME (and its sidecar) is complete. Deliver writes one after
+// the document when asked to; a source with "stable: marker" takes NAME
+// only once NAME.done is there.
+const MarkerSuffix = ".done"
+
+// MarkerName returns the done marker's name for the file name.
+func MarkerName(name string) string { return name + MarkerSuffix }
+
+// IsMarker reports whether name is a done marker (ends in MarkerSuffix).
+func IsMarker(name string) bool { return strings.HasSuffix(name, MarkerSuffix) }
+
+// Hidden reports whether a segment of the slash-separated path p starts
+// with a dot: by convention the temporary name of a writer in progress
+// (the folder and SFTP connectors write ".NAME.tmp-RANDOM"), which a
+// Source's List leaves out.
+func Hidden(p string) bool {
+	for seg := range strings.SplitSeq(p, "/") {
+		if strings.HasPrefix(seg, ".") {
+			return true
+		}
+	}
+	return false
+}
+
+// HasMarker reports whether the source holds o's done marker, by opening
+// it: every kind answers ErrNotFound for a file that is not there.
+func HasMarker(ctx context.Context, s Source, o Object) (bool, error) {
+	r, err := s.Open(ctx, Object{Path: MarkerName(o.Path)})
+	if errors.Is(err, ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return true, r.Close()
+}
+
+// ArchiveName is where Source.Archive moves the file at p (relative to
+// the root) for the archive directory to: to/p for n == 0; otherwise
+// "~n" is added before the extension (archive/acme/po.edi becomes
+// archive/acme/po~1.edi), keeping a file of the same name archived
+// earlier.
+func ArchiveName(to, p string, n int) string {
+	if n == 0 {
+		return path.Join(to, p)
+	}
+	dir, base := path.Split(p)
+	ext := path.Ext(base)
+	if ext == base {
+		ext = "" // ".profile" has no extension
+	}
+	return path.Join(to, dir, strings.TrimSuffix(base, ext)+"~"+strconv.Itoa(n)+ext)
 }
