@@ -1,6 +1,0 @@
-//go:build !race
-
-package connector_test
-
-// raceMemFactor is 1 without the race detector (see race_test.go).
-const raceMemFactor = 1
