@@ -62,6 +62,10 @@ type SFTP struct {
 	conn   *ssh.Client
 	client *sftp.Client
 	closed bool
+
+	// noPosixRename makes rename act as on a server without
+	// posix-rename@openssh.com (tests of that path).
+	noPosixRename bool
 }
 
 var _ interface {
@@ -325,7 +329,7 @@ func (s *SFTP) upload(c *sftp.Client, tmp string, p Put) error {
 
 // rename moves from onto to, replacing to.
 func (s *SFTP) rename(c *sftp.Client, from, to string) error {
-	if _, ok := c.HasExtension(posixRename); ok {
+	if _, ok := c.HasExtension(posixRename); ok && !s.noPosixRename {
 		return s.classify("rename", to, c.PosixRename(from, to))
 	}
 	err := c.Rename(from, to)

@@ -3,6 +3,7 @@ package connector_test
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -361,5 +362,55 @@ func TestSFTPWriteWholeOrNothing(t *testing.T) {
 	b, err := os.ReadFile(filepath.Join(dir, "in/doc.edi"))
 	if err != nil || string(b) != half+half {
 		t.Errorf("final file has %d bytes, %v; want %d", len(b), err, 2*len(half))
+	}
+}
+
+// TestSFTPOverwriteWithoutPosixRename: on a server without
+// posix-rename@openssh.com a second write of a name replaces the file
+// (remove, then rename) and leaves no temporary file.
+func TestSFTPOverwriteWithoutPosixRename(t *testing.T) {
+	t.Parallel()
+	c, dir := newSFTP(t, sshd(t), nil)
+	c.WithoutPosixRename()
+	for _, body := range []string{"first", "second"} {
+		if err := c.Write(t.Context(), put("x.edi", body)); err != nil {
+			t.Fatalf("Write(%q): %v", body, err)
+		}
+	}
+	entries, _ := os.ReadDir(dir)
+	if len(entries) != 1 {
+		t.Errorf("directory holds %v, want x.edi alone", entries)
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "x.edi")); err != nil || string(b) != "second" {
+		t.Errorf("x.edi = %q, %v; want %q", b, err, "second")
+	}
+}
+
+// TestSFTPConcurrentWrites: one connector (one SSH connection) serves
+// writes from many goroutines at once.
+func TestSFTPConcurrentWrites(t *testing.T) {
+	t.Parallel()
+	c, dir := newSFTP(t, sshd(t), nil)
+	const n = 16
+	errs := make(chan error, n)
+	for i := range n {
+		go func() {
+			errs <- c.Write(t.Context(), put(fmt.Sprintf("p%d/doc-%d.edi", i%3, i), strings.Repeat("x", i*1000)))
+		}()
+	}
+	for range n {
+		if err := <-errs; err != nil {
+			t.Errorf("Write: %v", err)
+		}
+	}
+	objs, err := c.List(t.Context())
+	if err != nil || len(objs) != n {
+		t.Fatalf("List = %d objects, %v; want %d", len(objs), err, n)
+	}
+	for i := range n {
+		fi, err := os.Stat(filepath.Join(dir, fmt.Sprintf("p%d/doc-%d.edi", i%3, i)))
+		if err != nil || fi.Size() != int64(i*1000) {
+			t.Errorf("doc-%d: %v, %v; want %d bytes", i, fi, err, i*1000)
+		}
 	}
 }
