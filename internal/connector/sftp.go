@@ -354,6 +354,9 @@ func (s *SFTP) Check(ctx context.Context) error {
 	}
 	return s.do(ctx, func(c *sftp.Client) error {
 		fi, err := c.Stat(root)
+		if errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("%w: sftp: %s does not exist on %s: check sftp.path", ErrRefused, root, s.addr)
+		}
 		if err != nil {
 			return s.classify("stat", root, err)
 		}

@@ -414,3 +414,12 @@ func TestSFTPConcurrentWrites(t *testing.T) {
 		}
 	}
 }
+
+func TestSFTPCheckMissingRoot(t *testing.T) {
+	t.Parallel()
+	c, _ := newSFTP(t, sshd(t), func(o *connector.SFTPOptions) { o.Path += "/missing" })
+	err := c.Check(t.Context())
+	if !errors.Is(err, connector.ErrRefused) || !strings.Contains(err.Error(), "sftp.path") {
+		t.Errorf("Check of a missing root = %v, want ErrRefused naming sftp.path", err)
+	}
+}
