@@ -3,6 +3,7 @@ package connector_test
 import (
 	"bytes"
 	"crypto/sha256"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"runtime/debug"
@@ -63,7 +64,7 @@ func roundTripLarge(t *testing.T, d connector.Destination, s connector.Source) {
 	if err := d.Write(ctx, connector.Put{Name: "large/doc.bin", Body: gen, Size: largeSize, ContentType: "application/octet-stream"}); err != nil {
 		t.Fatalf("Write of %d MiB: %v", largeSize>>20, err)
 	}
-	peakrss.WantAboveIdle(t, before, peakrss.Peak(t), largeLimit*raceMemFactor, "write of 128 MiB")
+	peakrss.WantAboveIdle(t, before, peakrss.Peak(t), largeLimit*raceMemFactor, fmt.Sprintf("write of %d MiB", largeSize>>20))
 
 	debug.FreeOSMemory()
 	before = peakrss.Reset(t)
@@ -77,7 +78,7 @@ func roundTripLarge(t *testing.T, d connector.Destination, s connector.Source) {
 	if err != nil || n != largeSize {
 		t.Fatalf("read back %d bytes, %v; want %d", n, err, largeSize)
 	}
-	peakrss.WantAboveIdle(t, before, peakrss.Peak(t), largeLimit*raceMemFactor, "read of 128 MiB")
+	peakrss.WantAboveIdle(t, before, peakrss.Peak(t), largeLimit*raceMemFactor, fmt.Sprintf("read of %d MiB", largeSize>>20))
 	if !bytes.Equal(h.Sum(nil), gen.sum.Sum(nil)) {
 		t.Errorf("the document read back differs from the one written (SHA-256)")
 	}

@@ -3,7 +3,6 @@ package connector_test
 import (
 	"errors"
 	"io"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -18,7 +17,7 @@ import (
 
 // sharedS3 is one S3 gateway for the package's S3 tests; each test has a
 // bucket of its own. It stops when the test process ends (s3server
-// tethers it).
+// tethers it), and its directory is removed.
 var sharedS3 struct {
 	once sync.Once
 	srv  *s3server.Server
@@ -27,14 +26,7 @@ var sharedS3 struct {
 
 func s3gw(t *testing.T) *s3server.Server {
 	t.Helper()
-	sharedS3.once.Do(func() {
-		dir, err := os.MkdirTemp("", "edihub-versitygw-")
-		if err != nil {
-			sharedS3.err = err
-			return
-		}
-		sharedS3.srv, sharedS3.err = s3server.Start(dir)
-	})
+	sharedS3.once.Do(func() { sharedS3.srv, sharedS3.err = s3server.StartTemp() })
 	if sharedS3.err != nil {
 		t.Fatalf("start the S3 gateway: %v", sharedS3.err)
 	}

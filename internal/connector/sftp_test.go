@@ -19,7 +19,7 @@ import (
 
 // sharedSSH is one sshd for the package's SFTP tests; each test works in
 // a directory of its own under its root. It stops when the test process
-// ends (sshserver tethers it).
+// ends (sshserver tethers it), and its directory is removed.
 var sharedSSH struct {
 	once sync.Once
 	srv  *sshserver.Server
@@ -28,14 +28,7 @@ var sharedSSH struct {
 
 func sshd(t *testing.T) *sshserver.Server {
 	t.Helper()
-	sharedSSH.once.Do(func() {
-		dir, err := os.MkdirTemp("", "edihub-sshd-")
-		if err != nil {
-			sharedSSH.err = err
-			return
-		}
-		sharedSSH.srv, sharedSSH.err = sshserver.Start(dir)
-	})
+	sharedSSH.once.Do(func() { sharedSSH.srv, sharedSSH.err = sshserver.StartTemp() })
 	if sharedSSH.err != nil {
 		t.Fatalf("start sshd: %v", sharedSSH.err)
 	}
