@@ -55,3 +55,27 @@ func TestS3ClassifiesAnswers(t *testing.T) {
 		})
 	}
 }
+
+// TestS3SlowServerUnavailable: a server that accepts a request and does
+// not answer within the timeout makes the call fail as unavailable.
+func TestS3SlowServerUnavailable(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}))
+	t.Cleanup(srv.Close)
+	t.Cleanup(func() { close(release) })
+	c, err := connector.NewS3(connector.S3Options{
+		Endpoint: srv.URL, Bucket: "b", PathStyle: true, AccessKey: "id", SecretKey: "key", Timeout: 100 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Write(t.Context(), put("x.edi", "x")); !errors.Is(err, connector.ErrUnavailable) {
+		t.Errorf("Write to a server that does not answer = %v, want ErrUnavailable", err)
+	}
+}

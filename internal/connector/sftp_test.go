@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -414,5 +416,45 @@ func TestSFTPCheckMissingRoot(t *testing.T) {
 	err := c.Check(t.Context())
 	if !errors.Is(err, connector.ErrRefused) || !strings.Contains(err.Error(), "sftp.path") {
 		t.Errorf("Check of a missing root = %v, want ErrRefused naming sftp.path", err)
+	}
+}
+
+// TestSFTPSilentServerUnavailable: a server that accepts the connection
+// and never speaks SSH makes the call fail as unavailable once the dial
+// timeout passes.
+func TestSFTPSilentServerUnavailable(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ln.Close() })
+	go func() { // holds what it accepts until the listener closes
+		var conns []net.Conn
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				for _, c := range conns {
+					_ = c.Close()
+				}
+				return
+			}
+			conns = append(conns, conn)
+		}
+	}()
+	addr := ln.Addr().(*net.TCPAddr)
+	_, hostKey, err := sshserverKeyPair()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := connector.NewSFTP(connector.SFTPOptions{
+		Host: "127.0.0.1", Port: addr.Port, User: "u", Password: "p", HostKey: hostKey, DialTimeout: 200 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	if err := c.Write(t.Context(), put("x.edi", "x")); !errors.Is(err, connector.ErrUnavailable) {
+		t.Errorf("Write to a silent server = %v, want ErrUnavailable", err)
 	}
 }
