@@ -49,9 +49,10 @@ type S3Options struct {
 // S3 is a Destination and a Source on an S3 bucket. It is safe for
 // concurrent use.
 type S3 struct {
-	opts     S3Options
-	client   *s3.Client
-	uploader *manager.Uploader
+	opts      S3Options
+	client    *s3.Client
+	uploader  *manager.Uploader
+	transport *http.Transport
 }
 
 var _ interface {
@@ -100,9 +101,10 @@ func NewS3(o S3Options) (*S3, error) {
 	}
 	// The response header timeout bounds each request without cutting
 	// a long body short.
-	httpClient := awshttp.NewBuildableClient().WithTransportOptions(func(t *http.Transport) {
-		t.ResponseHeaderTimeout = o.Timeout
-	})
+	transport := http.DefaultTransport.(*http.Transport).Clone()
+	transport.ResponseHeaderTimeout = o.Timeout
+	transport.MaxIdleConnsPerHost = 8
+	httpClient := &http.Client{Transport: transport}
 	client := s3.NewFromConfig(cfg, func(so *s3.Options) {
 		if o.Endpoint != "" {
 			so.BaseEndpoint = aws.String(o.Endpoint)
@@ -118,7 +120,7 @@ func NewS3(o S3Options) (*S3, error) {
 		u.PartSize = o.PartSize
 		u.Concurrency = o.PartConcurrency
 	})
-	return &S3{opts: o, client: client, uploader: uploader}, nil
+	return &S3{opts: o, client: client, uploader: uploader, transport: transport}, nil
 }
 
 func (s *S3) key(name string) (string, error) {
@@ -175,8 +177,11 @@ func (s *S3) Check(ctx context.Context) error {
 	return s.classify(ctx, "delete", probe, err)
 }
 
-// Close releases nothing: the client holds only idle connections.
-func (s *S3) Close() error { return nil }
+// Close closes the idle connections to the server; calls in flight go on.
+func (s *S3) Close() error {
+	s.transport.CloseIdleConnections()
+	return nil
+}
 
 // credentialCodes are the error codes of refused credentials (the last
 // is Versity's gateway's for an unknown access key).

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"go.uber.org/goleak"
 
 	"github.com/edihub/edihub/internal/connector"
 	"github.com/edihub/edihub/internal/testenv/sshserver"
@@ -457,4 +458,24 @@ func TestSFTPSilentServerUnavailable(t *testing.T) {
 	if err := c.Write(t.Context(), put("x.edi", "x")); !errors.Is(err, connector.ErrUnavailable) {
 		t.Errorf("Write to a silent server = %v, want ErrUnavailable", err)
 	}
+}
+
+// TestSFTPAndS3CloseLeaveNoGoroutine: after Close, nothing a connector
+// started (the SSH connection's and the SFTP client's goroutines, the
+// HTTP client's connections) is left running. Not parallel: it compares
+// the process's goroutines before and after.
+func TestSFTPAndS3CloseLeaveNoGoroutine(t *testing.T) {
+	srv, gw := sshd(t), s3gw(t)
+	ignore := goleak.IgnoreCurrent()
+	sc, _ := newSFTP(t, srv, nil)
+	s3c, _ := newS3(t, gw, nil)
+	for _, d := range []connector.Destination{sc, s3c} {
+		if err := d.Write(t.Context(), put("x.edi", "x")); err != nil {
+			t.Fatalf("Write: %v", err)
+		}
+		if err := d.Close(); err != nil {
+			t.Fatalf("Close: %v", err)
+		}
+	}
+	goleak.VerifyNone(t, ignore)
 }
