@@ -113,7 +113,7 @@ func Start(dir string) (*Server, error) {
 		if err == nil {
 			return s, nil
 		}
-		if try == 2 || !strings.Contains(err.Error(), "address already in use") {
+		if try == 2 || !strings.Contains(strings.ToLower(err.Error()), "address already in use") {
 			return nil, err
 		}
 	}
@@ -153,7 +153,7 @@ func (s *Server) Restart() error {
 	s.mu.Unlock()
 	if err := s.waitReady(done); err != nil {
 		_ = s.Stop()
-		return fmt.Errorf("%w; versitygw said: %s", err, strings.TrimSpace(s.Log()))
+		return fmt.Errorf("versitygw said %q: %w", strings.TrimSpace(s.Log()), err)
 	}
 	return nil
 }
@@ -174,7 +174,7 @@ func (s *Server) waitReady(exited <-chan struct{}) error {
 		}
 		select {
 		case <-exited:
-			return fmt.Errorf("s3server: versitygw exited before answering (%v)", err)
+			return fmt.Errorf("s3server: versitygw exited before answering: %w", err)
 		case <-deadline.C:
 			return fmt.Errorf("s3server: versitygw did not answer within %s: %w", startTimeout, err)
 		case <-tick.C:

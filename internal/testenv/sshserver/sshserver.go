@@ -243,7 +243,7 @@ func (s *Server) Restart() error {
 	s.mu.Lock()
 	if err != nil {
 		s.stopLocked()
-		return fmt.Errorf("%w; sshd said: %s", err, strings.TrimSpace(stderr.String()))
+		return fmt.Errorf("sshd said %q: %w", strings.TrimSpace(stderr.String()), err)
 	}
 	return nil
 }
@@ -273,7 +273,7 @@ func (s *Server) waitReady(exited <-chan struct{}) error {
 		}
 		select {
 		case <-exited:
-			return fmt.Errorf("sshserver: sshd exited before accepting a login (%v)", err)
+			return fmt.Errorf("sshserver: sshd exited before accepting a login: %w", err)
 		case <-deadline.C:
 			return fmt.Errorf("sshserver: sshd did not accept a login within %s: %w", startTimeout, err)
 		case <-tick.C:
