@@ -60,8 +60,8 @@ var _ interface {
 	Source
 } = (*S3)(nil)
 
-// maxCopy is the largest object one CopyObject copies.
-const maxCopy = 5 << 30
+// s3MaxCopy is the largest object one CopyObject copies.
+const s3MaxCopy = 5 << 30
 
 // NewS3 validates o and returns an S3 connector. Without static
 // credentials it resolves the SDK's default chain here (no request is
@@ -124,7 +124,7 @@ func NewS3(o S3Options) (*S3, error) {
 }
 
 func (s *S3) key(name string) (string, error) {
-	clean, err := cleanName(name)
+	clean, err := remoteRelName(name)
 	if err != nil {
 		return "", err
 	}
@@ -150,7 +150,7 @@ func (s *S3) Write(ctx context.Context, p Put) error {
 	if p.ContentType != "" {
 		in.ContentType = aws.String(p.ContentType)
 	}
-	in.Body = &sizedReader{r: p.Body, size: p.Size}
+	in.Body = &s3SizedReader{r: p.Body, size: p.Size}
 	if _, err := s.uploader.Upload(ctx, in); err != nil {
 		return s.classify(ctx, "put", key, err)
 	}
@@ -167,7 +167,7 @@ func (s *S3) Check(ctx context.Context) error {
 	}); err != nil {
 		return s.classify(ctx, "list", s.opts.Prefix, err)
 	}
-	probe := s.opts.Prefix + ".edihub-check-" + strings.TrimPrefix(tempName("x"), ".x.tmp-")
+	probe := s.opts.Prefix + ".edihub-check-" + strings.TrimPrefix(remoteTempName("x"), ".x.tmp-")
 	if _, err := s.client.PutObject(ctx, &s3.PutObjectInput{
 		Bucket: aws.String(s.opts.Bucket), Key: aws.String(probe), Body: strings.NewReader(""),
 	}); err != nil {
@@ -183,9 +183,9 @@ func (s *S3) Close() error {
 	return nil
 }
 
-// credentialCodes are the error codes of refused credentials (the last
+// s3CredentialCodes are the error codes of refused credentials (the last
 // is Versity's gateway's for an unknown access key).
-var credentialCodes = map[string]bool{
+var s3CredentialCodes = map[string]bool{
 	"AccessDenied": true, "InvalidAccessKeyId": true, "SignatureDoesNotMatch": true, "XAdminUserNotFound": true,
 }
 
@@ -210,7 +210,7 @@ func (s *S3) classify(ctx context.Context, op, key string, err error) error {
 		return fmt.Errorf("%w: s3 %s %s: bucket %q does not exist: check s3.bucket and s3.endpoint: %w", ErrRefused, op, where, s.opts.Bucket, err)
 	case code == "NoSuchKey" || (status == http.StatusNotFound && key != "" && (code == "" || code == "NotFound")):
 		return fmt.Errorf("%w: s3 %s %s: %w", ErrNotFound, op, where, err)
-	case credentialCodes[code] || status == http.StatusForbidden:
+	case s3CredentialCodes[code] || status == http.StatusForbidden:
 		return fmt.Errorf("%w: s3 %s %s: access denied: check s3.access_key_secret and s3.secret_key_secret (or the pod's role) and the bucket's policy: %w", ErrRefused, op, where, err)
 	case status == http.StatusNotFound:
 		return fmt.Errorf("%w: s3 %s %s: bucket %q not found: check s3.bucket and s3.endpoint: %w", ErrRefused, op, where, s.opts.Bucket, err)

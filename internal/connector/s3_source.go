@@ -40,7 +40,7 @@ func (s *S3) ListMarkers(ctx context.Context) ([]Object, map[string]bool, error)
 			if rel == "" || strings.HasSuffix(rel, "/") {
 				continue // a folder placeholder
 			}
-			file, marked := listed(rel, s.opts.Archive)
+			file, marked := remoteListed(rel, s.opts.Archive)
 			switch {
 			case marked != "":
 				done[marked] = true
@@ -80,7 +80,7 @@ func (s *S3) Open(ctx context.Context, o Object) (io.ReadCloser, error) {
 	return out.Body, nil
 }
 
-// Archive copies o to the archive path to (see archiveTarget) and deletes
+// Archive copies o to the archive path to (see remoteArchivePath) and deletes
 // it; with to empty it deletes o. Its marker (NAME.done), if any, is
 // deleted too. An object already gone is not an error. Objects over 5 GiB
 // (one CopyObject's limit) cannot be archived: such a source needs
@@ -91,23 +91,23 @@ func (s *S3) Archive(ctx context.Context, o Object, to string) error {
 		return err
 	}
 	if to != "" {
-		target, err := s.key(archiveTarget(o, to))
+		target, err := s.key(remoteArchivePath(o, to))
 		if err != nil {
 			return err
 		}
-		if o.Size > maxCopy {
+		if o.Size > s3MaxCopy {
 			return fmt.Errorf("%w: s3 archive %s: %d bytes is over the 5 GiB one copy can move: set the source's after: delete", ErrRefused, s.url(key), o.Size)
 		}
 		_, err = s.client.CopyObject(ctx, &s3.CopyObjectInput{
 			Bucket:     aws.String(s.opts.Bucket),
 			Key:        aws.String(target),
-			CopySource: aws.String(copySource(s.opts.Bucket, key)),
+			CopySource: aws.String(s3CopySource(s.opts.Bucket, key)),
 		})
 		if err = s.classify(ctx, "copy", key, err); err != nil && !errors.Is(err, ErrNotFound) {
 			return fmt.Errorf("archive to %s: %w", s.url(target), err)
 		}
 	}
-	for _, k := range []string{key, key + MarkerSuffix} {
+	for _, k := range []string{key, key + remoteMarkerSuffix} {
 		_, err := s.client.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: aws.String(s.opts.Bucket), Key: aws.String(k)})
 		if err = s.classify(ctx, "delete", k, err); err != nil && !errors.Is(err, ErrNotFound) {
 			return err
@@ -116,8 +116,8 @@ func (s *S3) Archive(ctx context.Context, o Object, to string) error {
 	return nil
 }
 
-// copySource is CopyObject's "bucket/key", each segment URL-escaped.
-func copySource(bucket, key string) string {
+// s3CopySource is CopyObject's "bucket/key", each segment URL-escaped.
+func s3CopySource(bucket, key string) string {
 	parts := strings.Split(key, "/")
 	for i, p := range parts {
 		parts[i] = url.PathEscape(p)
@@ -125,16 +125,16 @@ func copySource(bucket, key string) string {
 	return bucket + "/" + strings.Join(parts, "/")
 }
 
-// sizedReader fails at the end of a body whose length is not the size
+// s3SizedReader fails at the end of a body whose length is not the size
 // announced (size < 0: any length), so the upload is abandoned instead of
 // completing with a partial document.
-type sizedReader struct {
+type s3SizedReader struct {
 	r    io.Reader
 	size int64
 	n    int64
 }
 
-func (c *sizedReader) Read(p []byte) (int, error) {
+func (c *s3SizedReader) Read(p []byte) (int, error) {
 	n, err := c.r.Read(p)
 	c.n += int64(n)
 	if c.size >= 0 && (c.n > c.size || (err == io.EOF && c.n != c.size)) {

@@ -73,9 +73,9 @@ var _ interface {
 	Source
 } = (*SFTP)(nil)
 
-// posixRename is the OpenSSH extension that renames over an existing file
+// sftpPosixRename is the OpenSSH extension that renames over an existing file
 // in one step (rename(2)); plain SFTP rename fails when the target exists.
-const posixRename = "posix-rename@openssh.com"
+const sftpPosixRename = "posix-rename@openssh.com"
 
 // NewSFTP validates o and returns an SFTP connector; it connects on first
 // use.
@@ -95,7 +95,7 @@ func NewSFTP(o SFTPOptions) (*SFTP, error) {
 	if o.DialTimeout == 0 {
 		o.DialTimeout = 15 * time.Second
 	}
-	key, err := parseHostKey(o.HostKey)
+	key, err := sftpParseHostKey(o.HostKey)
 	if err != nil {
 		return nil, err
 	}
@@ -116,7 +116,7 @@ func NewSFTP(o SFTPOptions) (*SFTP, error) {
 	return s, nil
 }
 
-func parseHostKey(line string) (ssh.PublicKey, error) {
+func sftpParseHostKey(line string) (ssh.PublicKey, error) {
 	line = strings.TrimSpace(line)
 	if line == "" {
 		return nil, errors.New("sftp: host_key is empty: pin the server's key (ssh-keyscan -t ed25519 -p PORT HOST prints it)")
@@ -127,10 +127,10 @@ func parseHostKey(line string) (ssh.PublicKey, error) {
 	if _, _, key, _, _, err := ssh.ParseKnownHosts([]byte(line)); err == nil {
 		return key, nil
 	}
-	return nil, fmt.Errorf("sftp: host_key %q is not a public key line (\"ssh-ed25519 AAAA...\", as ssh-keyscan prints it)", abbreviate(line))
+	return nil, fmt.Errorf("sftp: host_key %q is not a public key line (\"ssh-ed25519 AAAA...\", as ssh-keyscan prints it)", sftpAbbreviate(line))
 }
 
-func abbreviate(s string) string {
+func sftpAbbreviate(s string) string {
 	if len(s) > 40 {
 		return s[:40] + "..."
 	}
@@ -163,7 +163,7 @@ func (s *SFTP) dial(ctx context.Context) (*sftp.Client, error) {
 	cfg := &ssh.ClientConfig{
 		User:              s.opts.User,
 		Auth:              s.auth,
-		HostKeyAlgorithms: hostKeyAlgorithms(s.hostKey),
+		HostKeyAlgorithms: sftpHostKeyAlgorithms(s.hostKey),
 		HostKeyCallback: func(_ string, _ net.Addr, key ssh.PublicKey) error {
 			if bytes.Equal(key.Marshal(), s.hostKey.Marshal()) {
 				return nil
@@ -196,7 +196,7 @@ func (s *SFTP) dial(ctx context.Context) (*sftp.Client, error) {
 	return client, nil
 }
 
-func hostKeyAlgorithms(k ssh.PublicKey) []string {
+func sftpHostKeyAlgorithms(k ssh.PublicKey) []string {
 	if k.Type() == ssh.KeyAlgoRSA {
 		return []string{ssh.KeyAlgoRSASHA512, ssh.KeyAlgoRSASHA256, ssh.KeyAlgoRSA}
 	}
@@ -255,7 +255,7 @@ func (s *SFTP) classify(op, p string, err error) error {
 
 // full maps a name relative to the root to the server's path.
 func (s *SFTP) full(name string) (string, error) {
-	clean, err := cleanName(name)
+	clean, err := remoteRelName(name)
 	if err != nil {
 		return "", err
 	}
@@ -265,9 +265,9 @@ func (s *SFTP) full(name string) (string, error) {
 	return path.Join(s.opts.Path, clean), nil
 }
 
-// cleanName checks a name relative to a root: forward slashes, no
+// remoteRelName checks a name relative to a root: forward slashes, no
 // absolute path, no "..", not empty.
-func cleanName(name string) (string, error) {
+func remoteRelName(name string) (string, error) {
 	clean := path.Clean(strings.TrimPrefix(name, "./"))
 	if name == "" || clean == "." || path.IsAbs(name) || clean == ".." || strings.HasPrefix(clean, "../") || strings.Contains(name, "\\") {
 		return "", fmt.Errorf("%w: name %q is not a relative path inside the root", ErrRefused, name)
@@ -275,8 +275,8 @@ func cleanName(name string) (string, error) {
 	return clean, nil
 }
 
-// tempName is a name beside final that List leaves out (a dot name).
-func tempName(final string) string {
+// remoteTempName is a name beside final that List leaves out (a dot name).
+func remoteTempName(final string) string {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
 	dir, base := path.Split(final)
@@ -296,7 +296,7 @@ func (s *SFTP) Write(ctx context.Context, p Put) error {
 		if err := c.MkdirAll(path.Dir(final)); err != nil {
 			return s.classify("mkdir", path.Dir(final), err)
 		}
-		tmp := tempName(final)
+		tmp := remoteTempName(final)
 		if err := s.upload(c, tmp, p); err != nil {
 			_ = c.Remove(tmp)
 			return err
@@ -329,7 +329,7 @@ func (s *SFTP) upload(c *sftp.Client, tmp string, p Put) error {
 
 // rename moves from onto to, replacing to.
 func (s *SFTP) rename(c *sftp.Client, from, to string) error {
-	if _, ok := c.HasExtension(posixRename); ok && !s.noPosixRename {
+	if _, ok := c.HasExtension(sftpPosixRename); ok && !s.noPosixRename {
 		return s.classify("rename", to, c.PosixRename(from, to))
 	}
 	err := c.Rename(from, to)
@@ -363,7 +363,7 @@ func (s *SFTP) Check(ctx context.Context) error {
 		if !fi.IsDir() {
 			return fmt.Errorf("%w: sftp: %s on %s is not a directory: check sftp.path", ErrRefused, root, s.addr)
 		}
-		probe := tempName(path.Join(root, "edihub-check"))
+		probe := remoteTempName(path.Join(root, "edihub-check"))
 		f, err := c.OpenFile(probe, os.O_WRONLY|os.O_CREATE|os.O_TRUNC)
 		if err != nil {
 			return s.classify("create", probe, err)

@@ -12,14 +12,14 @@ import (
 	"github.com/pkg/sftp"
 )
 
-// MarkerSuffix ends the name of a marker file: a writer that creates
+// remoteMarkerSuffix ends the name of a marker file: a writer that creates
 // NAME.done after NAME says NAME is complete (a source's "stable: marker").
-const MarkerSuffix = ".done"
+const remoteMarkerSuffix = ".done"
 
-// listed sorts one relative path of a source: a file to list, a marker
+// remoteListed sorts one relative path of a source: a file to list, a marker
 // (returned as the path it marks), or neither (a dot name: a writer's
 // temporary file, or inside the archive directory).
-func listed(rel, archive string) (file, marked string) {
+func remoteListed(rel, archive string) (file, marked string) {
 	if archive != "" {
 		a := strings.Trim(archive, "/") + "/"
 		if strings.HasPrefix(rel+"/", a) {
@@ -31,16 +31,16 @@ func listed(rel, archive string) (file, marked string) {
 			return "", ""
 		}
 	}
-	if m, ok := strings.CutSuffix(rel, MarkerSuffix); ok && m != "" && !strings.HasSuffix(m, "/") {
+	if m, ok := strings.CutSuffix(rel, remoteMarkerSuffix); ok && m != "" && !strings.HasSuffix(m, "/") {
 		return "", m
 	}
 	return rel, ""
 }
 
-// archiveTarget resolves a source's archive path for o: to ending in "/"
+// remoteArchivePath resolves a source's archive path for o: to ending in "/"
 // is a directory the file keeps its relative path under; else it is the
 // file's new name.
-func archiveTarget(o Object, to string) string {
+func remoteArchivePath(o Object, to string) string {
 	if strings.HasSuffix(to, "/") {
 		return to + o.Path
 	}
@@ -82,7 +82,7 @@ func (s *SFTP) ListMarkers(ctx context.Context) ([]Object, map[string]bool, erro
 				rel = strings.TrimPrefix(w.Path(), "./")
 			}
 			fi := w.Stat()
-			file, marked := listed(rel, s.opts.Archive)
+			file, marked := remoteListed(rel, s.opts.Archive)
 			switch {
 			case fi.IsDir():
 				if file == "" && marked == "" {
@@ -158,7 +158,7 @@ func (r *sftpReader) Close() error {
 	return nil
 }
 
-// Archive moves o to the archive path to (see archiveTarget), creating
+// Archive moves o to the archive path to (see remoteArchivePath), creating
 // directories, replacing a file of that name; with to empty it removes o.
 // Its marker (NAME.done), if any, is removed too. A file already gone is
 // not an error.
@@ -169,7 +169,7 @@ func (s *SFTP) Archive(ctx context.Context, o Object, to string) error {
 	}
 	target := ""
 	if to != "" {
-		if target, err = s.full(archiveTarget(o, to)); err != nil {
+		if target, err = s.full(remoteArchivePath(o, to)); err != nil {
 			return err
 		}
 	}
@@ -194,8 +194,8 @@ func (s *SFTP) Archive(ctx context.Context, o Object, to string) error {
 }
 
 func (s *SFTP) removeMarker(c *sftp.Client, from string) error {
-	if err := c.Remove(from + MarkerSuffix); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return s.classify("remove", from+MarkerSuffix, err)
+	if err := c.Remove(from + remoteMarkerSuffix); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return s.classify("remove", from+remoteMarkerSuffix, err)
 	}
 	return nil
 }
