@@ -75,7 +75,7 @@ func TestS3SlowServerUnavailable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Write(t.Context(), put("x.edi", "x")); !errors.Is(err, connector.ErrUnavailable) {
+	if err := c.Write(t.Context(), remotePut("x.edi", "x")); !errors.Is(err, connector.ErrUnavailable) {
 		t.Errorf("Write to a server that does not answer = %v, want ErrUnavailable", err)
 	}
 }

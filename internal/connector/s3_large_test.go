@@ -13,31 +13,31 @@ import (
 	"github.com/edihub/edihub/internal/testenv/peakrss"
 )
 
-// largeSize is the document the memory tests stream: twice their memory
+// remoteLargeSize is the document the memory tests stream: twice their memory
 // limit, so a connector that buffered it whole could not pass.
 const (
-	largeSize  = 128 << 20
-	largeLimit = 64 << 20
+	remoteLargeSize  = 128 << 20
+	remoteLargeLimit = 64 << 20
 )
 
-// generated is a reader of n deterministic pseudo-random bytes that hashes
+// generatedBody is a reader of n deterministic pseudo-random bytes that hashes
 // what it hands out.
-type generated struct {
+type generatedBody struct {
 	rng  *rand.ChaCha8
 	left int64
-	sum  hashWriter
+	sum  bodyHash
 }
 
-type hashWriter interface {
+type bodyHash interface {
 	io.Writer
 	Sum([]byte) []byte
 }
 
-func newGenerated(n int64) *generated {
-	return &generated{rng: rand.NewChaCha8([32]byte{1}), left: n, sum: sha256.New()}
+func newGeneratedBody(n int64) *generatedBody {
+	return &generatedBody{rng: rand.NewChaCha8([32]byte{1}), left: n, sum: sha256.New()}
 }
 
-func (g *generated) Read(p []byte) (int, error) {
+func (g *generatedBody) Read(p []byte) (int, error) {
 	if g.left == 0 {
 		return 0, io.EOF
 	}
@@ -50,21 +50,21 @@ func (g *generated) Read(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// roundTripLarge writes a large generated document through d, reads it
+// roundTripLargeRemote writes a large generatedBody document through d, reads it
 // back through s, and checks the content and the peak memory of each way.
 // Not parallel: the peak RSS is the whole process's.
-func roundTripLarge(t *testing.T, d connector.Destination, s connector.Source) {
+func roundTripLargeRemote(t *testing.T, d connector.Destination, s connector.Source) {
 	ctx := t.Context()
-	gen := newGenerated(largeSize)
+	gen := newGeneratedBody(remoteLargeSize)
 	// The runtime's memory limit (GOMEMLIMIT) makes the collector return
 	// garbage before the heap grows past it: what stays is what is live.
-	defer debug.SetMemoryLimit(debug.SetMemoryLimit(largeLimit))
+	defer debug.SetMemoryLimit(debug.SetMemoryLimit(remoteLargeLimit))
 	debug.FreeOSMemory() // the baselines: what is live, not what earlier tests left
 	before := peakrss.Reset(t)
-	if err := d.Write(ctx, connector.Put{Name: "large/doc.bin", Body: gen, Size: largeSize, ContentType: "application/octet-stream"}); err != nil {
-		t.Fatalf("Write of %d MiB: %v", largeSize>>20, err)
+	if err := d.Write(ctx, connector.Put{Name: "large/doc.bin", Body: gen, Size: remoteLargeSize, ContentType: "application/octet-stream"}); err != nil {
+		t.Fatalf("Write of %d MiB: %v", remoteLargeSize>>20, err)
 	}
-	peakrss.WantAboveIdle(t, before, peakrss.Peak(t), largeLimit*raceMemFactor, fmt.Sprintf("write of %d MiB", largeSize>>20))
+	peakrss.WantAboveIdle(t, before, peakrss.Peak(t), remoteLargeLimit*remoteRaceMemFactor, fmt.Sprintf("write of %d MiB", remoteLargeSize>>20))
 
 	debug.FreeOSMemory()
 	before = peakrss.Reset(t)
@@ -75,10 +75,10 @@ func roundTripLarge(t *testing.T, d connector.Destination, s connector.Source) {
 	h := sha256.New()
 	n, err := io.Copy(h, r)
 	_ = r.Close()
-	if err != nil || n != largeSize {
-		t.Fatalf("read back %d bytes, %v; want %d", n, err, largeSize)
+	if err != nil || n != remoteLargeSize {
+		t.Fatalf("read back %d bytes, %v; want %d", n, err, remoteLargeSize)
 	}
-	peakrss.WantAboveIdle(t, before, peakrss.Peak(t), largeLimit*raceMemFactor, fmt.Sprintf("read of %d MiB", largeSize>>20))
+	peakrss.WantAboveIdle(t, before, peakrss.Peak(t), remoteLargeLimit*remoteRaceMemFactor, fmt.Sprintf("read of %d MiB", remoteLargeSize>>20))
 	if !bytes.Equal(h.Sum(nil), gen.sum.Sum(nil)) {
 		t.Errorf("the document read back differs from the one written (SHA-256)")
 	}
@@ -86,10 +86,10 @@ func roundTripLarge(t *testing.T, d connector.Destination, s connector.Source) {
 
 func TestS3LargeDocumentBoundedMemory(t *testing.T) {
 	c, _ := newS3(t, s3gw(t), nil)
-	roundTripLarge(t, c, c)
+	roundTripLargeRemote(t, c, c)
 }
 
 func TestSFTPLargeDocumentBoundedMemory(t *testing.T) {
 	c, _ := newSFTP(t, sshd(t), nil)
-	roundTripLarge(t, c, c)
+	roundTripLargeRemote(t, c, c)
 }

@@ -2,5 +2,5 @@
 
 package connector_test
 
-// raceMemFactor is 1 without the race detector (see s3_race_test.go).
-const raceMemFactor = 1
+// remoteRaceMemFactor is 1 without the race detector (see s3_race_test.go).
+const remoteRaceMemFactor = 1

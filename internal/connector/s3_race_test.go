@@ -2,8 +2,8 @@
 
 package connector_test
 
-// raceMemFactor scales the memory limit of the large-document tests under
+// remoteRaceMemFactor scales the memory limit of the large-document tests under
 // the race detector, whose shadow memory adds about two bytes resident for
 // each byte of buffer the program writes: a connector holding its S3 parts
 // (three of 8 MiB) shows three times their size.
-const raceMemFactor = 3
+const remoteRaceMemFactor = 3

@@ -57,7 +57,7 @@ func newS3(t *testing.T, srv *s3server.Server, edit func(*connector.S3Options)) 
 }
 
 // keys lists every key in bucket, straight from the server.
-func keys(t *testing.T, srv *s3server.Server, bucket string) []string {
+func bucketKeys(t *testing.T, srv *s3server.Server, bucket string) []string {
 	t.Helper()
 	out, err := srv.Client().ListObjectsV2(t.Context(), &s3.ListObjectsV2Input{Bucket: aws.String(bucket)})
 	if err != nil {
@@ -75,17 +75,17 @@ func TestS3WriteOverwriteMetadataAndRead(t *testing.T) {
 	srv := s3gw(t)
 	c, bucket := newS3(t, srv, nil)
 	ctx := t.Context()
-	p := put("acme/2026/x.edi", "first")
+	p := remotePut("acme/2026/x.edi", "first")
 	p.Metadata = map[string]string{"partner": "acme", "message-id": "abc@example"}
 	if err := c.Write(ctx, p); err != nil {
 		t.Fatalf("Write: %v", err)
 	}
-	p = put("acme/2026/x.edi", "second")
+	p = remotePut("acme/2026/x.edi", "second")
 	p.Metadata = map[string]string{"partner": "acme", "message-id": "abc@example"}
 	if err := c.Write(ctx, p); err != nil {
 		t.Fatalf("Write again: %v", err)
 	}
-	if diff := cmp.Diff([]string{"in/acme/2026/x.edi"}, keys(t, srv, bucket)); diff != "" {
+	if diff := cmp.Diff([]string{"in/acme/2026/x.edi"}, bucketKeys(t, srv, bucket)); diff != "" {
 		t.Errorf("keys after two writes of one name (-want +got):\n%s", diff)
 	}
 	head, err := srv.Client().HeadObject(ctx, &s3.HeadObjectInput{Bucket: aws.String(bucket), Key: aws.String("in/acme/2026/x.edi")})
@@ -115,7 +115,7 @@ func TestS3WriteOverwriteMetadataAndRead(t *testing.T) {
 		t.Errorf("Open read %q, %v; want %q", b, err, "second")
 	}
 	// Replaced since it was listed: the listed ETag no longer matches.
-	if err := c.Write(ctx, put("acme/2026/x.edi", "third")); err != nil {
+	if err := c.Write(ctx, remotePut("acme/2026/x.edi", "third")); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := c.Open(ctx, objs[0]); !errors.Is(err, connector.ErrUnavailable) {
@@ -142,7 +142,7 @@ func TestS3WriteWholeOrNothing(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if ks := keys(t, srv, bucket); len(ks) != 0 {
+	if ks := bucketKeys(t, srv, bucket); len(ks) != 0 {
 		t.Errorf("during the write the bucket lists %v, want nothing", ks)
 	}
 	if objs, err := c.List(ctx); err != nil || len(objs) != 0 {
@@ -157,12 +157,12 @@ func TestS3WriteWholeOrNothing(t *testing.T) {
 		t.Errorf("List after the write = %+v, %v; want big.edi of %d bytes", objs, err, 3*5<<20)
 	}
 
-	p := put("short.edi", "abc")
+	p := remotePut("short.edi", "abc")
 	p.Size = 10
 	if err := c.Write(ctx, p); !errors.Is(err, connector.ErrUnavailable) {
 		t.Fatalf("Write of a body shorter than Size = %v, want ErrUnavailable", err)
 	}
-	if diff := cmp.Diff([]string{"in/big.edi"}, keys(t, srv, bucket)); diff != "" {
+	if diff := cmp.Diff([]string{"in/big.edi"}, bucketKeys(t, srv, bucket)); diff != "" {
 		t.Errorf("after a short write (-want +got):\n%s", diff)
 	}
 }
@@ -204,7 +204,7 @@ func TestS3ListArchiveAndDelete(t *testing.T) {
 		}
 	}
 	want := []string{"in/.c.edi.tmp-1", "in/archive/old.edi", "in/archive/sub/b.edi", "out/elsewhere.edi"}
-	if diff := cmp.Diff(want, keys(t, srv, bucket)); diff != "" {
+	if diff := cmp.Diff(want, bucketKeys(t, srv, bucket)); diff != "" {
 		t.Errorf("keys after archive and delete (-want +got):\n%s", diff)
 	}
 	if _, err := c.Open(ctx, a); !errors.Is(err, connector.ErrNotFound) {
@@ -213,7 +213,7 @@ func TestS3ListArchiveAndDelete(t *testing.T) {
 	if err := c.Check(ctx); err != nil {
 		t.Errorf("Check = %v", err)
 	}
-	if diff := cmp.Diff(want, keys(t, srv, bucket)); diff != "" {
+	if diff := cmp.Diff(want, bucketKeys(t, srv, bucket)); diff != "" {
 		t.Errorf("Check left an object behind (-want +got):\n%s", diff)
 	}
 }
@@ -235,7 +235,7 @@ func TestS3Refused(t *testing.T) {
 			t.Parallel()
 			c, _ := newS3(t, srv, tt.edit)
 			for op, err := range map[string]error{
-				"Write": c.Write(t.Context(), put("x.edi", "x")),
+				"Write": c.Write(t.Context(), remotePut("x.edi", "x")),
 				"Check": c.Check(t.Context()),
 			} {
 				if !errors.Is(err, connector.ErrRefused) || !strings.Contains(err.Error(), tt.want) {
@@ -260,7 +260,7 @@ func TestS3Unavailable(t *testing.T) {
 	if err := srv.Stop(); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Write(ctx, put("one.edi", "1")); !errors.Is(err, connector.ErrUnavailable) {
+	if err := c.Write(ctx, remotePut("one.edi", "1")); !errors.Is(err, connector.ErrUnavailable) {
 		t.Fatalf("Write with the server down = %v, want ErrUnavailable", err)
 	}
 	if _, err := c.List(ctx); !errors.Is(err, connector.ErrUnavailable) {
@@ -269,10 +269,10 @@ func TestS3Unavailable(t *testing.T) {
 	if err := srv.Restart(); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Write(ctx, put("one.edi", "1")); err != nil {
+	if err := c.Write(ctx, remotePut("one.edi", "1")); err != nil {
 		t.Fatalf("Write after the server is back: %v", err)
 	}
-	if diff := cmp.Diff([]string{"in/one.edi"}, keys(t, srv, bucket)); diff != "" {
+	if diff := cmp.Diff([]string{"in/one.edi"}, bucketKeys(t, srv, bucket)); diff != "" {
 		t.Errorf("keys (-want +got):\n%s", diff)
 	}
 }

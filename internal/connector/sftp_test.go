@@ -61,7 +61,7 @@ func newSFTP(t *testing.T, srv *sshserver.Server, edit func(*connector.SFTPOptio
 	return c, dir
 }
 
-func put(name, body string) connector.Put {
+func remotePut(name, body string) connector.Put {
 	return connector.Put{Name: name, Body: strings.NewReader(body), Size: int64(len(body)), ContentType: "application/edi-x12"}
 }
 
@@ -69,12 +69,12 @@ func TestSFTPWriteOverwriteAndRead(t *testing.T) {
 	t.Parallel()
 	c, dir := newSFTP(t, sshd(t), nil)
 	ctx := t.Context()
-	if err := c.Write(ctx, put("acme/2026/x.edi", "first")); err != nil {
+	if err := c.Write(ctx, remotePut("acme/2026/x.edi", "first")); err != nil {
 		t.Fatalf("Write: %v", err)
 	}
 	// A retry after a lost answer writes the same name again: one file,
 	// the second content.
-	if err := c.Write(ctx, put("acme/2026/x.edi", "second")); err != nil {
+	if err := c.Write(ctx, remotePut("acme/2026/x.edi", "second")); err != nil {
 		t.Fatalf("Write again: %v", err)
 	}
 	got, err := os.ReadFile(filepath.Join(dir, "acme/2026/x.edi"))
@@ -106,7 +106,7 @@ func TestSFTPWriteOverwriteAndRead(t *testing.T) {
 func TestSFTPWriteShortBodyLeavesNothing(t *testing.T) {
 	t.Parallel()
 	c, dir := newSFTP(t, sshd(t), nil)
-	p := put("short.edi", "abc")
+	p := remotePut("short.edi", "abc")
 	p.Size = 10
 	err := c.Write(t.Context(), p)
 	if !errors.Is(err, connector.ErrUnavailable) {
@@ -130,7 +130,7 @@ func TestSFTPListSkipsArchiveTempAndMarkers(t *testing.T) {
 		"archive/sub/older.edi": "older",
 		".hidden/d.edi":         "d",
 	} {
-		writeFile(t, filepath.Join(dir, name), body)
+		writeRemoteFile(t, filepath.Join(dir, name), body)
 	}
 	objs, done, err := c.ListMarkers(t.Context())
 	if err != nil {
@@ -148,7 +148,7 @@ func TestSFTPListSkipsArchiveTempAndMarkers(t *testing.T) {
 	}
 }
 
-func writeFile(t *testing.T, name, body string) {
+func writeRemoteFile(t *testing.T, name, body string) {
 	t.Helper()
 	if err := os.MkdirAll(filepath.Dir(name), 0o755); err != nil {
 		t.Fatal(err)
@@ -162,9 +162,9 @@ func TestSFTPArchiveAndDelete(t *testing.T) {
 	t.Parallel()
 	c, dir := newSFTP(t, sshd(t), nil)
 	ctx := t.Context()
-	writeFile(t, filepath.Join(dir, "acme/x.edi"), "x")
-	writeFile(t, filepath.Join(dir, "acme/x.edi.done"), "")
-	writeFile(t, filepath.Join(dir, "y.edi"), "y")
+	writeRemoteFile(t, filepath.Join(dir, "acme/x.edi"), "x")
+	writeRemoteFile(t, filepath.Join(dir, "acme/x.edi.done"), "")
+	writeRemoteFile(t, filepath.Join(dir, "y.edi"), "y")
 	x := connector.Object{Path: "acme/x.edi"}
 	if err := c.Archive(ctx, x, "archive/"); err != nil {
 		t.Fatalf("Archive(acme/x.edi, archive/): %v", err)
@@ -242,7 +242,7 @@ func TestSFTPRefused(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			c, dir := newSFTP(t, srv, tt.edit)
-			err := c.Write(t.Context(), put("x.edi", "x"))
+			err := c.Write(t.Context(), remotePut("x.edi", "x"))
 			if !errors.Is(err, connector.ErrRefused) {
 				t.Fatalf("Write = %v, want ErrRefused", err)
 			}
@@ -269,13 +269,13 @@ func TestSFTPReconnects(t *testing.T) {
 	t.Cleanup(func() { _ = srv.Close() })
 	c, dir := newSFTP(t, srv, nil)
 	ctx := t.Context()
-	if err := c.Write(ctx, put("one.edi", "1")); err != nil {
+	if err := c.Write(ctx, remotePut("one.edi", "1")); err != nil {
 		t.Fatalf("Write: %v", err)
 	}
 	if err := srv.Stop(); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Write(ctx, put("two.edi", "2")); !errors.Is(err, connector.ErrUnavailable) {
+	if err := c.Write(ctx, remotePut("two.edi", "2")); !errors.Is(err, connector.ErrUnavailable) {
 		t.Fatalf("Write with sshd down = %v, want ErrUnavailable", err)
 	}
 	if _, err := c.List(ctx); !errors.Is(err, connector.ErrUnavailable) {
@@ -284,7 +284,7 @@ func TestSFTPReconnects(t *testing.T) {
 	if err := srv.Restart(); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Write(ctx, put("two.edi", "2")); err != nil {
+	if err := c.Write(ctx, remotePut("two.edi", "2")); err != nil {
 		t.Fatalf("Write after sshd is back: %v", err)
 	}
 	if b, err := os.ReadFile(filepath.Join(dir, "two.edi")); err != nil || !bytes.Equal(b, []byte("2")) {
@@ -369,7 +369,7 @@ func TestSFTPOverwriteWithoutPosixRename(t *testing.T) {
 	c, dir := newSFTP(t, sshd(t), nil)
 	c.WithoutPosixRename()
 	for _, body := range []string{"first", "second"} {
-		if err := c.Write(t.Context(), put("x.edi", body)); err != nil {
+		if err := c.Write(t.Context(), remotePut("x.edi", body)); err != nil {
 			t.Fatalf("Write(%q): %v", body, err)
 		}
 	}
@@ -391,7 +391,7 @@ func TestSFTPConcurrentWrites(t *testing.T) {
 	errs := make(chan error, n)
 	for i := range n {
 		go func() {
-			errs <- c.Write(t.Context(), put(fmt.Sprintf("p%d/doc-%d.edi", i%3, i), strings.Repeat("x", i*1000)))
+			errs <- c.Write(t.Context(), remotePut(fmt.Sprintf("p%d/doc-%d.edi", i%3, i), strings.Repeat("x", i*1000)))
 		}()
 	}
 	for range n {
@@ -455,7 +455,7 @@ func TestSFTPSilentServerUnavailable(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = c.Close() })
-	if err := c.Write(t.Context(), put("x.edi", "x")); !errors.Is(err, connector.ErrUnavailable) {
+	if err := c.Write(t.Context(), remotePut("x.edi", "x")); !errors.Is(err, connector.ErrUnavailable) {
 		t.Errorf("Write to a silent server = %v, want ErrUnavailable", err)
 	}
 }
@@ -470,7 +470,7 @@ func TestSFTPAndS3CloseLeaveNoGoroutine(t *testing.T) {
 	sc, _ := newSFTP(t, srv, nil)
 	s3c, _ := newS3(t, gw, nil)
 	for _, d := range []connector.Destination{sc, s3c} {
-		if err := d.Write(t.Context(), put("x.edi", "x")); err != nil {
+		if err := d.Write(t.Context(), remotePut("x.edi", "x")); err != nil {
 			t.Fatalf("Write: %v", err)
 		}
 		if err := d.Close(); err != nil {
