@@ -4,7 +4,9 @@
 # (the alert rule tests and the dashboard test), Chromium (the browser
 # tests of internal/testenv/browser and the console) and Node.js with npm
 # (internal/testenv/edioracle installs the independent EDI implementation
-# the internal/edi tests compare with). On a Debian machine
+# the internal/edi tests compare with), and OpenSSH's sshd (the SFTP
+# connector's tests start a private one: internal/testenv/sshserver). On a
+# Debian machine
 # where we are root it installs what is missing; elsewhere it says what to
 # install.
 #
@@ -21,6 +23,12 @@ have_postgres() {
 
 # Chromium is Debian's chromium package, at /usr/bin/chromium, where
 # internal/testenv/browser looks first (then for chromium on PATH).
+# sshd is Debian's openssh-server, at /usr/sbin/sshd (not on every PATH),
+# where internal/testenv/sshserver looks first.
+have_sshd() {
+	[[ -x /usr/sbin/sshd ]] || command -v sshd >/dev/null 2>&1
+}
+
 have_chromium() {
 	[[ -x /usr/bin/chromium ]] || command -v chromium >/dev/null 2>&1
 }
@@ -49,6 +57,7 @@ command -v node >/dev/null 2>&1 || missing+=(nodejs)
 command -v npm >/dev/null 2>&1 || missing+=(npm)
 # python3 runs C zlib for the parallel deflate's test (internal/as2/cms).
 command -v python3 >/dev/null 2>&1 || missing+=(python3)
+have_sshd || missing+=(openssh-server)
 
 if ((${#missing[@]} == 0)); then
 	exit 0

@@ -10,9 +10,12 @@ mkdir -p .cache
 
 step() { printf '\n== %s\n' "$*"; }
 
-step "dependencies (PostgreSQL, openssl, Prometheus, Chromium)"
+step "dependencies (PostgreSQL, openssl, Prometheus, Chromium, sshd)"
 scripts/deps.sh
 echo "ok"
+
+step "Versity's S3 gateway for the S3 connector's tests"
+scripts/versitygw-build.sh
 
 if [[ -f test/k8s/go.mod ]]; then
 	step "kube-apiserver and etcd for the Kubernetes tests"

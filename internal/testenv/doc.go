@@ -15,6 +15,9 @@
 //     work measured
 //   - browser: a shared headless Chromium, a tab per test, and the checks
 //     a console page must pass (accessibility, keyboard, console errors)
+//   - s3server: Versity's S3 gateway with its POSIX backend on loopback
+//   - sshserver: a private OpenSSH sshd serving SFTP on loopback, with
+//     generated host and user keys
 //   - oidcprovider: a real OpenID Connect provider (zitadel/oidc's op) with
 //     a login page, for sign-in tests
 package testenv
