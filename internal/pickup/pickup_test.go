@@ -4,9 +4,12 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"net/url"
 	"os"
 	"strconv"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -19,6 +22,7 @@ import (
 	"github.com/edihub/edihub/internal/config"
 	"github.com/edihub/edihub/internal/connector"
 	"github.com/edihub/edihub/internal/edi"
+	"github.com/edihub/edihub/internal/leader"
 	"github.com/edihub/edihub/internal/outbox"
 	"github.com/edihub/edihub/internal/pickup"
 	"github.com/edihub/edihub/internal/postgres"
@@ -254,6 +258,8 @@ func TestPickupFencedOutLeaderEnqueuesNothing(t *testing.T) {
 	poll(t, pOld, old) // seen once
 
 	hold := make(chan struct{})
+	release := sync.OnceFunc(func() { close(hold) })
+	t.Cleanup(release) // before the store closes, should the test fail early
 	src.hold, src.started = hold, make(chan struct{})
 	done := make(chan error, 1)
 	go func() { done <- pOld.Poll(context.Background(), old) }()
@@ -272,7 +278,7 @@ func TestPickupFencedOutLeaderEnqueuesNothing(t *testing.T) {
 		t.Fatalf("successor queued %d messages, want 1", len(got))
 	}
 
-	close(hold)
+	release()
 	if err := <-done; !errors.Is(err, postgres.ErrStaleFence) {
 		t.Fatalf("old leader's Poll = %v, want ErrStaleFence", err)
 	}
@@ -448,4 +454,144 @@ func value(t *testing.T, reg *prometheus.Registry, name string, labels map[strin
 		}
 	}
 	return 0
+}
+
+// TestPickupLeavesRefusedFiles: a file no route takes, one larger than
+// the limit and one whose interchange receiver names no partner stay
+// where they are, each logged and counted once however many polls see
+// it; a route without a partner sends an interchange to the partner of
+// its receiver ID.
+func TestPickupLeavesRefusedFiles(t *testing.T) {
+	const isa = "ISA*00*          *00*          *ZZ*EDIHUB         *ZZ*%-15s*261202*0405*U*00401*000000101*0*P*>~" +
+		"GS*PO*EDIHUB*X*20261202*0405*101*X*004010~ST*850*0001~BEG*00*SA*PO1**20261202~SE*3*0001~GE*1*101~IEA*1*000000101~"
+	h := newHub(t)
+	src := newTestDirSource(t)
+	core, logs := observer.New(zap.WarnLevel)
+	p, reg := h.poller(t, src, pollerOpts{
+		maxSize: 1000,
+		route: func(path string) (pickup.Route, bool) {
+			switch {
+			case strings.HasPrefix(path, "acme/"):
+				return pickup.Route{Name: "acme", Partner: partner}, true
+			case strings.HasPrefix(path, "edi/"):
+				return pickup.Route{Name: "by-receiver"}, true
+			}
+			return pickup.Route{}, false
+		},
+		receiver: func(p edi.Party) (string, bool) { return partner, p.Qualifier == "ZZ" && p.ID == "ACMEEDI" },
+		logger:   zap.New(core),
+	})
+	src.write(t, "other/x.txt", []byte("nobody's"), t0)
+	src.write(t, "acme/big.txt", bytes.Repeat([]byte("z"), 1001), t0)
+	src.write(t, "edi/unknown.x12", fmt.Appendf(nil, isa, "NOBODY"), t0)
+	src.write(t, "edi/acme.x12", fmt.Appendf(nil, isa, "ACMEEDI"), t0)
+	for range 4 {
+		poll(t, p, h.fence)
+	}
+	got := h.sent(t)
+	if len(got) != 1 || got[0].partner != partner || got[0].filename != "acme.x12" {
+		t.Fatalf("sent = %+v, want acme.x12 only, to %s", got, partner)
+	}
+	for _, name := range []string{"other/x.txt", "acme/big.txt", "edi/unknown.x12"} {
+		if !src.exists(name) {
+			t.Errorf("%s was moved; want it left where it is", name)
+		}
+	}
+	for result, want := range map[string]float64{pickup.ResultUnrouted: 2, pickup.ResultTooLarge: 1, pickup.ResultEnqueued: 1, pickup.ResultArchived: 1} {
+		if n := value(t, reg, "edihub_pickup_files_total", map[string]string{"source": "erp-outbox", "result": result}); n != want {
+			t.Errorf("files_total{result=%q} = %v, want %v", result, n, want)
+		}
+	}
+	if n := logs.FilterMessage("file left where it is").Len(); n != 3 {
+		t.Errorf("refusals logged %d times over four polls, want 3 (once per file)", n)
+	}
+	if n := logs.FilterFieldKey("reason").FilterMessageSnippet("left").Filter(func(e observer.LoggedEntry) bool {
+		return strings.Contains(e.ContextMap()["reason"].(string), `receiver ID "NOBODY"`)
+	}).Len(); n != 1 {
+		t.Errorf("no log names the unknown receiver ID NOBODY")
+	}
+}
+
+// TestPickupBoundAndGauges: one poll takes at most MaxFiles files; the
+// rest are the backlog, whose oldest file's age is exported.
+func TestPickupBoundAndGauges(t *testing.T) {
+	h := newHub(t)
+	src := newTestDirSource(t)
+	now := t0.Add(time.Hour)
+	p, reg := h.poller(t, src, pollerOpts{maxFiles: 2, now: func() time.Time { return now }})
+	for i := range 5 {
+		src.write(t, fmt.Sprintf("f%d.txt", i), []byte{'a' + byte(i)}, t0.Add(time.Duration(i)*time.Minute))
+	}
+	gauge := func(name string) float64 {
+		return value(t, reg, name, map[string]string{"source": "erp-outbox"})
+	}
+	poll(t, p, h.fence)
+	if b, o := gauge("edihub_pickup_backlog_files"), gauge("edihub_pickup_oldest_waiting_seconds"); b != 5 || o != 3600 {
+		t.Errorf("after the first poll: backlog %v, oldest %vs; want 5 and 3600", b, o)
+	}
+	poll(t, p, h.fence)
+	got := h.sent(t)
+	if len(got) != 2 || string(got[0].payload) != "a" || string(got[1].payload) != "b" {
+		t.Fatalf("second poll sent %d messages, want 2, the oldest files first", len(got))
+	}
+	// The two oldest were taken: f2 (written at t0+2m) waits longest.
+	if b, o := gauge("edihub_pickup_backlog_files"), gauge("edihub_pickup_oldest_waiting_seconds"); b != 3 || o != 3480 {
+		t.Errorf("after the second poll: backlog %v, oldest %vs; want 3 and 3480", b, o)
+	}
+	poll(t, p, h.fence)
+	poll(t, p, h.fence)
+	if got := h.sent(t); len(got) != 5 {
+		t.Fatalf("after four polls %d messages, want 5", len(got))
+	}
+	if b, o := gauge("edihub_pickup_backlog_files"), gauge("edihub_pickup_oldest_waiting_seconds"); b != 0 || o != 0 {
+		t.Errorf("with nothing left: backlog %v, oldest %vs; want 0 and 0", b, o)
+	}
+	if n := gauge("edihub_pickup_last_list_timestamp_seconds"); n != float64(now.Unix()) {
+		t.Errorf("last list = %v, want %d", n, now.Unix())
+	}
+}
+
+// TestPollerRun: as a leader-gated worker the poller idles without
+// sources, picks files up at its ticks, and returns nil when its term
+// ends, dropping its gauges.
+func TestPollerRun(t *testing.T) {
+	h := newHub(t)
+	src := newTestDirSource(t)
+	var sources atomic.Bool
+	reg := prometheus.NewRegistry()
+	notified := make(chan struct{}, 10)
+	p, err := pickup.NewPoller(pickup.Options{
+		Store: h.st,
+		Sources: func() []pickup.SourceSpec {
+			if !sources.Load() {
+				return nil
+			}
+			return []pickup.SourceSpec{{Name: "s", Source: src, Poll: time.Millisecond,
+				Route: func(string) (pickup.Route, bool) { return pickup.Route{Partner: partner}, true }}}
+		},
+		Outbound: h.queue.Outbound, Notify: func() { notified <- struct{}{} },
+		Tick: time.Millisecond, Logger: zap.NewNop(), Registerer: reg,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Run(context.Background()); err == nil {
+		t.Fatal("Run without a fence = nil, want an error")
+	}
+	ctx, cancel := context.WithCancel(leader.WithFence(context.Background(), h.fence))
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	src.write(t, "a.txt", []byte("hello"), t0)
+	sources.Store(true)
+	<-notified // the file was queued
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run after its term ended = %v, want nil", err)
+	}
+	if got := h.sent(t); len(got) != 1 {
+		t.Errorf("%d messages, want 1", len(got))
+	}
+	if n := value(t, reg, "edihub_pickup_last_list_timestamp_seconds", nil); n != 0 {
+		t.Errorf("gauge left after the term = %v, want dropped", n)
+	}
 }
