@@ -70,6 +70,9 @@ func (p *Poller) pollSource(ctx context.Context, f postgres.Fence, s SourceSpec,
 		errs           []error
 	)
 	for i, o := range objs {
+		if err := ctx.Err(); err != nil { // leadership lost: stop between files
+			return err
+		}
 		k := keys[i]
 		seen[o.Path] = k
 		if c, ok := claimed[k]; ok {
