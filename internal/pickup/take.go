@@ -56,6 +56,9 @@ func (p *Poller) take(ctx context.Context, f postgres.Fence, s SourceSpec, st *s
 		p.refuse(s, st, k, ResultRefused, log.With(zap.String("partner", partner)), err.Error())
 		return false, nil
 	}
+	if ctx.Err() != nil {
+		return false, ctx.Err()
+	}
 	if err != nil || op.err() != nil {
 		return false, p.failed(s, "read", log, errors.Join(err, op.err()))
 	}
@@ -69,6 +72,8 @@ func (p *Poller) take(ctx context.Context, f postgres.Fence, s SourceSpec, st *s
 		return false, err
 	case errors.Is(err, postgres.ErrPickupClaimed):
 		return false, nil // taken since the claims were read; the next poll sees the claim
+	case ctx.Err() != nil:
+		return false, ctx.Err() // leadership lost mid-copy: nothing was stored
 	case err != nil:
 		return false, p.failed(s, "enqueue", log, err)
 	}
