@@ -14,6 +14,7 @@ import (
 	"github.com/edihub/edihub/internal/oidc"
 	"github.com/edihub/edihub/internal/outbox"
 	"github.com/edihub/edihub/internal/partners"
+	"github.com/edihub/edihub/internal/pickup"
 	"github.com/edihub/edihub/internal/postgres"
 	"github.com/edihub/edihub/internal/spool"
 )
@@ -54,6 +55,7 @@ var leaderWorkers = []struct {
 	{"purger", newPurger},
 	{"report", newReportWorker},
 	{"ack-watcher", newAckWatcher},
+	{"pickup", newPickupPoller},
 }
 
 // buildWorkers makes every worker of leaderWorkers for r, by name.
@@ -102,4 +104,25 @@ func newPurger(r *replica) (leader.Worker, error) {
 func newAckWatcher(r *replica) (leader.Worker, error) {
 	return interchange.NewWatcher(interchange.WatcherOptions{Store: r.store, Logger: r.log, Registerer: r.reg, Interval: r.o.leader.ackWatchInterval,
 		Partners: func() []string { return partnerNames(r.cfg.Current()) }})
+}
+
+// newPickupPoller builds the poller of the connector sources. It queues
+// picked-up files through a queue of its own, with the API's profile
+// checks and retry window; a file larger than -max-body-bytes (what the
+// API accepts) stays at its source with a reason. Sources come from the
+// connectors document; none is configured yet, so it idles.
+func newPickupPoller(r *replica) (leader.Worker, error) {
+	q, err := outbox.NewQueue(outbox.QueueOptions{Store: r.store, Config: r.cfg, RetryWindow: r.o.outbound.retryWindow, Logger: r.log.Named("pickup-queue")})
+	if err != nil {
+		return nil, err
+	}
+	return pickup.NewPoller(pickup.Options{
+		Store:          r.store,
+		Sources:        func() []pickup.SourceSpec { return nil },
+		Outbound:       q.Outbound,
+		MaxSize:        r.o.maxBodyBytes,
+		ClaimRetention: r.o.purge.retention,
+		Logger:         r.log,
+		Registerer:     r.reg,
+	})
 }

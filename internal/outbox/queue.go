@@ -140,42 +140,9 @@ func NewQueue(o QueueOptions) (*Queue, error) {
 // Enqueue queues d. Errors wrap ErrUnknownPartner, ErrInvalidDocument or
 // the store's error.
 func (q *Queue) Enqueue(ctx context.Context, d Document) (Queued, error) {
-	cfg := q.cfg.Current()
-	p, ok := cfg.Partner(d.Partner)
-	if !ok {
-		return Queued{}, fmt.Errorf("%w %q: no partner with this AS2 ID in the configuration (AS2 IDs are case-sensitive)", ErrUnknownPartner, d.Partner)
-	}
-	open, size := d.Open, d.Size
-	if open == nil {
-		open, size = func() io.Reader { return bytes.NewReader(d.Payload) }, int64(len(d.Payload))
-	}
-	ct := strings.TrimSpace(d.ContentType)
-	if ct == "" {
-		// Partners route by content type: an interchange goes as what
-		// its envelope says it is.
-		if ct = EnvelopeContentType(open()); ct == "" {
-			ct = "application/octet-stream"
-		}
-	}
-	if _, _, err := mime.ParseMediaType(ct); err != nil || strings.ContainsAny(ct, "\r\n") {
-		return Queued{}, fmt.Errorf("%w: content type %q is not a MIME type", ErrInvalidDocument, d.ContentType)
-	}
-	if strings.ContainsAny(d.Filename, "\r\n\x00/\\") || len(d.Filename) > 255 {
-		return Queued{}, fmt.Errorf("%w: filename %q must be a plain file name of at most 255 bytes", ErrInvalidDocument, d.Filename)
-	}
-	if size == 0 {
-		return Queued{}, fmt.Errorf("%w: empty payload", ErrInvalidDocument)
-	}
-	m := q.outbound(cfg, p, ct, d.Filename, d.Payload, open)
-	if d.Open != nil {
-		m.PayloadOpen, m.PayloadSize = d.Open, d.Size
-	}
-	if d.IdempotencyKey != "" {
-		sum, err := fingerprint(ct, d.Filename, open(), size)
-		if err != nil {
-			return Queued{}, fmt.Errorf("read payload: %w", err)
-		}
-		m.IdempotencyKey, m.IdempotencyHash = d.IdempotencyKey, sum
+	m, p, err := q.prepare(d)
+	if err != nil {
+		return Queued{}, err
 	}
 	e, err := q.store.EnqueueOutbound(ctx, m)
 	if err != nil {
@@ -195,6 +162,62 @@ func (q *Queue) Enqueue(ctx context.Context, d Document) (Queued, error) {
 		q.notify()
 	}
 	return Queued{ID: e.ID, MessageID: e.MessageID, Status: e.Status, CreatedAt: e.CreatedAt}, nil
+}
+
+// Outbound validates d as Enqueue does and returns the message Enqueue
+// would store, without storing it: for a caller that stores it in a
+// transaction of its own (the pickup poller's, with its claim) and then
+// calls Notify. d.IdempotencyKey must be empty. Errors wrap
+// ErrUnknownPartner or ErrInvalidDocument.
+func (q *Queue) Outbound(d Document) (postgres.NewOutbound, error) {
+	if d.IdempotencyKey != "" {
+		return postgres.NewOutbound{}, fmt.Errorf("%w: an idempotency key is not allowed here", ErrInvalidDocument)
+	}
+	m, _, err := q.prepare(d)
+	return m, err
+}
+
+// prepare validates d against the profile of its partner, which it
+// returns with the message to store.
+func (q *Queue) prepare(d Document) (postgres.NewOutbound, *config.Partner, error) {
+	cfg := q.cfg.Current()
+	p, ok := cfg.Partner(d.Partner)
+	if !ok {
+		return postgres.NewOutbound{}, nil, fmt.Errorf("%w %q: no partner with this AS2 ID in the configuration (AS2 IDs are case-sensitive)", ErrUnknownPartner, d.Partner)
+	}
+	open, size := d.Open, d.Size
+	if open == nil {
+		open, size = func() io.Reader { return bytes.NewReader(d.Payload) }, int64(len(d.Payload))
+	}
+	ct := strings.TrimSpace(d.ContentType)
+	if ct == "" {
+		// Partners route by content type: an interchange goes as what
+		// its envelope says it is.
+		if ct = EnvelopeContentType(open()); ct == "" {
+			ct = "application/octet-stream"
+		}
+	}
+	if _, _, err := mime.ParseMediaType(ct); err != nil || strings.ContainsAny(ct, "\r\n") {
+		return postgres.NewOutbound{}, nil, fmt.Errorf("%w: content type %q is not a MIME type", ErrInvalidDocument, d.ContentType)
+	}
+	if strings.ContainsAny(d.Filename, "\r\n\x00/\\") || len(d.Filename) > 255 {
+		return postgres.NewOutbound{}, nil, fmt.Errorf("%w: filename %q must be a plain file name of at most 255 bytes", ErrInvalidDocument, d.Filename)
+	}
+	if size == 0 {
+		return postgres.NewOutbound{}, nil, fmt.Errorf("%w: empty payload", ErrInvalidDocument)
+	}
+	m := q.outbound(cfg, p, ct, d.Filename, d.Payload, open)
+	if d.Open != nil {
+		m.PayloadOpen, m.PayloadSize = d.Open, d.Size
+	}
+	if d.IdempotencyKey != "" {
+		sum, err := fingerprint(ct, d.Filename, open(), size)
+		if err != nil {
+			return postgres.NewOutbound{}, nil, fmt.Errorf("read payload: %w", err)
+		}
+		m.IdempotencyKey, m.IdempotencyHash = d.IdempotencyKey, sum
+	}
+	return m, p, nil
 }
 
 // EnvelopeContentType is the MIME type (RFC 1767) of the EDI interchange
