@@ -52,9 +52,9 @@ const minPoll = time.Second
 // document's order (routes: first match wins). It is never changed once
 // parsed: a replica replaces it whole.
 type Connectors struct {
-	Destinations []Destination `yaml:"destinations,omitempty" json:"destinations"`
-	Sources      []PickupSource      `yaml:"sources,omitempty" json:"sources"`
-	Routes       []Route       `yaml:"routes,omitempty" json:"routes"`
+	Destinations []Destination  `yaml:"destinations,omitempty" json:"destinations"`
+	Sources      []PickupSource `yaml:"sources,omitempty" json:"sources"`
+	Routes       []Route        `yaml:"routes,omitempty" json:"routes"`
 	// Warnings are the problems that do not refuse the document (a
 	// secret this machine cannot check, say).
 	Warnings []string `yaml:"-" json:"-"`
@@ -141,9 +141,9 @@ type HTTPSpec struct {
 // inbound) names destinations in To; an outbound route names a source
 // in Criteria.Source and the partner its files go to.
 type Route struct {
-	Name  string     `yaml:"name" json:"name"`
+	Name     string     `yaml:"name" json:"name"`
 	Criteria RouteMatch `yaml:"match" json:"match"`
-	To    []string   `yaml:"to,omitempty" json:"to,omitempty"`
+	To       []string   `yaml:"to,omitempty" json:"to,omitempty"`
 	// Partner is the partner picked-up files go to; empty: the
 	// interchange's receiver ID matched to a partner.
 	Partner string `yaml:"partner,omitempty" json:"partner,omitempty"`
