@@ -2,10 +2,13 @@ package main
 
 import (
 	"context"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/edihub/edihub/internal/postgres"
 	"github.com/edihub/edihub/internal/testenv/pgtest"
@@ -115,5 +118,69 @@ func TestConnectorsCLIAway(t *testing.T) {
 	out, _, err := runCmd(t, env("EDIHUB_DATABASE_URL", pgtest.URL(t)), "connectors", "apply", "-dry-run", "-f", p)
 	if err != nil || !strings.Contains(out, "warning: ") || !strings.Contains(out, "EDIHUB_SECRETS_DIR") || !strings.Contains(out, "EDIHUB_FOLDERS_DIR") {
 		t.Errorf("connectors apply -dry-run away = %v\n%s\nwant warnings naming both directories", err, out)
+	}
+}
+
+// TestServeAppliesConnectors: a running replica serves a document applied
+// from the command line within 2 s, says so in GET /api/v1/connectors
+// (its own revision and the list of replicas) and in its metrics, and
+// takes a change through its API.
+func TestServeAppliesConnectors(t *testing.T) {
+	folders := t.TempDir()
+	a, peer := newHubStation(t, "HUB CONN"), newHubStation(t, "PEER")
+	a.extraEnv = []string{"EDIHUB_FOLDERS_DIR", folders}
+	a.start(t, peer)
+
+	doc := "destinations:\n  - name: erp-inbox\n    type: folder\n    folder: {path: erp/inbox}\nroutes:\n  - name: all\n    to: [erp-inbox]\n"
+	p := filepath.Join(t.TempDir(), "c.yaml")
+	if err := os.WriteFile(p, []byte(doc), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, _, err := runCmd(t, env("EDIHUB_DATABASE_URL", a.dbURL, "EDIHUB_FOLDERS_DIR", folders), "connectors", "apply", "-f", p); err != nil {
+		t.Fatalf("connectors apply = %v\n%s", err, out)
+	}
+	applied := time.Now()
+	var got struct {
+		Revision       int64 `json:"revision"`
+		ServedRevision int64 `json:"served_revision"`
+		Replicas       []struct {
+			Identity string `json:"identity"`
+			Revision int64  `json:"revision"`
+		} `json:"replicas"`
+	}
+	for {
+		if st := a.api(t, "GET", "/api/v1/connectors", "", nil, &got); st != http.StatusOK {
+			t.Fatalf("GET /api/v1/connectors = %d", st)
+		}
+		if got.ServedRevision == 1 && len(got.Replicas) == 1 && got.Replicas[0].Revision == 1 {
+			break
+		}
+		if time.Since(applied) > 2*time.Second {
+			t.Fatalf("GET /api/v1/connectors %v after the apply = %+v, want revision 1 served and recorded within 2s", time.Since(applied), got)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	resp, err := http.Get("http://" + a.opsAddr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(metrics), "\nedihub_connectors_revision 1\n") {
+		t.Errorf("/metrics lacks edihub_connectors_revision 1")
+	}
+
+	// Through the API, against the revision read.
+	req, _ := http.NewRequest("PUT", "http://"+a.as2Addr+"/api/v1/connectors?expect=1", strings.NewReader(strings.Replace(doc, "erp/inbox", "erp/in", 1)))
+	req.Header.Set("Authorization", "Bearer "+a.token)
+	req.Header.Set("Content-Type", "application/yaml")
+	resp, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), `"folder.path"`) {
+		t.Fatalf("PUT /api/v1/connectors?expect=1 = %d %s, want 200 updating folder.path", resp.StatusCode, body)
 	}
 }
