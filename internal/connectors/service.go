@@ -144,7 +144,11 @@ func (s *Service) apply(ctx context.Context, p Plan, expect, restoredFrom int64,
 	if audit.Detail == nil {
 		audit.Detail = map[string]any{}
 	}
-	audit.Detail["changes"] = strings.Split(strings.TrimRight(p.Summary(), "\n"), "\n")
+	changes := []string{}
+	for _, c := range p.Changes {
+		changes = append(changes, c.String())
+	}
+	audit.Detail["changes"] = changes
 	// The plan's From guards the change: a document stored since the
 	// plan was made refuses it even when the caller gave no revision.
 	return s.Store.ChangeConnectors(ctx, postgres.ConnectorsChange{Document: p.document, Summary: p.Summary(), Expect: p.From, RestoredFrom: restoredFrom, Audit: audit})
