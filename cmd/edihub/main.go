@@ -72,6 +72,7 @@ func commands() []command {
 		{name: "report", summary: "render a day's end-of-day report (html, text, csv, json, png), or mail it with -send", flags: reportFlags},
 		{name: "status", summary: "show who leads, with which fencing token, as each replica sees it", flags: statusFlags},
 		{name: "partners", summary: "manage the trading partners stored in the database: apply, diff, get, export, delete, history, restore", verbs: partnerVerbs()},
+		{name: "connectors", summary: "manage the connectors document (destinations, sources, routes) stored in the database: apply, get, history, restore", verbs: connectorVerbs()},
 		{name: "users", summary: "manage the users of the API and console and their API tokens: add, list, disable, enable, role, passwd, token, tokens, revoke", verbs: userVerbs()},
 		{name: "version", summary: "print the version and exit", flags: versionFlags},
 	}

@@ -221,6 +221,7 @@ func TestServeRejectsBadSettings(t *testing.T) {
 		{"negative heap floor", []string{"EDIHUB_DATABASE_URL", "postgres://x@127.0.0.1:1/x", "EDIHUB_CONFIG", cfg, "EDIHUB_GC_HEAP_FLOOR_BYTES", "-1"}, []string{"EDIHUB_GC_HEAP_FLOOR_BYTES", "-gc-heap-floor-bytes"}},
 		{"zero MDN limit", []string{"EDIHUB_DATABASE_URL", "postgres://x@127.0.0.1:1/x", "EDIHUB_CONFIG", cfg, "EDIHUB_MAX_MDN_BYTES", "0"}, []string{"EDIHUB_MAX_MDN_BYTES", "-max-mdn-bytes", "positive"}},
 		{"zero AS2 read timeout", []string{"EDIHUB_DATABASE_URL", "postgres://x@127.0.0.1:1/x", "EDIHUB_CONFIG", cfg, "EDIHUB_AS2_READ_TIMEOUT", "0s"}, []string{"EDIHUB_AS2_READ_TIMEOUT", "-as2-read-timeout", "positive"}},
+		{"folders dir not a directory", []string{"EDIHUB_DATABASE_URL", "postgres://x@127.0.0.1:1/x", "EDIHUB_CONFIG", cfg, "EDIHUB_FOLDERS_DIR", cfg}, []string{"EDIHUB_FOLDERS_DIR", "-folders-dir", "not a directory"}},
 		{"bad log format", []string{"EDIHUB_DATABASE_URL", "postgres://x@127.0.0.1:1/x", "EDIHUB_CONFIG", cfg, "EDIHUB_LOG_FORMAT", "xml"}, []string{"EDIHUB_LOG_FORMAT", "json or console"}},
 		{"zero worker stuck-after", []string{"EDIHUB_DATABASE_URL", "postgres://x@127.0.0.1:1/x", "EDIHUB_CONFIG", cfg, "EDIHUB_WORKER_STUCK_AFTER", "0s"}, []string{"EDIHUB_WORKER_STUCK_AFTER", "-worker-stuck-after", "positive"}},
 		{"zero MDN poll interval", []string{"EDIHUB_DATABASE_URL", "postgres://x@127.0.0.1:1/x", "EDIHUB_CONFIG", cfg, "EDIHUB_MDN_POLL_INTERVAL", "0s"}, []string{"EDIHUB_MDN_POLL_INTERVAL", "-mdn-poll-interval", "positive"}},

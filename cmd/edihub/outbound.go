@@ -15,6 +15,7 @@ import (
 	"github.com/edihub/edihub/internal/api"
 	"github.com/edihub/edihub/internal/auth"
 	"github.com/edihub/edihub/internal/config"
+	"github.com/edihub/edihub/internal/connectors"
 	"github.com/edihub/edihub/internal/outbox"
 	"github.com/edihub/edihub/internal/partners"
 	"github.com/edihub/edihub/internal/probe"
@@ -163,6 +164,8 @@ func newOutbound(r *replica, reports api.Reports) (*outbound, error) {
 			}
 			return rep, true
 		},
+		Connectors:      &connectors.Service{Store: store, Options: config.ConnectorsOptions{SecretsDir: o.secretsDir, FoldersDir: o.foldersDir}},
+		ConnectorReader: store, ServedConnectors: func() int64 { return r.connectors.Current().Revision },
 		Auditor: store, Audit: store, Users: &auth.Users{Store: store, Now: time.Now},
 		Spool: r.spool, SpoolFromBytes: o.spoolFromBytes})
 	if err != nil {

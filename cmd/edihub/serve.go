@@ -18,6 +18,7 @@ import (
 
 	"github.com/edihub/edihub/internal/auth"
 	"github.com/edihub/edihub/internal/config"
+	"github.com/edihub/edihub/internal/connectors"
 	"github.com/edihub/edihub/internal/console"
 	"github.com/edihub/edihub/internal/httpserver"
 	"github.com/edihub/edihub/internal/leader"
@@ -35,6 +36,7 @@ type serveOptions struct {
 	databaseURL  string
 	configPath   string
 	secretsDir   string
+	foldersDir   string
 	httpAddr     string
 	apiAddr      string
 	opsAddr      string
@@ -85,6 +87,7 @@ func serveFlags(fs *flagSet) func(context.Context, *environment) error {
 	fs.String(&o.databaseURL, "database-url", "", "PostgreSQL connection URL, e.g. postgres://edihub:secret@db:5432/edihub?sslmode=verify-full")
 	fs.String(&o.configPath, "config", "", "path of the station and partner YAML file (see docs/configuration.md)")
 	secretsDirFlag(fs, &o.secretsDir)
+	foldersDirFlag(fs, &o.foldersDir)
 	fs.String(&o.httpAddr, "http-addr", ":8080", "address of the AS2 and API listener")
 	fs.String(&o.apiAddr, "api-addr", "", "address of a separate REST API listener, so partners reach only /as2; empty: the API is on the AS2 listener")
 	fs.String(&o.opsAddr, "ops-addr", ":9090", "address of the ops listener (/metrics, /healthz, /readyz, /leader)")
@@ -124,6 +127,9 @@ func (o serveOptions) validate() error {
 		return errors.New("no station configuration: set EDIHUB_CONFIG (or -config) to the path of the station and partner YAML file")
 	}
 	if err := checkSecretsDir(o.secretsDir); err != nil {
+		return err
+	}
+	if err := checkFoldersDir(o.foldersDir); err != nil {
 		return err
 	}
 	if o.maxBodyBytes <= 0 {
@@ -283,6 +289,10 @@ func serve(ctx context.Context, env *environment, o serveOptions) error {
 	if err != nil {
 		return err
 	}
+	conns, err := connectors.NewLive(ctx, connectors.LiveOptions{Store: store, SecretsDir: o.secretsDir, FoldersDir: o.foldersDir, Logger: log, Registerer: reg, Identity: identity})
+	if err != nil {
+		return err
+	}
 	cfg := live.Current()
 	log.Info("configuration loaded", zap.String("path", cfg.Path), zap.String("station", cfg.Station.AS2ID),
 		zap.Int("partners", len(cfg.Partners)), zap.Int64("partners_revision", cfg.Revision))
@@ -293,7 +303,7 @@ func serve(ctx context.Context, env *environment, o serveOptions) error {
 	defer sp.Close()
 	log.Info("spool ready", zap.String("dir", sp.Dir()), zap.Int64("max_bytes", o.spoolMaxBytes), zap.Int64("from_bytes", o.spoolFromBytes))
 	defer applyHeapFloor(log, env.getenv, o.gcHeapFloorBytes).stop()
-	r := &replica{log: log, reg: reg, store: store, cfg: live, live: live, o: o, report: rs, identity: identity, oidc: op, oidcName: opName, spool: sp}
+	r := &replica{log: log, reg: reg, store: store, cfg: live, live: live, connectors: conns, o: o, report: rs, identity: identity, oidc: op, oidcName: opName, spool: sp}
 	p, err := newParts(r)
 	if err != nil {
 		return err
@@ -459,6 +469,7 @@ func (p *parts) run(ctx context.Context, r *replica, srvs servers) error {
 	g.Go(func() error { return p.out.dispatcher.Run(gctx) })
 	g.Go(func() error { return p.console.Run(gctx) })
 	g.Go(func() error { return r.live.Run(gctx) })
+	g.Go(func() error { return r.connectors.Run(gctx) })
 	if r.oidc != nil {
 		g.Go(func() error { return r.oidc.Run(gctx) })
 	}

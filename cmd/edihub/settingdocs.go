@@ -24,6 +24,9 @@ var settingDetails = map[string]string{
 		"received without restart.",
 	"dispatch-lease": "A crashed replica's items are sent again after it. Claims are extended while an item is being " +
 		"sent, so a partner timeout may be longer. At least 1s.",
+	"folders-dir": "Every `folder` destination and source of the connectors document names a path relative to it, " +
+		"opened through an `os.Root`, so that no path leads out of it; on Kubernetes, a volume (a PersistentVolumeClaim " +
+		"or NFS) mounted at the same path on every replica. See [connectors-config.md](connectors-config.md).",
 	"gc-heap-floor-bytes": "Above it the heap grows to twice what is live, as with `GOGC=100`: fewer collections under " +
 		"a stream of small messages, for this much memory. The Go memory limit still bounds the heap; a `GOGC` set " +
 		"in the environment wins.",

@@ -8,6 +8,7 @@ import (
 
 	"github.com/edihub/edihub/internal/as2"
 	"github.com/edihub/edihub/internal/config"
+	"github.com/edihub/edihub/internal/connectors"
 	"github.com/edihub/edihub/internal/interchange"
 	"github.com/edihub/edihub/internal/leader"
 	"github.com/edihub/edihub/internal/mdn"
@@ -29,11 +30,13 @@ type replica struct {
 	store *postgres.Store
 	// cfg gives the station and partners in force: live, the partner set
 	// kept in step with the database.
-	cfg      config.Source
-	live     *partners.Live
-	o        serveOptions
-	report   reportSettings
-	identity string
+	cfg  config.Source
+	live *partners.Live
+	// connectors is the connectors document this replica serves.
+	connectors *connectors.Live
+	o          serveOptions
+	report     reportSettings
+	identity   string
 	// oidc signs people in to the console with an OpenID Connect
 	// provider, named oidcName, discovered by its Run; nil: passwords
 	// only.

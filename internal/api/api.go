@@ -34,6 +34,13 @@
 //	GET  /partners/{as2id}/history         viewer    its changes: who, when, the diff
 //	POST /partners/{as2id}/restore?version=N  admin  make version N current again
 //	POST /partners/{as2id}/test            operator  send a test document, report each step
+//	GET  /connectors                       viewer    the connectors document (?format=yaml: as written),
+//	                                                 its revision (ETag), each replica's
+//	PUT  /connectors                       admin     replace it (body: YAML); If-Match or ?expect= the
+//	                                                 revision read (428 without, 412 stale);
+//	                                                 ?dry_run=true: the plan only
+//	GET  /connectors/history               viewer    its revisions: who, when, what changed
+//	POST /connectors/history/{revision}/restore  admin  make that revision current again
 //	GET  /audit?actor=&action=&target=&since=&until=&limit=&cursor=   admin   the audit log, newest first
 //	GET  /users                            admin     the users
 //	POST /users                            admin     add a user ({"name", "role", "password"})
@@ -100,6 +107,13 @@ type Options struct {
 	// a connectivity test and returns its report (JSON), or false for a
 	// partner not served.
 	TestPartner func(ctx context.Context, as2ID string) (any, bool)
+	// Connectors and ConnectorReader, when set, serve /connectors: the
+	// connectors document (destinations, sources, routes), planned,
+	// applied against an expected revision, its history and restores.
+	Connectors      ConnectorService
+	ConnectorReader ConnectorReader
+	// ServedConnectors is the connectors revision this replica serves.
+	ServedConnectors func() int64
 	// Auditor, when set, records every change made through the API in the
 	// audit log: who, what, from where.
 	Auditor auth.Auditor
@@ -138,6 +152,9 @@ func New(o Options) (http.Handler, error) {
 	if h.o.ServedRevision == nil {
 		h.o.ServedRevision = func() int64 { return 0 }
 	}
+	if h.o.ServedConnectors == nil {
+		h.o.ServedConnectors = func() int64 { return 0 }
+	}
 	r := chi.NewRouter()
 	// Every route names the least role it needs; the caller was resolved
 	// by the authentication in front (auth.Authenticator.API). The table
@@ -171,6 +188,7 @@ func (h *handler) routes() []route {
 	const get, post, put, del = http.MethodGet, http.MethodPost, http.MethodPut, http.MethodDelete
 	viewer, operator, admin := auth.RoleViewer, auth.RoleOperator, auth.RoleAdmin
 	partners := o.Partners != nil && o.PartnerReader != nil
+	conns := o.Connectors != nil && o.ConnectorReader != nil
 	return []route{
 		{post, "/messages", operator, h.enqueue, true},
 		{get, "/messages", viewer, h.list, true},
@@ -193,6 +211,10 @@ func (h *handler) routes() []route {
 		{get, "/partners/{as2id}/history", viewer, h.partnerHistory, partners},
 		{post, "/partners/{as2id}/restore", admin, h.restorePartner, partners},
 		{post, "/partners/{as2id}/test", operator, h.testPartner, partners && o.TestPartner != nil},
+		{get, "/connectors", viewer, h.getConnectors, conns},
+		{put, "/connectors", admin, h.putConnectors, conns},
+		{get, "/connectors/history", viewer, h.connectorsHistory, conns},
+		{post, "/connectors/history/{revision}/restore", admin, h.restoreConnectors, conns},
 		{get, "/audit", admin, h.auditLog, o.Audit != nil},
 		{get, "/users", admin, h.listUsers, o.Users != nil},
 		{post, "/users", admin, h.addUser, o.Users != nil},

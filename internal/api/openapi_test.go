@@ -342,6 +342,7 @@ func allOptions() api.Options {
 		Interchanges: struct{ api.InterchangeReader }{}, Canceller: struct{ api.Canceller }{},
 		Reapplier: struct{ api.Reapplier }{}, Reports: struct{ api.Reports }{},
 		Partners: struct{ api.PartnerService }{}, PartnerReader: struct{ api.PartnerReader }{},
+		Connectors: struct{ api.ConnectorService }{}, ConnectorReader: struct{ api.ConnectorReader }{},
 		TestPartner: func(context.Context, string) (any, bool) { return nil, false },
 		Audit:       struct{ api.AuditReader }{}, Users: struct{ api.UserService }{},
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/edihub/edihub/internal/api"
 	"github.com/edihub/edihub/internal/auth"
 	"github.com/edihub/edihub/internal/config"
+	"github.com/edihub/edihub/internal/connectors"
 	"github.com/edihub/edihub/internal/httpserver"
 	"github.com/edihub/edihub/internal/outbox"
 	"github.com/edihub/edihub/internal/partners"
@@ -84,6 +85,7 @@ partners:
 			return probe.Report{Partner: id, URL: "http://127.0.0.1:1/as2", Started: time.Now(), OK: id == "GLOBEX",
 				Steps: []probe.Step{{Name: probe.StepMessage, OK: id == "GLOBEX", Detail: "built the test message"}}}, id == "GLOBEX" || id == "NEWCO"
 		},
+		Connectors: &connectors.Service{Store: st}, ConnectorReader: st,
 		Auditor: st, Audit: st, Users: users,
 	})
 	if err != nil {
@@ -160,6 +162,8 @@ var routeRoles = []routeRole{
 	{"GET", "/partners", auth.RoleViewer, "/partners", ""},
 	{"GET", "/partners/{as2id}", auth.RoleViewer, "/partners/GLOBEX", ""},
 	{"GET", "/partners/{as2id}/history", auth.RoleViewer, "/partners/GLOBEX/history", ""},
+	{"GET", "/connectors", auth.RoleViewer, "/connectors", ""},
+	{"GET", "/connectors/history", auth.RoleViewer, "/connectors/history", ""},
 	{"GET", "/users/{name}/tokens", auth.RoleViewer, "/users/{user}/tokens", ""},
 	{"POST", "/users/{name}/tokens", auth.RoleViewer, "/users/{user}/tokens", `{"name": "t-{method}"}`},
 	{"DELETE", "/users/{name}/tokens/{token}", auth.RoleViewer, "/users/{user}/tokens/none", ""},
@@ -177,6 +181,8 @@ var routeRoles = []routeRole{
 	{"PUT", "/partners/{as2id}", auth.RoleAdmin, "/partners/GLOBEX", "{}"},
 	{"DELETE", "/partners/{as2id}", auth.RoleAdmin, "/partners/NOBODY", ""},
 	{"POST", "/partners/{as2id}/restore", auth.RoleAdmin, "/partners/NOBODY/restore?version=1", ""},
+	{"PUT", "/connectors", auth.RoleAdmin, "/connectors?dry_run=true", ""},
+	{"POST", "/connectors/history/{revision}/restore", auth.RoleAdmin, "/connectors/history/99/restore", ""},
 	{"GET", "/audit", auth.RoleAdmin, "/audit", ""},
 	{"GET", "/users", auth.RoleAdmin, "/users", ""},
 	{"POST", "/users", auth.RoleAdmin, "/users", `{"name": "new-{user}", "role": "viewer"}`},

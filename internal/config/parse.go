@@ -98,6 +98,10 @@ type parser struct {
 	warnings       []string
 	// files are the paths read, for File.Files.
 	files []string
+	// knownKeys, when set, lists the keys a mapping at parent accepts,
+	// for unknown-key errors of documents other than the configuration
+	// file (the connectors document).
+	knownKeys func(parent string) []string
 }
 
 func (p *parser) fail(field, msg, fix string) *Error {

@@ -202,29 +202,40 @@ var (
 // decode parses data into the raw model. It enforces known keys and reports
 // the first problem as an *Error naming the line and, where it can, the field.
 func (p *parser) decode(data []byte) (*rawFile, error) {
+	var raw rawFile
+	if err := p.decodeStrict(data, &raw, "add a station section and a partners list; see the config documentation"); err != nil {
+		return nil, err
+	}
+	return &raw, nil
+}
+
+// decodeStrict parses data, one YAML document, into v with known keys
+// enforced (v's yaml tags), indexing its lines for later errors; the
+// first problem is an *Error naming the line and, where it can, the
+// field. emptyFix says what to write in an empty document.
+func (p *parser) decodeStrict(data []byte, v any, emptyFix string) error {
 	var doc yaml.Node
 	if err := safeDecode(yaml.NewDecoder(bytes.NewReader(data)), &doc, false); err != nil {
 		if errors.Is(err, io.EOF) {
-			return nil, p.fail("", "the file is empty", "add a station section and a partners list; see the config documentation")
+			return p.fail("", "the file is empty", emptyFix)
 		}
-		return nil, p.syntaxError(err)
+		return p.syntaxError(err)
 	}
 	p.ix = newNodeIndex(&doc)
 
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
-	var raw rawFile
-	err := safeDecode(dec, &raw, true)
+	err := safeDecode(dec, v, true)
 	var te *yaml.TypeError
 	switch {
 	case errors.As(err, &te) && len(te.Errors) > 0:
-		return nil, p.typeError(te.Errors[0], err)
+		return p.typeError(te.Errors[0], err)
 	case errors.Is(err, errMultiDocs):
-		return nil, p.fail("", "the file holds more than one YAML document", "keep one document: remove the extra \"---\" separator and what follows it")
+		return p.fail("", "the file holds more than one YAML document", "keep one document: remove the extra \"---\" separator and what follows it")
 	case err != nil:
-		return nil, p.syntaxError(err)
+		return p.syntaxError(err)
 	}
-	return &raw, nil
+	return nil
 }
 
 // safeDecode decodes one document into v. With single it also insists that
@@ -277,6 +288,8 @@ func (p *parser) typeError(msg string, err error) *Error {
 		}
 		known := partnerKeys
 		switch {
+		case p.knownKeys != nil:
+			known = p.knownKeys(parent)
 		case parent == "":
 			known = topKeys
 		case parent == "station", strings.HasPrefix(parent, "stations[") && !strings.Contains(parent, "."):
@@ -327,6 +340,9 @@ func (p *parser) typeError(msg string, err error) *Error {
 			}
 		}
 		want, fix := expected(into, field)
+		if field == "" && p.knownKeys != nil {
+			want, fix = "a mapping", "make the top level a mapping of "+strings.Join(p.knownKeys(""), ", ")
+		}
 		return &Error{File: p.name, Field: field, Line: line,
 			Msg: "wrong type: " + describeNode(tag, value) + " where " + want + " is expected", Fix: fix, Err: err}
 	}
@@ -359,6 +375,8 @@ func expected(into, field string) (want, fix string) {
 		return "a mapping with station and partners", "make the top level a mapping: station: {...} and partners: [...]"
 	case field == "partners":
 		return "a list", "write partners as a list, each item starting with \"- as2_id: ...\""
+	case into == "config.Duration":
+		return "a duration", "write a duration like 10s, 1m or 1h30m"
 	case into == "bool":
 		return "true or false", "write true or false"
 	case into == "int", strings.HasPrefix(into, "*int"):

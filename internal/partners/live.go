@@ -396,15 +396,9 @@ func (l *Live) Run(ctx context.Context) error {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		for ctx.Err() == nil {
-			if err := l.o.Store.ListenPartners(ctx, notify); err != nil {
-				l.log.Warn("listen for partner changes; retrying (changes are still read every resync)", zap.Error(err))
-			}
-			select {
-			case <-ctx.Done():
-			case <-time.After(DefaultListenWait):
-			}
-		}
+		postgres.KeepListening(ctx, l.o.Store.ListenPartners, notify, DefaultListenWait, func(err error) {
+			l.log.Warn("listen for partner changes; retrying (changes are still read every resync)", zap.Error(err))
+		})
 	}()
 	defer wg.Wait()
 	resync := time.NewTicker(l.o.Resync)

@@ -85,7 +85,8 @@ type PartnerHistoryEntry struct {
 	ChangedAt time.Time
 }
 
-// ReplicaRevision is the partner set revision a replica serves.
+// ReplicaRevision is the revision a replica serves: of the partner set,
+// or of the connectors document.
 type ReplicaRevision struct {
 	Identity  string
 	Revision  int64
@@ -351,15 +352,7 @@ func (s *Store) PartnerVersion(ctx context.Context, as2ID string, version int64)
 // (applied at appliedAt), and drops the rows of replicas not seen for an
 // hour.
 func (s *Store) RecordServedRevision(ctx context.Context, identity string, revision int64, appliedAt time.Time) error {
-	_, err := s.pool.Exec(ctx, `
-WITH gone AS (DELETE FROM partner_replicas WHERE seen_at < now() - interval '1 hour' AND identity <> $1)
-INSERT INTO partner_replicas (identity, revision, applied_at, seen_at) VALUES ($1, $2, $3, now())
-ON CONFLICT (identity) DO UPDATE SET revision = excluded.revision, applied_at = excluded.applied_at, seen_at = now()`,
-		identity, revision, appliedAt)
-	if err != nil {
-		return fmt.Errorf("record served partner revision: %w", err)
-	}
-	return nil
+	return s.recordServed(ctx, "partner_replicas", identity, revision, appliedAt)
 }
 
 // ServedRevisions lists the replicas that recorded the partner set
@@ -368,11 +361,32 @@ ON CONFLICT (identity) DO UPDATE SET revision = excluded.revision, applied_at = 
 // or cannot reach the database; it is left out (its row goes after an
 // hour).
 func (s *Store) ServedRevisions(ctx context.Context, seenWithin time.Duration) ([]ReplicaRevision, error) {
+	return s.served(ctx, "partner_replicas", seenWithin)
+}
+
+// recordServed upserts a replica's served revision in table, one of the
+// tables of (identity, revision, applied_at, seen_at) replicas report
+// what they serve in: partner_replicas, connector_replicas.
+func (s *Store) recordServed(ctx context.Context, table, identity string, revision int64, appliedAt time.Time) error {
+	_, err := s.pool.Exec(ctx, `
+WITH gone AS (DELETE FROM `+table+` WHERE seen_at < now() - interval '1 hour' AND identity <> $1)
+INSERT INTO `+table+` (identity, revision, applied_at, seen_at) VALUES ($1, $2, $3, now())
+ON CONFLICT (identity) DO UPDATE SET revision = excluded.revision, applied_at = excluded.applied_at, seen_at = now()`,
+		identity, revision, appliedAt)
+	if err != nil {
+		return fmt.Errorf("record served revision (%s): %w", table, err)
+	}
+	return nil
+}
+
+// served lists the rows of table (see recordServed) seen within
+// seenWithin, by identity.
+func (s *Store) served(ctx context.Context, table string, seenWithin time.Duration) ([]ReplicaRevision, error) {
 	rows, err := s.pool.Query(ctx, `
-SELECT identity, revision, applied_at, seen_at FROM partner_replicas
+SELECT identity, revision, applied_at, seen_at FROM `+table+`
  WHERE seen_at > now() - make_interval(secs => $1) ORDER BY identity`, seenWithin.Seconds())
 	if err != nil {
-		return nil, fmt.Errorf("read served partner revisions: %w", err)
+		return nil, fmt.Errorf("read served revisions (%s): %w", table, err)
 	}
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (ReplicaRevision, error) {
 		var rr ReplicaRevision
@@ -380,7 +394,7 @@ SELECT identity, revision, applied_at, seen_at FROM partner_replicas
 		return rr, err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("read served partner revisions: %w", err)
+		return nil, fmt.Errorf("read served revisions (%s): %w", table, err)
 	}
 	return out, nil
 }
