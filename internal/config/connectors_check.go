@@ -11,6 +11,8 @@ import (
 	"strings"
 
 	"golang.org/x/crypto/ssh"
+
+	"github.com/edihub/edihub/internal/connector"
 )
 
 // Settings the connectors document depends on, named in messages.
@@ -217,43 +219,15 @@ func (p *connParser) serviceURL(field, what, name, raw, example string) error {
 	return nil
 }
 
-// placeholderRE is one placeholder of a file-name template.
-var placeholderRE = regexp.MustCompile(`^[a-z][a-z0-9_]*$`)
-
-// fileName checks the shape of a file-name template: a relative path
-// whose placeholders are written {name}. Which names exist is the
-// connector runtime's to say (connector.ParseTemplate).
-//
-// TODO: once connector.ParseTemplate is on main, call it here so that an
-// unknown placeholder is refused when the document is applied rather
-// than when a document is delivered.
+// fileName checks a file-name template with the connector runtime's
+// parser (connector.ParseTemplate), so that an unknown placeholder or a
+// name that could leave the destination is refused when the document is
+// applied, not when a document is delivered.
 func (p *connParser) fileName(field, what, name, tmpl string) error {
-	rest := tmpl
-	var literal strings.Builder
-	for rest != "" {
-		i := strings.IndexAny(rest, "{}")
-		if i < 0 {
-			literal.WriteString(rest)
-			break
-		}
-		literal.WriteString(rest[:i])
-		if rest[i] == '}' {
-			return p.entryFail(field, what, name, fmt.Sprintf("file_name %q: a '}' without its '{'", tmpl), "write placeholders as {name}, like {partner}/{icn}.{ext}")
-		}
-		end := strings.IndexByte(rest[i:], '}')
-		if end < 0 {
-			return p.entryFail(field, what, name, fmt.Sprintf("file_name %q: a '{' without its '}'", tmpl), "close the placeholder, like {partner}")
-		}
-		ph := rest[i+1 : i+end]
-		if !placeholderRE.MatchString(ph) {
-			return p.entryFail(field, what, name, fmt.Sprintf("file_name %q: placeholder {%s} is not a name", tmpl, ph), "write placeholders as {name}, like {partner} or {message_id}")
-		}
-		literal.WriteString("x") // a placeholder fills one path segment's part
-		rest = rest[i+end+1:]
-	}
-	if msg := relativePathProblem(literal.String()); msg != "" {
-		return p.entryFail(field, what, name, fmt.Sprintf("file_name %q: the name it makes %s", tmpl, strings.TrimPrefix(msg, fmt.Sprintf("%q ", literal.String()))),
-			"write a relative name, like "+DefaultFileName)
+	if _, err := connector.ParseTemplate(tmpl); err != nil {
+		msg := strings.TrimPrefix(strings.TrimPrefix(err.Error(), connector.ErrTemplate.Error()), ": ")
+		return p.entryFail(field, what, name, fmt.Sprintf("file_name %q: %s", tmpl, msg),
+			"write a relative name of placeholders and text, like "+DefaultFileName+" (docs/connectors.md#file-name-templates)")
 	}
 	return nil
 }
