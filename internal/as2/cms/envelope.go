@@ -703,7 +703,7 @@ func encryptSetup(recipients []*x509.Certificate, opts EncryptOptions) (cipherIn
 		}
 	}
 	if c.oid == nil {
-		return cipherInfo{}, nil, opts, fmt.Errorf("encrypt: %w: cipher %d", ErrUnsupportedAlgorithm, opts.Cipher)
+		return cipherInfo{}, nil, opts, fmt.Errorf("%w: encrypt with cipher %d", ErrUnsupportedAlgorithm, opts.Cipher)
 	}
 	return c, rnd, opts, nil
 }
