@@ -365,4 +365,3 @@ func TestEventsOrderedByTransactionNumber(t *testing.T) {
 		t.Errorf("feed order %v, want %s", got, want)
 	}
 }
-
