@@ -62,7 +62,7 @@ func hubToHubEDI(t *testing.T, spooled bool) {
 		if d.Ack != "pending" {
 			break
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond) // stays: bounded poll of the real binary's API, which signals nothing
 	}
 	acked := time.Since(start)
 	if d.Ack != "accepted" || len(d.Interchanges) != 1 || d.Interchanges[0].ControlNumber != "000000101" || d.Interchanges[0].AckMessage == nil {
@@ -84,7 +84,7 @@ func hubToHubEDI(t *testing.T, spooled bool) {
 		if ack.Status == "delivered" {
 			break
 		}
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond) // stays: bounded poll of the real binary's API, which signals nothing
 	}
 	if ack.Status != "delivered" || len(ack.Interchanges) != 1 || strings.Join(ack.Interchanges[0].Acknowledges, ",") != "997" {
 		t.Errorf("BRAVO's acknowledgement = %+v, want a delivered 997", ack)

@@ -145,7 +145,7 @@ func newIdentity(prefix string) (string, error) {
 	if prefix == "" {
 		h, err := os.Hostname()
 		if err != nil {
-			return "", fmt.Errorf("leader identity: %w (set EDIHUB_IDENTITY or -identity)", err)
+			return "", fmt.Errorf("leader identity (set EDIHUB_IDENTITY or -identity): %w", err)
 		}
 		prefix = h
 	}
@@ -164,12 +164,12 @@ func (o leaderOptions) kubeClients() (lock, watch *kubernetes.Clientset, err err
 	if o.kubeconfig != "" {
 		cfg, err = clientcmd.BuildConfigFromFlags("", o.kubeconfig)
 		if err != nil {
-			return nil, nil, fmt.Errorf("kubeconfig %s: %w (check KUBECONFIG or -kubeconfig)", o.kubeconfig, err)
+			return nil, nil, fmt.Errorf("kubeconfig %s (check KUBECONFIG or -kubeconfig): %w", o.kubeconfig, err)
 		}
 	} else {
 		cfg, err = rest.InClusterConfig()
 		if err != nil {
-			return nil, nil, fmt.Errorf("no Kubernetes configuration: %w (set KUBECONFIG or -kubeconfig, run in a pod, or use EDIHUB_LEADER_BACKEND=postgres)", err)
+			return nil, nil, fmt.Errorf("no Kubernetes configuration (set KUBECONFIG or -kubeconfig, run in a pod, or use EDIHUB_LEADER_BACKEND=postgres): %w", err)
 		}
 	}
 	cfg = rest.CopyConfig(cfg)

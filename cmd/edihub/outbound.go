@@ -87,7 +87,7 @@ func (o outboundOptions) webhookSecret() ([]byte, error) {
 	}
 	b, err := os.ReadFile(o.webhookSecretFile)
 	if err != nil {
-		return nil, fmt.Errorf("webhook secret: %w (check EDIHUB_WEBHOOK_SECRET_FILE or -webhook-secret-file)", err)
+		return nil, fmt.Errorf("webhook secret (check EDIHUB_WEBHOOK_SECRET_FILE or -webhook-secret-file): %w", err)
 	}
 	b = bytes.TrimSpace(b)
 	if len(b) == 0 {

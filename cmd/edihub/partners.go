@@ -149,7 +149,7 @@ func partnersApplyFlags(fs *flagSet) func(context.Context, *environment) error {
 			}
 			rev, err := svc.Apply(ctx, cliCaller().Actor(), p)
 			if err != nil {
-				return fmt.Errorf("apply: %w (nothing was applied)", err)
+				return fmt.Errorf("apply (nothing was applied): %w", err)
 			}
 			for _, c := range p.Changes {
 				if c.Op != partners.OpUnchanged {

@@ -298,7 +298,7 @@ func serve(ctx context.Context, env *environment, o serveOptions) error {
 		zap.Int("partners", len(cfg.Partners)), zap.Int64("partners_revision", cfg.Revision))
 	sp, err := spool.New(o.spoolDir, o.spoolMaxBytes)
 	if err != nil {
-		return fmt.Errorf("EDIHUB_SPOOL_DIR (-spool-dir) %q: %w; point it at a writable directory (an emptyDir volume on Kubernetes)", o.spoolDir, err)
+		return fmt.Errorf("EDIHUB_SPOOL_DIR (-spool-dir) %q, point it at a writable directory (an emptyDir volume on Kubernetes): %w", o.spoolDir, err)
 	}
 	defer sp.Close()
 	log.Info("spool ready", zap.String("dir", sp.Dir()), zap.Int64("max_bytes", o.spoolMaxBytes), zap.Int64("from_bytes", o.spoolFromBytes))

@@ -16,37 +16,33 @@ import (
 // Go's validated module.
 var useAsm = cpu.X86.HasAES && cpu.X86.HasSSE2 && !fips140.Enabled()
 
-// asmMode is CBC over an expanded key: the encryption schedule for
-// encryption; for decryption the equivalent inverse cipher's (FIPS-197
-// 5.3.5), the round keys in reverse order, the middle ones through
-// InvMixColumns, as AESDEC takes them.
+// asmMode is CBC decryption over the equivalent inverse cipher's
+// expanded key (FIPS-197 5.3.5): the encryption schedule's round keys in
+// reverse order, the middle ones through InvMixColumns, as AESDEC takes
+// them.
 type asmMode struct {
-	nr      int // rounds: 10, 12 or 14
-	xk      [15 * aes.BlockSize]byte
-	iv      [aes.BlockSize]byte
-	encrypt bool
+	nr int // rounds: 10, 12 or 14
+	xk [15 * aes.BlockSize]byte
+	iv [aes.BlockSize]byte
 }
 
-func newAsmMode(key, iv []byte, encrypt bool) *asmMode {
-	m := &asmMode{nr: len(key)/4 + 6, encrypt: encrypt}
+func newAsmDecrypter(key, iv []byte) *asmMode {
+	m := &asmMode{nr: len(key)/4 + 6}
 	copy(m.iv[:], iv)
-	expandKey(key, m.xk[:(m.nr+1)*aes.BlockSize])
-	if !encrypt {
-		var dk [15 * aes.BlockSize]byte
-		n := m.nr * aes.BlockSize
-		copy(dk[:aes.BlockSize], m.xk[n:])
-		for r := 1; r < m.nr; r++ {
-			invMixColumns(&dk[r*aes.BlockSize], &m.xk[n-r*aes.BlockSize])
-		}
-		copy(dk[n:n+aes.BlockSize], m.xk[:aes.BlockSize])
-		m.xk = dk
+	var ek [15 * aes.BlockSize]byte
+	n := m.nr * aes.BlockSize
+	expandKey(key, ek[:n+aes.BlockSize])
+	copy(m.xk[:aes.BlockSize], ek[n:])
+	for r := 1; r < m.nr; r++ {
+		invMixColumns(&m.xk[r*aes.BlockSize], &ek[n-r*aes.BlockSize])
 	}
+	copy(m.xk[n:n+aes.BlockSize], ek[:aes.BlockSize])
 	return m
 }
 
 func (m *asmMode) BlockSize() int { return aes.BlockSize }
 
-// CryptBlocks en- or decrypts src, whole blocks, into dst, which is src
+// CryptBlocks decrypts src, whole blocks, into dst, which is src
 // or does not overlap it (crypto/cipher's rules, with its panics).
 func (m *asmMode) CryptBlocks(dst, src []byte) {
 	if len(src)%aes.BlockSize != 0 {
@@ -61,11 +57,7 @@ func (m *asmMode) CryptBlocks(dst, src []byte) {
 	if len(src) == 0 {
 		return
 	}
-	if m.encrypt {
-		encryptCBC(m.nr, &m.xk[0], &m.iv[0], &dst[0], &src[0], len(src))
-	} else {
-		decryptCBC(m.nr, &m.xk[0], &m.iv[0], &dst[0], &src[0], len(src))
-	}
+	decryptCBC(m.nr, &m.xk[0], &m.iv[0], &dst[0], &src[0], len(src))
 }
 
 // inexactOverlap reports whether x and y share memory at any
@@ -120,15 +112,9 @@ func subWord(w uint32) uint32
 //go:noescape
 func invMixColumns(dst, src *byte)
 
-// encryptCBC encrypts n bytes (whole blocks, n > 0) from src to dst
-// under the nr-round schedule xk, chained from the block at iv, and
-// leaves the last ciphertext block at iv.
-//
-//go:noescape
-func encryptCBC(nr int, xk, iv, dst, src *byte, n int)
-
-// decryptCBC decrypts as encryptCBC encrypts, under the inverse
-// schedule; dst may be src.
+// decryptCBC decrypts n bytes (whole blocks, n > 0) from src to dst
+// under the nr-round inverse schedule xk, chained from the block at iv,
+// and leaves the last ciphertext block at iv; dst may be src.
 //
 //go:noescape
 func decryptCBC(nr int, xk, iv, dst, src *byte, n int)

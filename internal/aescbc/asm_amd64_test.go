@@ -18,12 +18,12 @@ func TestAssemblyInUse(t *testing.T) {
 	if !useAsm {
 		t.Fatal("AES-NI present but useAsm is false")
 	}
-	m, err := NewEncrypter(make([]byte, 16), make([]byte, 16))
+	m, err := NewDecrypter(make([]byte, 16), make([]byte, 16))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, ok := m.(*asmMode); !ok {
-		t.Fatalf("NewEncrypter gave %T, want *asmMode", m)
+		t.Fatalf("NewDecrypter gave %T, want *asmMode", m)
 	}
 }
 

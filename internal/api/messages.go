@@ -291,19 +291,6 @@ func (h *handler) id(w http.ResponseWriter, r *http.Request) (int64, bool) {
 	return n, true
 }
 
-// readErr answers a read error: 404 for a missing message or MDN.
-func (h *handler) readErr(w http.ResponseWriter, id int64, err error) {
-	switch {
-	case errors.Is(err, postgres.ErrMessageNotFound):
-		writeError(w, http.StatusNotFound, "id", fmt.Sprintf("no message %d", id))
-	case errors.Is(err, postgres.ErrNoMDN):
-		writeError(w, http.StatusNotFound, "", fmt.Sprintf("message %d has no MDN (yet)", id))
-	default:
-		h.log.Error("read message", zap.Int64("id", id), zap.Error(err))
-		writeError(w, http.StatusInternalServerError, "", "the message could not be read; retry later")
-	}
-}
-
 func (h *handler) get(w http.ResponseWriter, r *http.Request) {
 	id, ok := h.id(w, r)
 	if !ok {
@@ -311,7 +298,7 @@ func (h *handler) get(w http.ResponseWriter, r *http.Request) {
 	}
 	m, err := h.o.Store.Message(r.Context(), id)
 	if err != nil {
-		h.readErr(w, id, err)
+		h.writeMessageError(w, id, opRead, err)
 		return
 	}
 	if h.o.Interchanges == nil {
@@ -320,7 +307,7 @@ func (h *handler) get(w http.ResponseWriter, r *http.Request) {
 	}
 	ics, err := h.o.Interchanges.Interchanges(r.Context(), id)
 	if err != nil {
-		h.readErr(w, id, err)
+		h.writeMessageError(w, id, opRead, err)
 		return
 	}
 	httpserver.WriteJSON(w, http.StatusOK, DetailView(h.view(m), ics))
@@ -356,7 +343,7 @@ func (h *handler) payload(w http.ResponseWriter, r *http.Request) {
 	})
 	switch {
 	case err != nil && !started:
-		h.readErr(w, id, err)
+		h.writeMessageError(w, id, opRead, err)
 	case err != nil:
 		h.log.Warn("payload cut short", zap.Int64("message", id), zap.Error(err))
 		panic(http.ErrAbortHandler)
@@ -370,7 +357,7 @@ func (h *handler) mdn(w http.ResponseWriter, r *http.Request) {
 	}
 	m, err := h.o.Store.MessageMDN(r.Context(), id)
 	if err != nil {
-		h.readErr(w, id, err)
+		h.writeMessageError(w, id, opRead, err)
 		return
 	}
 	ct := m.ContentType
@@ -386,20 +373,8 @@ func (h *handler) resend(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	m, err := h.o.Resender.ResendMessage(r.Context(), id)
-	switch {
-	case errors.Is(err, postgres.ErrMessageNotFound):
-		writeError(w, http.StatusNotFound, "id", fmt.Sprintf("no message %d", id))
-		return
-	case errors.Is(err, postgres.ErrNotResendable):
-		_, reason, _ := strings.Cut(err.Error(), postgres.ErrNotResendable.Error()+": ")
-		if reason == "" {
-			reason = "only failed outbound messages and messages whose MDN is overdue are resent"
-		}
-		writeError(w, http.StatusConflict, "", fmt.Sprintf("message %d cannot be resent: %s", id, reason))
-		return
-	case err != nil:
-		h.log.Error("resend", zap.Int64("id", id), zap.Error(err))
-		writeError(w, http.StatusInternalServerError, "", "the message could not be queued again; retry later")
+	if err != nil {
+		h.writeMessageError(w, id, opResend, err)
 		return
 	}
 	h.log.Info("queued again", zap.Int64("id", id), zap.String("partner", m.Partner), zap.String("message_id", m.MessageID))

@@ -71,7 +71,7 @@ func (h *handler) trace(w http.ResponseWriter, r *http.Request) {
 	}
 	t, err := h.o.Tracer.MessageTrace(r.Context(), id)
 	if err != nil {
-		h.readErr(w, id, err)
+		h.writeMessageError(w, id, opRead, err)
 		return
 	}
 	out := Trace{Message: h.view(t.Message), Attempts: []Attempt{}, AsyncMDNs: []InboxMDN{}, Events: []outbox.Event{}}
@@ -125,20 +125,8 @@ func (h *handler) cancel(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	m, err := h.o.Canceller.CancelMessage(r.Context(), id, req.Reason)
-	switch {
-	case errors.Is(err, postgres.ErrMessageNotFound):
-		writeError(w, http.StatusNotFound, "id", fmt.Sprintf("no message %d", id))
-		return
-	case errors.Is(err, postgres.ErrNotCancellable):
-		_, reason, _ := strings.Cut(err.Error(), postgres.ErrNotCancellable.Error()+": ")
-		if reason == "" {
-			reason = "only outbound messages queued or retrying are cancelled"
-		}
-		writeError(w, http.StatusConflict, "", fmt.Sprintf("message %d cannot be cancelled: %s", id, reason))
-		return
-	case err != nil:
-		h.log.Error("cancel", zap.Int64("id", id), zap.Error(err))
-		writeError(w, http.StatusInternalServerError, "", "the message could not be cancelled; retry later")
+	if err != nil {
+		h.writeMessageError(w, id, opCancel, err)
 		return
 	}
 	h.log.Info("cancelled", zap.Int64("id", id), zap.String("partner", m.Partner), zap.String("message_id", m.MessageID), zap.String("reason", req.Reason))

@@ -320,7 +320,7 @@ func (u *unwrapping) decrypt(der []byte, fresh bool) ([]byte, error) {
 // message's budget, accounting it through opts.Reserve.
 func (u *unwrapping) decompress(der []byte) ([]byte, error) {
 	if u.decompressBudget <= 0 { // 0 would mean Decompress's default
-		return nil, classify(stageDecompress, fmt.Errorf("decompress: %w: %w: more than %d bytes in all", cms.ErrDecompression, cms.ErrTooLarge, u.lim.MaxDecompressedSize))
+		return nil, classify(stageDecompress, fmt.Errorf("%w: %w: decompressed more than %d bytes in all", cms.ErrDecompression, cms.ErrTooLarge, u.lim.MaxDecompressedSize))
 	}
 	var reserveErr error
 	reserve := u.opts.Reserve

@@ -279,9 +279,9 @@ func (l *kubeLease) won(ctx context.Context, lease *coordinationv1.Lease, before
 		} else {
 			rerr = errors.New("the Lease was released")
 		}
-		return attempt{}, fmt.Errorf("%w: %w: the Lease write returned resourceVersion %q (%w); %w. "+
+		return attempt{}, fmt.Errorf("%w: %w: the Lease write returned resourceVersion %q; %v. "+
 			"edihub needs an API server backed by etcd whose resourceVersions are comparable integers (Kubernetes 1.35 and later guarantee it, KEP-5504; docs/leadership.md), "+
-			"or EDIHUB_LEADER_BACKEND=postgres", errFatal, ErrUnusableToken, lease.ResourceVersion, err, rerr)
+			"or EDIHUB_LEADER_BACKEND=postgres: %w", errFatal, ErrUnusableToken, lease.ResourceVersion, rerr, err)
 	}
 	return attempt{acquired: true, token: token, holder: l.identity, holderToken: token}, nil
 }

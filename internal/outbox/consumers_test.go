@@ -34,13 +34,14 @@ func TestCompetingConsumers(t *testing.T) {
 		mu.Lock()
 		perID[r.header.Get("Message-ID")]++
 		mu.Unlock()
-		time.Sleep(2 * time.Millisecond)
+		time.Sleep(2 * time.Millisecond) // stays: the partner's answer takes real time, so the replicas' claims overlap
 		return 200, nil, nil
 	})
 	cfg := loadConfig(t, partnerYAML{id: partnerID, url: partner.URL, extra: []string{"sign: sha-256", "mdn: none"}})
 	stores := []*postgres.Store{openStore(t, url), openStore(t, url), openStore(t, url)}
+	var stops []func()
 	for i, st := range stores {
-		startDispatcher(t, dispatcherOpts(t, st, cfg, fmt.Sprintf("replica-%d", i)))
+		stops = append(stops, startDispatcher(t, dispatcherOpts(t, st, cfg, fmt.Sprintf("replica-%d", i))))
 	}
 	const n = 200
 	ids := make([]int64, 0, n)
@@ -55,7 +56,11 @@ func TestCompetingConsumers(t *testing.T) {
 			t.Fatalf("message %d: status %q (%s)", id, m.Status, m.Error)
 		}
 	}
-	time.Sleep(300 * time.Millisecond)
+	// A stopped dispatcher has no request in flight: what the partner
+	// counted now is all it will ever get.
+	for _, stop := range stops {
+		stop()
+	}
 	mu.Lock()
 	defer mu.Unlock()
 	if len(perID) != n {
@@ -138,8 +143,16 @@ func TestWakeup(t *testing.T) {
 	cfg := loadConfig(t, partnerYAML{id: partnerID, url: partner.URL, extra: []string{"mdn: none"}})
 	o := dispatcherOpts(t, st, cfg, "d1")
 	o.PollInterval = time.Minute
+	listening := make(chan struct{})
+	o.Listener = listenerFunc(func(ctx context.Context, wake func()) error {
+		var once sync.Once
+		return st.ListenOutbox(ctx, func() {
+			once.Do(func() { close(listening) }) // ListenOutbox wakes first once LISTEN took effect
+			wake()
+		})
+	})
 	startDispatcher(t, o)
-	time.Sleep(500 * time.Millisecond) // first claim done, LISTEN in place
+	<-listening
 	start := time.Now()
 	enqueue(t, st, cfg, partnerID, []byte("now"), "", "")
 	select {
@@ -149,3 +162,9 @@ func TestWakeup(t *testing.T) {
 		t.Fatal("not sent within 10s with a one-minute poll interval: no wakeup")
 	}
 }
+
+// listenerFunc is an outbox.Listener from a function, for a test that
+// wraps the store's to see when it listens.
+type listenerFunc func(ctx context.Context, wake func()) error
+
+func (f listenerFunc) ListenOutbox(ctx context.Context, wake func()) error { return f(ctx, wake) }

@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
@@ -281,4 +282,21 @@ func opensslRun(t testing.TB, stdin []byte, args ...string) []byte {
 		t.Fatalf("openssl %s: %v: %s", strings.Join(args, " "), err, errb.String())
 	}
 	return out.Bytes()
+}
+
+// pendingOutbox counts the outbox rows at url still to be sent or in
+// flight, due now or later.
+func pendingOutbox(t testing.TB, url string) int {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var n int
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM outbox WHERE status = 'pending'`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
 }

@@ -84,7 +84,8 @@ func TestDispatchSyncMDN(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			st := pgtest.Store(t)
+			url := pgtest.URL(t)
+			st := openStore(t, url)
 			partner := newPartner(t, func(n int, r request) (int, http.Header, []byte) { return tt.answer(t, n, r) })
 			cfg := loadConfig(t, partnerYAML{id: partnerID, url: partner.URL, extra: []string{
 				"sign: sha-256", "mdn: sync", "mdn_signed: true", "max_attempts: 3", "timeout: 700ms",
@@ -92,7 +93,7 @@ func TestDispatchSyncMDN(t *testing.T) {
 			q := enqueue(t, st, cfg, partnerID, []byte("UNA:+.? 'UNB+UNOC:3+EDIHUB+ACME'"), "application/EDIFACT", "")
 			o := dispatcherOpts(t, st, cfg, "d1")
 			o.Lease = 5 * time.Second
-			startDispatcher(t, o)
+			stop := startDispatcher(t, o)
 			m := waitStatus(t, st, q.ID, "delivered", "failed")
 			if m.Status != tt.want {
 				t.Fatalf("status %q (error %q), want %q", m.Status, m.Error, tt.want)
@@ -103,8 +104,12 @@ func TestDispatchSyncMDN(t *testing.T) {
 			if !strings.Contains(m.Disposition, tt.wantDisp) {
 				t.Errorf("disposition %q, want it to contain %q", m.Disposition, tt.wantDisp)
 			}
-			// Several poll intervals later nothing more has been sent.
-			time.Sleep(400 * time.Millisecond)
+			// Nothing more is sent: the outbox holds no row to send or in
+			// flight, and once the dispatcher stopped no request is under way.
+			if n := pendingOutbox(t, url); n != 0 {
+				t.Errorf("outbox after a final status: %d rows pending, want none", n)
+			}
+			stop()
 			reqs := partner.requests()
 			if len(reqs) != tt.wantReqs {
 				t.Fatalf("partner got %d requests, want %d", len(reqs), tt.wantReqs)

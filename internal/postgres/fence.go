@@ -77,7 +77,7 @@ ON CONFLICT (lease, token) DO NOTHING`, f.Lease, f.Token, holder)
 	}
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) && pe.Code == "55P03" { // lock_not_available
-		return fmt.Errorf("open term %s: %w: the fence row stayed locked by an older term's transaction for %s (lock_timeout)", f, ErrTermLockTimeout, s.termLockTimeout)
+		return fmt.Errorf("%w: open term %s: the fence row stayed locked by an older term's transaction for %s (lock_timeout)", ErrTermLockTimeout, f, s.termLockTimeout)
 	}
 	if err != nil {
 		return fmt.Errorf("open term %s: %w", f, err)

@@ -266,7 +266,7 @@ func TestFencedWritesUnderConcurrentTermOpens(t *testing.T) {
 					return
 				default:
 				}
-				err := st.FencedInsertBeat(ctx, f, "w", func() { time.Sleep(time.Millisecond) })
+				err := st.FencedInsertBeat(ctx, f, "w", func() { time.Sleep(time.Millisecond) }) // stays: each write holds its real transaction a moment, so term opens land on writes in flight
 				switch {
 				case err == nil:
 					accepted[w].Add(1)

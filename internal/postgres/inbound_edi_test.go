@@ -314,7 +314,7 @@ func TestDuplicateInterchangeRace(t *testing.T) {
 		if waiting > 0 {
 			break
 		}
-		time.Sleep(time.Millisecond)
+		time.Sleep(time.Millisecond) // stays: bounded poll of pg_locks, PostgreSQL signals no lock wait
 	}
 	close(release)
 	r1 := <-firstDone

@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -21,16 +20,19 @@ func (s *Store) CountSQL(ctx context.Context, sql string, args ...any) (int64, e
 }
 
 // InsertInboundHeld inserts a processed inbound message (the trigger adds
-// its received event) and keeps the transaction open for hold before
-// committing, so events commit out of id order.
-func (s *Store) InsertInboundHeld(ctx context.Context, partner, messageID string, hold time.Duration) error {
+// its received event) and calls hold, when not nil, before committing:
+// a test that holds transactions and lets them go in its own order makes
+// events commit out of id order.
+func (s *Store) InsertInboundHeld(ctx context.Context, partner, messageID string, hold func()) error {
 	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `
 INSERT INTO messages (direction, partner, as2_from, as2_to, message_id, status, completed_at)
 VALUES ('inbound', $1, $1, 'S', $2, 'processed', now())`, partner, messageID); err != nil {
 			return err
 		}
-		time.Sleep(hold)
+		if hold != nil {
+			hold()
+		}
 		return nil
 	})
 }

@@ -193,10 +193,9 @@ func TestEventsFromEveryWriter(t *testing.T) {
 	m := outbound("Q", "<dead@s>", "", nil)
 	m.MaxAttempts = 1
 	dead, _ := st.EnqueueOutbound(ctx, m)
-	if _, err := st.ClaimOutbox(ctx, "crashed", time.Microsecond, 10); err != nil {
+	if _, err := st.ClaimOutbox(ctx, "crashed", -time.Second, 10); err != nil { // a claim expired unfinished
 		t.Fatal(err)
 	}
-	time.Sleep(5 * time.Millisecond)
 	if _, err := st.ClaimOutbox(ctx, "d", time.Minute, 10); err != nil { // gives up on it
 		t.Fatal(err)
 	}
@@ -220,20 +219,28 @@ func TestEventsFromEveryWriter(t *testing.T) {
 }
 
 // TestEventsPagingUnderConcurrentWriters: writers commit events out of id
-// order (transactions held open for random times) while a consumer pages
-// with small limits; the consumer sees every event exactly once.
+// order (each holds its transaction open until the consumer lets one of
+// those waiting commit, chosen at random) while the consumer pages with
+// small limits; the consumer sees every event exactly once.
 func TestEventsPagingUnderConcurrentWriters(t *testing.T) {
 	ctx := context.Background()
-	st := pgtest.Store(t)
+	url := pgtest.URL(t)
+	// The writers' held transactions may take all of a pool's connections:
+	// the consumer, which lets them commit, pages through a pool of its own.
+	st, reader := openStore(t, url, postgres.Options{}), openStore(t, url, postgres.Options{})
 	const writers, perWriter = 8, 25
 	var wg sync.WaitGroup
 	writeErr := make(chan error, writers)
 	done := make(chan struct{})
+	held := make(chan chan struct{}) // a writer's transaction, inserted, waiting to commit
+	hold := func() {
+		commit := make(chan struct{})
+		held <- commit
+		<-commit
+	}
 	for w := range writers {
 		wg.Go(func() {
-			r := rand.New(rand.NewPCG(uint64(w), 7))
 			for i := range perWriter {
-				hold := time.Duration(r.IntN(20)) * time.Millisecond
 				if err := st.InsertInboundHeld(ctx, fmt.Sprintf("P%d", w), fmt.Sprintf("<%d@p>", i), hold); err != nil {
 					writeErr <- err
 					return
@@ -242,6 +249,8 @@ func TestEventsPagingUnderConcurrentWriters(t *testing.T) {
 		})
 	}
 	go func() { wg.Wait(); close(done) }()
+	r := rand.New(rand.NewPCG(7, 7))
+	var waiting []chan struct{}
 	seen := map[int64]bool{}
 	var order []postgres.EventCursor
 	var cursor postgres.EventCursor
@@ -250,14 +259,24 @@ func TestEventsPagingUnderConcurrentWriters(t *testing.T) {
 		if pages > 100000 {
 			t.Fatal("consumer did not catch up")
 		}
-		if !finished {
+	take:
+		for {
 			select {
+			case c := <-held:
+				waiting = append(waiting, c)
 			case <-done:
 				finished = true
+				break take
 			default:
+				break take
 			}
 		}
-		evs, err := st.Events(ctx, cursor, 7)
+		if len(waiting) > 0 {
+			i := r.IntN(len(waiting))
+			close(waiting[i])
+			waiting = slices.Delete(waiting, i, i+1)
+		}
+		evs, err := reader.Events(ctx, cursor, 7)
 		if err != nil {
 			t.Fatal(err)
 		}

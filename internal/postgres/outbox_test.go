@@ -227,12 +227,12 @@ func TestClaimGivesUpOnExhaustedRow(t *testing.T) {
 	e := enqueueN(t, st, 1)[0] // max_attempts 3
 	var last postgres.OutboxItem
 	for n := 1; n <= 3; n++ {
-		items, err := st.ClaimOutbox(ctx, fmt.Sprintf("crashed-%d", n), time.Microsecond, 10)
+		// A lease over before it is taken: the claim has expired unfinished.
+		items, err := st.ClaimOutbox(ctx, fmt.Sprintf("crashed-%d", n), -time.Second, 10)
 		if err != nil || len(items) != 1 || items[0].Attempts != n {
 			t.Fatalf("claim %d = %+v, %v", n, items, err)
 		}
 		last = items[0]
-		time.Sleep(5 * time.Millisecond) // the claim expires unfinished
 	}
 	items, err := st.ClaimOutbox(ctx, "next", time.Minute, 10)
 	if err != nil || len(items) != 0 {

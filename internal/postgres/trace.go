@@ -281,7 +281,7 @@ SELECT `+inboxColumns+` FROM again, LATERAL (SELECT pg_notify($2, again.id::text
 		case errors.Is(err, pgx.ErrNoRows):
 			return InboxMDNInfo{}, fmt.Errorf("re-apply inbox MDN %d: %w", id, ErrInboxMDNNotFound)
 		case err == nil:
-			return InboxMDNInfo{}, fmt.Errorf("re-apply inbox MDN %d: %w: it is %s", id, ErrNotOrphan, state)
+			return InboxMDNInfo{}, fmt.Errorf("%w: it is %s", ErrNotOrphan, state)
 		}
 	}
 	if err != nil {

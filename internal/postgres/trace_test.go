@@ -161,7 +161,7 @@ func TestMessageTrace(t *testing.T) {
 func TestMessageTraceInbound(t *testing.T) {
 	ctx := context.Background()
 	st := pgtest.Store(t)
-	if err := st.InsertInboundHeld(ctx, "P", "<in-1@p>", 0); err != nil {
+	if err := st.InsertInboundHeld(ctx, "P", "<in-1@p>", nil); err != nil {
 		t.Fatal(err)
 	}
 	ms, err := st.Messages(ctx, postgres.MessageQuery{MessageID: "<in-1@p>"})

@@ -98,12 +98,12 @@ func opensslReceive(ctx context.Context, m *openssltest.LargeMessage, keys strin
 	decrypt := exec.CommandContext(ctx, "openssl", "cms", "-decrypt", "-binary", "-inform", "DER", "-in", m.BodyPath,
 		"-recip", filepath.Join(keys, "station.crt"), "-inkey", filepath.Join(keys, "station.key"), "-out", dec)
 	if out, err := decrypt.CombinedOutput(); err != nil {
-		return 0, 0, fmt.Errorf("openssl reference: decrypt: %w: %s", err, out)
+		return 0, 0, fmt.Errorf("openssl reference: decrypt: %s: %w", out, err)
 	}
 	verify := exec.CommandContext(ctx, "openssl", "cms", "-verify", "-binary", "-noverify", "-inform", "DER", "-in", m.SignaturePath,
 		"-content", m.SignedPath, "-out", os.DevNull)
 	if out, err := verify.CombinedOutput(); err != nil {
-		return 0, 0, fmt.Errorf("openssl reference: verify: %w: %s", err, out)
+		return 0, 0, fmt.Errorf("openssl reference: verify: %s: %w", out, err)
 	}
 	took = time.Since(start)
 	for _, c := range []*exec.Cmd{decrypt, verify} {
@@ -167,7 +167,7 @@ func largeReceive(ctx context.Context, o options, keys string, m *openssltest.La
 	took = time.Since(start)
 	md, err := mdn.Parse(resp.Header, rb, mdn.ParseOptions{Unverified: true})
 	if err != nil {
-		return 0, 0, 0, 0, nil, fmt.Errorf("reply %d: %w: %.200s", resp.StatusCode, err, rb)
+		return 0, 0, 0, 0, nil, fmt.Errorf("reply %d: %.200s: %w", resp.StatusCode, rb, err)
 	}
 	want, err := as2.ParseMIC(m.MIC)
 	if err != nil {

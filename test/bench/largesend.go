@@ -92,7 +92,7 @@ func largeSendBench(ctx context.Context, out io.Writer, o options, partner, st *
 		if res.bodySize < opensslMaxDER {
 			if b, err := exec.CommandContext(ctx, "openssl", "cms", "-decrypt", "-binary", "-inform", "DER", "-in", res.bodyPath,
 				"-recip", filepath.Join(keys, "partner.crt"), "-inkey", filepath.Join(keys, "partner.key"), "-out", os.DevNull).CombinedOutput(); err != nil {
-				return fmt.Errorf("openssl cannot decrypt the body edihub sent: %w: %s", err, b)
+				return fmt.Errorf("openssl cannot decrypt the body edihub sent: %s: %w", b, err)
 			}
 		} else {
 			res.checked = "not written, not decrypted: openssl reads a DER/BER input whole, up to 2 GiB"
@@ -205,7 +205,7 @@ openssl cms -encrypt -binary -stream -aes256 -outform DER -out "$3" "$2/partner.
 	cmd := exec.CommandContext(ctx, "sh", "-ec", script, "sh", payload, keys, body)
 	start := time.Now()
 	if b, err := cmd.CombinedOutput(); err != nil {
-		return refRun{}, fmt.Errorf("openssl reference: %w: %s", err, b)
+		return refRun{}, fmt.Errorf("openssl reference: %s: %w", b, err)
 	}
 	r := refRun{took: time.Since(start), cpu: cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()}
 	fi, err := os.Stat(body)

@@ -891,7 +891,7 @@ func oneRSSRun(ctx context.Context, o options, keyDir string, h http.Header, bod
 	resp.Body.Close()
 	m, err := mdn.Parse(resp.Header, rb, mdn.ParseOptions{Unverified: true})
 	if err != nil {
-		return 0, 0, fmt.Errorf("reply %d: %w: %.200s", resp.StatusCode, err, rb)
+		return 0, 0, fmt.Errorf("reply %d: %.200s: %w", resp.StatusCode, rb, err)
 	}
 	if !m.Disposition.Successful() || (!mic.IsZero() && !m.MICMatches(mic)) {
 		return 0, 0, fmt.Errorf("MDN %s", m.Disposition)

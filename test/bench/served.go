@@ -209,7 +209,7 @@ func servedRun(ctx context.Context, out io.Writer, o options, dir, cfg, edihubBi
 		allocErr <- nil
 	}
 	if err := lg.Wait(); err != nil {
-		return fmt.Errorf("loadgen: %w: %s", err, strings.TrimSpace(lgErr.String()))
+		return fmt.Errorf("loadgen: %s: %w", strings.TrimSpace(lgErr.String()), err)
 	}
 	if err := <-profErr; err != nil {
 		return fmt.Errorf("CPU profile of edihub serve: %w", err)
@@ -459,7 +459,7 @@ func buildServed(ctx context.Context, dir string, boring bool) (servedBinaries, 
 			cmd.Env = append(os.Environ(), "GOEXPERIMENT="+t.experiment, "CGO_ENABLED=1")
 		}
 		if out, err := cmd.CombinedOutput(); err != nil {
-			return b, fmt.Errorf("go build %s (GOEXPERIMENT=%s): %w: %s", t.pkg, t.experiment, err, out)
+			return b, fmt.Errorf("go build %s (GOEXPERIMENT=%s): %s: %w", t.pkg, t.experiment, out, err)
 		}
 	}
 	return b, nil
@@ -831,7 +831,7 @@ func runLoadgen(ctx context.Context, loadgen, dir, urls string, o options, pids 
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
-		return loadgenResult{}, fmt.Errorf("loadgen: %w: %s", err, strings.TrimSpace(stderr.String()))
+		return loadgenResult{}, fmt.Errorf("loadgen: %s: %w", strings.TrimSpace(stderr.String()), err)
 	}
 	lr, err := parseLoadgen(stdout.String(), pids)
 	if err != nil {

@@ -196,7 +196,7 @@ func setReplication(ctx context.Context, primary *pgserver.Server, mode string) 
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("no %s standby streaming: %w (%v)", mode, ctx.Err(), err)
+			return fmt.Errorf("no %s standby streaming (last check: %v): %w", mode, err, ctx.Err())
 		case <-time.After(100 * time.Millisecond):
 		}
 	}

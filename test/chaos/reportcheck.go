@@ -84,7 +84,7 @@ func (s *stack) recount(ctx context.Context, day string, raw []byte) (string, er
 	cmd.Stderr = &stderr
 	fresh, err := cmd.Output()
 	if err != nil {
-		return what, fmt.Errorf("edihub report: %w: %s", err, stderr.String())
+		return what, fmt.Errorf("edihub report: %s: %w", stderr.String(), err)
 	}
 	norm := func(b []byte) string { return strings.TrimSpace(strings.ReplaceAll(string(b), "\r\n", "\n")) }
 	if norm(fresh) != norm(mailed) {

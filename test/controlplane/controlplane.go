@@ -554,8 +554,8 @@ func waitHealthy(ctx context.Context, p *process, url string, rt http.RoundTripp
 			return fmt.Errorf("%w before it was ready (last check: %s); log %s ends with:\n%s",
 				p.exitError(), last, p.logPath, p.logTail())
 		}
-		return fmt.Errorf("not ready: %w (last check: %s); log %s ends with:\n%s",
-			context.Cause(ctx), last, p.logPath, p.logTail())
+		return fmt.Errorf("not ready (last check: %s); log %s ends with:\n%s\n%w",
+			last, p.logPath, p.logTail(), context.Cause(ctx))
 	}
 }
 

@@ -98,7 +98,7 @@ func BuildBinary(ctx context.Context, dir string) (string, error) {
 	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/edihub")
 	cmd.Dir = root
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build ./cmd/edihub: %w\n%s", err, out)
+		return "", fmt.Errorf("go build ./cmd/edihub:\n%s\n%w", out, err)
 	}
 	return bin, nil
 }
@@ -671,7 +671,7 @@ func (cl *Cluster) FirstBeat(ctx context.Context, token int64) (postgres.Beat, e
 		}
 		select {
 		case <-ctx.Done():
-			return postgres.Beat{}, fmt.Errorf("no heartbeat of term %d: %w (last read: %v)", token, ctx.Err(), err)
+			return postgres.Beat{}, fmt.Errorf("no heartbeat of term %d (last read: %v): %w", token, err, ctx.Err())
 		case <-time.After(100 * time.Millisecond):
 		}
 	}

@@ -151,7 +151,7 @@ func openssl(ctx context.Context, args ...string) ([]byte, error) {
 	cmd.Stderr = &stderr
 	b, err := cmd.Output()
 	if err != nil {
-		return nil, fmt.Errorf("openssl %s: %w: %s", strings.Join(args[:2], " "), err, strings.TrimSpace(stderr.String()))
+		return nil, fmt.Errorf("openssl %s: %s: %w", strings.Join(args[:2], " "), strings.TrimSpace(stderr.String()), err)
 	}
 	return b, nil
 }

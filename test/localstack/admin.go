@@ -37,10 +37,10 @@ func ensureAdmin(ctx context.Context, binary, state, dbURL string) (string, erro
 		say("added the admin user %q", adminName)
 		return password, nil
 	case !strings.Contains(out, "a user of that name exists"):
-		return "", fmt.Errorf("edihub users add %s: %w\n%s", adminName, err, out)
+		return "", fmt.Errorf("edihub users add %s:\n%s\n%w", adminName, out, err)
 	case created:
 		if out, err := users("passwd", adminName, "-password-file", path); err != nil {
-			return "", fmt.Errorf("edihub users passwd %s: %w\n%s", adminName, err, out)
+			return "", fmt.Errorf("edihub users passwd %s:\n%s\n%w", adminName, out, err)
 		}
 		say("set the password of the admin user %q to the new %s", adminName, path)
 	}

@@ -41,7 +41,7 @@ func TestRestarter(t *testing.T) {
 	}
 	r.Stop()
 	stopped := time.Now()
-	time.Sleep(4*restartMin + 500*time.Millisecond) // stays, real processes: past the next restart
+	time.Sleep(4*restartMin + 500*time.Millisecond) // stays: a restart that Stop failed to drop would start a real process only after its real back-off
 	if err := c.Stop(time.Second); err != nil {
 		t.Error(err)
 	}

@@ -422,7 +422,7 @@ func newGCMSealer(dst io.Writer, c cipherInfo, block cipher.Block, ris [][]byte,
 func (g *gcmSealer) Write(p []byte) (int, error) {
 	n := len(p)
 	if g.n += int64(n); g.n > gcmMaxText {
-		return 0, fmt.Errorf("encrypt: %w: AES-GCM content over %d bytes", ErrUnsupportedAlgorithm, int64(gcmMaxText))
+		return 0, fmt.Errorf("%w: encrypt AES-GCM content over %d bytes", ErrUnsupportedAlgorithm, int64(gcmMaxText))
 	}
 	for len(p) > 0 {
 		c := copy(g.buf[len(g.buf):cap(g.buf)], p)

@@ -367,7 +367,7 @@ func SignDetached(content []byte, cert *x509.Certificate, key crypto.Signer, opt
 		h = crypto.SHA256
 	}
 	if !h.Available() {
-		return nil, fmt.Errorf("sign: %w: digest %v", ErrUnsupportedAlgorithm, h)
+		return nil, fmt.Errorf("%w: sign with digest %v", ErrUnsupportedAlgorithm, h)
 	}
 	hh := h.New()
 	hh.Write(content)
@@ -386,7 +386,7 @@ func SignDigest(md []byte, cert *x509.Certificate, key crypto.Signer, opts SignO
 	}
 	digestAlg, ok := derDigestAlgs[h]
 	if !ok {
-		return nil, fmt.Errorf("sign: %w: digest %v", ErrUnsupportedAlgorithm, h)
+		return nil, fmt.Errorf("%w: sign with digest %v", ErrUnsupportedAlgorithm, h)
 	}
 	rnd := opts.Rand
 	if rnd == nil {
@@ -403,7 +403,7 @@ func SignDigest(md []byte, cert *x509.Certificate, key crypto.Signer, opts SignO
 	case *ecdsa.PublicKey:
 		sigAlg = derECDSASignatures[h]
 	default:
-		return nil, fmt.Errorf("sign: %w: key %T", ErrUnsupportedAlgorithm, key.Public())
+		return nil, fmt.Errorf("%w: sign with key %T", ErrUnsupportedAlgorithm, key.Public())
 	}
 
 	signingTime, err := appendTime(make([]byte, 0, 17), t.UTC().Truncate(time.Second))

@@ -57,7 +57,7 @@ func install() (*Oracle, error) {
 	if base == "" {
 		c, err := os.UserCacheDir()
 		if err != nil {
-			return nil, fmt.Errorf("cache folder: %w (set EDIHUB_EDIORACLE_DIR)", err)
+			return nil, fmt.Errorf("cache folder (set EDIHUB_EDIORACLE_DIR): %w", err)
 		}
 		base = filepath.Join(c, "edihub", "edioracle")
 	}
@@ -100,7 +100,7 @@ func npmInstall(base, dir string) error {
 	cmd.Dir = tmp
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		return fmt.Errorf("npm install %v: %w\n%s", Packages, err, out)
+		return fmt.Errorf("npm install %v:\n%s\n%w", Packages, out, err)
 	}
 	_ = os.RemoveAll(dir)
 	return os.Rename(tmp, dir)

@@ -135,7 +135,7 @@ func New(opts Options) (*Server, error) {
 	if os.Geteuid() == 0 {
 		u, err := user.Lookup("postgres")
 		if err != nil {
-			return nil, fmt.Errorf("running as root, PostgreSQL must run as the postgres user, which does not exist (%w); install the postgresql package, which creates it", err)
+			return nil, fmt.Errorf("running as root, PostgreSQL must run as the postgres user, which does not exist (install the postgresql package, which creates it): %w", err)
 		}
 		uid, _ := strconv.Atoi(u.Uid)
 		gid, _ := strconv.Atoi(u.Gid)
@@ -226,7 +226,7 @@ func (s *Server) initdb() error {
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("pgserver: initdb in %s: %w\n%s", s.DataDir(), err, tail(out.Bytes(), 20))
+		return fmt.Errorf("pgserver: initdb in %s:\n%s\n%w", s.DataDir(), tail(out.Bytes(), 20), err)
 	}
 	return nil
 }
@@ -278,7 +278,7 @@ func (s *Server) Start(ctx context.Context) error {
 		<-exited
 		s.cmd = nil
 		logTail, _ := os.ReadFile(s.LogFile())
-		return fmt.Errorf("pgserver: postgres did not become ready on port %d: %w\n%s", s.port, err, tail(logTail, 20))
+		return fmt.Errorf("pgserver: postgres did not become ready on port %d:\n%s\n%w", s.port, tail(logTail, 20), err)
 	}
 	return nil
 }

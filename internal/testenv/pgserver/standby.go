@@ -50,7 +50,7 @@ func NewStandby(ctx context.Context, primary *Server, opts Options) (*Server, er
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := runContext(ctx, cmd); err != nil {
-		return nil, fmt.Errorf("pgserver: pg_basebackup from port %d: %w\n%s", primary.Port(), err, tail(out.Bytes(), 20))
+		return nil, fmt.Errorf("pgserver: pg_basebackup from port %d:\n%s\n%w", primary.Port(), tail(out.Bytes(), 20), err)
 	}
 	if err := dropSetting(filepath.Join(s.DataDir(), "postgresql.auto.conf"), "synchronous_standby_names"); err != nil {
 		return nil, err
@@ -105,7 +105,7 @@ func (s *Server) Promote(ctx context.Context) error {
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := runContext(ctx, cmd); err != nil {
-		return fmt.Errorf("pgserver: pg_ctl promote: %w\n%s", err, tail(out.Bytes(), 20))
+		return fmt.Errorf("pgserver: pg_ctl promote:\n%s\n%w", tail(out.Bytes(), 20), err)
 	}
 	return nil
 }
