@@ -127,7 +127,7 @@ func connectorsApplyFlags(fs *flagSet) func(context.Context, *environment) error
 			}
 			rev, err := svc.Apply(ctx, p, expect, postgres.AuditEntry{Actor: cliCaller().Actor(), Detail: map[string]any{"file": file}})
 			if err != nil {
-				return fmt.Errorf("connectors apply: %w (nothing was applied)", err)
+				return fmt.Errorf("connectors apply, nothing was applied: %w", err)
 			}
 			fmt.Fprintf(env.stdout, "applied: connectors revision %d; every replica serves it within seconds (edihub connectors get shows each replica's revision)\n", rev)
 			return nil
