@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -17,6 +18,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
@@ -431,4 +433,67 @@ func TestDefaultDeliveryName(t *testing.T) {
 	if _, err := outbox.DefaultDeliveryName("d", connector.Document{}); err == nil {
 		t.Error("DefaultDeliveryName(no Message-ID) = nil error, want one")
 	}
+}
+
+// TestDeliveriesWithoutDestinations: a dispatcher without destinations
+// leaves deliveries alone (no attempt spent) while it sends what it can,
+// and the backlog gauges count them per destination.
+func TestDeliveriesWithoutDestinations(t *testing.T) {
+	ctx := context.Background()
+	st := pgtest.Store(t)
+	if _, err := st.ForwardDeliveries(ctx, postgres.DeliveryForward{Cursor: postgres.DeliveryCursor,
+		Route: func(connector.Document) (string, []string) { return "", nil }}); err != nil {
+		t.Fatal(err)
+	}
+	w1 := receive(t, st, "ACME", "w1@acme", []byte("1"))
+	w2 := receive(t, st, "ACME", "w2@acme", []byte("2"))
+	n := 0
+	if _, err := st.ForwardDeliveries(ctx, postgres.DeliveryForward{Cursor: postgres.DeliveryCursor,
+		Route: func(connector.Document) (string, []string) {
+			n++
+			if n == 1 {
+				return "r", []string{"a", "b"}
+			}
+			return "r", []string{"a"}
+		}}); err != nil {
+		t.Fatal(err)
+	}
+	partner := newPartner(t, func(int, request) (int, http.Header, []byte) { return 200, nil, nil })
+	cfg := loadConfig(t, partnerYAML{id: partnerID, url: partner.URL, extra: []string{"mdn: none"}})
+	startDispatcher(t, dispatcherOpts(t, st, cfg, "no-destinations"))
+	waitStatus(t, st, enqueue(t, st, cfg, partnerID, []byte("x"), "", "").ID, "sent")
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(outbox.NewDeliveryBacklog(st.DeliveryBacklogs))
+	want := `
+# HELP edihub_delivery_backlog Deliveries of received documents waiting to be written, per destination (all replicas).
+# TYPE edihub_delivery_backlog gauge
+edihub_delivery_backlog{destination="a"} 2
+edihub_delivery_backlog{destination="b"} 1
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "edihub_delivery_backlog"); err != nil {
+		t.Error(err)
+	}
+	if c := testutil.CollectAndCount(reg, "edihub_delivery_oldest_seconds"); c != 2 {
+		t.Errorf("oldest waiting series = %d, want 2", c)
+	}
+	if a := countAttempts(t, st, w1, w2); a != 0 {
+		t.Errorf("attempts spent on deliveries = %d, want 0", a)
+	}
+}
+
+// countAttempts sums the attempts of the deliveries of messages ids.
+func countAttempts(t *testing.T, st *postgres.Store, ids ...int64) int {
+	t.Helper()
+	total := 0
+	for _, id := range ids {
+		tr, err := st.MessageTrace(context.Background(), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range tr.Deliveries {
+			total += d.Attempts
+		}
+	}
+	return total
 }
