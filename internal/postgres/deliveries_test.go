@@ -108,12 +108,22 @@ func TestForwardDeliveries(t *testing.T) {
 	}
 }
 
-// TestForwardDeliveriesConcurrently: two replicas forwarding at once in
-// small batches read every event once between them and queue one
-// delivery per document and destination.
+// TestForwardDeliveriesConcurrently: two replicas (each with its own
+// pool) forwarding at once in small batches read every event once between
+// them and queue one delivery per document and destination.
 func TestForwardDeliveriesConcurrently(t *testing.T) {
 	ctx := context.Background()
-	st := pgtest.Store(t)
+	url := pgtest.URL(t)
+	var replicas []*postgres.Store
+	for range 2 {
+		st, err := postgres.Open(ctx, url, postgres.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(st.Close)
+		replicas = append(replicas, st)
+	}
+	st := replicas[0]
 	startDeliveries(t, st)
 	const docs = 40
 	for i := range docs {
@@ -128,7 +138,7 @@ func TestForwardDeliveriesConcurrently(t *testing.T) {
 	for replica := range 2 {
 		wg.Go(func() {
 			for events.Load() < docs {
-				r, err := st.ForwardDeliveries(ctx, postgres.DeliveryForward{Cursor: postgres.DeliveryCursor, Limit: 3, Route: route})
+				r, err := replicas[replica].ForwardDeliveries(ctx, postgres.DeliveryForward{Cursor: postgres.DeliveryCursor, Limit: 3, Route: route})
 				if err != nil {
 					t.Errorf("replica %d: ForwardDeliveries: %v", replica, err)
 					return
