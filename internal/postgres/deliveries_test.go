@@ -276,3 +276,44 @@ func TestDeliveryBacklogs(t *testing.T) {
 		t.Errorf("DeliveryBacklogs (-want +got):\n%s", diff)
 	}
 }
+
+// TestPurgeKeepsPendingDelivery: a received message past the retention
+// keeps its payload and its row while a delivery of it is pending; once
+// the delivery is done, both go.
+func TestPurgeKeepsPendingDelivery(t *testing.T) {
+	ctx := context.Background()
+	st := pgtest.Store(t)
+	f := openPurgeTerm(t, st)
+	startDeliveries(t, st)
+	id := saveInbound(t, st, receipt("<old@p>"))
+	if _, err := st.ForwardDeliveries(ctx, postgres.DeliveryForward{Cursor: postgres.DeliveryCursor,
+		Route: func(connector.Document) (string, []string) { return "r", []string{"erp"} }}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.ExecSQL(ctx, `UPDATE messages SET created_at = now() - interval '40 days', completed_at = now() - interval '40 days' WHERE id = $1`, id); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.ExecSQL(ctx, `UPDATE payloads SET created_at = now() - interval '40 days' WHERE message_id = $1`, id); err != nil {
+		t.Fatal(err)
+	}
+	purge := func(kind string) int64 {
+		n, err := st.PurgeBatch(ctx, f, kind, 30*24*time.Hour, 10)
+		if err != nil {
+			t.Fatalf("PurgeBatch(%s): %v", kind, err)
+		}
+		return n
+	}
+	if p, m := purge(postgres.PurgePayloads), purge(postgres.PurgeMessages); p != 0 || m != 0 {
+		t.Fatalf("purged %d payloads, %d messages while the delivery is pending; want 0, 0", p, m)
+	}
+	items, err := st.ClaimOutboxKinds(ctx, "r1", time.Minute, 10, []string{postgres.OutboxKindDelivery})
+	if err != nil || len(items) != 1 {
+		t.Fatalf("claim = %+v, %v", items, err)
+	}
+	if err := st.FinishOutbox(ctx, items[0], postgres.OutboxResult{State: postgres.OutboxDone}); err != nil {
+		t.Fatal(err)
+	}
+	if p := purge(postgres.PurgePayloads); p != 1 {
+		t.Errorf("purged %d payloads once the delivery is done, want 1", p)
+	}
+}
