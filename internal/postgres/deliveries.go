@@ -137,9 +137,9 @@ ON CONFLICT (message_id, destination) WHERE kind = 'delivery' DO NOTHING`,
 const documentSQL = `
 SELECT m.id, m.message_id, m.partner, CASE m.direction WHEN 'inbound' THEN m.as2_to ELSE m.as2_from END,
        m.direction, m.content_type, m.filename, m.mic, m.payload_size, m.created_at,
-       coalesce(i.standard, ''), coalesce(i.set_types[1], ''), coalesce(i.control_number, '')
+       coalesce(i.standard, ''), coalesce(i.set_types[1], ''), coalesce(i.group_types[1], ''), coalesce(i.control_number, '')
   FROM messages m
-  LEFT JOIN LATERAL (SELECT standard, set_types, control_number FROM message_interchanges
+  LEFT JOIN LATERAL (SELECT standard, set_types, group_types, control_number FROM message_interchanges
                       WHERE message_id = m.id ORDER BY id LIMIT 1) i ON true
  WHERE m.id = ANY ($1::bigint[])`
 
@@ -159,7 +159,7 @@ func deliveryDocuments(ctx context.Context, q interface {
 	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (connector.Document, error) {
 		var d connector.Document
 		err := r.Scan(&d.ID, &d.MessageID, &d.Partner, &d.Station, &d.Direction, &d.ContentType, &d.FileName, &d.MIC,
-			&d.Size, &d.Time, &d.Standard, &d.Type, &d.ICN)
+			&d.Size, &d.Time, &d.Standard, &d.Type, &d.GroupType, &d.ICN)
 		d.MessageID = strings.TrimSuffix(strings.TrimPrefix(d.MessageID, "<"), ">")
 		d.Standard = strings.ToLower(d.Standard)
 		return d, err

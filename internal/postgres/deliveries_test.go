@@ -83,7 +83,7 @@ func TestForwardDeliveries(t *testing.T) {
 	}
 	want := []connector.Document{
 		{ID: routed, MessageID: "po-1@acme", Partner: "ACME", Station: "EDIHUB", Direction: "inbound", Standard: "x12",
-			Type: "850", ICN: "000000123", ContentType: "application/edi-x12", FileName: "po.x12", MIC: "bWlj, sha-256",
+			Type: "850", GroupType: "PO", ICN: "000000123", ContentType: "application/edi-x12", FileName: "po.x12", MIC: "bWlj, sha-256",
 			Size: int64(len(acmePO))},
 		{ID: unrouted, MessageID: "other@p", Partner: "P", Station: "S", Direction: "inbound", ContentType: "application/edi-x12",
 			FileName: "ORDERS_1.edi", Size: 7},

@@ -32,6 +32,11 @@ CREATE UNIQUE INDEX outbox_delivery_idx ON outbox (message_id, destination) WHER
 CREATE INDEX outbox_delivery_pending_idx ON outbox (destination, created_at)
     WHERE kind = 'delivery' AND status = 'pending';
 
+-- The functional identifiers (X12 GS01) of an interchange's explicit
+-- groups, in order, for routes that match on them; empty for EDIFACT
+-- without groups and for the interchanges stored before.
+ALTER TABLE message_interchanges ADD COLUMN group_types text[] NOT NULL DEFAULT '{}';
+
 -- delivery-done: a document was written to a destination;
 -- delivery-failed: a delivery failed for good (a dead letter).
 ALTER TABLE events
@@ -76,5 +81,6 @@ DELETE FROM outbox WHERE kind = 'delivery';
 DROP INDEX outbox_delivery_pending_idx;
 DROP INDEX outbox_delivery_idx;
 ALTER TABLE outbox DROP COLUMN target_name, DROP COLUMN route, DROP COLUMN destination;
+ALTER TABLE message_interchanges DROP COLUMN group_types;
 ALTER TABLE outbox DROP CONSTRAINT outbox_kind_check;
 ALTER TABLE outbox ADD CONSTRAINT outbox_kind_check CHECK (kind IN ('message', 'mdn', 'webhook')) NOT VALID;
