@@ -109,6 +109,9 @@ type outbound struct {
 	dispatcher   *outbox.Dispatcher
 	// forwarder moves feed events into the outbox; nil without a webhook.
 	forwarder *outbox.Forwarder
+	// deliveries queues received documents for the connectors'
+	// destinations; nil without routes.
+	deliveries *outbox.DeliveryForwarder
 }
 
 func newOutbound(r *replica, reports api.Reports) (*outbound, error) {
@@ -117,7 +120,9 @@ func newOutbound(r *replica, reports api.Reports) (*outbound, error) {
 	if err != nil {
 		return nil, err
 	}
+	dl := newDeliveries(r)
 	d, err := outbox.NewDispatcher(outbox.Options{
+		Destinations:    dl.destinations,
 		Store:           store,
 		Listener:        store,
 		Config:          cfg,
@@ -174,6 +179,9 @@ func newOutbound(r *replica, reports api.Reports) (*outbound, error) {
 	if err := reg.Register(api.NewCertificateCollector(certs)); err != nil {
 		return nil, fmt.Errorf("register certificate metrics: %w", err)
 	}
+	if err := reg.Register(outbox.NewDeliveryBacklog(store.DeliveryBacklogs)); err != nil {
+		return nil, fmt.Errorf("register delivery metrics: %w", err)
+	}
 	out := &outbound{api: h, queue: q, partners: svc, certificates: certs, testPartner: test, dispatcher: d}
 	if o.outbound.webhookURL != "" {
 		out.forwarder, err = outbox.NewForwarder(outbox.ForwarderOptions{
@@ -184,6 +192,15 @@ func newOutbound(r *replica, reports api.Reports) (*outbound, error) {
 			return nil, err
 		}
 		log.Info("webhook enabled", zap.String("url", redactURL(o.outbound.webhookURL)))
+	}
+	if dl.route != nil {
+		out.deliveries, err = outbox.NewDeliveryForwarder(outbox.DeliveryForwarderOptions{
+			Store: store, Logger: log, Route: dl.route, Notify: d.Wake,
+			MaxAttempts: config.DefaultMaxAttempts, RetryWindow: o.outbound.retryWindow,
+		})
+		if err != nil {
+			return nil, err
+		}
 	}
 	return out, nil
 }

@@ -476,6 +476,9 @@ func (p *parts) run(ctx context.Context, r *replica, srvs servers) error {
 	if p.out.forwarder != nil {
 		g.Go(func() error { return p.out.forwarder.Run(gctx) })
 	}
+	if p.out.deliveries != nil {
+		g.Go(func() error { return p.out.deliveries.Run(gctx) })
+	}
 	for _, srv := range []*httpserver.Server{srvs.as2, srvs.api, srvs.ops} {
 		if srv != nil {
 			g.Go(func() error { return srv.Run(httpCtx) })

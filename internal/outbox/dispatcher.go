@@ -144,6 +144,14 @@ type Options struct {
 	// SpoolFromBytes is the payload size above which a message is built
 	// as a stream (DefaultSpoolFromBytes).
 	SpoolFromBytes int64
+	// Destinations, when set, are the destinations deliveries (received
+	// documents, kind delivery) are written to; Store must then implement
+	// DeliveryStore. Without, deliveries are left to replicas that have
+	// them.
+	Destinations Destinations
+	// DeliveryName names a delivery's file or object at its first attempt
+	// (DefaultDeliveryName).
+	DeliveryName DeliveryNameFunc
 
 	// liveSizeSkew is added to the length computed for a body posted
 	// while it is built: tests set it (export_test.go) to have one come
@@ -163,6 +171,8 @@ type Dispatcher struct {
 	// partnerClients are the clients of partners with their own TLS or
 	// proxy settings (see credentials.go).
 	partnerClients *partnerClients
+	// deliveries is Store's DeliveryStore when Destinations is set.
+	deliveries DeliveryStore
 }
 
 // NewDispatcher validates o and returns a Dispatcher.
@@ -218,13 +228,24 @@ func NewDispatcher(o Options) (*Dispatcher, error) {
 	if o.Lease < MinLease {
 		return nil, fmt.Errorf("outbox: claim lease %s is below %s", o.Lease, MinLease)
 	}
+	var deliveries DeliveryStore
+	if o.Destinations != nil {
+		ds, ok := o.Store.(DeliveryStore)
+		if !ok {
+			return nil, errors.New("outbox: Destinations need a Store that implements DeliveryStore")
+		}
+		deliveries = ds
+	}
+	if o.DeliveryName == nil {
+		o.DeliveryName = DefaultDeliveryName
+	}
 	cfg := o.Config.Current()
 	ids := make([]string, 0, len(cfg.Partners))
 	for _, p := range cfg.Partners {
 		ids = append(ids, p.AS2ID)
 	}
 	o.Metrics.presetPartners(ids)
-	return &Dispatcher{o: o, log: o.Logger.Named("outbox"), wake: make(chan struct{}, 1), mdnClient: guardedClient(o.Client), partnerClients: &partnerClients{base: o.Client}}, nil
+	return &Dispatcher{o: o, log: o.Logger.Named("outbox"), wake: make(chan struct{}, 1), mdnClient: guardedClient(o.Client), partnerClients: &partnerClients{base: o.Client}, deliveries: deliveries}, nil
 }
 
 // Wake makes Run claim at once instead of at the next poll. It never
@@ -387,6 +408,10 @@ func (d *Dispatcher) process(ctx context.Context, it postgres.OutboxItem) {
 	switch it.Kind {
 	case postgres.OutboxKindWebhook:
 		log, ready = d.prepareWebhook(ctx, &it)
+	case postgres.OutboxKindDelivery:
+		// No HTTP exchange: the destination's connector writes it.
+		d.deliver(ctx, log, it)
+		return
 	case postgres.OutboxKindMessage:
 		st := &cfg.Station
 		if p != nil {
@@ -485,6 +510,8 @@ var kinds = map[string]kind{
 	postgres.OutboxKindMessage: {partner: true, message: true, retry: ResultRetry, failed: ResultFailed},
 	postgres.OutboxKindMDN:     {partner: true, done: ResultMDNSent, retry: ResultMDNRetry, failed: ResultMDNFailed},
 	postgres.OutboxKindWebhook: {done: ResultWebhookDelivered, retry: ResultWebhookRetry, failed: ResultWebhookFailed, timeout: WebhookTimeout},
+	// Deliveries are counted by destination (see finishDelivery).
+	postgres.OutboxKindDelivery: {done: ResultDeliveryDone, retry: ResultDeliveryRetry, failed: ResultDeliveryFailed, timeout: DeliveryTimeout},
 }
 
 // kindOf is it's kind; an unknown kind is sent like an MDN (a plain post
@@ -496,15 +523,20 @@ func kindOf(it postgres.OutboxItem) kind {
 	return kinds[postgres.OutboxKindMDN]
 }
 
-// claimKinds are the outbox kinds this dispatcher claims: all of them, or
-// without the webhook secret (a replica not yet configured for the
-// webhook, during a rolling change) all but webhook deliveries, which it
-// cannot sign: claiming them would only spend their attempts.
+// claimKinds are the outbox kinds this dispatcher claims: messages and
+// MDNs always; webhook deliveries only with the webhook secret (a replica
+// not yet configured for the webhook, during a rolling change, cannot
+// sign them: claiming them would only spend their attempts); deliveries
+// to destinations only with Destinations.
 func (d *Dispatcher) claimKinds() []string {
-	if len(d.o.WebhookSecret) == 0 {
-		return []string{postgres.OutboxKindMessage, postgres.OutboxKindMDN}
+	k := []string{postgres.OutboxKindMessage, postgres.OutboxKindMDN}
+	if len(d.o.WebhookSecret) > 0 {
+		k = append(k, postgres.OutboxKindWebhook)
 	}
-	return nil
+	if d.o.Destinations != nil {
+		k = append(k, postgres.OutboxKindDelivery)
+	}
+	return k
 }
 
 var errBuild = errors.New("build AS2 message")
@@ -548,8 +580,9 @@ func (d *Dispatcher) buildItem(ctx context.Context, it *postgres.OutboxItem, st 
 }
 
 // finish turns an attempt into the recorded outcome: done, retry or final
-// failure, with the message status moved once.
-func (d *Dispatcher) finish(ctx context.Context, log *zap.Logger, it postgres.OutboxItem, p *config.Partner, a attempt) {
+// failure, with the message status moved once. It returns the result and
+// whether it was recorded.
+func (d *Dispatcher) finish(ctx context.Context, log *zap.Logger, it postgres.OutboxItem, p *config.Partner, a attempt) (string, bool) {
 	k := kindOf(it)
 	r := a.result
 	r.HTTPStatus = a.httpStatus
@@ -587,9 +620,10 @@ func (d *Dispatcher) finish(ctx context.Context, log *zap.Logger, it postgres.Ou
 		} else {
 			log.Error("record outcome; the claim expires and the item is retried", zap.String("result", result), zap.Error(err))
 		}
-		return
+		return result, false
 	}
 	d.recorded(log, it, p, a, r, result)
+	return result, true
 }
 
 // messageResult is the result of a message whose attempt succeeded.
@@ -624,7 +658,7 @@ func (d *Dispatcher) recorded(log *zap.Logger, it postgres.OutboxItem, p *config
 			partner = "unknown"
 		}
 		d.o.Metrics.sent.WithLabelValues(partner, result).Inc()
-	} else {
+	} else if it.Kind == postgres.OutboxKindWebhook {
 		d.o.Metrics.webhook.WithLabelValues(result).Inc()
 	}
 	fields := []zap.Field{zap.String("result", result), zap.Int("http_status", a.httpStatus)}

@@ -37,6 +37,7 @@ type Metrics struct {
 	retries  *prometheus.CounterVec
 	inFlight prometheus.Gauge
 	webhook  *prometheus.CounterVec
+	delivery *prometheus.CounterVec
 }
 
 // NewMetrics registers the dispatcher's metrics on reg. With stats set,
@@ -65,11 +66,12 @@ func NewMetrics(reg prometheus.Registerer, stats StatsFunc) *Metrics {
 			Name: "edihub_webhook_deliveries_total",
 			Help: "Webhook delivery attempts by outcome (delivered, retry, failed).",
 		}, []string{"result"}),
+		delivery: newDeliveryCounter(),
 	}
 	for _, r := range []string{ResultWebhookDelivered, ResultWebhookRetry, ResultWebhookFailed} {
 		m.webhook.WithLabelValues(r)
 	}
-	reg.MustRegister(m.sent, m.duration, m.retries, m.inFlight, m.webhook)
+	reg.MustRegister(m.sent, m.duration, m.retries, m.inFlight, m.webhook, m.delivery)
 	if stats != nil {
 		reg.MustRegister(&dueCollector{stats: stats, desc: prometheus.NewDesc("edihub_outbox_due",
 			"Pending outbox items whose next attempt is due and that no dispatcher holds (all replicas).", nil, nil)})

@@ -175,32 +175,8 @@ func (s *Store) ForwardEvents(ctx context.Context, w WebhookForward) (int, error
 	}
 	var n int
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `
-INSERT INTO event_cursors (name, txid, id)
-SELECT $1, coalesce(max(txid), '0'::xid8), coalesce(max(id), 0)
-  FROM (SELECT txid, id FROM events WHERE txid < pg_snapshot_xmin(pg_current_snapshot())
-         ORDER BY txid DESC, id DESC LIMIT 1) last
-ON CONFLICT (name) DO NOTHING`, w.Cursor); err != nil {
-			return err
-		}
-		var cur EventCursor
-		var ctx8 string
-		err := tx.QueryRow(ctx, `SELECT txid::text, id FROM event_cursors WHERE name = $1 FOR UPDATE SKIP LOCKED`, w.Cursor).Scan(&ctx8, &cur.ID)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return nil // another replica is forwarding
-		}
-		if err != nil {
-			return err
-		}
-		if cur.TxID, err = strconv.ParseUint(ctx8, 10, 64); err != nil {
-			return err
-		}
-		rows, err := tx.Query(ctx, eventsAfter, ctx8, cur.ID, w.Limit)
-		if err != nil {
-			return err
-		}
-		evs, err := scanEvents(rows)
-		if err != nil || len(evs) == 0 {
+		evs, ok, err := readCursor(ctx, tx, w.Cursor, w.Limit)
+		if err != nil || !ok || len(evs) == 0 {
 			return err
 		}
 		partners := make([]string, len(evs))
@@ -225,9 +201,7 @@ SELECT 'webhook', p, $4, h::jsonb, b, now(), $5,
 			partners, headers, bodies, w.URL, w.MaxAttempts, w.RetryWindow.Microseconds()); err != nil {
 			return err
 		}
-		last := evs[len(evs)-1].Cursor
-		if _, err := tx.Exec(ctx, `UPDATE event_cursors SET txid = $2::text::xid8, id = $3 WHERE name = $1`,
-			w.Cursor, strconv.FormatUint(last.TxID, 10), last.ID); err != nil {
+		if err := advanceCursor(ctx, tx, w.Cursor, evs[len(evs)-1].Cursor); err != nil {
 			return err
 		}
 		n = len(evs)
@@ -237,4 +211,46 @@ SELECT 'webhook', p, $4, h::jsonb, b, now(), $5,
 		return 0, fmt.Errorf("forward events to the webhook: %w", err)
 	}
 	return n, nil
+}
+
+// readCursor takes the consumer cursor name in tx, starting it at the end
+// of the feed on its first use, and returns up to limit events after it.
+// ok is false when another transaction holds the cursor (another replica
+// is forwarding): the row is locked FOR UPDATE SKIP LOCKED, so one
+// consumer moves it at a time and none waits.
+func readCursor(ctx context.Context, tx pgx.Tx, name string, limit int) (evs []Event, ok bool, err error) {
+	if _, err := tx.Exec(ctx, `
+INSERT INTO event_cursors (name, txid, id)
+SELECT $1, coalesce(max(txid), '0'::xid8), coalesce(max(id), 0)
+  FROM (SELECT txid, id FROM events WHERE txid < pg_snapshot_xmin(pg_current_snapshot())
+         ORDER BY txid DESC, id DESC LIMIT 1) last
+ON CONFLICT (name) DO NOTHING`, name); err != nil {
+		return nil, false, err
+	}
+	var cur EventCursor
+	var tx8 string
+	err = tx.QueryRow(ctx, `SELECT txid::text, id FROM event_cursors WHERE name = $1 FOR UPDATE SKIP LOCKED`, name).Scan(&tx8, &cur.ID)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	rows, err := tx.Query(ctx, eventsAfter, tx8, cur.ID, limit)
+	if err != nil {
+		return nil, false, err
+	}
+	evs, err = scanEvents(rows)
+	if err != nil {
+		return nil, false, err
+	}
+	return evs, true, nil
+}
+
+// advanceCursor moves the consumer cursor name, taken by readCursor in tx,
+// to c.
+func advanceCursor(ctx context.Context, tx pgx.Tx, name string, c EventCursor) error {
+	_, err := tx.Exec(ctx, `UPDATE event_cursors SET txid = $2::text::xid8, id = $3 WHERE name = $1`,
+		name, strconv.FormatUint(c.TxID, 10), c.ID)
+	return err
 }

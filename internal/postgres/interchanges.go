@@ -189,7 +189,7 @@ func lockInterchanges(ctx context.Context, tx pgx.Tx, rec EDIRecord) error {
 }
 
 func insertInterchange(ctx context.Context, tx pgx.Tx, id int64, rec EDIRecord, ic *edi.Interchange, dup *int64) error {
-	var problems, types, kinds []string
+	var problems, types, kinds, groups []string
 	for _, p := range ic.Problems {
 		problems = append(problems, "interchange:"+string(p))
 	}
@@ -199,6 +199,9 @@ func insertInterchange(ctx context.Context, tx pgx.Tx, id int64, rec EDIRecord, 
 			problems = append(problems, "group "+clean(g.ControlNumber)+":"+string(p))
 		}
 		sets += g.SetCount
+		if !g.Implicit && len(groups) < 32 && !contains(groups, clean(g.FunctionalID)) {
+			groups = append(groups, clean(g.FunctionalID))
+		}
 		for _, s := range g.Sets {
 			for _, p := range s.Problems {
 				problems = append(problems, "set "+clean(s.ControlNumber)+":"+string(p))
@@ -225,13 +228,13 @@ func insertInterchange(ctx context.Context, tx pgx.Tx, id int64, rec EDIRecord, 
 	err := tx.QueryRow(ctx, `
 INSERT INTO message_interchanges (message_id, partner, direction, standard, sender_qualifier, sender_id,
        receiver_qualifier, receiver_id, control_number, version, test, ok, problems, group_count, set_count,
-       set_types, ack_kinds, duplicate_of, ack_status, ack_due_at)
+       set_types, ack_kinds, duplicate_of, ack_status, ack_due_at, group_types)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19,
-        CASE WHEN $20::bigint > 0 THEN now() + $20::bigint * interval '1 microsecond' END)
+        CASE WHEN $20::bigint > 0 THEN now() + $20::bigint * interval '1 microsecond' END, $21)
 RETURNING id`,
 		id, rec.Partner, rec.Direction, string(rec.Doc.Standard), clean(ic.Sender.Qualifier), clean(ic.Sender.ID),
 		clean(ic.Receiver.Qualifier), clean(ic.Receiver.ID), clean(ic.ControlNumber), clean(ic.Version), ic.Test, ic.OK(),
-		nonNil(problems), ic.GroupCount, sets, nonNil(types), nonNil(kinds), dup, ackStatus, due).Scan(&icID)
+		nonNil(problems), ic.GroupCount, sets, nonNil(types), nonNil(kinds), dup, ackStatus, due, nonNil(groups)).Scan(&icID)
 	if err != nil {
 		return fmt.Errorf("store interchange: %w", err)
 	}

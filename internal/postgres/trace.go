@@ -71,6 +71,10 @@ type Trace struct {
 	// oldest first: the one applied to it and the orphans that name its
 	// Message-ID (a late or repeated MDN, one that failed verification).
 	InboxMDNs []InboxMDNInfo
+	// Deliveries are a received message's deliveries to the connectors'
+	// destinations, oldest first: where its document was written, or why
+	// not yet.
+	Deliveries []DeliveryInfo
 }
 
 // MessageTrace returns the trace of message id, read in one snapshot, or
@@ -94,6 +98,7 @@ func (s *Store) MessageTrace(ctx context.Context, id int64) (Trace, error) {
 		if t.Message.Direction == "outbound" {
 			b.Queue(traceInboxSQL, id, messageIDForms(t.Message.MessageID), t.Message.Partner)
 		}
+		b.Queue(traceDeliveriesSQL, id)
 		br := tx.SendBatch(ctx, b)
 		defer br.Close()
 		rows, _ := br.Query()
@@ -133,6 +138,10 @@ func (s *Store) MessageTrace(ctx context.Context, id int64) (Trace, error) {
 			if t.InboxMDNs, err = pgx.CollectRows(rows, scanInboxMDN); err != nil {
 				return fmt.Errorf("async MDNs: %w", err)
 			}
+		}
+		rows, _ = br.Query()
+		if t.Deliveries, err = pgx.CollectRows(rows, scanDeliveryInfo); err != nil {
+			return fmt.Errorf("deliveries: %w", err)
 		}
 		return br.Close()
 	})
