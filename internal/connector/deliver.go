@@ -66,6 +66,13 @@ func Deliver(ctx context.Context, d Destination, doc Document, opts DeliverOptio
 	if err != nil {
 		return "", err
 	}
+	return name, WriteDocument(ctx, d, name, doc, opts, body)
+}
+
+// WriteDocument is Deliver under a name chosen before (opts.Template is
+// not used): the outbox fixes a delivery's name at its first attempt, so
+// that a retry writes the same files even if the template changed since.
+func WriteDocument(ctx context.Context, d Destination, name string, doc Document, opts DeliverOptions, body io.Reader) error {
 	size := int64(-1)
 	if doc.Size > 0 {
 		size = doc.Size
@@ -74,28 +81,28 @@ func Deliver(ctx context.Context, d Destination, doc Document, opts DeliverOptio
 	if opts.SHA256 != "" {
 		meta[MetaSHA256] = opts.SHA256
 	}
-	err = d.Write(ctx, Put{Name: name, Body: body, Size: size, ContentType: doc.ContentType, Metadata: meta})
+	err := d.Write(ctx, Put{Name: name, Body: body, Size: size, ContentType: doc.ContentType, Metadata: meta})
 	if err != nil {
-		return name, fmt.Errorf("deliver %s: %w", name, err)
+		return fmt.Errorf("deliver %s: %w", name, err)
 	}
 	if opts.Sidecar {
 		b, err := json.Marshal(SidecarOf(doc, name, opts.SHA256))
 		if err != nil {
-			return name, fmt.Errorf("deliver %s: sidecar: %w", name, err)
+			return fmt.Errorf("deliver %s: sidecar: %w", name, err)
 		}
 		b = append(b, '\n')
 		err = d.Write(ctx, Put{Name: SidecarName(name), Body: bytes.NewReader(b), Size: int64(len(b)), ContentType: "application/json"})
 		if err != nil {
-			return name, fmt.Errorf("deliver %s: sidecar: %w", name, err)
+			return fmt.Errorf("deliver %s: sidecar: %w", name, err)
 		}
 	}
 	if opts.DoneMarker {
 		err := d.Write(ctx, Put{Name: MarkerName(name), Body: bytes.NewReader(nil), Size: 0, ContentType: "text/plain"})
 		if err != nil {
-			return name, fmt.Errorf("deliver %s: done marker: %w", name, err)
+			return fmt.Errorf("deliver %s: done marker: %w", name, err)
 		}
 	}
-	return name, nil
+	return nil
 }
 
 // SidecarOf returns the sidecar of doc delivered as name.

@@ -17,9 +17,10 @@ import (
 // The dispatcher never closes what it returns: the provider owns the
 // destinations (and closes them when the connectors change).
 type Destinations interface {
-	// Destination returns the destination configured under name, or an
-	// error (wrapping ErrUnknownDestination when none is).
-	Destination(name string) (connector.Destination, error)
+	// Destination returns the destination configured under name and how
+	// documents are written there (file-name template, sidecar, done
+	// marker), or an error (wrapping ErrUnknownDestination when none is).
+	Destination(name string) (connector.Destination, connector.DeliverOptions, error)
 }
 
 // ErrUnknownDestination reports a destination name the connectors in force
@@ -59,7 +60,7 @@ func (d *Dispatcher) deliver(ctx context.Context, log *zap.Logger, it postgres.O
 		return
 	}
 	log = log.With(zap.String("destination", del.Destination), zap.Int64("message", it.MessageID))
-	dest, err := d.o.Destinations.Destination(del.Destination)
+	dest, opts, err := d.o.Destinations.Destination(del.Destination)
 	if err != nil {
 		d.finishDelivery(ctx, log, it, del.Destination, attempt{retryable: true,
 			err: fmt.Errorf("destination %q is not usable (define it in the connectors document, or its deliveries fail when their retries run out): %w", del.Destination, err)})
@@ -67,7 +68,7 @@ func (d *Dispatcher) deliver(ctx context.Context, log *zap.Logger, it postgres.O
 	}
 	name := del.Name
 	if name == "" {
-		n, err := d.o.DeliveryName(del.Destination, del.Document)
+		n, err := opts.Template.Expand(del.Document)
 		if err != nil {
 			d.finishDelivery(ctx, log, it, del.Destination, attempt{retryable: true,
 				err: fmt.Errorf("name the document for destination %q (fix its name template in the connectors document): %w", del.Destination, err)})
@@ -81,7 +82,7 @@ func (d *Dispatcher) deliver(ctx context.Context, log *zap.Logger, it postgres.O
 		}
 	}
 	log = log.With(zap.String("name", name))
-	a := d.writeDelivery(ctx, dest, it, del, name)
+	a := d.writeDelivery(ctx, dest, opts, it, del, name)
 	if ctx.Err() != nil {
 		log.Warn("delivery abandoned at shutdown; the claim expires and another dispatcher writes it again")
 		return
@@ -103,7 +104,7 @@ func (d *Dispatcher) finishDelivery(ctx context.Context, log *zap.Logger, it pos
 // under name, and judges the outcome. The payload is read from the
 // database as the destination reads it (a pipe): constant memory, whatever
 // the document's size.
-func (d *Dispatcher) writeDelivery(ctx context.Context, dest connector.Destination, it postgres.OutboxItem, del postgres.Delivery, name string) attempt {
+func (d *Dispatcher) writeDelivery(ctx context.Context, dest connector.Destination, opts connector.DeliverOptions, it postgres.OutboxItem, del postgres.Delivery, name string) attempt {
 	ctx, cancel := context.WithTimeout(ctx, DeliveryTimeout)
 	defer cancel()
 	pr, pw := io.Pipe()
@@ -114,7 +115,7 @@ func (d *Dispatcher) writeDelivery(ctx context.Context, dest connector.Destinati
 		_, readErr = d.o.Store.WritePayload(ctx, it.MessageID, func(postgres.MessageInfo) io.Writer { return pw })
 		pw.CloseWithError(readErr) // nil: io.EOF
 	}()
-	err := writeDocument(ctx, dest, name, del.Document, pr)
+	err := connector.WriteDocument(ctx, dest, name, del.Document, opts, pr)
 	pr.CloseWithError(errWriteEnded)
 	<-done
 	if readErr != nil && !errors.Is(readErr, errWriteEnded) {
@@ -143,18 +144,4 @@ func deliveryFailed(ctx context.Context, destination string, err error) attempt 
 		err = fmt.Errorf("write to destination %q: %w", destination, err)
 	}
 	return attempt{retryable: true, err: err}
-}
-
-// writeDocument writes one document to dest under name.
-//
-// It is the seam where the connectors' delivery (name template, metadata
-// sidecar, done marker: connector.Deliver) takes over from a bare Write.
-func writeDocument(ctx context.Context, dest connector.Destination, name string, doc connector.Document, body io.Reader) error {
-	meta := map[string]string{}
-	for k, v := range map[string]string{"partner": doc.Partner, "message-id": doc.MessageID, "icn": doc.ICN, "type": doc.Type} {
-		if v != "" {
-			meta[k] = v
-		}
-	}
-	return dest.Write(ctx, connector.Put{Name: name, Body: body, Size: doc.Size, ContentType: doc.ContentType, Metadata: meta})
 }

@@ -103,11 +103,11 @@ func (f *testFolder) files(t *testing.T) map[string][]byte {
 // destinations are the test's destinations by name.
 type destinations map[string]connector.Destination
 
-func (d destinations) Destination(name string) (connector.Destination, error) {
+func (d destinations) Destination(name string) (connector.Destination, connector.DeliverOptions, error) {
 	if dest, ok := d[name]; ok {
-		return dest, nil
+		return dest, connector.DeliverOptions{}, nil
 	}
-	return nil, fmt.Errorf("%w %q", outbox.ErrUnknownDestination, name)
+	return nil, connector.DeliverOptions{}, fmt.Errorf("%w %q", outbox.ErrUnknownDestination, name)
 }
 
 // deliveryRig is a store, a dispatcher writing to dests and a deliveries
@@ -259,7 +259,7 @@ func TestDeliveryFanOut(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	name := fmt.Sprintf("ACME/%s/fan-out_acme.x12", m.CreatedAt.UTC().Format("2006/01/02"))
+	name := fmt.Sprintf("ACME/%s/none-fan-out@acme.edi", m.CreatedAt.UTC().Format("2006/01/02"))
 	want := []string{"a " + name + " done 1", "b " + name + " done 1"}
 	if got := deliveryLines(tr); !slices.Equal(got, want) {
 		t.Errorf("deliveries = %q, want %q", got, want)
@@ -408,30 +408,6 @@ func TestDeliveryRefused(t *testing.T) {
 	}
 	if files := a.files(t); len(files) != 0 {
 		t.Errorf("folder = %v, want nothing written", files)
-	}
-}
-
-// TestDefaultDeliveryName: the default name is made of path elements that
-// stay inside the destination's root.
-func TestDefaultDeliveryName(t *testing.T) {
-	at := time.Date(2026, 3, 4, 23, 30, 0, 0, time.FixedZone("X", -2*3600))
-	tests := []struct {
-		give connector.Document
-		want string
-	}{
-		{connector.Document{Partner: "ACME", MessageID: "a1@acme", ICN: "000000123", Standard: "x12", Time: at}, "ACME/2026/03/05/000000123-a1_acme.x12"},
-		{connector.Document{Partner: "ACME CORP", MessageID: "x/../../etc", Standard: "edifact", Time: at}, "ACME_CORP/2026/03/05/x_.._.._etc.edi"},
-		{connector.Document{Partner: "..", MessageID: "..", ContentType: "application/xml", Time: at}, "_../2026/03/05/_...xml"},
-		{connector.Document{Partner: "P", MessageID: "m", ContentType: "application/octet-stream", Time: at}, "P/2026/03/05/m.bin"},
-	}
-	for _, tt := range tests {
-		got, err := outbox.DefaultDeliveryName("d", tt.give)
-		if err != nil || got != tt.want {
-			t.Errorf("DefaultDeliveryName(%+v) = %q, %v; want %q", tt.give, got, err, tt.want)
-		}
-	}
-	if _, err := outbox.DefaultDeliveryName("d", connector.Document{}); err == nil {
-		t.Error("DefaultDeliveryName(no Message-ID) = nil error, want one")
 	}
 }
 

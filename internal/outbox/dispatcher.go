@@ -149,9 +149,6 @@ type Options struct {
 	// DeliveryStore. Without, deliveries are left to replicas that have
 	// them.
 	Destinations Destinations
-	// DeliveryName names a delivery's file or object at its first attempt
-	// (DefaultDeliveryName).
-	DeliveryName DeliveryNameFunc
 
 	// liveSizeSkew is added to the length computed for a body posted
 	// while it is built: tests set it (export_test.go) to have one come
@@ -235,9 +232,6 @@ func NewDispatcher(o Options) (*Dispatcher, error) {
 			return nil, errors.New("outbox: Destinations need a Store that implements DeliveryStore")
 		}
 		deliveries = ds
-	}
-	if o.DeliveryName == nil {
-		o.DeliveryName = DefaultDeliveryName
 	}
 	cfg := o.Config.Current()
 	ids := make([]string, 0, len(cfg.Partners))
