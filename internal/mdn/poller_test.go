@@ -25,6 +25,7 @@ import (
 	"github.com/edihub/edihub/internal/as2"
 	"github.com/edihub/edihub/internal/as2/cms"
 	"github.com/edihub/edihub/internal/config"
+	"github.com/edihub/edihub/internal/hub"
 	"github.com/edihub/edihub/internal/leader"
 	"github.com/edihub/edihub/internal/mdn"
 	"github.com/edihub/edihub/internal/outbox"
@@ -299,9 +300,9 @@ func (e *env) pending() int {
 }
 
 // openTerm opens term token and returns its fence.
-func (e *env) openTerm(token int64) postgres.Fence {
+func (e *env) openTerm(token int64) hub.Fence {
 	e.t.Helper()
-	f := postgres.Fence{Lease: lease, Token: token}
+	f := hub.Fence{Lease: lease, Token: token}
 	if err := e.st.OpenTerm(context.Background(), f, fmt.Sprintf("holder-%d", token)); err != nil {
 		e.t.Fatal(err)
 	}
@@ -353,7 +354,7 @@ func (e *env) poller(o pollerOptions) *mdn.Poller {
 }
 
 // runPoller runs p under fence f until the test ends; Run must return nil.
-func (e *env) runPoller(p *mdn.Poller, f postgres.Fence) {
+func (e *env) runPoller(p *mdn.Poller, f hub.Fence) {
 	e.t.Helper()
 	background(e.t, "poller", func(ctx context.Context) error { return p.Run(leader.WithFence(ctx, f)) })
 }
@@ -637,7 +638,7 @@ type gatedStore struct {
 	release chan struct{}
 }
 
-func (g *gatedStore) ApplyMDNs(ctx context.Context, f postgres.Fence, outs []postgres.MDNOutcome) ([]postgres.AppliedMDN, error) {
+func (g *gatedStore) ApplyMDNs(ctx context.Context, f hub.Fence, outs []postgres.MDNOutcome) ([]postgres.AppliedMDN, error) {
 	if g.calls.Add(1) == g.n {
 		close(g.arrived)
 		select {
@@ -698,7 +699,7 @@ func TestTwoPollersFences(t *testing.T) {
 	close(gate.release)
 	select {
 	case err := <-doneA:
-		if !errors.Is(err, postgres.ErrStaleFence) {
+		if !errors.Is(err, hub.ErrStaleFence) {
 			t.Errorf("poller of term 1: Run = %v, want ErrStaleFence", err)
 		}
 	case <-time.After(30 * time.Second):
@@ -710,7 +711,7 @@ func TestTwoPollersFences(t *testing.T) {
 	extra := e.send(signedPartner)
 	id := e.storeMDN(mdnOpts{from: signedPartner, id: extra.MessageID, mic: extra.MIC, signer: e.ids.A})
 	_, err := e.st.ApplyMDNs(context.Background(), f1, []postgres.MDNOutcome{{InboxID: id, Partner: signedPartner, Message: &postgres.MDNApply{MessageID: extra.ID, Status: "failed", Error: "stale"}}})
-	if !errors.Is(err, postgres.ErrStaleFence) {
+	if !errors.Is(err, hub.ErrStaleFence) {
 		t.Errorf("ApplyMDNs with a stale fence = %v, want ErrStaleFence", err)
 	}
 	waitFor(t, "term 2 to apply the extra MDN", func() bool { return e.pending() == 0 })

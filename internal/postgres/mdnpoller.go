@@ -11,6 +11,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/edihub/edihub/internal/hub"
 )
 
 // MDNInboxChannel is the LISTEN/NOTIFY channel an insert into mdn_inbox
@@ -284,10 +286,10 @@ type AppliedMDN struct {
 // outcome again changes nothing), and a message already final is never
 // changed: its MDN becomes an orphan, so of two MDNs for one message the
 // first applied decides it. The outcomes are sent as one pipelined batch,
-// one statement each. It returns ErrStaleFence, applying nothing, when f
+// one statement each. It returns hub.ErrStaleFence, applying nothing, when f
 // is no longer the current term; an error wrapping ErrRowRejected when the
 // database refused an outcome's data (nothing applied either).
-func (s *Store) ApplyMDNs(ctx context.Context, f Fence, outs []MDNOutcome) ([]AppliedMDN, error) {
+func (s *Store) ApplyMDNs(ctx context.Context, f hub.Fence, outs []MDNOutcome) ([]AppliedMDN, error) {
 	var applied []AppliedMDN
 	err := s.fenced(ctx, f, func(tx pgx.Tx) error {
 		applied = make([]AppliedMDN, len(outs))
@@ -380,7 +382,7 @@ SELECT (SELECT state FROM decided), (SELECT reason FROM decided), (SELECT latenc
 // applyArgs are applyMDNSQL's arguments for o. The MDN replaces one kept
 // from an earlier send (a resend after a negative MDN): the MDN that
 // decided the message is the one kept.
-func applyArgs(f Fence, o MDNOutcome) []any {
+func applyArgs(f hub.Fence, o MDNOutcome) []any {
 	var msgID *int64
 	var status, disp, errText, mic string
 	var verified *bool
@@ -445,9 +447,9 @@ type OverdueAction struct {
 // ApplyOverdue records the actions in one fenced transaction. An action
 // applies only if the message is still awaiting its MDN past its due time
 // with the resend count the poller saw; otherwise it is skipped. It returns
-// the actions applied, or ErrStaleFence (applying nothing) when f is no
+// the actions applied, or hub.ErrStaleFence (applying nothing) when f is no
 // longer the current term.
-func (s *Store) ApplyOverdue(ctx context.Context, f Fence, acts []OverdueAction) ([]OverdueAction, error) {
+func (s *Store) ApplyOverdue(ctx context.Context, f hub.Fence, acts []OverdueAction) ([]OverdueAction, error) {
 	var done []OverdueAction
 	err := s.fenced(ctx, f, func(tx pgx.Tx) error {
 		done = done[:0]

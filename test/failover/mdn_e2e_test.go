@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edihub/edihub/internal/hub"
 	"github.com/edihub/edihub/internal/postgres"
 	"github.com/edihub/edihub/internal/testenv/devpki"
 	"github.com/edihub/edihub/internal/testenv/pgtest"
@@ -442,7 +443,7 @@ func (e *e2e) check(t *testing.T, successor int64) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	termOf := map[int64]postgres.Term{}
+	termOf := map[int64]hub.Term{}
 	for _, tm := range terms {
 		termOf[tm.Token] = tm
 	}
