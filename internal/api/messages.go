@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/edihub/edihub/internal/httpserver"
+	"github.com/edihub/edihub/internal/hub"
 	"github.com/edihub/edihub/internal/outbox"
 	"github.com/edihub/edihub/internal/postgres"
 	"github.com/edihub/edihub/internal/spool"
@@ -102,11 +103,11 @@ func messageLocation(basePath string, id int64) string {
 	return strings.TrimSuffix(basePath, "/") + "/messages/" + strconv.FormatInt(id, 10)
 }
 
-func (h *handler) view(m postgres.MessageInfo) Message { return MessageView(m, h.o.BasePath) }
+func (h *handler) view(m hub.MessageInfo) Message { return MessageView(m, h.o.BasePath) }
 
 // MessageView is m as the API shows it, its location under basePath
 // (such as "/api/v1"). The CLI prints the same.
-func MessageView(m postgres.MessageInfo, basePath string) Message {
+func MessageView(m hub.MessageInfo, basePath string) Message {
 	return Message{
 		ID: m.ID, Direction: m.Direction, Partner: m.Partner, AS2From: m.AS2From, AS2To: m.AS2To,
 		MessageID: m.MessageID, Status: m.Status, Disposition: m.Disposition, MIC: m.MIC, MICAlg: m.MICAlg,
@@ -271,10 +272,10 @@ func (h *handler) list(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var out List
-	out.Messages, out.NextCursor, ok = listPage(h, w, r, "messages", func(limit int, before int64) ([]postgres.MessageInfo, error) {
+	out.Messages, out.NextCursor, ok = listPage(h, w, r, "messages", func(limit int, before int64) ([]hub.MessageInfo, error) {
 		mq.Limit, mq.Before = limit, before
 		return h.o.Store.Messages(r.Context(), mq)
-	}, func(m postgres.MessageInfo) int64 { return m.ID }, h.view)
+	}, func(m hub.MessageInfo) int64 { return m.ID }, h.view)
 	if ok {
 		httpserver.WriteJSON(w, http.StatusOK, out)
 	}
@@ -294,9 +295,9 @@ func (h *handler) id(w http.ResponseWriter, r *http.Request) (int64, bool) {
 // readErr answers a read error: 404 for a missing message or MDN.
 func (h *handler) readErr(w http.ResponseWriter, id int64, err error) {
 	switch {
-	case errors.Is(err, postgres.ErrMessageNotFound):
+	case errors.Is(err, hub.ErrMessageNotFound):
 		writeError(w, http.StatusNotFound, "id", fmt.Sprintf("no message %d", id))
-	case errors.Is(err, postgres.ErrNoMDN):
+	case errors.Is(err, hub.ErrNoMDN):
 		writeError(w, http.StatusNotFound, "", fmt.Sprintf("message %d has no MDN (yet)", id))
 	default:
 		h.log.Error("read message", zap.Int64("id", id), zap.Error(err))
@@ -337,7 +338,7 @@ func (h *handler) payload(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	started := false
-	_, err := h.o.Store.WritePayload(r.Context(), id, func(m postgres.MessageInfo) io.Writer {
+	_, err := h.o.Store.WritePayload(r.Context(), id, func(m hub.MessageInfo) io.Writer {
 		started = true
 		ct := m.ContentType
 		if ct == "" {
@@ -387,7 +388,7 @@ func (h *handler) resend(w http.ResponseWriter, r *http.Request) {
 	}
 	m, err := h.o.Resender.ResendMessage(r.Context(), id)
 	switch {
-	case errors.Is(err, postgres.ErrMessageNotFound):
+	case errors.Is(err, hub.ErrMessageNotFound):
 		writeError(w, http.StatusNotFound, "id", fmt.Sprintf("no message %d", id))
 		return
 	case errors.Is(err, postgres.ErrNotResendable):

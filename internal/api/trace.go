@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/edihub/edihub/internal/httpserver"
+	"github.com/edihub/edihub/internal/hub"
 	"github.com/edihub/edihub/internal/outbox"
 	"github.com/edihub/edihub/internal/postgres"
 )
@@ -126,7 +127,7 @@ func (h *handler) cancel(w http.ResponseWriter, r *http.Request) {
 	}
 	m, err := h.o.Canceller.CancelMessage(r.Context(), id, req.Reason)
 	switch {
-	case errors.Is(err, postgres.ErrMessageNotFound):
+	case errors.Is(err, hub.ErrMessageNotFound):
 		writeError(w, http.StatusNotFound, "id", fmt.Sprintf("no message %d", id))
 		return
 	case errors.Is(err, postgres.ErrNotCancellable):

@@ -197,7 +197,7 @@ func TestPollerOnlyAsyncMDNRequests(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	msgs := make([]postgres.MessageInfo, len(tests))
+	msgs := make([]hub.MessageInfo, len(tests))
 	ids := make([][]int64, len(tests))
 	for i, tt := range tests {
 		m, err := q.Enqueue(context.Background(), outbox.Document{Partner: tt.partner, ContentType: "application/EDI-X12", Payload: []byte("ISA*retrying~")})

@@ -268,7 +268,7 @@ func (f *flakyStore) ApplyMDNs(ctx context.Context, fe hub.Fence, outs []postgre
 // keeps running through both (background checks it returns nil at the end).
 func TestTransientErrors(t *testing.T) {
 	e := newEnv(t, envOptions{})
-	var ms []postgres.MessageInfo
+	var ms []hub.MessageInfo
 	var ids []int64
 	for range 3 {
 		m := e.send(signedPartner)

@@ -413,7 +413,7 @@ func (p *Poller) judge(ctx context.Context, x *parsed, msgs map[postgres.Message
 		Recompute: func(alg crypto.Hash) (as2.MIC, error) {
 			h, body, err := p.o.Store.SentBytes(ctx, msg.ID)
 			if err != nil {
-				if !errors.Is(err, postgres.ErrMessageNotFound) {
+				if !errors.Is(err, hub.ErrMessageNotFound) {
 					storeErr = err
 				}
 				return as2.MIC{}, err

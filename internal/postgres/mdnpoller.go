@@ -215,7 +215,7 @@ SELECT m.id, m.partner, m.message_id, m.status, m.mic, coalesce(o.mics, '{}'), m
 }
 
 // SentBytes returns the header fields and body of outbound message id as
-// built and sent (the outbox row), or ErrMessageNotFound when they are not
+// built and sent (the outbox row), or hub.ErrMessageNotFound when they are not
 // stored (never built, or purged) or not held whole: a body built as a
 // stream (stored in pieces) is never read into memory; its MIC was stored
 // in every algorithm when it was built.
@@ -539,15 +539,15 @@ UPDATE messages SET status = 'queued', error = '', disposition = '', mdn_overdue
 // stored bytes, for every replica's dispatchers. Only a failed message or
 // one whose async MDN is overdue may be resent: ErrNotResendable (with the
 // reason) otherwise, also when its sent bytes are no longer stored;
-// ErrMessageNotFound for an unknown id. It returns the message as queued.
-func (s *Store) ResendMessage(ctx context.Context, id int64) (MessageInfo, error) {
-	var m MessageInfo
+// hub.ErrMessageNotFound for an unknown id. It returns the message as queued.
+func (s *Store) ResendMessage(ctx context.Context, id int64) (hub.MessageInfo, error) {
+	var m hub.MessageInfo
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		var dir, status string
 		var overdue bool
 		err := tx.QueryRow(ctx, `SELECT direction, status, mdn_overdue FROM messages WHERE id = $1 FOR UPDATE`, id).Scan(&dir, &status, &overdue)
 		if errors.Is(err, pgx.ErrNoRows) {
-			return ErrMessageNotFound
+			return hub.ErrMessageNotFound
 		}
 		if err != nil {
 			return err
@@ -570,7 +570,7 @@ func (s *Store) ResendMessage(ctx context.Context, id int64) (MessageInfo, error
 		return err
 	})
 	if err != nil {
-		return MessageInfo{}, fmt.Errorf("resend message %d: %w", id, err)
+		return hub.MessageInfo{}, fmt.Errorf("resend message %d: %w", id, err)
 	}
 	return m, nil
 }

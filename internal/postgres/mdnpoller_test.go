@@ -87,7 +87,7 @@ func (e *inboxEnv) row(id int64) postgres.InboxMDNInfo {
 	return postgres.InboxMDNInfo{}
 }
 
-func (e *inboxEnv) message(id int64) postgres.MessageInfo {
+func (e *inboxEnv) message(id int64) hub.MessageInfo {
 	e.t.Helper()
 	m, err := e.st.Message(e.ctx, id)
 	if err != nil {
