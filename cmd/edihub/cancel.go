@@ -9,6 +9,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/edihub/edihub/internal/api"
+	"github.com/edihub/edihub/internal/hub"
 	"github.com/edihub/edihub/internal/postgres"
 )
 
@@ -40,7 +41,7 @@ func cancelFlags(fs *flagSet) func(context.Context, *environment) error {
 		defer store.Close()
 		m, err := store.CancelMessage(ctx, id, reason)
 		switch {
-		case errors.Is(err, postgres.ErrMessageNotFound):
+		case errors.Is(err, hub.ErrMessageNotFound):
 			return fmt.Errorf("cancel: no message %d", id)
 		case err != nil:
 			return fmt.Errorf("cancel: %w", err)

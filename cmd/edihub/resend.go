@@ -9,6 +9,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/edihub/edihub/internal/api"
+	"github.com/edihub/edihub/internal/hub"
 	"github.com/edihub/edihub/internal/postgres"
 )
 
@@ -37,7 +38,7 @@ func resendFlags(fs *flagSet) func(context.Context, *environment) error {
 		defer store.Close()
 		m, err := store.ResendMessage(ctx, id)
 		switch {
-		case errors.Is(err, postgres.ErrMessageNotFound):
+		case errors.Is(err, hub.ErrMessageNotFound):
 			return fmt.Errorf("resend: no message %d", id)
 		case err != nil:
 			return fmt.Errorf("resend: %w", err)

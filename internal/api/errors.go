@@ -9,6 +9,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/edihub/edihub/internal/httpserver"
+	"github.com/edihub/edihub/internal/hub"
 	"github.com/edihub/edihub/internal/postgres"
 )
 
@@ -53,10 +54,10 @@ var stateRefusals = []struct {
 // errors to HTTP answers.
 func (h *handler) writeMessageError(w http.ResponseWriter, id int64, op messageOp, err error) {
 	switch {
-	case errors.Is(err, postgres.ErrMessageNotFound):
+	case errors.Is(err, hub.ErrMessageNotFound):
 		writeError(w, http.StatusNotFound, "id", fmt.Sprintf("no message %d", id))
 		return
-	case errors.Is(err, postgres.ErrNoMDN):
+	case errors.Is(err, hub.ErrNoMDN):
 		writeError(w, http.StatusNotFound, "", fmt.Sprintf("message %d has no MDN (yet)", id))
 		return
 	}

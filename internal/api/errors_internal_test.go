@@ -10,6 +10,7 @@ import (
 
 	"go.uber.org/zap/zaptest"
 
+	"github.com/edihub/edihub/internal/hub"
 	"github.com/edihub/edihub/internal/postgres"
 )
 
@@ -24,9 +25,9 @@ func TestWriteMessageError(t *testing.T) {
 		wantStatus int
 		want       apiError
 	}{
-		{"missing message", opRead, fmt.Errorf("message 7: %w", postgres.ErrMessageNotFound),
+		{"missing message", opRead, fmt.Errorf("message 7: %w", hub.ErrMessageNotFound),
 			http.StatusNotFound, apiError{Error: "no message 7", Parameter: "id"}},
-		{"no MDN", opRead, postgres.ErrNoMDN,
+		{"no MDN", opRead, hub.ErrNoMDN,
 			http.StatusNotFound, apiError{Error: "message 7 has no MDN (yet)"}},
 		{"resend refused with a reason", opResend, fmt.Errorf("%w: it is an inbound message", postgres.ErrNotResendable),
 			http.StatusConflict, apiError{Error: "message 7 cannot be resent: it is an inbound message"}},

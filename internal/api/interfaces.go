@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 
+	"github.com/edihub/edihub/internal/hub"
 	"github.com/edihub/edihub/internal/outbox"
 	"github.com/edihub/edihub/internal/postgres"
 )
@@ -15,20 +16,20 @@ type Enqueuer interface {
 
 // Reader reads messages; *postgres.Store implements it.
 type Reader interface {
-	Message(ctx context.Context, id int64) (postgres.MessageInfo, error)
-	Messages(ctx context.Context, q postgres.MessageQuery) ([]postgres.MessageInfo, error)
+	Message(ctx context.Context, id int64) (hub.MessageInfo, error)
+	Messages(ctx context.Context, q postgres.MessageQuery) ([]hub.MessageInfo, error)
 	// WritePayload streams a message's payload (any size) to the writer
 	// to returns, once the message is found.
-	WritePayload(ctx context.Context, id int64, to func(postgres.MessageInfo) io.Writer) (postgres.MessageInfo, error)
+	WritePayload(ctx context.Context, id int64, to func(hub.MessageInfo) io.Writer) (hub.MessageInfo, error)
 	MessageMDN(ctx context.Context, id int64) (postgres.MDNInfo, error)
 	Events(ctx context.Context, after postgres.EventCursor, limit int) ([]postgres.Event, error)
 }
 
 // Resender queues a failed or overdue outbound message again, same
 // Message-ID and bytes; *postgres.Store implements it. Errors wrap
-// postgres.ErrMessageNotFound or postgres.ErrNotResendable.
+// hub.ErrMessageNotFound or postgres.ErrNotResendable.
 type Resender interface {
-	ResendMessage(ctx context.Context, id int64) (postgres.MessageInfo, error)
+	ResendMessage(ctx context.Context, id int64) (hub.MessageInfo, error)
 }
 
 // InboxReader lists the async MDNs received; *postgres.Store implements it.
@@ -43,16 +44,16 @@ type InterchangeReader interface {
 }
 
 // Tracer reads a message's trace; *postgres.Store implements it. Errors
-// wrap postgres.ErrMessageNotFound for an unknown message.
+// wrap hub.ErrMessageNotFound for an unknown message.
 type Tracer interface {
 	MessageTrace(ctx context.Context, id int64) (postgres.Trace, error)
 }
 
 // Canceller fails an outbound message before it is sent again;
-// *postgres.Store implements it. Errors wrap postgres.ErrMessageNotFound
+// *postgres.Store implements it. Errors wrap hub.ErrMessageNotFound
 // or postgres.ErrNotCancellable (with the reason).
 type Canceller interface {
-	CancelMessage(ctx context.Context, id int64, reason string) (postgres.MessageInfo, error)
+	CancelMessage(ctx context.Context, id int64, reason string) (hub.MessageInfo, error)
 }
 
 // Reapplier puts an orphan async MDN back before the MDN poller;

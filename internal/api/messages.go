@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/edihub/edihub/internal/httpserver"
+	"github.com/edihub/edihub/internal/hub"
 	"github.com/edihub/edihub/internal/outbox"
 	"github.com/edihub/edihub/internal/postgres"
 	"github.com/edihub/edihub/internal/spool"
@@ -102,11 +103,11 @@ func messageLocation(basePath string, id int64) string {
 	return strings.TrimSuffix(basePath, "/") + "/messages/" + strconv.FormatInt(id, 10)
 }
 
-func (h *handler) view(m postgres.MessageInfo) Message { return MessageView(m, h.o.BasePath) }
+func (h *handler) view(m hub.MessageInfo) Message { return MessageView(m, h.o.BasePath) }
 
 // MessageView is m as the API shows it, its location under basePath
 // (such as "/api/v1"). The CLI prints the same.
-func MessageView(m postgres.MessageInfo, basePath string) Message {
+func MessageView(m hub.MessageInfo, basePath string) Message {
 	return Message{
 		ID: m.ID, Direction: m.Direction, Partner: m.Partner, AS2From: m.AS2From, AS2To: m.AS2To,
 		MessageID: m.MessageID, Status: m.Status, Disposition: m.Disposition, MIC: m.MIC, MICAlg: m.MICAlg,
@@ -271,10 +272,10 @@ func (h *handler) list(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var out List
-	out.Messages, out.NextCursor, ok = listPage(h, w, r, "messages", func(limit int, before int64) ([]postgres.MessageInfo, error) {
+	out.Messages, out.NextCursor, ok = listPage(h, w, r, "messages", func(limit int, before int64) ([]hub.MessageInfo, error) {
 		mq.Limit, mq.Before = limit, before
 		return h.o.Store.Messages(r.Context(), mq)
-	}, func(m postgres.MessageInfo) int64 { return m.ID }, h.view)
+	}, func(m hub.MessageInfo) int64 { return m.ID }, h.view)
 	if ok {
 		httpserver.WriteJSON(w, http.StatusOK, out)
 	}
@@ -324,7 +325,7 @@ func (h *handler) payload(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	started := false
-	_, err := h.o.Store.WritePayload(r.Context(), id, func(m postgres.MessageInfo) io.Writer {
+	_, err := h.o.Store.WritePayload(r.Context(), id, func(m hub.MessageInfo) io.Writer {
 		started = true
 		ct := m.ContentType
 		if ct == "" {

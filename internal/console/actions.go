@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/edihub/edihub/internal/auth"
+	"github.com/edihub/edihub/internal/hub"
 	"github.com/edihub/edihub/internal/outbox"
 	"github.com/edihub/edihub/internal/postgres"
 	"github.com/edihub/edihub/internal/spool"
@@ -28,9 +29,9 @@ type Enqueuer interface {
 
 // Resender queues a failed or overdue outbound message again, same
 // Message-ID and bytes; *postgres.Store implements it. Errors wrap
-// postgres.ErrMessageNotFound or postgres.ErrNotResendable.
+// hub.ErrMessageNotFound or postgres.ErrNotResendable.
 type Resender interface {
-	ResendMessage(ctx context.Context, id int64) (postgres.MessageInfo, error)
+	ResendMessage(ctx context.Context, id int64) (hub.MessageInfo, error)
 }
 
 // auditTimeout bounds the write of an audit entry.
@@ -75,7 +76,7 @@ type formField struct{ Name, Value string }
 // messageConfirm answers GET on the confirmation page of an action on
 // message {id}: ask says what is about to happen, from the message and
 // the path of its trace.
-func (c *Console) messageConfirm(title string, ask func(id int64, m postgres.MessageInfo, trace string) confirmData) http.HandlerFunc {
+func (c *Console) messageConfirm(title string, ask func(id int64, m hub.MessageInfo, trace string) confirmData) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		id, ok := c.messageID(w, r)
 		if !ok {
@@ -106,7 +107,7 @@ type messageAction struct {
 	// user, with the message's number and new status.
 	logged, flash string
 	// do makes the action; detail is added to the audit entry.
-	do func(r *http.Request, id int64) (m postgres.MessageInfo, detail map[string]any, err error)
+	do func(r *http.Request, id int64) (m hub.MessageInfo, detail map[string]any, err error)
 }
 
 // messageAction answers POST of an action on message {id}: it makes the
@@ -122,7 +123,7 @@ func (c *Console) messageAction(a messageAction) http.HandlerFunc {
 		case errors.Is(err, errBadForm):
 			c.fail(w, r, http.StatusBadRequest, strings.TrimPrefix(err.Error(), errBadForm.Error()+": "))
 			return
-		case errors.Is(err, postgres.ErrMessageNotFound):
+		case errors.Is(err, hub.ErrMessageNotFound):
 			c.readFailed(w, r, id, err)
 			return
 		case errors.Is(err, a.refused):
@@ -160,7 +161,7 @@ func because(err, sentinel error, fallback string) string {
 // resendConfirm asks before a resend: the same Message-ID and bytes go to
 // the partner again.
 func (c *Console) resendConfirm() http.HandlerFunc {
-	return c.messageConfirm("Resend", func(id int64, m postgres.MessageInfo, trace string) confirmData {
+	return c.messageConfirm("Resend", func(id int64, m hub.MessageInfo, trace string) confirmData {
 		what := "Message-ID " + m.MessageID
 		if m.Filename != "" {
 			what += ", file " + m.Filename
@@ -183,7 +184,7 @@ func (c *Console) resend() http.HandlerFunc {
 		audit: "message.resend", verb: "resent", doing: "Resending", refused: postgres.ErrNotResendable,
 		why:    "only failed outbound messages and messages whose MDN is overdue are resent",
 		logged: "queued again", flash: "Message %d is queued again: its status is now %s.",
-		do: func(r *http.Request, id int64) (postgres.MessageInfo, map[string]any, error) {
+		do: func(r *http.Request, id int64) (hub.MessageInfo, map[string]any, error) {
 			m, err := c.o.Resender.ResendMessage(r.Context(), id)
 			return m, nil, err
 		},
@@ -316,9 +317,9 @@ func (c *Console) partners() []string {
 
 // Canceller fails a message still queued or retrying before it is sent
 // again; *postgres.Store implements it. Errors wrap
-// postgres.ErrMessageNotFound or postgres.ErrNotCancellable.
+// hub.ErrMessageNotFound or postgres.ErrNotCancellable.
 type Canceller interface {
-	CancelMessage(ctx context.Context, id int64, reason string) (postgres.MessageInfo, error)
+	CancelMessage(ctx context.Context, id int64, reason string) (hub.MessageInfo, error)
 }
 
 // Reapplier puts an orphan async MDN back for the leader's MDN poller to
@@ -333,7 +334,7 @@ const maxCancelReason = 500
 
 // cancelConfirm asks before a cancel, with a reason to record.
 func (c *Console) cancelConfirm() http.HandlerFunc {
-	return c.messageConfirm("Cancel", func(id int64, m postgres.MessageInfo, trace string) confirmData {
+	return c.messageConfirm("Cancel", func(id int64, m hub.MessageInfo, trace string) confirmData {
 		return confirmData{
 			Question: fmt.Sprintf("Cancel message %d to %s?", id, m.Partner),
 			Detail: []string{"Message-ID " + m.MessageID + ", status " + m.Status,
@@ -349,10 +350,10 @@ func (c *Console) cancel() http.HandlerFunc {
 		audit: "message.cancel", verb: "cancelled", doing: "Cancelling", refused: postgres.ErrNotCancellable,
 		why:    "only outbound messages queued or retrying are cancelled",
 		logged: "cancelled", flash: "Message %d is cancelled: its status is now %s.",
-		do: func(r *http.Request, id int64) (postgres.MessageInfo, map[string]any, error) {
+		do: func(r *http.Request, id int64) (hub.MessageInfo, map[string]any, error) {
 			reason := strings.TrimSpace(r.PostFormValue("reason"))
 			if len(reason) > maxCancelReason {
-				return postgres.MessageInfo{}, nil, fmt.Errorf("%w: The reason is longer than %d characters.", errBadForm, maxCancelReason)
+				return hub.MessageInfo{}, nil, fmt.Errorf("%w: The reason is longer than %d characters.", errBadForm, maxCancelReason)
 			}
 			m, err := c.o.Canceller.CancelMessage(r.Context(), id, reason)
 			return m, map[string]any{"reason": reason}, err

@@ -40,6 +40,7 @@ import (
 
 	"github.com/edihub/edihub/internal/auth"
 	"github.com/edihub/edihub/internal/config"
+	"github.com/edihub/edihub/internal/hub"
 	"github.com/edihub/edihub/internal/leader"
 	"github.com/edihub/edihub/internal/postgres"
 	"github.com/edihub/edihub/internal/probe"
@@ -90,11 +91,11 @@ type Authenticator interface {
 // MessageStore reads messages and what happened to them;
 // *postgres.Store implements it.
 type MessageStore interface {
-	Message(ctx context.Context, id int64) (postgres.MessageInfo, error)
-	Messages(ctx context.Context, q postgres.MessageQuery) ([]postgres.MessageInfo, error)
+	Message(ctx context.Context, id int64) (hub.MessageInfo, error)
+	Messages(ctx context.Context, q postgres.MessageQuery) ([]hub.MessageInfo, error)
 	// WritePayload streams a message's payload (any size) to the writer
 	// to returns, once the message is found.
-	WritePayload(ctx context.Context, id int64, to func(postgres.MessageInfo) io.Writer) (postgres.MessageInfo, error)
+	WritePayload(ctx context.Context, id int64, to func(hub.MessageInfo) io.Writer) (hub.MessageInfo, error)
 	MessageMDN(ctx context.Context, id int64) (postgres.MDNInfo, error)
 	MessageTrace(ctx context.Context, id int64) (postgres.Trace, error)
 	MessageOutbox(ctx context.Context, id int64) ([]postgres.OutboxEntry, error)

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/edihub/edihub/internal/hub"
 	"github.com/edihub/edihub/internal/postgres"
 )
 
@@ -59,7 +60,7 @@ type messagesData struct {
 	Q        messageFilter
 	Partners []string
 	Statuses []string
-	Messages []postgres.MessageInfo
+	Messages []hub.MessageInfo
 	// Next is the URL of the page of older messages; "" on the last.
 	Next string
 	// First is the URL of the first page, when this is not it.
@@ -152,9 +153,9 @@ func (c *Console) messageID(w http.ResponseWriter, r *http.Request) (int64, bool
 // message or MDN.
 func (c *Console) readFailed(w http.ResponseWriter, r *http.Request, id int64, err error) {
 	switch {
-	case errors.Is(err, postgres.ErrMessageNotFound):
+	case errors.Is(err, hub.ErrMessageNotFound):
 		c.fail(w, r, http.StatusNotFound, fmt.Sprintf("There is no message %d (it may have been purged after the retention).", id))
-	case errors.Is(err, postgres.ErrNoMDN):
+	case errors.Is(err, hub.ErrNoMDN):
 		c.fail(w, r, http.StatusNotFound, fmt.Sprintf("Message %d has no MDN (yet).", id))
 	default:
 		c.internal(w, r, fmt.Sprintf("Reading message %d", id), err)
@@ -170,7 +171,7 @@ type eventView struct {
 
 // traceData is the trace page's.
 type traceData struct {
-	M        postgres.MessageInfo
+	M        hub.MessageInfo
 	Attempts []postgres.Attempt
 	// Pending is the outbox row waiting to send the message (or the
 	// async MDN owed for it), nil when none.
@@ -243,7 +244,7 @@ func (c *Console) trace(w http.ResponseWriter, r *http.Request) {
 }
 
 // micCheck says what the MDN's MIC proves about the message.
-func micCheck(m postgres.MessageInfo, mdn *postgres.MDNInfo) (string, bool) {
+func micCheck(m hub.MessageInfo, mdn *postgres.MDNInfo) (string, bool) {
 	if mdn == nil {
 		return "no MDN", false
 	}
@@ -284,7 +285,7 @@ func (c *Console) payload(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	started := false
-	_, err := c.o.Messages.WritePayload(r.Context(), id, func(m postgres.MessageInfo) io.Writer {
+	_, err := c.o.Messages.WritePayload(r.Context(), id, func(m hub.MessageInfo) io.Writer {
 		started = true
 		name := m.Filename
 		if name == "" {

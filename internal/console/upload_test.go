@@ -17,7 +17,7 @@ import (
 
 	"github.com/edihub/edihub/internal/auth"
 	"github.com/edihub/edihub/internal/console"
-	"github.com/edihub/edihub/internal/postgres"
+	"github.com/edihub/edihub/internal/hub"
 	"github.com/edihub/edihub/internal/spool"
 	"github.com/edihub/edihub/internal/testenv/openssltest"
 	"github.com/edihub/edihub/internal/testenv/peakrss"
@@ -138,7 +138,7 @@ func TestSendLargeDocumentInConstantMemory(t *testing.T) {
 func wantStored(t *testing.T, e *env, id int64, sum []byte, chunked bool) {
 	t.Helper()
 	h := sha256.New()
-	m, err := e.st.WritePayload(e.ctx, id, func(postgres.MessageInfo) io.Writer { return h })
+	m, err := e.st.WritePayload(e.ctx, id, func(hub.MessageInfo) io.Writer { return h })
 	if err != nil {
 		t.Fatal(err)
 	}

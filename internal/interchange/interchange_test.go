@@ -18,6 +18,7 @@ import (
 
 	"github.com/edihub/edihub/internal/config"
 	"github.com/edihub/edihub/internal/edi"
+	"github.com/edihub/edihub/internal/hub"
 	"github.com/edihub/edihub/internal/interchange"
 	"github.com/edihub/edihub/internal/leader"
 	"github.com/edihub/edihub/internal/outbox"
@@ -54,11 +55,11 @@ func (f *fakeStore) OverdueAcks(context.Context, int) ([]postgres.DueAck, error)
 	return out, nil
 }
 
-func (f *fakeStore) FlagOverdueAcks(_ context.Context, _ postgres.Fence, ids []int64) ([]postgres.DueAck, error) {
+func (f *fakeStore) FlagOverdueAcks(_ context.Context, _ hub.Fence, ids []int64) ([]postgres.DueAck, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.stale {
-		return nil, postgres.ErrStaleFence
+		return nil, hub.ErrStaleFence
 	}
 	var out []postgres.DueAck
 	for _, d := range f.due {
@@ -256,7 +257,7 @@ func TestWatcher(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ctx, cancel := context.WithCancel(leader.WithFence(context.Background(), postgres.Fence{Lease: "l", Token: 1}))
+		ctx, cancel := context.WithCancel(leader.WithFence(context.Background(), hub.Fence{Lease: "l", Token: 1}))
 		done := make(chan error, 1)
 		go func() { done <- w.Run(ctx) }()
 		// Once Run waits out its interval (synctest's clock: an hour that
@@ -278,8 +279,8 @@ func TestWatcher(t *testing.T) {
 		}
 		st.stale = true
 		st.flagged = map[int64]bool{}
-		err = w.Run(leader.WithFence(context.Background(), postgres.Fence{Lease: "l", Token: 1}))
-		if !errors.Is(err, postgres.ErrStaleFence) {
+		err = w.Run(leader.WithFence(context.Background(), hub.Fence{Lease: "l", Token: 1}))
+		if !errors.Is(err, hub.ErrStaleFence) {
 			t.Errorf("Run with a stale fence = %v, want ErrStaleFence", err)
 		}
 	})
@@ -325,7 +326,7 @@ func (s *stuckStore) OverdueAcks(ctx context.Context, _ int) ([]postgres.DueAck,
 	}
 }
 
-func (s *stuckStore) FlagOverdueAcks(context.Context, postgres.Fence, []int64) ([]postgres.DueAck, error) {
+func (s *stuckStore) FlagOverdueAcks(context.Context, hub.Fence, []int64) ([]postgres.DueAck, error) {
 	return nil, nil
 }
 
@@ -347,7 +348,7 @@ func TestWatcherEndsStepOnBatchFlaggingNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(leader.WithFence(context.Background(), postgres.Fence{Lease: "l", Token: 1}))
+	ctx, cancel := context.WithCancel(leader.WithFence(context.Background(), hub.Fence{Lease: "l", Token: 1}))
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx) }()
 	var got []string

@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
+	"github.com/edihub/edihub/internal/hub"
 	"github.com/edihub/edihub/internal/leader"
 	"github.com/edihub/edihub/internal/postgres"
 )
@@ -15,7 +16,7 @@ import (
 // WatchStore is the storage the Watcher needs; *postgres.Store implements it.
 type WatchStore interface {
 	OverdueAcks(ctx context.Context, limit int) ([]postgres.DueAck, error)
-	FlagOverdueAcks(ctx context.Context, f postgres.Fence, ids []int64) ([]postgres.DueAck, error)
+	FlagOverdueAcks(ctx context.Context, f hub.Fence, ids []int64) ([]postgres.DueAck, error)
 	OverdueAckCounts(ctx context.Context) (map[string]int, error)
 }
 
@@ -78,7 +79,7 @@ func NewWatcher(o WatcherOptions) (*Watcher, error) {
 
 // Run flags overdue acknowledgements every Interval until ctx ends (nil)
 // or a newer term refuses its write (an error wrapping
-// postgres.ErrStaleFence). ctx must carry a fence (leader.FenceFrom).
+// hub.ErrStaleFence). ctx must carry a fence (leader.FenceFrom).
 func (w *Watcher) Run(ctx context.Context) error {
 	f, ok := leader.FenceFrom(ctx)
 	if !ok {
@@ -90,7 +91,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 }
 
 // step flags what is due, batch by batch, then sets the gauge.
-func (w *Watcher) step(ctx context.Context, f postgres.Fence) error {
+func (w *Watcher) step(ctx context.Context, f hub.Fence) error {
 	for {
 		due, err := w.o.Store.OverdueAcks(ctx, w.o.Batch)
 		if err != nil {

@@ -9,14 +9,14 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/edihub/edihub/internal/postgres"
+	"github.com/edihub/edihub/internal/hub"
 )
 
 // Step is one cycle of a periodic leader-gated worker, run under the
 // term's fence f. It returns nil when the cycle's work is done, an error
-// matching postgres.ErrStaleFence when a newer term refused it, and any
+// matching hub.ErrStaleFence when a newer term refused it, and any
 // other error when it should be tried again.
-type Step func(ctx context.Context, f postgres.Fence) error
+type Step func(ctx context.Context, f hub.Fence) error
 
 // Loop runs a Step for as long as its term lasts: the loop every periodic
 // leader-gated worker has, so that a worker is only its step. See Run.
@@ -71,7 +71,7 @@ func (l Loop) Run(ctx context.Context) error {
 		switch {
 		case ctx.Err() != nil:
 			return nil
-		case errors.Is(err, postgres.ErrStaleFence):
+		case errors.Is(err, hub.ErrStaleFence):
 			return err
 		case err != nil:
 			failures++

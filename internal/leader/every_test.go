@@ -12,7 +12,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 
-	"github.com/edihub/edihub/internal/postgres"
+	"github.com/edihub/edihub/internal/hub"
 )
 
 // TestLoop: the step runs at once under the term's fence, a success marks
@@ -20,20 +20,20 @@ import (
 // logged as the first of its run), a wakeup cuts a wait short, a stale
 // fence ends the loop with its error, and ctx's end ends it with nil.
 func TestLoop(t *testing.T) {
-	fence := postgres.Fence{Lease: "l", Token: 7}
+	fence := hub.Fence{Lease: "l", Token: 7}
 	transient := errors.New("database away")
 	var mu sync.Mutex
 	var steps []string
 	var waits []time.Duration
 	marks := 0
-	results := []error{nil, transient, transient, nil, nil, fmt.Errorf("write: %w", postgres.ErrStaleFence)}
+	results := []error{nil, transient, transient, nil, nil, fmt.Errorf("write: %w", hub.ErrStaleFence)}
 	wake := make(chan struct{}, 1)
 	core, logs := observer.New(zap.InfoLevel)
 	l := Loop{
 		Name:     "test step",
 		Interval: time.Hour,
 		Wake:     wake,
-		Step: func(_ context.Context, f postgres.Fence) error {
+		Step: func(_ context.Context, f hub.Fence) error {
 			mu.Lock()
 			defer mu.Unlock()
 			steps = append(steps, f.String())
@@ -58,7 +58,7 @@ func TestLoop(t *testing.T) {
 	}
 	ctx := withProgress(WithFence(context.Background(), fence), func() { marks++ })
 	err := l.Run(ctx)
-	if !errors.Is(err, postgres.ErrStaleFence) {
+	if !errors.Is(err, hub.ErrStaleFence) {
 		t.Fatalf("Run = %v, want the stale fence's error", err)
 	}
 	if len(steps) != 6 || steps[0] != fence.String() {
@@ -80,7 +80,7 @@ func TestLoop(t *testing.T) {
 
 	// The end of ctx ends the loop with nil, in a wait or in a step.
 	cctx, cancel := context.WithCancel(WithFence(context.Background(), fence))
-	err = Loop{Name: "x", Interval: time.Hour, Logger: zap.NewNop(), Step: func(context.Context, postgres.Fence) error {
+	err = Loop{Name: "x", Interval: time.Hour, Logger: zap.NewNop(), Step: func(context.Context, hub.Fence) error {
 		cancel()
 		return transient
 	}}.Run(cctx)
@@ -101,13 +101,13 @@ func TestLoopTiming(t *testing.T) {
 		transient := errors.New("database away")
 		results := []error{nil, transient, transient, transient, nil, nil, nil}
 		wake := make(chan struct{}, 1)
-		ctx, cancel := context.WithCancel(WithFence(context.Background(), postgres.Fence{Lease: "l", Token: 1}))
+		ctx, cancel := context.WithCancel(WithFence(context.Background(), hub.Fence{Lease: "l", Token: 1}))
 		defer cancel()
 		begin := time.Now()
 		var starts []time.Duration
 		err := Loop{
 			Name: "timed", Interval: time.Second, Wake: wake, Logger: zap.NewNop(),
-			Step: func(context.Context, postgres.Fence) error {
+			Step: func(context.Context, hub.Fence) error {
 				n := len(starts)
 				starts = append(starts, time.Since(begin))
 				time.Sleep(300 * time.Millisecond) // the step's work, on the virtual clock

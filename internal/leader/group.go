@@ -11,7 +11,7 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/edihub/edihub/internal/postgres"
+	"github.com/edihub/edihub/internal/hub"
 )
 
 // Worker is a leader-gated component. Run runs until ctx ends and then
@@ -21,7 +21,7 @@ import (
 // A worker retries transient errors itself. When Run returns while the
 // replica still leads (with an error, or nil), the elector restarts it in
 // the same term after a backoff; only an error matching
-// postgres.ErrStaleFence (a newer term opened) ends the term. A worker
+// hub.ErrStaleFence (a newer term opened) ends the term. A worker
 // calls MarkSuccess after each cycle of its work; one that makes no
 // progress for Options.StuckAfter (or its own ProgressDeadline) is reported
 // stuck (Status, edihub_worker_stuck, Elector.Healthy).
@@ -263,7 +263,7 @@ func (g *group) healthy(now time.Time) error {
 // retry period, doubling per early return up to the lease duration; reset
 // when a run lasted longer than that). supervise returns when ctx ends,
 // with the worker's last error, or at once with an error matching
-// postgres.ErrStaleFence, which ends the term.
+// hub.ErrStaleFence, which ends the term.
 func (g *group) supervise(ctx context.Context, log *zap.Logger, name string, w Worker) error {
 	log = log.With(zap.String("worker", name))
 	g.mu.Lock()
@@ -283,7 +283,7 @@ func (g *group) supervise(ctx context.Context, log *zap.Logger, name string, w W
 		switch {
 		case ctx.Err() != nil:
 			return err
-		case errors.Is(err, postgres.ErrStaleFence):
+		case errors.Is(err, hub.ErrStaleFence):
 			return err
 		}
 		if time.Since(started) > g.o.LeaseDuration {

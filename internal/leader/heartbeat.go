@@ -9,13 +9,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
-	"github.com/edihub/edihub/internal/postgres"
+	"github.com/edihub/edihub/internal/hub"
 )
 
 // HeartbeatStore records heartbeats through the fenced path.
 // *postgres.Store implements it.
 type HeartbeatStore interface {
-	Heartbeat(ctx context.Context, f postgres.Fence, holder string, retain time.Duration) error
+	Heartbeat(ctx context.Context, f hub.Fence, holder string, retain time.Duration) error
 }
 
 // HeartbeatOptions configure NewHeartbeat.
@@ -63,7 +63,7 @@ func NewHeartbeat(o HeartbeatOptions) (*Heartbeat, error) {
 }
 
 // Run beats until ctx ends. A beat refused for a stale token ends the term:
-// Run returns an error wrapping postgres.ErrStaleFence. Other database
+// Run returns an error wrapping hub.ErrStaleFence. Other database
 // errors are logged and the next beat, an interval later, tries again.
 func (h *Heartbeat) Run(ctx context.Context) error {
 	return Loop{
@@ -76,7 +76,7 @@ func (h *Heartbeat) Run(ctx context.Context) error {
 }
 
 // beat writes one heartbeat.
-func (h *Heartbeat) beat(ctx context.Context, f postgres.Fence) error {
+func (h *Heartbeat) beat(ctx context.Context, f hub.Fence) error {
 	if err := h.o.Store.Heartbeat(ctx, f, h.o.Holder, h.o.Retain); err != nil {
 		return err
 	}

@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	rl "k8s.io/client-go/tools/leaderelection/resourcelock"
 
+	"github.com/edihub/edihub/internal/hub"
 	"github.com/edihub/edihub/internal/leader"
 	"github.com/edihub/edihub/internal/postgres"
 	"github.com/edihub/edihub/internal/testenv/pgtest"
@@ -116,7 +117,7 @@ func waitLeader(t *testing.T, rs []*replica, not *replica, within time.Duration)
 // checkHistory asserts what the scenario tests assert on every run: beats
 // never go back in token, terms never interleave, and no beat carries a
 // token other than that of an opened term.
-func checkHistory(t *testing.T, store *postgres.Store) (terms []postgres.Term) {
+func checkHistory(t *testing.T, store *postgres.Store) (terms []hub.Term) {
 	t.Helper()
 	ctx := context.Background()
 	terms, err := store.Terms(ctx, leaseName)
@@ -194,8 +195,8 @@ func electionProperties(t *testing.T, store *postgres.Store, build newElector, d
 
 	// The old term's writes are rejected and counted.
 	before := rejections(t, store)
-	err := store.Heartbeat(ctx, postgres.Fence{Lease: leaseName, Token: firstToken}, "replica-0", time.Hour)
-	if !errors.Is(err, postgres.ErrStaleFence) {
+	err := store.Heartbeat(ctx, hub.Fence{Lease: leaseName, Token: firstToken}, "replica-0", time.Hour)
+	if !errors.Is(err, hub.ErrStaleFence) {
 		t.Errorf("fenced write with the old token = %v, want ErrStaleFence", err)
 	}
 	if after := rejections(t, store); after != before+1 {

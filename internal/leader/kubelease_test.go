@@ -28,7 +28,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap/zaptest"
 
-	"github.com/edihub/edihub/internal/postgres"
+	"github.com/edihub/edihub/internal/hub"
 )
 
 // enforceResourceVersions makes the fake clientset's Leases behave like the
@@ -148,33 +148,33 @@ func TestTokenOf(t *testing.T) {
 type memTerms struct {
 	mu     sync.Mutex
 	token  int64
-	opened []postgres.Fence
+	opened []hub.Fence
 }
 
-func (m *memTerms) OpenTerm(_ context.Context, f postgres.Fence, _ string) error {
+func (m *memTerms) OpenTerm(_ context.Context, f hub.Fence, _ string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if f.Token <= m.token {
-		return postgres.ErrStaleFence
+		return hub.ErrStaleFence
 	}
 	m.token = f.Token
 	m.opened = append(m.opened, f)
 	return nil
 }
 
-func (m *memTerms) CheckTerm(_ context.Context, f postgres.Fence) error {
+func (m *memTerms) CheckTerm(_ context.Context, f hub.Fence) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if f.Token != m.token {
-		return postgres.ErrStaleFence
+		return hub.ErrStaleFence
 	}
 	return nil
 }
 
-func (m *memTerms) CurrentTerm(context.Context, string) (postgres.Term, error) {
+func (m *memTerms) CurrentTerm(context.Context, string) (hub.Term, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return postgres.Term{Token: m.token}, nil
+	return hub.Term{Token: m.token}, nil
 }
 
 func (m *memTerms) Ping(context.Context) error { return nil }

@@ -23,7 +23,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
-	"github.com/edihub/edihub/internal/postgres"
+	"github.com/edihub/edihub/internal/hub"
 )
 
 // Terms is the database side of leadership. *postgres.Store implements
@@ -35,13 +35,13 @@ import (
 // to the operator (CurrentTerm).
 type Terms interface {
 	// OpenTerm records f as the current term for holder. It returns an
-	// error matching postgres.ErrStaleFence when a newer term has opened.
-	OpenTerm(ctx context.Context, f postgres.Fence, holder string) error
+	// error matching hub.ErrStaleFence when a newer term has opened.
+	OpenTerm(ctx context.Context, f hub.Fence, holder string) error
 	// CheckTerm confirms that f is still the current term; an error
-	// matching postgres.ErrStaleFence when a newer one opened.
-	CheckTerm(ctx context.Context, f postgres.Fence) error
+	// matching hub.ErrStaleFence when a newer one opened.
+	CheckTerm(ctx context.Context, f hub.Fence) error
 	// CurrentTerm reads the lease's current term.
-	CurrentTerm(ctx context.Context, lease string) (postgres.Term, error)
+	CurrentTerm(ctx context.Context, lease string) (hub.Term, error)
 	// Ping reports whether the database answers.
 	Ping(ctx context.Context) error
 }
@@ -55,14 +55,14 @@ type fenceKey struct{}
 
 // FenceFrom returns the fence of the term a worker runs in. Every context
 // an Elector passes to Worker.Run carries one; ok is false elsewhere.
-func FenceFrom(ctx context.Context) (f postgres.Fence, ok bool) {
-	f, ok = ctx.Value(fenceKey{}).(postgres.Fence)
+func FenceFrom(ctx context.Context) (f hub.Fence, ok bool) {
+	f, ok = ctx.Value(fenceKey{}).(hub.Fence)
 	return f, ok
 }
 
 // WithFence returns a context carrying f, as the Elector gives its workers.
 // Tests of workers use it.
-func WithFence(ctx context.Context, f postgres.Fence) context.Context {
+func WithFence(ctx context.Context, f hub.Fence) context.Context {
 	return context.WithValue(ctx, fenceKey{}, f)
 }
 

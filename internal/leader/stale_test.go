@@ -12,7 +12,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 	"k8s.io/client-go/kubernetes/fake"
 
-	"github.com/edihub/edihub/internal/postgres"
+	"github.com/edihub/edihub/internal/hub"
 	"github.com/edihub/edihub/internal/testenv/pgtest"
 )
 
@@ -24,7 +24,7 @@ func TestKubernetesStaleFenceIsExplained(t *testing.T) {
 	ctx := context.Background()
 	store := pgtest.Store(t)
 	const fenceToken = 1 << 40 // far above the fake API server's revisions
-	if err := store.OpenTerm(ctx, postgres.Fence{Lease: "edihub-leader", Token: fenceToken}, "before-the-restore"); err != nil {
+	if err := store.OpenTerm(ctx, hub.Fence{Lease: "edihub-leader", Token: fenceToken}, "before-the-restore"); err != nil {
 		t.Fatal(err)
 	}
 	cs := fake.NewClientset()

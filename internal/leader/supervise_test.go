@@ -16,7 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/zap/zaptest"
 
-	"github.com/edihub/edihub/internal/postgres"
+	"github.com/edihub/edihub/internal/hub"
 )
 
 // journal records events from every party, in order, and signals each
@@ -160,14 +160,14 @@ type fakeTerms struct {
 	dbErr error
 }
 
-func (t *fakeTerms) CheckTerm(_ context.Context, f postgres.Fence) error {
+func (t *fakeTerms) CheckTerm(_ context.Context, f hub.Fence) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	switch {
 	case t.dbErr != nil:
 		return t.dbErr
 	case f.Token != t.fence:
-		return fmt.Errorf("check term: %w", postgres.ErrStaleFence)
+		return fmt.Errorf("check term: %w", hub.ErrStaleFence)
 	}
 	return nil
 }
@@ -179,10 +179,10 @@ func (t *fakeTerms) Ping(context.Context) error {
 	return t.dbErr
 }
 
-func (t *fakeTerms) CurrentTerm(context.Context, string) (postgres.Term, error) {
+func (t *fakeTerms) CurrentTerm(context.Context, string) (hub.Term, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return postgres.Term{Token: t.fence}, nil
+	return hub.Term{Token: t.fence}, nil
 }
 
 func (t *fakeTerms) setDB(err error) {
@@ -191,12 +191,12 @@ func (t *fakeTerms) setDB(err error) {
 	t.dbErr = err
 }
 
-func (t *fakeTerms) OpenTerm(_ context.Context, f postgres.Fence, holder string) error {
+func (t *fakeTerms) OpenTerm(_ context.Context, f hub.Fence, holder string) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.stale || f.Token <= t.fence {
 		t.j.add("stale term %d", f.Token)
-		return fmt.Errorf("open term: %w", postgres.ErrStaleFence)
+		return fmt.Errorf("open term: %w", hub.ErrStaleFence)
 	}
 	t.fence = f.Token
 	t.j.add("open term %d", f.Token)
@@ -544,7 +544,7 @@ func TestStaleFenceEndsTheTerm(t *testing.T) {
 		h.lease.mu.Lock()
 		h.lease.held = false
 		h.lease.mu.Unlock()
-		h.a.fail <- fmt.Errorf("heartbeat: %w", postgres.ErrStaleFence)
+		h.a.fail <- fmt.Errorf("heartbeat: %w", hub.ErrStaleFence)
 		second := waitStart(t, h.a)
 		if second <= first {
 			t.Fatalf("token after the stale fence %d, want > %d", second, first)
@@ -776,7 +776,7 @@ func TestFenceFrom(t *testing.T) {
 	if _, ok := FenceFrom(context.Background()); ok {
 		t.Error("FenceFrom(Background) ok = true")
 	}
-	want := postgres.Fence{Lease: "l", Token: 7}
+	want := hub.Fence{Lease: "l", Token: 7}
 	if got, ok := FenceFrom(WithFence(context.Background(), want)); !ok || got != want {
 		t.Errorf("FenceFrom = %v, %v; want %v, true", got, ok, want)
 	}

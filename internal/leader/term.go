@@ -8,7 +8,7 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/edihub/edihub/internal/postgres"
+	"github.com/edihub/edihub/internal/hub"
 )
 
 // term is one leadership term while it is held: it renews the lease,
@@ -17,7 +17,7 @@ import (
 // renewal (of the lease or of the term in the database).
 type term struct {
 	e     *Elector
-	fence postgres.Fence
+	fence hub.Fence
 	log   *zap.Logger
 
 	// lastRenew is the start of the last successful lease renewal,
@@ -41,7 +41,7 @@ type termEnd struct {
 func (e *Elector) newTerm(token int64, acquiredAt time.Time) *term {
 	return &term{
 		e:         e,
-		fence:     postgres.Fence{Lease: e.o.LeaseName, Token: token},
+		fence:     hub.Fence{Lease: e.o.LeaseName, Token: token},
 		log:       e.log.With(zap.Int64("token", token)),
 		lastRenew: acquiredAt,
 		lastTerm:  acquiredAt,
@@ -59,7 +59,7 @@ func (t *term) open(ctx context.Context) (leadOutcome, bool) {
 	switch {
 	case err == nil:
 		return leadOutcome{}, true
-	case errors.Is(err, postgres.ErrStaleFence):
+	case errors.Is(err, hub.ErrStaleFence):
 		// A successor opened a newer term while we were between taking
 		// the lease and opening ours: the lease is not ours any more.
 		t.log.Warn("stepped down", zap.String("reason", "stale term: a newer term opened before ours"))
@@ -105,7 +105,7 @@ func (t *term) hold(ctx context.Context, g *group) termEnd {
 			// supervise returns before the term ends only on a stale
 			// fence: a newer term opened, the lease is not ours.
 			g.exited(r)
-			if !errors.Is(r.err, postgres.ErrStaleFence) {
+			if !errors.Is(r.err, hub.ErrStaleFence) {
 				// ctx ended and this worker saw it first
 				return termEnd{reason: "shutting down", release: true}
 			}
@@ -190,7 +190,7 @@ func (t *term) confirm(ctx context.Context) (end termEnd, over bool) {
 		}
 		t.dbFailing = false
 	case ctx.Err() != nil:
-	case errors.Is(err, postgres.ErrStaleFence):
+	case errors.Is(err, hub.ErrStaleFence):
 		return termEnd{reason: "stale fence: a newer term opened in the database", pause: true}, true
 	default:
 		if !t.dbFailing {

@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/edihub/edihub/internal/as2"
+	"github.com/edihub/edihub/internal/hub"
 	"github.com/edihub/edihub/internal/mdn"
 	"github.com/edihub/edihub/internal/outbox"
 	"github.com/edihub/edihub/internal/postgres"
@@ -129,7 +130,7 @@ func (h *heapStore) OutboundMessages(ctx context.Context, keys []postgres.Messag
 	return h.Store.OutboundMessages(ctx, keys)
 }
 
-func (h *heapStore) ApplyMDNs(ctx context.Context, f postgres.Fence, outs []postgres.MDNOutcome) ([]postgres.AppliedMDN, error) {
+func (h *heapStore) ApplyMDNs(ctx context.Context, f hub.Fence, outs []postgres.MDNOutcome) ([]postgres.AppliedMDN, error) {
 	h.measure()
 	return h.Store.ApplyMDNs(ctx, f, outs)
 }
@@ -196,7 +197,7 @@ func TestPollerOnlyAsyncMDNRequests(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	msgs := make([]postgres.MessageInfo, len(tests))
+	msgs := make([]hub.MessageInfo, len(tests))
 	ids := make([][]int64, len(tests))
 	for i, tt := range tests {
 		m, err := q.Enqueue(context.Background(), outbox.Document{Partner: tt.partner, ContentType: "application/EDI-X12", Payload: []byte("ISA*retrying~")})

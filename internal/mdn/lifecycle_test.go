@@ -22,6 +22,7 @@ import (
 	"github.com/edihub/edihub/internal/api"
 	"github.com/edihub/edihub/internal/as2"
 	"github.com/edihub/edihub/internal/auth"
+	"github.com/edihub/edihub/internal/hub"
 	"github.com/edihub/edihub/internal/mdn"
 	"github.com/edihub/edihub/internal/outbox"
 	"github.com/edihub/edihub/internal/postgres"
@@ -253,7 +254,7 @@ func (f *flakyStore) PendingInboxMDNs(ctx context.Context, after int64, limit in
 	return f.Store.PendingInboxMDNs(ctx, after, limit)
 }
 
-func (f *flakyStore) ApplyMDNs(ctx context.Context, fe postgres.Fence, outs []postgres.MDNOutcome) ([]postgres.AppliedMDN, error) {
+func (f *flakyStore) ApplyMDNs(ctx context.Context, fe hub.Fence, outs []postgres.MDNOutcome) ([]postgres.AppliedMDN, error) {
 	for _, o := range outs {
 		if o.InboxID == f.reject.Load() && o.Message != nil {
 			return nil, fmt.Errorf("apply MDNs: inbox MDN %d: %w: invalid byte sequence (injected)", o.InboxID, postgres.ErrRowRejected)
@@ -267,7 +268,7 @@ func (f *flakyStore) ApplyMDNs(ctx context.Context, fe postgres.Fence, outs []po
 // keeps running through both (background checks it returns nil at the end).
 func TestTransientErrors(t *testing.T) {
 	e := newEnv(t, envOptions{})
-	var ms []postgres.MessageInfo
+	var ms []hub.MessageInfo
 	var ids []int64
 	for range 3 {
 		m := e.send(signedPartner)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/edihub/edihub/internal/as2"
 	"github.com/edihub/edihub/internal/config"
+	"github.com/edihub/edihub/internal/hub"
 	"github.com/edihub/edihub/internal/leader"
 	"github.com/edihub/edihub/internal/postgres"
 )
@@ -26,9 +27,9 @@ type PollerStore interface {
 	PendingInboxMDN(ctx context.Context, id int64) (postgres.PendingMDN, error)
 	OutboundMessages(ctx context.Context, keys []postgres.MessageKey) (map[postgres.MessageKey]postgres.AwaitedMessage, error)
 	SentBytes(ctx context.Context, id int64) (http.Header, []byte, error)
-	ApplyMDNs(ctx context.Context, f postgres.Fence, outs []postgres.MDNOutcome) ([]postgres.AppliedMDN, error)
+	ApplyMDNs(ctx context.Context, f hub.Fence, outs []postgres.MDNOutcome) ([]postgres.AppliedMDN, error)
 	OverdueMDNs(ctx context.Context, limit int) ([]postgres.DueMDN, error)
-	ApplyOverdue(ctx context.Context, f postgres.Fence, acts []postgres.OverdueAction) ([]postgres.OverdueAction, error)
+	ApplyOverdue(ctx context.Context, f hub.Fence, acts []postgres.OverdueAction) ([]postgres.OverdueAction, error)
 	MDNGauges(ctx context.Context) (postgres.MDNGauges, error)
 }
 
@@ -166,7 +167,7 @@ func (p *Poller) Wake() {
 }
 
 // Run polls until ctx ends (nil) or a write is refused for a stale fence
-// (an error wrapping postgres.ErrStaleFence: the term is over). Each poll
+// (an error wrapping hub.ErrStaleFence: the term is over). Each poll
 // applies every pending inbox MDN in batches of BatchSize, each batch one
 // fenced transaction, then handles overdue MDNs. Other errors (a database
 // blip) are logged and retried with backoff; they never end Run. ctx must
@@ -195,7 +196,7 @@ func (p *Poller) Run(ctx context.Context) error {
 		Retry:  func(n int, _ error) time.Duration { return p.backoff(n) },
 		Logger: p.log,
 	}.Run(ctx)
-	if errors.Is(err, postgres.ErrStaleFence) {
+	if errors.Is(err, hub.ErrStaleFence) {
 		p.log.Warn("MDN poller stopped: a newer leadership term has opened", zap.Stringer("fence", f))
 	}
 	return err
@@ -225,7 +226,7 @@ func (p *Poller) listen(ctx context.Context) {
 
 // poll runs one cycle: the inbox, then the overdue messages, then the
 // gauges.
-func (p *Poller) poll(ctx context.Context, f postgres.Fence) error {
+func (p *Poller) poll(ctx context.Context, f hub.Fence) error {
 	var after int64
 	var rowErr error
 	for {
@@ -242,7 +243,7 @@ func (p *Poller) poll(ctx context.Context, f postgres.Fence) error {
 			return err
 		}
 		if err := p.apply(ctx, f, outs); err != nil {
-			if errors.Is(err, postgres.ErrStaleFence) || ctx.Err() != nil {
+			if errors.Is(err, hub.ErrStaleFence) || ctx.Err() != nil {
 				return err
 			}
 			rowErr = err // the other rows went on; these are retried next poll
@@ -412,7 +413,7 @@ func (p *Poller) judge(ctx context.Context, x *parsed, msgs map[postgres.Message
 		Recompute: func(alg crypto.Hash) (as2.MIC, error) {
 			h, body, err := p.o.Store.SentBytes(ctx, msg.ID)
 			if err != nil {
-				if !errors.Is(err, postgres.ErrMessageNotFound) {
+				if !errors.Is(err, hub.ErrMessageNotFound) {
 					storeErr = err
 				}
 				return as2.MIC{}, err
@@ -450,13 +451,13 @@ func (p *Poller) judge(ctx context.Context, x *parsed, msgs map[postgres.Message
 // bad row does not hold back the others; a row the database refuses is
 // kept as an orphan with the reason, and rows that fail otherwise are
 // retried at the next poll (the returned error says how many).
-func (p *Poller) apply(ctx context.Context, f postgres.Fence, outs []postgres.MDNOutcome) error {
+func (p *Poller) apply(ctx context.Context, f hub.Fence, outs []postgres.MDNOutcome) error {
 	applied, err := p.o.Store.ApplyMDNs(ctx, f, outs)
 	if err == nil {
 		p.record(applied)
 		return nil
 	}
-	if errors.Is(err, postgres.ErrStaleFence) || ctx.Err() != nil || len(outs) == 1 && !errors.Is(err, postgres.ErrRowRejected) {
+	if errors.Is(err, hub.ErrStaleFence) || ctx.Err() != nil || len(outs) == 1 && !errors.Is(err, postgres.ErrRowRejected) {
 		return err
 	}
 	p.log.Warn("applying a batch of MDNs failed; applying them one by one", zap.Int("batch", len(outs)), zap.Error(err))
@@ -469,7 +470,7 @@ func (p *Poller) apply(ctx context.Context, f postgres.Fence, outs []postgres.MD
 			applied, err = p.o.Store.ApplyMDNs(ctx, f, []postgres.MDNOutcome{orphan})
 		}
 		switch {
-		case errors.Is(err, postgres.ErrStaleFence):
+		case errors.Is(err, hub.ErrStaleFence):
 			return err
 		case err != nil:
 			if ctx.Err() != nil {
@@ -514,7 +515,7 @@ func (p *Poller) record(applied []postgres.AppliedMDN) {
 
 // overdueMessages flags, resends or fails messages whose MDN is overdue,
 // a bounded number of batches per poll.
-func (p *Poller) overdueMessages(ctx context.Context, f postgres.Fence) error {
+func (p *Poller) overdueMessages(ctx context.Context, f hub.Fence) error {
 	for range 10 {
 		due, err := p.o.Store.OverdueMDNs(ctx, p.o.BatchSize)
 		if err != nil {

@@ -25,6 +25,7 @@ import (
 	"github.com/edihub/edihub/internal/as2"
 	"github.com/edihub/edihub/internal/as2/cms"
 	"github.com/edihub/edihub/internal/config"
+	"github.com/edihub/edihub/internal/hub"
 	"github.com/edihub/edihub/internal/leader"
 	"github.com/edihub/edihub/internal/mdn"
 	"github.com/edihub/edihub/internal/outbox"
@@ -186,7 +187,7 @@ func background(t testing.TB, name string, fn func(context.Context) error) {
 }
 
 // send queues a document for partner and waits until it awaits its MDN.
-func (e *env) send(partner string) postgres.MessageInfo {
+func (e *env) send(partner string) hub.MessageInfo {
 	e.t.Helper()
 	q, err := outbox.NewQueue(outbox.QueueOptions{Store: e.st, Config: e.cfg})
 	if err != nil {
@@ -212,7 +213,7 @@ func waitFor(t testing.TB, what string, cond func() bool) {
 	}
 }
 
-func (e *env) message(id int64) postgres.MessageInfo {
+func (e *env) message(id int64) hub.MessageInfo {
 	e.t.Helper()
 	m, err := e.st.Message(context.Background(), id)
 	if err != nil {
@@ -221,9 +222,9 @@ func (e *env) message(id int64) postgres.MessageInfo {
 	return m
 }
 
-func (e *env) waitStatus(id int64, want string) postgres.MessageInfo {
+func (e *env) waitStatus(id int64, want string) hub.MessageInfo {
 	e.t.Helper()
-	var m postgres.MessageInfo
+	var m hub.MessageInfo
 	waitFor(e.t, fmt.Sprintf("message %d to be %s", id, want), func() bool {
 		m = e.message(id)
 		return m.Status == want
@@ -299,9 +300,9 @@ func (e *env) pending() int {
 }
 
 // openTerm opens term token and returns its fence.
-func (e *env) openTerm(token int64) postgres.Fence {
+func (e *env) openTerm(token int64) hub.Fence {
 	e.t.Helper()
-	f := postgres.Fence{Lease: lease, Token: token}
+	f := hub.Fence{Lease: lease, Token: token}
 	if err := e.st.OpenTerm(context.Background(), f, fmt.Sprintf("holder-%d", token)); err != nil {
 		e.t.Fatal(err)
 	}
@@ -353,7 +354,7 @@ func (e *env) poller(o pollerOptions) *mdn.Poller {
 }
 
 // runPoller runs p under fence f until the test ends; Run must return nil.
-func (e *env) runPoller(p *mdn.Poller, f postgres.Fence) {
+func (e *env) runPoller(p *mdn.Poller, f hub.Fence) {
 	e.t.Helper()
 	background(e.t, "poller", func(ctx context.Context) error { return p.Run(leader.WithFence(ctx, f)) })
 }
@@ -363,7 +364,7 @@ func (e *env) runPoller(p *mdn.Poller, f postgres.Fence) {
 // alg (signed-receipt-micalg). It first checks that the partner's SHA-256
 // MIC is the one stored (which the outbox tests check against openssl's
 // digest).
-func (e *env) micOf(m postgres.MessageInfo, alg crypto.Hash) string {
+func (e *env) micOf(m hub.MessageInfo, alg crypto.Hash) string {
 	e.t.Helper()
 	h, body, err := e.st.SentBytes(context.Background(), m.ID)
 	if err != nil {
@@ -401,112 +402,112 @@ func TestPollerDispositions(t *testing.T) {
 	tests := []struct {
 		name    string
 		partner string
-		mdn     func(m postgres.MessageInfo) mdnOpts
+		mdn     func(m hub.MessageInfo) mdnOpts
 		want    want
 	}{
 		{
 			name: "positive signed", partner: signedPartner,
-			mdn:  func(m postgres.MessageInfo) mdnOpts { return mdnOpts{id: m.MessageID, mic: m.MIC, signer: e.ids.A} },
+			mdn:  func(m hub.MessageInfo) mdnOpts { return mdnOpts{id: m.MessageID, mic: m.MIC, signer: e.ids.A} },
 			want: want{state: postgres.InboxProcessed, status: "delivered", micVerified: &yes},
 		},
 		{
 			name: "positive, MIC in another algorithm recomputed", partner: signedPartner,
-			mdn: func(m postgres.MessageInfo) mdnOpts {
+			mdn: func(m hub.MessageInfo) mdnOpts {
 				return mdnOpts{id: m.MessageID, mic: e.micOf(m, crypto.SHA512), signer: e.ids.A}
 			},
 			want: want{state: postgres.InboxProcessed, status: "delivered", micVerified: &yes},
 		},
 		{
 			name: "signed and encrypted, MIC in SHA-384", partner: securePartner,
-			mdn: func(m postgres.MessageInfo) mdnOpts {
+			mdn: func(m hub.MessageInfo) mdnOpts {
 				return mdnOpts{id: m.MessageID, mic: e.micOf(m, crypto.SHA384), signer: e.ids.A}
 			},
 			want: want{state: postgres.InboxProcessed, status: "delivered", micVerified: &yes},
 		},
 		{
 			name: "signed and encrypted, MIC in SHA-1", partner: securePartner,
-			mdn: func(m postgres.MessageInfo) mdnOpts {
+			mdn: func(m hub.MessageInfo) mdnOpts {
 				return mdnOpts{id: m.MessageID, mic: e.micOf(m, crypto.SHA1), signer: e.ids.A}
 			},
 			want: want{state: postgres.InboxProcessed, status: "delivered", micVerified: &yes},
 		},
 		{
 			name: "signed and encrypted, wrong MIC in SHA-384", partner: securePartner,
-			mdn: func(m postgres.MessageInfo) mdnOpts {
+			mdn: func(m hub.MessageInfo) mdnOpts {
 				return mdnOpts{id: m.MessageID, mic: as2.ComputeMIC(crypto.SHA384, []byte("something else")).String(), signer: e.ids.A}
 			},
 			want: want{state: postgres.InboxProcessed, status: "failed", errText: "MIC mismatch"},
 		},
 		{
 			name: "Original-Message-ID without brackets", partner: signedPartner,
-			mdn: func(m postgres.MessageInfo) mdnOpts {
+			mdn: func(m hub.MessageInfo) mdnOpts {
 				return mdnOpts{id: strings.Trim(m.MessageID, "<>"), mic: m.MIC, signer: e.ids.A}
 			},
 			want: want{state: postgres.InboxProcessed, status: "delivered", micVerified: &yes},
 		},
 		{
 			name: "negative", partner: signedPartner,
-			mdn: func(m postgres.MessageInfo) mdnOpts {
+			mdn: func(m hub.MessageInfo) mdnOpts {
 				return mdnOpts{id: m.MessageID, disp: mdn.Errored(as2.DispositionDecryptionFailed), signer: e.ids.A}
 			},
 			want: want{state: postgres.InboxProcessed, status: "failed", reason: "negative MDN", errText: "negative MDN: automatic-action/MDN-sent-automatically; processed/Error: decryption-failed"},
 		},
 		{
 			name: "MIC mismatch", partner: signedPartner,
-			mdn: func(m postgres.MessageInfo) mdnOpts {
+			mdn: func(m hub.MessageInfo) mdnOpts {
 				return mdnOpts{id: m.MessageID, mic: "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=, sha-256", signer: e.ids.A}
 			},
 			want: want{state: postgres.InboxProcessed, status: "failed", errText: "MIC mismatch"},
 		},
 		{
 			name: "signed MDN without MIC", partner: signedPartner,
-			mdn:  func(m postgres.MessageInfo) mdnOpts { return mdnOpts{id: m.MessageID, signer: e.ids.A} },
+			mdn:  func(m hub.MessageInfo) mdnOpts { return mdnOpts{id: m.MessageID, signer: e.ids.A} },
 			want: want{state: postgres.InboxProcessed, status: "failed", errText: "signed receipt without Received-content-MIC"},
 		},
 		{
 			name: "unsigned MDN without MIC for an unsigned receipt", partner: plainPartner,
-			mdn:  func(m postgres.MessageInfo) mdnOpts { return mdnOpts{id: m.MessageID} },
+			mdn:  func(m hub.MessageInfo) mdnOpts { return mdnOpts{id: m.MessageID} },
 			want: want{state: postgres.InboxProcessed, status: "delivered", reason: "MIC unverified", micVerified: &no},
 		},
 		{
 			name: "unsigned MDN with MIC for an unsigned receipt", partner: plainPartner,
-			mdn:  func(m postgres.MessageInfo) mdnOpts { return mdnOpts{id: m.MessageID, mic: m.MIC} },
+			mdn:  func(m hub.MessageInfo) mdnOpts { return mdnOpts{id: m.MessageID, mic: m.MIC} },
 			want: want{state: postgres.InboxProcessed, status: "delivered", micVerified: &yes},
 		},
 		{
 			name: "bad signature", partner: signedPartner,
-			mdn:  func(m postgres.MessageInfo) mdnOpts { return mdnOpts{id: m.MessageID, mic: m.MIC, signer: e.ids.C} },
+			mdn:  func(m hub.MessageInfo) mdnOpts { return mdnOpts{id: m.MessageID, mic: m.MIC, signer: e.ids.C} },
 			want: want{state: postgres.InboxOrphan, status: "awaiting-mdn", reason: "bad signature"},
 		},
 		{
 			name: "unsigned MDN for a signed-receipt request", partner: signedPartner,
-			mdn:  func(m postgres.MessageInfo) mdnOpts { return mdnOpts{id: m.MessageID, mic: m.MIC} },
+			mdn:  func(m hub.MessageInfo) mdnOpts { return mdnOpts{id: m.MessageID, mic: m.MIC} },
 			want: want{state: postgres.InboxOrphan, status: "awaiting-mdn", reason: "asked for a signed receipt"},
 		},
 		{
 			name: "unknown Original-Message-ID", partner: signedPartner,
-			mdn: func(m postgres.MessageInfo) mdnOpts {
+			mdn: func(m hub.MessageInfo) mdnOpts {
 				return mdnOpts{id: "<nobody-sent-this@example>", mic: m.MIC, signer: e.ids.A}
 			},
 			want: want{state: postgres.InboxOrphan, status: "awaiting-mdn", reason: "no outbound message with Message-ID \"<nobody-sent-this@example>\""},
 		},
 		{
 			name: "wrong partner", partner: signedPartner,
-			mdn: func(m postgres.MessageInfo) mdnOpts {
+			mdn: func(m hub.MessageInfo) mdnOpts {
 				return mdnOpts{from: plainPartner, id: m.MessageID, mic: m.MIC, signer: e.ids.A}
 			},
 			want: want{state: postgres.InboxOrphan, status: "awaiting-mdn", reason: "to partner \"PLAIN\""},
 		},
 		{
 			name: "unknown partner", partner: signedPartner,
-			mdn: func(m postgres.MessageInfo) mdnOpts {
+			mdn: func(m hub.MessageInfo) mdnOpts {
 				return mdnOpts{from: "STRANGER", id: m.MessageID, mic: m.MIC, signer: e.ids.A}
 			},
 			want: want{state: postgres.InboxOrphan, status: "awaiting-mdn", reason: "unknown partner"},
 		},
 	}
 	type sentCase struct {
-		msg   postgres.MessageInfo
+		msg   hub.MessageInfo
 		inbox int64
 	}
 	sent := make([]sentCase, len(tests))
@@ -552,7 +553,7 @@ func TestPollerDispositions(t *testing.T) {
 					t.Errorf("message disposition %q, MDN's %q", m.Disposition, stored.Disposition)
 				}
 			default:
-				if !errors.Is(err, postgres.ErrNoMDN) || row.MessageRef != nil {
+				if !errors.Is(err, hub.ErrNoMDN) || row.MessageRef != nil {
 					t.Errorf("orphan: MessageMDN error %v, message_ref %v; want no MDN stored and no message", err, row.MessageRef)
 				}
 			}
@@ -637,7 +638,7 @@ type gatedStore struct {
 	release chan struct{}
 }
 
-func (g *gatedStore) ApplyMDNs(ctx context.Context, f postgres.Fence, outs []postgres.MDNOutcome) ([]postgres.AppliedMDN, error) {
+func (g *gatedStore) ApplyMDNs(ctx context.Context, f hub.Fence, outs []postgres.MDNOutcome) ([]postgres.AppliedMDN, error) {
 	if g.calls.Add(1) == g.n {
 		close(g.arrived)
 		select {
@@ -656,7 +657,7 @@ func (g *gatedStore) ApplyMDNs(ctx context.Context, f postgres.Fence, outs []pos
 func TestTwoPollersFences(t *testing.T) {
 	e := newEnv(t, envOptions{})
 	const n = 24
-	var msgs []postgres.MessageInfo
+	var msgs []hub.MessageInfo
 	for range n {
 		msgs = append(msgs, e.send(signedPartner))
 	}
@@ -698,7 +699,7 @@ func TestTwoPollersFences(t *testing.T) {
 	close(gate.release)
 	select {
 	case err := <-doneA:
-		if !errors.Is(err, postgres.ErrStaleFence) {
+		if !errors.Is(err, hub.ErrStaleFence) {
 			t.Errorf("poller of term 1: Run = %v, want ErrStaleFence", err)
 		}
 	case <-time.After(30 * time.Second):
@@ -710,7 +711,7 @@ func TestTwoPollersFences(t *testing.T) {
 	extra := e.send(signedPartner)
 	id := e.storeMDN(mdnOpts{from: signedPartner, id: extra.MessageID, mic: extra.MIC, signer: e.ids.A})
 	_, err := e.st.ApplyMDNs(context.Background(), f1, []postgres.MDNOutcome{{InboxID: id, Partner: signedPartner, Message: &postgres.MDNApply{MessageID: extra.ID, Status: "failed", Error: "stale"}}})
-	if !errors.Is(err, postgres.ErrStaleFence) {
+	if !errors.Is(err, hub.ErrStaleFence) {
 		t.Errorf("ApplyMDNs with a stale fence = %v, want ErrStaleFence", err)
 	}
 	waitFor(t, "term 2 to apply the extra MDN", func() bool { return e.pending() == 0 })

@@ -10,6 +10,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/edihub/edihub/internal/connector"
+	"github.com/edihub/edihub/internal/hub"
 	"github.com/edihub/edihub/internal/postgres"
 )
 
@@ -50,7 +51,7 @@ var errWriteEnded = errors.New("destination stopped reading")
 func (d *Dispatcher) deliver(ctx context.Context, log *zap.Logger, it postgres.OutboxItem) {
 	del, err := d.deliveries.Delivery(ctx, it)
 	switch {
-	case errors.Is(err, postgres.ErrMessageNotFound):
+	case errors.Is(err, hub.ErrMessageNotFound):
 		d.finishDelivery(ctx, log, it, "", attempt{err: fmt.Errorf("nothing to deliver: the received message is gone (purged or deleted): %w", err)})
 		return
 	case err != nil:
@@ -112,14 +113,14 @@ func (d *Dispatcher) writeDelivery(ctx context.Context, dest connector.Destinati
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		_, readErr = d.o.Store.WritePayload(ctx, it.MessageID, func(postgres.MessageInfo) io.Writer { return pw })
+		_, readErr = d.o.Store.WritePayload(ctx, it.MessageID, func(hub.MessageInfo) io.Writer { return pw })
 		pw.CloseWithError(readErr) // nil: io.EOF
 	}()
 	err := connector.WriteDocument(ctx, dest, name, del.Document, opts, pr)
 	pr.CloseWithError(errWriteEnded)
 	<-done
 	if readErr != nil && !errors.Is(readErr, errWriteEnded) {
-		if errors.Is(readErr, postgres.ErrMessageNotFound) {
+		if errors.Is(readErr, hub.ErrMessageNotFound) {
 			return attempt{err: fmt.Errorf("nothing to deliver: the stored payload is gone (purged or deleted): %w", readErr)}
 		}
 		return attempt{retryable: true, err: fmt.Errorf("read the stored payload of message %d: %w", it.MessageID, readErr)}

@@ -23,6 +23,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/edihub/edihub/internal/connector"
+	"github.com/edihub/edihub/internal/hub"
 	"github.com/edihub/edihub/internal/outbox"
 	"github.com/edihub/edihub/internal/postgres"
 	"github.com/edihub/edihub/internal/testenv/pgtest"
@@ -288,7 +289,7 @@ func TestDeliveryFanOut(t *testing.T) {
 		t.Errorf("unrouted document deliveries = %+v, %v; want none", trOther.Deliveries, err)
 	}
 	var buf bytes.Buffer
-	if _, err := st.WritePayload(context.Background(), other, func(postgres.MessageInfo) io.Writer { return &buf }); err != nil || buf.String() != "ISA*unrouted~" {
+	if _, err := st.WritePayload(context.Background(), other, func(hub.MessageInfo) io.Writer { return &buf }); err != nil || buf.String() != "ISA*unrouted~" {
 		t.Errorf("unrouted payload = %q, %v; want it kept for the API", buf.String(), err)
 	}
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/edihub/edihub/internal/as2"
 	"github.com/edihub/edihub/internal/config"
+	"github.com/edihub/edihub/internal/hub"
 	"github.com/edihub/edihub/internal/postgres"
 	"github.com/edihub/edihub/internal/spool"
 )
@@ -34,7 +35,7 @@ type Store interface {
 	// build (the first, and every rebuild); WriteOutboxBody a body
 	// frozen in pieces before migration 00020 into the spool file a
 	// retry posts.
-	WritePayload(ctx context.Context, id int64, to func(postgres.MessageInfo) io.Writer) (postgres.MessageInfo, error)
+	WritePayload(ctx context.Context, id int64, to func(hub.MessageInfo) io.Writer) (hub.MessageInfo, error)
 	WriteOutboxBody(ctx context.Context, it postgres.OutboxItem, w io.Writer) error
 	// RecordRebuild records a rebuilt body other than the first build's
 	// and adds its MICs to those an MDN is checked against.
@@ -472,7 +473,7 @@ func (d *Dispatcher) prepareMessage(ctx context.Context, log *zap.Logger, it *po
 		return log.With(zap.String("message_id", first(it.Headers, "Message-ID"))), body, live, true
 	case errors.Is(err, errBuild):
 		d.finish(ctx, log, *it, p, attempt{err: err})
-	case errors.Is(err, postgres.ErrMessageNotFound):
+	case errors.Is(err, hub.ErrMessageNotFound):
 		// The message or its payload is gone (deleted by hand,
 		// purged): no attempt can ever build it.
 		d.finish(ctx, log, *it, p, attempt{err: fmt.Errorf("nothing to send: %w", err)})
@@ -557,7 +558,7 @@ func (d *Dispatcher) buildItem(ctx context.Context, it *postgres.OutboxItem, st 
 		// Stored in pieces, built in memory: no spool on this replica.
 		var buf bytes.Buffer
 		buf.Grow(int(src.PayloadSize))
-		if _, err := d.o.Store.WritePayload(ctx, it.MessageID, func(postgres.MessageInfo) io.Writer { return &buf }); err != nil {
+		if _, err := d.o.Store.WritePayload(ctx, it.MessageID, func(hub.MessageInfo) io.Writer { return &buf }); err != nil {
 			return nil, nil, err
 		}
 		src.Payload = buf.Bytes()

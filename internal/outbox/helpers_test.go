@@ -27,6 +27,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/edihub/edihub/internal/config"
+	"github.com/edihub/edihub/internal/hub"
 	"github.com/edihub/edihub/internal/outbox"
 	"github.com/edihub/edihub/internal/postgres"
 	"github.com/edihub/edihub/internal/testenv"
@@ -250,10 +251,10 @@ func enqueue(t testing.TB, st *postgres.Store, cfg *config.File, partner string,
 }
 
 // waitStatus polls until message id has one of the statuses.
-func waitStatus(t testing.TB, st *postgres.Store, id int64, want ...string) postgres.MessageInfo {
+func waitStatus(t testing.TB, st *postgres.Store, id int64, want ...string) hub.MessageInfo {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
-	var m postgres.MessageInfo
+	var m hub.MessageInfo
 	var err error
 	for time.Now().Before(deadline) {
 		m, err = st.Message(context.Background(), id)

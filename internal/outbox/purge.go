@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
+	"github.com/edihub/edihub/internal/hub"
 	"github.com/edihub/edihub/internal/leader"
 	"github.com/edihub/edihub/internal/postgres"
 )
@@ -16,7 +17,7 @@ import (
 // PurgeStore deletes finished rows in fenced batches; *postgres.Store
 // implements it.
 type PurgeStore interface {
-	PurgeBatch(ctx context.Context, f postgres.Fence, kind string, olderThan time.Duration, limit int) (int64, error)
+	PurgeBatch(ctx context.Context, f hub.Fence, kind string, olderThan time.Duration, limit int) (int64, error)
 }
 
 // Defaults for PurgerOptions.
@@ -125,13 +126,13 @@ func (p *Purger) StuckAfter() time.Duration { return 2*p.o.Interval + 30*time.Mi
 
 // Run purges at once and then every Interval until ctx ends (nil). A
 // failed batch is logged and retried with backoff; Run returns an error
-// only when the fence is stale (wrapping postgres.ErrStaleFence).
+// only when the fence is stale (wrapping hub.ErrStaleFence).
 func (p *Purger) Run(ctx context.Context) error {
 	return leader.Loop{Name: "purge", Step: p.step, Interval: p.o.Interval, Logger: p.log}.Run(ctx)
 }
 
 // step purges once and logs what it deleted.
-func (p *Purger) step(ctx context.Context, f postgres.Fence) error {
+func (p *Purger) step(ctx context.Context, f hub.Fence) error {
 	start := time.Now()
 	counts, err := p.run(ctx, f)
 	if err != nil {
@@ -149,7 +150,7 @@ func (p *Purger) step(ctx context.Context, f postgres.Fence) error {
 // error when ctx ended or the fence is stale. A kind whose batches keep
 // failing is left for the next run after purgeTries attempts, so one bad
 // row does not stop the other kinds.
-func (p *Purger) run(ctx context.Context, f postgres.Fence) (map[string]int64, error) {
+func (p *Purger) run(ctx context.Context, f hub.Fence) (map[string]int64, error) {
 	counts := map[string]int64{}
 	for _, kind := range postgres.PurgeKinds {
 		age := p.o.Retention
@@ -193,14 +194,14 @@ var errGaveUp = errors.New("purge batch kept failing")
 // batch deletes one batch, retrying transient errors with backoff. It
 // returns errGaveUp after purgeTries failures, and the error when ctx ends
 // or the fence is stale.
-func (p *Purger) batch(ctx context.Context, f postgres.Fence, kind string, age time.Duration) (int64, error) {
+func (p *Purger) batch(ctx context.Context, f hub.Fence, kind string, age time.Duration) (int64, error) {
 	wait := p.o.RetryBase
 	for try := 1; ; try++ {
 		n, err := p.o.Store.PurgeBatch(ctx, f, kind, age, p.o.Batch)
 		switch {
 		case err == nil:
 			return n, nil
-		case errors.Is(err, postgres.ErrStaleFence):
+		case errors.Is(err, hub.ErrStaleFence):
 			return 0, err
 		case ctx.Err() != nil:
 			return 0, ctx.Err()

@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/edihub/edihub/internal/hub"
 	"github.com/edihub/edihub/internal/leader"
 	"github.com/edihub/edihub/internal/outbox"
 	"github.com/edihub/edihub/internal/postgres"
@@ -30,7 +31,7 @@ type countingStore struct {
 	once  sync.Once
 }
 
-func (c *countingStore) PurgeBatch(ctx context.Context, f postgres.Fence, kind string, age time.Duration, limit int) (int64, error) {
+func (c *countingStore) PurgeBatch(ctx context.Context, f hub.Fence, kind string, age time.Duration, limit int) (int64, error) {
 	n, err := c.PurgeStore.PurgeBatch(ctx, f, kind, age, limit)
 	c.mu.Lock()
 	if err == nil {
@@ -110,9 +111,9 @@ SELECT 'message', id, 'P', 'http://p.example', $6, now() - make_interval(days =>
   FROM m WHERE $6 <> ''`, direction, name, status, createdDays, completedDays, outboxStatus)
 }
 
-func purgeFence(t *testing.T, st *postgres.Store, token int64) (context.Context, postgres.Fence) {
+func purgeFence(t *testing.T, st *postgres.Store, token int64) (context.Context, hub.Fence) {
 	t.Helper()
-	f := postgres.Fence{Lease: "purge-test", Token: token}
+	f := hub.Fence{Lease: "purge-test", Token: token}
 	if err := st.OpenTerm(context.Background(), f, fmt.Sprintf("holder-%d", token)); err != nil {
 		t.Fatal(err)
 	}
@@ -314,7 +315,7 @@ func TestPurgerStaleFence(t *testing.T) {
 	go func() { done <- p.Run(ctx) }()
 	select {
 	case err := <-done:
-		if !errors.Is(err, postgres.ErrStaleFence) {
+		if !errors.Is(err, hub.ErrStaleFence) {
 			t.Errorf("Run = %v, want ErrStaleFence", err)
 		}
 	case <-time.After(time.Minute):
@@ -456,7 +457,7 @@ type flakyStore struct {
 	calls    map[string]int
 }
 
-func (s *flakyStore) PurgeBatch(_ context.Context, _ postgres.Fence, kind string, _ time.Duration, _ int) (int64, error) {
+func (s *flakyStore) PurgeBatch(_ context.Context, _ hub.Fence, kind string, _ time.Duration, _ int) (int64, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.calls[kind]++
@@ -473,7 +474,7 @@ func TestPurgerTransientErrors(t *testing.T) {
 	fs := &flakyStore{failures: map[string]int{postgres.PurgePayloads: 2, postgres.PurgeMDNs: -1}, calls: map[string]int{}}
 	cs := &countingStore{PurgeStore: fs, calls: map[string][]int64{}, done: make(chan struct{})}
 	p := newTestPurger(t, cs, prometheus.NewRegistry(), 10)
-	f := postgres.Fence{Lease: "flaky", Token: 1}
+	f := hub.Fence{Lease: "flaky", Token: 1}
 	runOnce(t, leader.WithFence(context.Background(), f), p, cs)
 	fs.mu.Lock()
 	defer fs.mu.Unlock()

@@ -17,6 +17,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/edihub/edihub/internal/hub"
 	"github.com/edihub/edihub/internal/outbox"
 	"github.com/edihub/edihub/internal/postgres"
 	"github.com/edihub/edihub/internal/spool"
@@ -106,7 +107,7 @@ func firstAttemptFailsWith(t *testing.T, name string, profile ...string) *retrie
 }
 
 // retry makes the retry due, runs it and returns the message once sent.
-func (r *retried) retry(t *testing.T) postgres.MessageInfo {
+func (r *retried) retry(t *testing.T) hub.MessageInfo {
 	t.Helper()
 	if _, err := r.conn.Exec(context.Background(), `UPDATE outbox SET next_attempt_at = now(), claimed_until = NULL, claimed_by = '' WHERE id = $1`, r.outbox); err != nil {
 		t.Fatal(err)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/edihub/edihub/internal/as2"
 	"github.com/edihub/edihub/internal/config"
+	"github.com/edihub/edihub/internal/hub"
 	"github.com/edihub/edihub/internal/postgres"
 	"github.com/edihub/edihub/internal/spool"
 )
@@ -316,7 +317,7 @@ func (d *Dispatcher) readAhead(ctx context.Context, id int64, w io.Writer, wait 
 	readErr := make(chan error, 1)
 	go func() {
 		defer close(full)
-		_, err := d.o.Store.WritePayload(ctx, id, func(postgres.MessageInfo) io.Writer {
+		_, err := d.o.Store.WritePayload(ctx, id, func(hub.MessageInfo) io.Writer {
 			return writerFunc(func(p []byte) (int, error) {
 				var b []byte
 				select {

@@ -21,6 +21,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/edihub/edihub/internal/as2/cms"
+	"github.com/edihub/edihub/internal/hub"
 	"github.com/edihub/edihub/internal/outbox"
 	"github.com/edihub/edihub/internal/postgres"
 	"github.com/edihub/edihub/internal/spool"
@@ -404,7 +405,7 @@ func spoolFiles(t *testing.T, sp *spool.Spool) []string {
 }
 
 // waitStatusWithin is waitStatus with its own deadline.
-func waitStatusWithin(t *testing.T, st *postgres.Store, id int64, d time.Duration, want ...string) postgres.MessageInfo {
+func waitStatusWithin(t *testing.T, st *postgres.Store, id int64, d time.Duration, want ...string) hub.MessageInfo {
 	t.Helper()
 	deadline := time.Now().Add(d)
 	for {

@@ -27,6 +27,7 @@ import (
 
 	"github.com/edihub/edihub/internal/connector"
 	"github.com/edihub/edihub/internal/edi"
+	"github.com/edihub/edihub/internal/hub"
 	"github.com/edihub/edihub/internal/leader"
 	"github.com/edihub/edihub/internal/outbox"
 	"github.com/edihub/edihub/internal/postgres"
@@ -97,12 +98,12 @@ const DefaultPoll = 10 * time.Second
 
 // Store is the storage the poller needs; *postgres.Store implements it.
 type Store interface {
-	EnqueuePickup(ctx context.Context, f postgres.Fence, m postgres.NewOutbound, c postgres.PickupClaim) (postgres.Enqueued, postgres.PickupClaim, error)
+	EnqueuePickup(ctx context.Context, f hub.Fence, m postgres.NewOutbound, c postgres.PickupClaim) (postgres.Enqueued, postgres.PickupClaim, error)
 	PickupClaims(ctx context.Context, source string, keys []postgres.PickupKey) ([]postgres.PickupClaim, error)
 	OpenPickupClaims(ctx context.Context, source string, limit int) ([]postgres.PickupClaim, error)
-	PickupArchived(ctx context.Context, f postgres.Fence, id int64) error
-	PickupArchiveFailed(ctx context.Context, f postgres.Fence, id int64, reason string) error
-	PurgePickupClaims(ctx context.Context, f postgres.Fence, olderThan time.Duration, limit int) (int64, error)
+	PickupArchived(ctx context.Context, f hub.Fence, id int64) error
+	PickupArchiveFailed(ctx context.Context, f hub.Fence, id int64, reason string) error
+	PurgePickupClaims(ctx context.Context, f hub.Fence, olderThan time.Duration, limit int) (int64, error)
 }
 
 // Options configure NewPoller.
@@ -188,7 +189,7 @@ func NewPoller(o Options) (*Poller, error) {
 }
 
 // Run polls every source when it is due until ctx ends (nil) or a newer
-// term refuses a write (an error wrapping postgres.ErrStaleFence). ctx
+// term refuses a write (an error wrapping hub.ErrStaleFence). ctx
 // must carry a fence (leader.FenceFrom). A source that fails (down,
 // refusing) is logged and counted, and tried again at its next poll; it
 // does not stop the others. What a poll remembers (the stability of
@@ -205,9 +206,9 @@ func (p *Poller) Run(ctx context.Context) error {
 }
 
 // step polls the sources due, and purges old claims once an hour.
-func (p *Poller) step(ctx context.Context, f postgres.Fence) error {
+func (p *Poller) step(ctx context.Context, f hub.Fence) error {
 	err := p.poll(ctx, f, false)
-	if errors.Is(err, postgres.ErrStaleFence) {
+	if errors.Is(err, hub.ErrStaleFence) {
 		return err
 	}
 	// Other failures were logged and counted per source: a source down
@@ -224,13 +225,13 @@ func (p *Poller) step(ctx context.Context, f postgres.Fence) error {
 // Poll polls every source once, due or not, under the term f: it
 // finishes the claims whose archive is still to do, lists the source, and
 // takes the stable files (at most Options.MaxFiles). It returns an error
-// wrapping postgres.ErrStaleFence at once when the term is over, and
+// wrapping hub.ErrStaleFence at once when the term is over, and
 // otherwise the sources' failures joined, after polling them all.
-func (p *Poller) Poll(ctx context.Context, f postgres.Fence) error {
+func (p *Poller) Poll(ctx context.Context, f hub.Fence) error {
 	return p.poll(ctx, f, true)
 }
 
-func (p *Poller) poll(ctx context.Context, f postgres.Fence, all bool) error {
+func (p *Poller) poll(ctx context.Context, f hub.Fence, all bool) error {
 	specs := p.o.Sources()
 	now := p.o.Now()
 	var errs []error
@@ -247,7 +248,7 @@ func (p *Poller) poll(ctx context.Context, f postgres.Fence, all bool) error {
 		}
 		st.due = now.Add(cmp.Or(s.Poll, DefaultPoll))
 		err := p.pollSource(ctx, f, s, st)
-		if errors.Is(err, postgres.ErrStaleFence) || ctx.Err() != nil {
+		if errors.Is(err, hub.ErrStaleFence) || ctx.Err() != nil {
 			return err
 		}
 		if err != nil {
@@ -266,7 +267,7 @@ func (p *Poller) poll(ctx context.Context, f postgres.Fence, all bool) error {
 // PurgeClaims deletes the archived claims older than
 // Options.ClaimRetention, in batches, under the term f, and returns how
 // many it deleted.
-func (p *Poller) PurgeClaims(ctx context.Context, f postgres.Fence) (int64, error) {
+func (p *Poller) PurgeClaims(ctx context.Context, f hub.Fence) (int64, error) {
 	var total int64
 	for {
 		n, err := p.o.Store.PurgePickupClaims(ctx, f, p.o.ClaimRetention, 1000)

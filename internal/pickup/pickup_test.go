@@ -22,6 +22,7 @@ import (
 	"github.com/edihub/edihub/internal/config"
 	"github.com/edihub/edihub/internal/connector"
 	"github.com/edihub/edihub/internal/edi"
+	"github.com/edihub/edihub/internal/hub"
 	"github.com/edihub/edihub/internal/leader"
 	"github.com/edihub/edihub/internal/outbox"
 	"github.com/edihub/edihub/internal/pickup"
@@ -36,16 +37,16 @@ const (
 	partner = "ACME"
 )
 
-// hub is a migrated database with a term open, a queue for partner ACME
+// rig is a migrated database with a term open, a queue for partner ACME
 // and a connection to look at the rows.
-type hub struct {
+type rig struct {
 	st    *postgres.Store
 	db    *pgx.Conn
 	queue *outbox.Queue
-	fence postgres.Fence
+	fence hub.Fence
 }
 
-func newHub(t *testing.T) *hub {
+func newHub(t *testing.T) *rig {
 	t.Helper()
 	u := pgtest.URL(t)
 	st, err := postgres.Open(context.Background(), u, postgres.Options{})
@@ -53,7 +54,7 @@ func newHub(t *testing.T) *hub {
 		t.Fatal(err)
 	}
 	t.Cleanup(st.Close)
-	f := postgres.Fence{Lease: lease, Token: 1}
+	f := hub.Fence{Lease: lease, Token: 1}
 	if err := st.OpenTerm(context.Background(), f, "replica-a"); err != nil {
 		t.Fatal(err)
 	}
@@ -65,13 +66,13 @@ func newHub(t *testing.T) *hub {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &hub{st: st, db: pgtest.Conn(t, u), queue: q, fence: f}
+	return &rig{st: st, db: pgtest.Conn(t, u), queue: q, fence: f}
 }
 
 // newTerm opens the next term, as a successor leader does.
-func (h *hub) newTerm(t *testing.T, holder string) postgres.Fence {
+func (h *rig) newTerm(t *testing.T, holder string) hub.Fence {
 	t.Helper()
-	f := postgres.Fence{Lease: lease, Token: h.fence.Token + 1}
+	f := hub.Fence{Lease: lease, Token: h.fence.Token + 1}
 	if err := h.st.OpenTerm(context.Background(), f, holder); err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +90,7 @@ type pollerOpts struct {
 	logger   *zap.Logger
 }
 
-func (h *hub) poller(t *testing.T, src connector.Source, o pollerOpts) (*pickup.Poller, *prometheus.Registry) {
+func (h *rig) poller(t *testing.T, src connector.Source, o pollerOpts) (*pickup.Poller, *prometheus.Registry) {
 	t.Helper()
 	route := o.route
 	if route == nil {
@@ -128,7 +129,7 @@ type sentMessage struct {
 	outbox   int
 }
 
-func (h *hub) sent(t *testing.T) []sentMessage {
+func (h *rig) sent(t *testing.T) []sentMessage {
 	t.Helper()
 	rows, err := h.db.Query(context.Background(), `
 SELECT m.id, m.partner, m.filename,
@@ -151,7 +152,7 @@ SELECT m.id, m.partner, m.filename,
 }
 
 // messageRows counts every messages row, whatever its state.
-func (h *hub) messageRows(t *testing.T) int {
+func (h *rig) messageRows(t *testing.T) int {
 	t.Helper()
 	var n int
 	if err := h.db.QueryRow(context.Background(), `SELECT (SELECT count(*) FROM messages) + (SELECT count(*) FROM payload_chunks)`).Scan(&n); err != nil {
@@ -160,7 +161,7 @@ func (h *hub) messageRows(t *testing.T) int {
 	return n
 }
 
-func (h *hub) claims(t *testing.T) []postgres.PickupClaim {
+func (h *rig) claims(t *testing.T) []postgres.PickupClaim {
 	t.Helper()
 	rows, err := h.db.Query(context.Background(), `SELECT id, path, state, coalesce(message, 0), fence_token FROM pickup_claims ORDER BY id`)
 	if err != nil {
@@ -177,7 +178,7 @@ func (h *hub) claims(t *testing.T) []postgres.PickupClaim {
 	return out
 }
 
-func poll(t *testing.T, p *pickup.Poller, f postgres.Fence) {
+func poll(t *testing.T, p *pickup.Poller, f hub.Fence) {
 	t.Helper()
 	if err := p.Poll(context.Background(), f); err != nil {
 		t.Fatalf("Poll(%s) = %v, want nil", f, err)
@@ -279,7 +280,7 @@ func TestPickupFencedOutLeaderEnqueuesNothing(t *testing.T) {
 	}
 
 	release()
-	if err := <-done; !errors.Is(err, postgres.ErrStaleFence) {
+	if err := <-done; !errors.Is(err, hub.ErrStaleFence) {
 		t.Fatalf("old leader's Poll = %v, want ErrStaleFence", err)
 	}
 	got := h.sent(t)

@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/edihub/edihub/internal/connector"
+	"github.com/edihub/edihub/internal/hub"
 	"github.com/edihub/edihub/internal/postgres"
 )
 
@@ -34,7 +35,7 @@ const openClaimsBatch = 100
 
 // pollSource is one poll of s: finish the archives still to do, list,
 // take the stable files, update the gauges.
-func (p *Poller) pollSource(ctx context.Context, f postgres.Fence, s SourceSpec, st *sourceState) error {
+func (p *Poller) pollSource(ctx context.Context, f hub.Fence, s SourceSpec, st *sourceState) error {
 	log := p.log.With(zap.String("source", s.Name))
 	if err := p.finishClaims(ctx, f, s, st, log); err != nil {
 		return err
@@ -80,7 +81,7 @@ func (p *Poller) pollSource(ctx context.Context, f postgres.Fence, s SourceSpec,
 			continue
 		}
 		took, err := p.consider(ctx, f, s, st, o, k, taken < p.o.MaxFiles, log)
-		if errors.Is(err, postgres.ErrStaleFence) || ctx.Err() != nil {
+		if errors.Is(err, hub.ErrStaleFence) || ctx.Err() != nil {
 			return err
 		}
 		if err != nil {
@@ -138,7 +139,7 @@ func (p *Poller) claimedAgain(s SourceSpec, st *sourceState, c postgres.PickupCl
 
 // consider takes o when it is stable, may be taken now and is not a
 // refused version still left alone; took reports it was queued.
-func (p *Poller) consider(ctx context.Context, f postgres.Fence, s SourceSpec, st *sourceState, o connector.Object, k postgres.PickupKey, room bool, log *zap.Logger) (took bool, err error) {
+func (p *Poller) consider(ctx context.Context, f hub.Fence, s SourceSpec, st *sourceState, o connector.Object, k postgres.PickupKey, room bool, log *zap.Logger) (took bool, err error) {
 	if until, ok := st.refused[k]; ok && p.o.Now().Before(until) {
 		return false, nil
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/edihub/edihub/internal/connector"
 	"github.com/edihub/edihub/internal/edi"
+	"github.com/edihub/edihub/internal/hub"
 	"github.com/edihub/edihub/internal/outbox"
 	"github.com/edihub/edihub/internal/postgres"
 )
@@ -29,7 +30,7 @@ const (
 )
 
 // take queues o for its partner under the term f and then archives it.
-func (p *Poller) take(ctx context.Context, f postgres.Fence, s SourceSpec, st *sourceState, o connector.Object, k postgres.PickupKey, marker string, log *zap.Logger) (bool, error) {
+func (p *Poller) take(ctx context.Context, f hub.Fence, s SourceSpec, st *sourceState, o connector.Object, k postgres.PickupKey, marker string, log *zap.Logger) (bool, error) {
 	log = log.With(zap.String("path", o.Path), zap.Int64("size", o.Size))
 	route, ok := s.Route(o.Path)
 	if !ok {
@@ -68,7 +69,7 @@ func (p *Poller) take(ctx context.Context, f postgres.Fence, s SourceSpec, st *s
 	}
 	e, c, err := p.o.Store.EnqueuePickup(ctx, f, m, c)
 	switch {
-	case errors.Is(err, postgres.ErrStaleFence):
+	case errors.Is(err, hub.ErrStaleFence):
 		return false, err
 	case errors.Is(err, postgres.ErrPickupClaimed):
 		return false, nil // taken since the claims were read; the next poll sees the claim
@@ -148,7 +149,7 @@ func archiveName(c postgres.PickupClaim, file string) string {
 // archive archives (or removes) the file of claim c, its marker first, and
 // marks the claim archived. A failure is recorded on the claim, counted,
 // logged once per claim, and tried again at the next poll.
-func (p *Poller) archive(ctx context.Context, f postgres.Fence, s SourceSpec, st *sourceState, c postgres.PickupClaim, log *zap.Logger) error {
+func (p *Poller) archive(ctx context.Context, f hub.Fence, s SourceSpec, st *sourceState, c postgres.PickupClaim, log *zap.Logger) error {
 	var err error
 	// The marker goes first: a marker left alone would make a later file
 	// of the same name look complete at once.
@@ -170,7 +171,7 @@ func (p *Poller) archive(ctx context.Context, f postgres.Fence, s SourceSpec, st
 			log.Warn("file sent but not archived; trying again at every poll, it will not be sent again",
 				zap.Int64("claim", c.ID), zap.Int64("message", c.Message), zap.Error(err))
 		}
-		if ferr := p.o.Store.PickupArchiveFailed(ctx, f, c.ID, err.Error()); errors.Is(ferr, postgres.ErrStaleFence) {
+		if ferr := p.o.Store.PickupArchiveFailed(ctx, f, c.ID, err.Error()); errors.Is(ferr, hub.ErrStaleFence) {
 			return ferr
 		}
 		return fmt.Errorf("archive %s: %w", c.Path, err)
@@ -185,7 +186,7 @@ func (p *Poller) archive(ctx context.Context, f postgres.Fence, s SourceSpec, st
 
 // finishClaims archives the files of s's claims whose archive is still to
 // do: queued by this leader or an earlier one, never queued again.
-func (p *Poller) finishClaims(ctx context.Context, f postgres.Fence, s SourceSpec, st *sourceState, log *zap.Logger) error {
+func (p *Poller) finishClaims(ctx context.Context, f hub.Fence, s SourceSpec, st *sourceState, log *zap.Logger) error {
 	claims, err := p.o.Store.OpenPickupClaims(ctx, s.Name, openClaimsBatch)
 	if err != nil {
 		p.m.errors.WithLabelValues(s.Name, "claims").Inc()
@@ -195,7 +196,7 @@ func (p *Poller) finishClaims(ctx context.Context, f postgres.Fence, s SourceSpe
 	var errs []error
 	for _, c := range claims {
 		err := p.archive(ctx, f, s, st, c, log.With(zap.String("path", c.Path)))
-		if errors.Is(err, postgres.ErrStaleFence) || ctx.Err() != nil {
+		if errors.Is(err, hub.ErrStaleFence) || ctx.Err() != nil {
 			return err
 		}
 		if err != nil {

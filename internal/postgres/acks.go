@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/edihub/edihub/internal/edi"
+	"github.com/edihub/edihub/internal/hub"
 )
 
 // AckMatch is an outbound interchange an inbound acknowledgement settled.
@@ -241,8 +242,8 @@ func scanDueAck(r pgx.CollectableRow) (DueAck, error) {
 // transaction, each only if it is still pending past its due time and not
 // flagged (so each is flagged once, whichever leader and however often
 // asked), with an "ack-overdue" event. It returns the ones flagged, or
-// ErrStaleFence (flagging nothing) when f is no longer the current term.
-func (s *Store) FlagOverdueAcks(ctx context.Context, f Fence, ids []int64) ([]DueAck, error) {
+// hub.ErrStaleFence (flagging nothing) when f is no longer the current term.
+func (s *Store) FlagOverdueAcks(ctx context.Context, f hub.Fence, ids []int64) ([]DueAck, error) {
 	var out []DueAck
 	err := s.fenced(ctx, f, func(tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, `

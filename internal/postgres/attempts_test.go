@@ -11,6 +11,7 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/edihub/edihub/internal/hub"
 	"github.com/edihub/edihub/internal/postgres"
 	"github.com/edihub/edihub/internal/testenv/pgtest"
 )
@@ -183,7 +184,7 @@ func TestNegativeMDNAttempt(t *testing.T) {
 // at once. Each must finish without a deadlock (40P01).
 func TestApplyMDNsAndFinishOutboxDoNotDeadlock(t *testing.T) {
 	url := pgtest.URL(t)
-	e := &inboxEnv{t: t, ctx: context.Background(), st: open(t, url), fence: postgres.Fence{Lease: "edihub-leader", Token: 1}}
+	e := &inboxEnv{t: t, ctx: context.Background(), st: open(t, url), fence: hub.Fence{Lease: "edihub-leader", Token: 1}}
 	ctx := e.ctx
 	if err := e.st.OpenTerm(ctx, e.fence, "holder-1"); err != nil {
 		t.Fatal(err)

@@ -7,6 +7,7 @@ import (
 	"io"
 	"testing"
 
+	"github.com/edihub/edihub/internal/hub"
 	"github.com/edihub/edihub/internal/postgres"
 	"github.com/edihub/edihub/internal/testenv/pgtest"
 )
@@ -35,7 +36,7 @@ func TestChunkedPayload(t *testing.T) {
 		t.Fatalf("MessagePayload = %d bytes, %v; want %d", len(got), err, len(payload))
 	}
 	var streamed bytes.Buffer
-	info, err := st.WritePayload(ctx, id, func(postgres.MessageInfo) io.Writer { return &streamed })
+	info, err := st.WritePayload(ctx, id, func(hub.MessageInfo) io.Writer { return &streamed })
 	if err != nil || !bytes.Equal(streamed.Bytes(), payload) || info.ID != id {
 		t.Fatalf("WritePayload = %d bytes, %v", streamed.Len(), err)
 	}

@@ -9,6 +9,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/edihub/edihub/internal/hub"
 )
 
 // SessionDB returns a database/sql handle on the store's pool, for the
@@ -106,7 +108,7 @@ func (s *Store) ReportDays(ctx context.Context, limit int) ([]ReportDay, error) 
 type HubState struct {
 	// Term is the lease's current term (leader_fence); zero Token when no
 	// term ever opened.
-	Term Term
+	Term hub.Term
 	// LastBeat is the latest heartbeat of the lease; zero ID when none.
 	LastBeat Beat
 	// Outbox counts pending outbox rows by kind: due now, waiting for a

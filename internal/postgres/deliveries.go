@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/edihub/edihub/internal/connector"
+	"github.com/edihub/edihub/internal/hub"
 )
 
 // OutboxKindDelivery is an outbox row that writes a received document to
@@ -190,7 +191,7 @@ func (s *Store) Delivery(ctx context.Context, it OutboxItem) (Delivery, error) {
 	err := s.pool.QueryRow(ctx, `SELECT destination, route, target_name FROM outbox WHERE id = $1`, it.ID).
 		Scan(&d.Destination, &d.Route, &d.Name)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return d, fmt.Errorf("delivery %d: %w", it.ID, ErrMessageNotFound)
+		return d, fmt.Errorf("delivery %d: %w", it.ID, hub.ErrMessageNotFound)
 	}
 	if err != nil {
 		return d, fmt.Errorf("delivery %d: %w", it.ID, err)
@@ -201,7 +202,7 @@ func (s *Store) Delivery(ctx context.Context, it OutboxItem) (Delivery, error) {
 	}
 	doc, ok := docs[it.MessageID]
 	if !ok {
-		return d, fmt.Errorf("delivery %d: message %d: %w", it.ID, it.MessageID, ErrMessageNotFound)
+		return d, fmt.Errorf("delivery %d: message %d: %w", it.ID, it.MessageID, hub.ErrMessageNotFound)
 	}
 	d.Document = doc
 	return d, nil

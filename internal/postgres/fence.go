@@ -8,31 +8,15 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/edihub/edihub/internal/hub"
 )
-
-// Fence identifies one leadership term: the lease it was won on and the
-// term's fencing token. Tokens of a lease strictly increase from term to
-// term, across replicas; a Fence whose token is no longer the highest one
-// opened is stale.
-type Fence struct {
-	Lease string
-	Token int64
-}
-
-// String formats the fence for logs.
-func (f Fence) String() string { return fmt.Sprintf("%s@%d", f.Lease, f.Token) }
-
-// ErrStaleFence reports a leader-gated write (or a term opening) refused
-// because a term with a newer fencing token has opened on the same lease,
-// or no term has opened at all. The caller is no longer the leader and must
-// stop acting as one. Match it with errors.Is.
-var ErrStaleFence = errors.New("stale fencing token: a newer leadership term has opened")
 
 // OpenTerm opens the term f for holder: it records f.Token as the lease's
 // current token, unless a term with the same or a higher token has already
 // opened, and appends the term to leader_terms, in one transaction.
 //
-// It returns ErrStaleFence when a newer term has opened (the caller won the
+// It returns hub.ErrStaleFence when a newer term has opened (the caller won the
 // lease but was overtaken before it could open its term: it must not start
 // leader-gated work). Opening the same term again for the same holder is a
 // no-op, so a retry after a lost reply is safe.
@@ -40,7 +24,7 @@ var ErrStaleFence = errors.New("stale fencing token: a newer leadership term has
 // The UPDATE takes the fence row's lock, which every fenced transaction holds
 // in share mode: no transaction checked against an older token can commit
 // after a newer term opened.
-func (s *Store) OpenTerm(ctx context.Context, f Fence, holder string) error {
+func (s *Store) OpenTerm(ctx context.Context, f hub.Fence, holder string) error {
 	if f.Lease == "" || f.Token <= 0 {
 		return fmt.Errorf("open term %s: invalid fence", f)
 	}
@@ -61,7 +45,7 @@ ON CONFLICT (lease) DO UPDATE
 			return err
 		}
 		if tag.RowsAffected() == 0 {
-			return ErrStaleFence
+			return hub.ErrStaleFence
 		}
 		// opened_at is taken now, after the UPDATE got the fence row's
 		// lock, not at the start of the transaction: every fenced write
@@ -72,7 +56,7 @@ INSERT INTO leader_terms (lease, token, holder, opened_at) VALUES ($1, $2, $3, c
 ON CONFLICT (lease, token) DO NOTHING`, f.Lease, f.Token, holder)
 		return err
 	})
-	if errors.Is(err, ErrStaleFence) {
+	if errors.Is(err, hub.ErrStaleFence) {
 		s.rejected(ctx, f)
 	}
 	var pe *pgconn.PgError
@@ -94,16 +78,16 @@ var ErrTermLockTimeout = errors.New("timed out waiting for the fence row's lock"
 func msString(d time.Duration) string { return fmt.Sprintf("%dms", d.Milliseconds()) }
 
 // CheckTerm confirms that f is still the lease's current term: it returns
-// nil when it is, an error matching ErrStaleFence when another term has
+// nil when it is, an error matching hub.ErrStaleFence when another term has
 // opened (or none has), and another error when the database cannot say.
 // The elector calls it at every renewal, so that a leader that cannot reach
 // the database steps down.
-func (s *Store) CheckTerm(ctx context.Context, f Fence) error {
+func (s *Store) CheckTerm(ctx context.Context, f hub.Fence) error {
 	var current int64
 	err := s.pool.QueryRow(ctx, `SELECT token FROM leader_fence WHERE lease = $1`, f.Lease).Scan(&current)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows), err == nil && current != f.Token:
-		return fmt.Errorf("check term %s: %w", f, ErrStaleFence)
+		return fmt.Errorf("check term %s: %w", f, hub.ErrStaleFence)
 	case err != nil:
 		return fmt.Errorf("check term %s: %w", f, err)
 	}
@@ -112,13 +96,13 @@ func (s *Store) CheckTerm(ctx context.Context, f Fence) error {
 
 // fenced runs fn in a transaction that commits only if f is still the
 // lease's current term: it first takes the fence row in share mode and
-// compares tokens. It returns ErrStaleFence (counted in
+// compares tokens. It returns hub.ErrStaleFence (counted in
 // edihub_fencing_rejections_total) without running fn when f is stale.
 //
 // It is the only way to write leader state. Every leader-gated method of
 // Store takes a Fence and goes through here; fn must not call out to the
 // network.
-func (s *Store) fenced(ctx context.Context, f Fence, fn func(pgx.Tx) error) error {
+func (s *Store) fenced(ctx context.Context, f hub.Fence, fn func(pgx.Tx) error) error {
 	stale := false
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		// The same statement limits how long this transaction may sit
@@ -129,7 +113,7 @@ func (s *Store) fenced(ctx context.Context, f Fence, fn func(pgx.Tx) error) erro
 			f.Lease, msString(s.fencedIdleTimeout)).Scan(&current)
 		if errors.Is(err, pgx.ErrNoRows) || (err == nil && current != f.Token) {
 			stale = true
-			return ErrStaleFence
+			return hub.ErrStaleFence
 		}
 		if err != nil {
 			return fmt.Errorf("check fence: %w", err)
@@ -147,7 +131,7 @@ func (s *Store) fenced(ctx context.Context, f Fence, fn func(pgx.Tx) error) erro
 // hub's history, which the end-of-day report counts). The row is best
 // effort: a database that cannot take it has refused the write anyway, and
 // the process counter still counts it.
-func (s *Store) rejected(ctx context.Context, f Fence) {
+func (s *Store) rejected(ctx context.Context, f hub.Fence) {
 	s.fenceRejections.Inc()
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
@@ -157,8 +141,8 @@ func (s *Store) rejected(ctx context.Context, f Fence) {
 // Heartbeat records one beat of the leader's heartbeat in
 // leader_heartbeats, through the fenced path, and deletes the lease's
 // beats older than retain in the same transaction. It returns
-// ErrStaleFence when f is no longer the current term.
-func (s *Store) Heartbeat(ctx context.Context, f Fence, holder string, retain time.Duration) error {
+// hub.ErrStaleFence when f is no longer the current term.
+func (s *Store) Heartbeat(ctx context.Context, f hub.Fence, holder string, retain time.Duration) error {
 	err := s.fenced(ctx, f, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `INSERT INTO leader_heartbeats (lease, token, holder) VALUES ($1, $2, $3)`, f.Lease, f.Token, holder); err != nil {
 			return err
@@ -199,24 +183,14 @@ func (s *Store) Heartbeats(ctx context.Context, lease string) ([]Beat, error) {
 	return beats, nil
 }
 
-// Term is one opened leadership term, from leader_terms.
-type Term struct {
-	Lease  string
-	Token  int64
-	Holder string
-	// OpenedAt is when the term took the fence (database clock), after
-	// every fenced write of older terms committed.
-	OpenedAt time.Time
-}
-
 // Terms returns the lease's opened terms in token order.
-func (s *Store) Terms(ctx context.Context, lease string) ([]Term, error) {
+func (s *Store) Terms(ctx context.Context, lease string) ([]hub.Term, error) {
 	rows, err := s.pool.Query(ctx, `SELECT lease, token, holder, opened_at FROM leader_terms WHERE lease = $1 ORDER BY token`, lease)
 	if err != nil {
 		return nil, fmt.Errorf("read terms: %w", err)
 	}
-	terms, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Term, error) {
-		var t Term
+	terms, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (hub.Term, error) {
+		var t hub.Term
 		err := r.Scan(&t.Lease, &t.Token, &t.Holder, &t.OpenedAt)
 		return t, err
 	})
@@ -234,14 +208,14 @@ var ErrNoTerm = errors.New("no leadership term has opened")
 // (leader_fence: the highest token opened, its holder and when), or
 // ErrNoTerm. It is for diagnostics; fenced writes check the fence
 // themselves.
-func (s *Store) CurrentTerm(ctx context.Context, lease string) (Term, error) {
-	t := Term{Lease: lease}
+func (s *Store) CurrentTerm(ctx context.Context, lease string) (hub.Term, error) {
+	t := hub.Term{Lease: lease}
 	err := s.pool.QueryRow(ctx, `SELECT token, holder, opened_at FROM leader_fence WHERE lease = $1`, lease).Scan(&t.Token, &t.Holder, &t.OpenedAt)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return Term{}, fmt.Errorf("read fence of %s: %w", lease, ErrNoTerm)
+		return hub.Term{}, fmt.Errorf("read fence of %s: %w", lease, ErrNoTerm)
 	}
 	if err != nil {
-		return Term{}, fmt.Errorf("read fence of %s: %w", lease, err)
+		return hub.Term{}, fmt.Errorf("read fence of %s: %w", lease, err)
 	}
 	return t, nil
 }

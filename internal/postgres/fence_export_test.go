@@ -5,11 +5,13 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/edihub/edihub/internal/hub"
 )
 
 // FencedInsertBeat runs a fenced transaction that inserts a heartbeat row
 // and then calls hold before committing, so tests can keep it open.
-func (s *Store) FencedInsertBeat(ctx context.Context, f Fence, holder string, hold func()) error {
+func (s *Store) FencedInsertBeat(ctx context.Context, f hub.Fence, holder string, hold func()) error {
 	return s.fenced(ctx, f, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `INSERT INTO leader_heartbeats (lease, token, holder) VALUES ($1, $2, $3)`, f.Lease, f.Token, holder); err != nil {
 			return err

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edihub/edihub/internal/hub"
 	"github.com/edihub/edihub/internal/postgres"
 	"github.com/edihub/edihub/internal/testenv/pgtest"
 )
@@ -23,7 +24,7 @@ func openStore(t *testing.T, url string, o postgres.Options) *postgres.Store {
 // holdFenced starts a fenced transaction of f on st that stays open, as in
 // a leader paused (SIGSTOP) between two statements, until the returned
 // release is called; done gets its result.
-func holdFenced(t *testing.T, st *postgres.Store, f postgres.Fence) (release func(), done <-chan error) {
+func holdFenced(t *testing.T, st *postgres.Store, f hub.Fence) (release func(), done <-chan error) {
 	t.Helper()
 	inTx, hold := make(chan struct{}), make(chan struct{})
 	ch := make(chan error, 1)
@@ -56,7 +57,7 @@ func TestPausedFencedTransactionDoesNotBlockTheNextTerm(t *testing.T) {
 	url := pgtest.URL(t)
 	o := postgres.Options{FencedIdleTimeout: 500 * time.Millisecond}
 	old, next := openStore(t, url, o), openStore(t, url, o)
-	f1, f2 := postgres.Fence{Lease: "edihub-leader", Token: 1}, postgres.Fence{Lease: "edihub-leader", Token: 2}
+	f1, f2 := hub.Fence{Lease: "edihub-leader", Token: 1}, hub.Fence{Lease: "edihub-leader", Token: 2}
 	if err := old.OpenTerm(ctx, f1, "paused"); err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +83,7 @@ func TestPausedFencedTransactionDoesNotBlockTheNextTerm(t *testing.T) {
 		t.Errorf("beats %v, want none (the paused transaction never committed)", beats)
 	}
 	// The old leader's pool goes on working, and is fenced off.
-	if err := old.FencedInsertBeat(ctx, f1, "paused", func() {}); !errors.Is(err, postgres.ErrStaleFence) {
+	if err := old.FencedInsertBeat(ctx, f1, "paused", func() {}); !errors.Is(err, hub.ErrStaleFence) {
 		t.Errorf("old term's next write = %v, want ErrStaleFence", err)
 	}
 }
@@ -95,7 +96,7 @@ func TestTermOpeningHasALockTimeout(t *testing.T) {
 	url := pgtest.URL(t)
 	old := openStore(t, url, postgres.Options{FencedIdleTimeout: time.Minute})
 	next := openStore(t, url, postgres.Options{TermLockTimeout: 300 * time.Millisecond})
-	f1, f2 := postgres.Fence{Lease: "edihub-leader", Token: 1}, postgres.Fence{Lease: "edihub-leader", Token: 2}
+	f1, f2 := hub.Fence{Lease: "edihub-leader", Token: 1}, hub.Fence{Lease: "edihub-leader", Token: 2}
 	if err := old.OpenTerm(ctx, f1, "slow"); err != nil {
 		t.Fatal(err)
 	}
@@ -140,8 +141,8 @@ func TestCheckTerm(t *testing.T) {
 	ctx := context.Background()
 	url := pgtest.URL(t)
 	st := openStore(t, url, postgres.Options{})
-	f1, f2 := postgres.Fence{Lease: "edihub-leader", Token: 1}, postgres.Fence{Lease: "edihub-leader", Token: 2}
-	if err := st.CheckTerm(ctx, f1); !errors.Is(err, postgres.ErrStaleFence) {
+	f1, f2 := hub.Fence{Lease: "edihub-leader", Token: 1}, hub.Fence{Lease: "edihub-leader", Token: 2}
+	if err := st.CheckTerm(ctx, f1); !errors.Is(err, hub.ErrStaleFence) {
 		t.Errorf("CheckTerm before any term = %v, want ErrStaleFence", err)
 	}
 	if err := st.OpenTerm(ctx, f1, "a"); err != nil {
@@ -153,12 +154,12 @@ func TestCheckTerm(t *testing.T) {
 	if err := st.OpenTerm(ctx, f2, "b"); err != nil {
 		t.Fatal(err)
 	}
-	if err := st.CheckTerm(ctx, f1); !errors.Is(err, postgres.ErrStaleFence) {
+	if err := st.CheckTerm(ctx, f1); !errors.Is(err, hub.ErrStaleFence) {
 		t.Errorf("CheckTerm of an older term = %v, want ErrStaleFence", err)
 	}
 	closed := openStore(t, url, postgres.Options{})
 	closed.Close()
-	if err := closed.CheckTerm(ctx, f2); err == nil || errors.Is(err, postgres.ErrStaleFence) {
+	if err := closed.CheckTerm(ctx, f2); err == nil || errors.Is(err, hub.ErrStaleFence) {
 		t.Errorf("CheckTerm without a database = %v, want an error that is not ErrStaleFence", err)
 	}
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/edihub/edihub/internal/hub"
 	"github.com/edihub/edihub/internal/postgres"
 	"github.com/edihub/edihub/internal/testenv/pgtest"
 )
@@ -43,14 +44,14 @@ func TestOpenTerm(t *testing.T) {
 		want   error
 	}{
 		{"first term", 5, "a", nil},
-		{"older token", 3, "b", postgres.ErrStaleFence},
+		{"older token", 3, "b", hub.ErrStaleFence},
 		{"same term again, same holder", 5, "a", nil},
-		{"same token, other holder", 5, "b", postgres.ErrStaleFence},
+		{"same token, other holder", 5, "b", hub.ErrStaleFence},
 		{"newer token", 7, "b", nil},
-		{"the overtaken leader comes back", 6, "a", postgres.ErrStaleFence},
+		{"the overtaken leader comes back", 6, "a", hub.ErrStaleFence},
 	}
 	for _, tt := range tests {
-		err := st.OpenTerm(ctx, postgres.Fence{Lease: lease, Token: tt.token}, tt.holder)
+		err := st.OpenTerm(ctx, hub.Fence{Lease: lease, Token: tt.token}, tt.holder)
 		if !errors.Is(err, tt.want) {
 			t.Errorf("%s: OpenTerm(%d, %s) = %v, want %v", tt.name, tt.token, tt.holder, err, tt.want)
 		}
@@ -66,7 +67,7 @@ func TestOpenTerm(t *testing.T) {
 		t.Errorf("rejections = %v, want 3", got)
 	}
 	// A different lease has its own tokens.
-	if err := st.OpenTerm(ctx, postgres.Fence{Lease: "other", Token: 1}, "c"); err != nil {
+	if err := st.OpenTerm(ctx, hub.Fence{Lease: "other", Token: 1}, "c"); err != nil {
 		t.Errorf("OpenTerm(other lease) = %v", err)
 	}
 }
@@ -74,10 +75,10 @@ func TestOpenTerm(t *testing.T) {
 func TestFencedWriteRejectsStaleToken(t *testing.T) {
 	ctx := context.Background()
 	st := pgtest.Store(t)
-	old := postgres.Fence{Lease: "edihub-leader", Token: 10}
-	next := postgres.Fence{Lease: "edihub-leader", Token: 11}
+	old := hub.Fence{Lease: "edihub-leader", Token: 10}
+	next := hub.Fence{Lease: "edihub-leader", Token: 11}
 
-	if err := st.Heartbeat(ctx, old, "a", time.Hour); !errors.Is(err, postgres.ErrStaleFence) {
+	if err := st.Heartbeat(ctx, old, "a", time.Hour); !errors.Is(err, hub.ErrStaleFence) {
 		t.Fatalf("Heartbeat before any term = %v, want ErrStaleFence", err)
 	}
 	if err := st.OpenTerm(ctx, old, "a"); err != nil {
@@ -89,7 +90,7 @@ func TestFencedWriteRejectsStaleToken(t *testing.T) {
 	if err := st.OpenTerm(ctx, next, "b"); err != nil {
 		t.Fatal(err)
 	}
-	if err := st.Heartbeat(ctx, old, "a", time.Hour); !errors.Is(err, postgres.ErrStaleFence) {
+	if err := st.Heartbeat(ctx, old, "a", time.Hour); !errors.Is(err, hub.ErrStaleFence) {
 		t.Fatalf("Heartbeat(stale term) = %v, want ErrStaleFence", err)
 	}
 	if err := st.Heartbeat(ctx, next, "b", time.Hour); err != nil {
@@ -116,7 +117,7 @@ func TestHeartbeatDeletesOldBeats(t *testing.T) {
 	st := pgtest.Store(t)
 	const lease = "edihub-leader"
 	const retain = time.Hour
-	f := postgres.Fence{Lease: lease, Token: 1}
+	f := hub.Fence{Lease: lease, Token: 1}
 	if err := st.OpenTerm(ctx, f, "a"); err != nil {
 		t.Fatal(err)
 	}
@@ -165,8 +166,8 @@ func TestTermOpenWaitsForInFlightFencedWrite(t *testing.T) {
 	st := pgtest.Store(t)
 	// The deadline only bounds a hang; nothing is timed against it.
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	old := postgres.Fence{Lease: "edihub-leader", Token: 1}
-	next := postgres.Fence{Lease: "edihub-leader", Token: 2}
+	old := hub.Fence{Lease: "edihub-leader", Token: 1}
+	next := hub.Fence{Lease: "edihub-leader", Token: 2}
 	if err := st.OpenTerm(ctx, old, "a"); err != nil {
 		t.Fatal(err)
 	}
@@ -228,7 +229,7 @@ func TestTermOpenWaitsForInFlightFencedWrite(t *testing.T) {
 		t.Fatalf("OpenTerm after the old write = %v", err)
 	}
 	// Now the old term is fenced off.
-	if err := st.FencedInsertBeat(ctx, old, "a", func() {}); !errors.Is(err, postgres.ErrStaleFence) {
+	if err := st.FencedInsertBeat(ctx, old, "a", func() {}); !errors.Is(err, hub.ErrStaleFence) {
 		t.Fatalf("old term's write after the new term opened = %v, want ErrStaleFence", err)
 	}
 }
@@ -244,7 +245,7 @@ func TestFencedWritesUnderConcurrentTermOpens(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	const lease = "edihub-leader"
 	const terms = 5
-	if err := st.OpenTerm(ctx, postgres.Fence{Lease: lease, Token: 1}, "w1"); err != nil {
+	if err := st.OpenTerm(ctx, hub.Fence{Lease: lease, Token: 1}, "w1"); err != nil {
 		t.Fatal(err)
 	}
 	stop := make(chan struct{})
@@ -259,7 +260,7 @@ func TestFencedWritesUnderConcurrentTermOpens(t *testing.T) {
 	var rejected atomic.Int64
 	for w := int64(1); w <= terms; w++ {
 		wg.Go(func() {
-			f := postgres.Fence{Lease: lease, Token: w}
+			f := hub.Fence{Lease: lease, Token: w}
 			for {
 				select {
 				case <-stop:
@@ -270,7 +271,7 @@ func TestFencedWritesUnderConcurrentTermOpens(t *testing.T) {
 				switch {
 				case err == nil:
 					accepted[w].Add(1)
-				case errors.Is(err, postgres.ErrStaleFence):
+				case errors.Is(err, hub.ErrStaleFence):
 					rejected.Add(1)
 				case ctx.Err() != nil:
 					return
@@ -293,7 +294,7 @@ func TestFencedWritesUnderConcurrentTermOpens(t *testing.T) {
 	}
 	for tok := int64(2); tok <= terms; tok++ {
 		waitAccepted(tok - 1)
-		if err := st.OpenTerm(ctx, postgres.Fence{Lease: lease, Token: tok}, "w"); err != nil {
+		if err := st.OpenTerm(ctx, hub.Fence{Lease: lease, Token: tok}, "w"); err != nil {
 			t.Fatalf("OpenTerm(%d) = %v", tok, err)
 		}
 	}
@@ -331,7 +332,7 @@ func TestCurrentTerm(t *testing.T) {
 		t.Fatalf("CurrentTerm before any term = %v, want ErrNoTerm", err)
 	}
 	for _, tok := range []int64{7, 9} {
-		if err := st.OpenTerm(ctx, postgres.Fence{Lease: "l", Token: tok}, "h"); err != nil {
+		if err := st.OpenTerm(ctx, hub.Fence{Lease: "l", Token: tok}, "h"); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/edihub/edihub/internal/edi"
+	"github.com/edihub/edihub/internal/hub"
 	"github.com/edihub/edihub/internal/postgres"
 	"github.com/edihub/edihub/internal/testenv"
 	"github.com/edihub/edihub/internal/testenv/pgtest"
@@ -401,8 +402,8 @@ func TestFlagOverdueAcks(t *testing.T) {
 	if err != nil || len(due) != 1 || due[0].Message != sent.ID {
 		t.Fatalf("OverdueAcks = %+v, %v; want message %d", due, err, sent.ID)
 	}
-	old := postgres.Fence{Lease: "edihub-leader", Token: 1}
-	next := postgres.Fence{Lease: "edihub-leader", Token: 2}
+	old := hub.Fence{Lease: "edihub-leader", Token: 1}
+	next := hub.Fence{Lease: "edihub-leader", Token: 2}
 	if err := st.OpenTerm(ctx, old, "a"); err != nil {
 		t.Fatal(err)
 	}
@@ -410,7 +411,7 @@ func TestFlagOverdueAcks(t *testing.T) {
 		t.Fatal(err)
 	}
 	ids := []int64{due[0].Interchange}
-	if _, err := st.FlagOverdueAcks(ctx, old, ids); !errors.Is(err, postgres.ErrStaleFence) {
+	if _, err := st.FlagOverdueAcks(ctx, old, ids); !errors.Is(err, hub.ErrStaleFence) {
 		t.Errorf("FlagOverdueAcks(stale term) = %v, want ErrStaleFence", err)
 	}
 	flagged, err := st.FlagOverdueAcks(ctx, next, ids)

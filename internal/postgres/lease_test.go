@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edihub/edihub/internal/hub"
 	"github.com/edihub/edihub/internal/postgres"
 	"github.com/edihub/edihub/internal/testenv/pgtest"
 )
@@ -77,7 +78,7 @@ func TestLeaseRecreatedKeepsTokensIncreasing(t *testing.T) {
 		if s.Token <= last {
 			t.Fatalf("round %d: token %d after %d", i, s.Token, last)
 		}
-		if err := st.OpenTerm(ctx, postgres.Fence{Lease: name, Token: s.Token}, "a"); err != nil {
+		if err := st.OpenTerm(ctx, hub.Fence{Lease: name, Token: s.Token}, "a"); err != nil {
 			t.Fatalf("OpenTerm(%d) = %v", s.Token, err)
 		}
 		last = s.Token

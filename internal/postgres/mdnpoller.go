@@ -11,6 +11,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/edihub/edihub/internal/hub"
 )
 
 // MDNInboxChannel is the LISTEN/NOTIFY channel an insert into mdn_inbox
@@ -213,7 +215,7 @@ SELECT m.id, m.partner, m.message_id, m.status, m.mic, coalesce(o.mics, '{}'), m
 }
 
 // SentBytes returns the header fields and body of outbound message id as
-// built and sent (the outbox row), or ErrMessageNotFound when they are not
+// built and sent (the outbox row), or hub.ErrMessageNotFound when they are not
 // stored (never built, or purged) or not held whole: a body built as a
 // stream (stored in pieces) is never read into memory; its MIC was stored
 // in every algorithm when it was built.
@@ -284,10 +286,10 @@ type AppliedMDN struct {
 // outcome again changes nothing), and a message already final is never
 // changed: its MDN becomes an orphan, so of two MDNs for one message the
 // first applied decides it. The outcomes are sent as one pipelined batch,
-// one statement each. It returns ErrStaleFence, applying nothing, when f
+// one statement each. It returns hub.ErrStaleFence, applying nothing, when f
 // is no longer the current term; an error wrapping ErrRowRejected when the
 // database refused an outcome's data (nothing applied either).
-func (s *Store) ApplyMDNs(ctx context.Context, f Fence, outs []MDNOutcome) ([]AppliedMDN, error) {
+func (s *Store) ApplyMDNs(ctx context.Context, f hub.Fence, outs []MDNOutcome) ([]AppliedMDN, error) {
 	var applied []AppliedMDN
 	err := s.fenced(ctx, f, func(tx pgx.Tx) error {
 		applied = make([]AppliedMDN, len(outs))
@@ -380,7 +382,7 @@ SELECT (SELECT state FROM decided), (SELECT reason FROM decided), (SELECT latenc
 // applyArgs are applyMDNSQL's arguments for o. The MDN replaces one kept
 // from an earlier send (a resend after a negative MDN): the MDN that
 // decided the message is the one kept.
-func applyArgs(f Fence, o MDNOutcome) []any {
+func applyArgs(f hub.Fence, o MDNOutcome) []any {
 	var msgID *int64
 	var status, disp, errText, mic string
 	var verified *bool
@@ -445,9 +447,9 @@ type OverdueAction struct {
 // ApplyOverdue records the actions in one fenced transaction. An action
 // applies only if the message is still awaiting its MDN past its due time
 // with the resend count the poller saw; otherwise it is skipped. It returns
-// the actions applied, or ErrStaleFence (applying nothing) when f is no
+// the actions applied, or hub.ErrStaleFence (applying nothing) when f is no
 // longer the current term.
-func (s *Store) ApplyOverdue(ctx context.Context, f Fence, acts []OverdueAction) ([]OverdueAction, error) {
+func (s *Store) ApplyOverdue(ctx context.Context, f hub.Fence, acts []OverdueAction) ([]OverdueAction, error) {
 	var done []OverdueAction
 	err := s.fenced(ctx, f, func(tx pgx.Tx) error {
 		done = done[:0]
@@ -537,15 +539,15 @@ UPDATE messages SET status = 'queued', error = '', disposition = '', mdn_overdue
 // stored bytes, for every replica's dispatchers. Only a failed message or
 // one whose async MDN is overdue may be resent: ErrNotResendable (with the
 // reason) otherwise, also when its sent bytes are no longer stored;
-// ErrMessageNotFound for an unknown id. It returns the message as queued.
-func (s *Store) ResendMessage(ctx context.Context, id int64) (MessageInfo, error) {
-	var m MessageInfo
+// hub.ErrMessageNotFound for an unknown id. It returns the message as queued.
+func (s *Store) ResendMessage(ctx context.Context, id int64) (hub.MessageInfo, error) {
+	var m hub.MessageInfo
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		var dir, status string
 		var overdue bool
 		err := tx.QueryRow(ctx, `SELECT direction, status, mdn_overdue FROM messages WHERE id = $1 FOR UPDATE`, id).Scan(&dir, &status, &overdue)
 		if errors.Is(err, pgx.ErrNoRows) {
-			return ErrMessageNotFound
+			return hub.ErrMessageNotFound
 		}
 		if err != nil {
 			return err
@@ -568,7 +570,7 @@ func (s *Store) ResendMessage(ctx context.Context, id int64) (MessageInfo, error
 		return err
 	})
 	if err != nil {
-		return MessageInfo{}, fmt.Errorf("resend message %d: %w", id, err)
+		return hub.MessageInfo{}, fmt.Errorf("resend message %d: %w", id, err)
 	}
 	return m, nil
 }

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/edihub/edihub/internal/hub"
 	"github.com/edihub/edihub/internal/postgres"
 	"github.com/edihub/edihub/internal/testenv/pgtest"
 )
@@ -22,11 +23,11 @@ type inboxEnv struct {
 	t     *testing.T
 	ctx   context.Context
 	st    *postgres.Store
-	fence postgres.Fence
+	fence hub.Fence
 }
 
 func newInboxEnv(t *testing.T) *inboxEnv {
-	e := &inboxEnv{t: t, ctx: context.Background(), st: pgtest.Store(t), fence: postgres.Fence{Lease: "edihub-leader", Token: 1}}
+	e := &inboxEnv{t: t, ctx: context.Background(), st: pgtest.Store(t), fence: hub.Fence{Lease: "edihub-leader", Token: 1}}
 	if err := e.st.OpenTerm(e.ctx, e.fence, "holder-1"); err != nil {
 		t.Fatal(err)
 	}
@@ -86,7 +87,7 @@ func (e *inboxEnv) row(id int64) postgres.InboxMDNInfo {
 	return postgres.InboxMDNInfo{}
 }
 
-func (e *inboxEnv) message(id int64) postgres.MessageInfo {
+func (e *inboxEnv) message(id int64) hub.MessageInfo {
 	e.t.Helper()
 	m, err := e.st.Message(e.ctx, id)
 	if err != nil {

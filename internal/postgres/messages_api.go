@@ -16,57 +16,16 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 
+	"github.com/edihub/edihub/internal/hub"
 	"github.com/edihub/edihub/internal/inflate"
 )
-
-// ErrMessageNotFound reports a message id with no row.
-var ErrMessageNotFound = errors.New("message not found")
-
-// ErrNoMDN reports a message with no stored MDN.
-var ErrNoMDN = errors.New("no MDN stored for the message")
-
-// MessageInfo is a message row as the API shows it, inbound or outbound.
-type MessageInfo struct {
-	ID          int64
-	Direction   string
-	Partner     string
-	AS2From     string
-	AS2To       string
-	MessageID   string
-	Status      string
-	Subject     string
-	ContentType string
-	Filename    string
-	Size        int64
-	Signed      bool
-	Encrypted   bool
-	Compressed  bool
-	MIC         string
-	MICAlg      string
-	MDNMode     string
-	MDNSigned   bool
-	Disposition string
-	Error       string
-	Attempts    int
-	MDNDueAt    *time.Time
-	// MDNOverdue is set when the async MDN did not come by MDNDueAt.
-	MDNOverdue bool
-	// MDNResends counts resends for an overdue MDN.
-	MDNResends int
-	// MICVerified is false for a message delivered on an unsigned MDN
-	// without MIC, true when the returned MIC matched, nil otherwise.
-	MICVerified *bool
-	CreatedAt   time.Time
-	UpdatedAt   time.Time
-	CompletedAt *time.Time
-}
 
 const messageColumns = `id, direction, partner, as2_from, as2_to, message_id, status, subject, content_type, filename,
        payload_size, signed, encrypted, compressed, mic, mic_alg, mdn_mode, mdn_signed, disposition, error,
        attempts, mdn_due_at, mdn_overdue, mdn_resends, mic_verified, created_at, updated_at, completed_at`
 
-func scanMessage(r pgx.Row) (MessageInfo, error) {
-	var m MessageInfo
+func scanMessage(r pgx.Row) (hub.MessageInfo, error) {
+	var m hub.MessageInfo
 	err := r.Scan(&m.ID, &m.Direction, &m.Partner, &m.AS2From, &m.AS2To, &m.MessageID, &m.Status, &m.Subject,
 		&m.ContentType, &m.Filename, &m.Size, &m.Signed, &m.Encrypted, &m.Compressed, &m.MIC, &m.MICAlg,
 		&m.MDNMode, &m.MDNSigned, &m.Disposition, &m.Error, &m.Attempts, &m.MDNDueAt, &m.MDNOverdue, &m.MDNResends, &m.MICVerified, &m.CreatedAt,
@@ -74,20 +33,20 @@ func scanMessage(r pgx.Row) (MessageInfo, error) {
 	return m, err
 }
 
-// Message returns the message with id, or ErrMessageNotFound.
-func (s *Store) Message(ctx context.Context, id int64) (MessageInfo, error) {
+// Message returns the message with id, or hub.ErrMessageNotFound.
+func (s *Store) Message(ctx context.Context, id int64) (hub.MessageInfo, error) {
 	m, err := scanMessage(s.pool.QueryRow(ctx, `SELECT `+messageColumns+` FROM messages WHERE id = $1`, id))
 	return m, messageErr(fmt.Sprintf("message %d", id), err)
 }
 
 // messageErr wraps the error of reading what of one message: no row is
-// ErrMessageNotFound.
+// hub.ErrMessageNotFound.
 func messageErr(what string, err error) error {
 	switch {
 	case err == nil:
 		return nil
 	case errors.Is(err, pgx.ErrNoRows):
-		return fmt.Errorf("%s: %w", what, ErrMessageNotFound)
+		return fmt.Errorf("%s: %w", what, hub.ErrMessageNotFound)
 	}
 	return fmt.Errorf("%s: %w", what, err)
 }
@@ -122,7 +81,7 @@ type MessageQuery struct {
 // Each filter is a condition an index serves (migration 00011), so that a
 // page costs about the same on a database of millions of messages
 // (TestConsoleQueriesUseIndexes).
-func (s *Store) Messages(ctx context.Context, q MessageQuery) ([]MessageInfo, error) {
+func (s *Store) Messages(ctx context.Context, q MessageQuery) ([]hub.MessageInfo, error) {
 	sortRange := false
 	if !q.Until.IsZero() {
 		var err error
@@ -135,7 +94,7 @@ func (s *Store) Messages(ctx context.Context, q MessageQuery) ([]MessageInfo, er
 	if err != nil {
 		return nil, fmt.Errorf("list messages: %w", err)
 	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (MessageInfo, error) { return scanMessage(r) })
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (hub.MessageInfo, error) { return scanMessage(r) })
 	if err != nil {
 		return nil, fmt.Errorf("list messages: %w", err)
 	}
@@ -293,11 +252,11 @@ func prefixEnd(p string) (string, bool) {
 }
 
 // MessagePayload returns the message with id and its payload bytes, or
-// ErrMessageNotFound when either is missing. It holds the payload whole:
+// hub.ErrMessageNotFound when either is missing. It holds the payload whole:
 // WritePayload streams one of any size.
-func (s *Store) MessagePayload(ctx context.Context, id int64) (MessageInfo, []byte, error) {
+func (s *Store) MessagePayload(ctx context.Context, id int64) (hub.MessageInfo, []byte, error) {
 	var buf bytes.Buffer
-	m, err := s.WritePayload(ctx, id, func(MessageInfo) io.Writer { return &buf })
+	m, err := s.WritePayload(ctx, id, func(hub.MessageInfo) io.Writer { return &buf })
 	if err != nil {
 		return m, nil, err
 	}
@@ -308,10 +267,10 @@ func (s *Store) MessagePayload(ctx context.Context, id int64) (MessageInfo, []by
 // returns, m being the message with Size the payload's exact size, as it
 // reads it: a chunked payload one piece at a time, in one snapshot, and
 // one stored as its zlib stream (migration 00022) inflated as it is
-// read. ErrMessageNotFound when the message or its payload is missing
+// read. hub.ErrMessageNotFound when the message or its payload is missing
 // (to is not called then). An error of the writer ends the read and is
 // returned.
-func (s *Store) WritePayload(ctx context.Context, id int64, to func(MessageInfo) io.Writer) (MessageInfo, error) {
+func (s *Store) WritePayload(ctx context.Context, id int64, to func(hub.MessageInfo) io.Writer) (hub.MessageInfo, error) {
 	m, err := s.Message(ctx, id)
 	if err != nil {
 		return m, err
@@ -488,8 +447,8 @@ type MDNInfo struct {
 	CreatedAt   time.Time
 }
 
-// MessageMDN returns the MDN stored for message id: ErrMessageNotFound when
-// there is no such message, ErrNoMDN when it has no MDN.
+// MessageMDN returns the MDN stored for message id: hub.ErrMessageNotFound when
+// there is no such message, hub.ErrNoMDN when it has no MDN.
 func (s *Store) MessageMDN(ctx context.Context, id int64) (MDNInfo, error) {
 	var m MDNInfo
 	var hdr []byte
@@ -501,7 +460,7 @@ SELECT d.message_id, d.content_type, d.headers, d.body, octet_length(d.body), d.
 		if _, merr := s.Message(ctx, id); merr != nil {
 			return m, fmt.Errorf("MDN of message %d: %w", id, merr)
 		}
-		return m, fmt.Errorf("MDN of message %d: %w", id, ErrNoMDN)
+		return m, fmt.Errorf("MDN of message %d: %w", id, hub.ErrNoMDN)
 	}
 	if err != nil {
 		return m, fmt.Errorf("MDN of message %d: %w", id, err)

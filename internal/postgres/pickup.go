@@ -8,6 +8,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/edihub/edihub/internal/hub"
 )
 
 // Pickup claim states (pickup_claims.state, migration 00027).
@@ -70,7 +72,7 @@ type PickupClaim struct {
 // this term or an earlier one), ErrDuplicateMessageID as EnqueueOutbound
 // does. m must carry no IdempotencyKey: the claim is the pickup's
 // idempotency.
-func (s *Store) EnqueuePickup(ctx context.Context, f Fence, m NewOutbound, c PickupClaim) (Enqueued, PickupClaim, error) {
+func (s *Store) EnqueuePickup(ctx context.Context, f hub.Fence, m NewOutbound, c PickupClaim) (Enqueued, PickupClaim, error) {
 	if m.IdempotencyKey != "" {
 		return Enqueued{}, PickupClaim{}, fmt.Errorf("enqueue pickup %s: an idempotency key is not allowed", c.Path)
 	}
@@ -95,7 +97,7 @@ SELECT EXISTS (SELECT 1 FROM pickup_claims WHERE source = $1 AND path = $2 AND s
 		// From here on the fence row is held in share mode until the
 		// commit: a few short statements.
 		if err := lockFence(ctx, tx, f, s.fencedIdleTimeout); err != nil {
-			stale = errors.Is(err, ErrStaleFence)
+			stale = errors.Is(err, hub.ErrStaleFence)
 			return err
 		}
 		c.Message, c.Fence, c.State = e.ID, f.Token, PickupEnqueued
@@ -126,12 +128,12 @@ RETURNING id, claimed_at`, c.Source, c.Path, c.Size, c.Version, c.Message, c.Arc
 // ends, and returns ErrStaleFence when f is not the current term. It also
 // limits how long the transaction may then sit idle, so that a leader
 // paused after the check cannot hold a successor's term opening.
-func lockFence(ctx context.Context, tx pgx.Tx, f Fence, idle time.Duration) error {
+func lockFence(ctx context.Context, tx pgx.Tx, f hub.Fence, idle time.Duration) error {
 	var current int64
 	err := tx.QueryRow(ctx, `SELECT token FROM leader_fence, set_config('idle_in_transaction_session_timeout', $2, true) WHERE lease = $1 FOR SHARE OF leader_fence`,
 		f.Lease, msString(idle)).Scan(&current)
 	if errors.Is(err, pgx.ErrNoRows) || (err == nil && current != f.Token) {
-		return ErrStaleFence
+		return hub.ErrStaleFence
 	}
 	if err != nil {
 		return fmt.Errorf("check fence: %w", err)
@@ -190,7 +192,7 @@ SELECT `+pickupClaimColumns+` FROM pickup_claims WHERE source = $1 AND state = '
 // PickupArchived marks claim id archived, under the current term f. It
 // returns an error matching ErrStaleFence when f is not the current term;
 // marking a claim archived twice is not an error.
-func (s *Store) PickupArchived(ctx context.Context, f Fence, id int64) error {
+func (s *Store) PickupArchived(ctx context.Context, f hub.Fence, id int64) error {
 	err := s.fenced(ctx, f, func(tx pgx.Tx) error {
 		_, err := tx.Exec(ctx, `
 UPDATE pickup_claims SET state = 'archived', archived_at = now(), last_error = '' WHERE id = $1 AND state = 'enqueued'`, id)
@@ -204,7 +206,7 @@ UPDATE pickup_claims SET state = 'archived', archived_at = now(), last_error = '
 
 // PickupArchiveFailed records why archiving claim id failed (reason is
 // for operators: no payload bytes, no secrets), under the current term f.
-func (s *Store) PickupArchiveFailed(ctx context.Context, f Fence, id int64, reason string) error {
+func (s *Store) PickupArchiveFailed(ctx context.Context, f hub.Fence, id int64, reason string) error {
 	err := s.fenced(ctx, f, func(tx pgx.Tx) error {
 		_, err := tx.Exec(ctx, `UPDATE pickup_claims SET last_error = left($2, 1000) WHERE id = $1 AND state = 'enqueued'`, id, reason)
 		return err
@@ -219,7 +221,7 @@ func (s *Store) PickupArchiveFailed(ctx context.Context, f Fence, id int64, reas
 // olderThan ago (database clock), under the current term f, and returns
 // how many it deleted. Until a claim is purged, its file version is never
 // taken again; claims still to archive are never purged.
-func (s *Store) PurgePickupClaims(ctx context.Context, f Fence, olderThan time.Duration, limit int) (int64, error) {
+func (s *Store) PurgePickupClaims(ctx context.Context, f hub.Fence, olderThan time.Duration, limit int) (int64, error) {
 	var n int64
 	err := s.fenced(ctx, f, func(tx pgx.Tx) error {
 		tag, err := tx.Exec(ctx, `

@@ -7,6 +7,7 @@ import (
 	"io"
 	"testing"
 
+	"github.com/edihub/edihub/internal/hub"
 	"github.com/edihub/edihub/internal/postgres"
 	"github.com/edihub/edihub/internal/testenv/pgtest"
 )
@@ -25,7 +26,7 @@ func pickupMessage(id string, body []byte) postgres.NewOutbound {
 func TestEnqueuePickupClaims(t *testing.T) {
 	ctx := context.Background()
 	st := pgtest.Store(t)
-	old := postgres.Fence{Lease: "l", Token: 1}
+	old := hub.Fence{Lease: "l", Token: 1}
 	if err := st.OpenTerm(ctx, old, "a"); err != nil {
 		t.Fatal(err)
 	}
@@ -40,13 +41,13 @@ func TestEnqueuePickupClaims(t *testing.T) {
 	if _, _, err := st.EnqueuePickup(ctx, old, pickupMessage("<2@s>", []byte("hello")), postgres.PickupClaim{PickupKey: key}); !errors.Is(err, postgres.ErrPickupClaimed) {
 		t.Errorf("EnqueuePickup(same version) = %v, want ErrPickupClaimed", err)
 	}
-	next := postgres.Fence{Lease: "l", Token: 2}
+	next := hub.Fence{Lease: "l", Token: 2}
 	if err := st.OpenTerm(ctx, next, "b"); err != nil {
 		t.Fatal(err)
 	}
 	other := key
 	other.Path = "c.txt"
-	if _, _, err := st.EnqueuePickup(ctx, old, pickupMessage("<3@s>", []byte("hello")), postgres.PickupClaim{PickupKey: other}); !errors.Is(err, postgres.ErrStaleFence) {
+	if _, _, err := st.EnqueuePickup(ctx, old, pickupMessage("<3@s>", []byte("hello")), postgres.PickupClaim{PickupKey: other}); !errors.Is(err, hub.ErrStaleFence) {
 		t.Errorf("EnqueuePickup(stale fence) = %v, want ErrStaleFence", err)
 	}
 	if got, err := st.PickupClaims(ctx, "s", []postgres.PickupKey{key, other}); err != nil || len(got) != 1 || got[0].ID != c.ID {
@@ -63,7 +64,7 @@ func TestEnqueuePickupClaims(t *testing.T) {
 	if n, err := st.PurgePickupClaims(ctx, next, 0, 10); err != nil || n != 0 {
 		t.Errorf("PurgePickupClaims before the archive = %d, %v; want 0", n, err)
 	}
-	if err := st.PickupArchived(ctx, old, c.ID); !errors.Is(err, postgres.ErrStaleFence) {
+	if err := st.PickupArchived(ctx, old, c.ID); !errors.Is(err, hub.ErrStaleFence) {
 		t.Errorf("PickupArchived(stale fence) = %v, want ErrStaleFence", err)
 	}
 	if err := st.PickupArchived(ctx, next, c.ID); err != nil {

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/edihub/edihub/internal/hub"
 )
 
 // What PurgeBatch deletes, in the order a purge run goes through them.
@@ -126,9 +128,9 @@ DELETE FROM messages WHERE id = ANY(ARRAY(
 // and returns how many it deleted; fewer than limit means the kind is done.
 // Nothing of a message that is not final (queued, sending, retrying,
 // awaiting-mdn) is ever deleted. Deleting a message row deletes what is
-// left of it (payload, MDN, outbox rows) with it. It returns ErrStaleFence
+// left of it (payload, MDN, outbox rows) with it. It returns hub.ErrStaleFence
 // when f is no longer the current term.
-func (s *Store) PurgeBatch(ctx context.Context, f Fence, kind string, olderThan time.Duration, limit int) (int64, error) {
+func (s *Store) PurgeBatch(ctx context.Context, f hub.Fence, kind string, olderThan time.Duration, limit int) (int64, error) {
 	q, ok := purgeSQL[kind]
 	if !ok {
 		return 0, fmt.Errorf("purge: unknown kind %q", kind)

@@ -12,6 +12,7 @@ import (
 	gocmp "github.com/google/go-cmp/cmp"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/edihub/edihub/internal/hub"
 	"github.com/edihub/edihub/internal/postgres"
 	"github.com/edihub/edihub/internal/testenv/pgfill"
 	"github.com/edihub/edihub/internal/testenv/pgtest"
@@ -166,9 +167,9 @@ func oldFinalRows(name string) bool {
 
 func oldNamed(name string) bool { return strings.Contains(name, "-old") }
 
-func openPurgeTerm(t *testing.T, st *postgres.Store) postgres.Fence {
+func openPurgeTerm(t *testing.T, st *postgres.Store) hub.Fence {
 	t.Helper()
-	f := postgres.Fence{Lease: "purge-test", Token: 1}
+	f := hub.Fence{Lease: "purge-test", Token: 1}
 	if err := st.OpenTerm(context.Background(), f, "purger"); err != nil {
 		t.Fatal(err)
 	}
@@ -272,10 +273,10 @@ func TestPurgeBatchArguments(t *testing.T) {
 			t.Errorf("PurgeBatch(%q, %s, %d) = nil error, want one", tt.kind, tt.age, tt.limit)
 		}
 	}
-	if err := st.OpenTerm(ctx, postgres.Fence{Lease: f.Lease, Token: 2}, "next"); err != nil {
+	if err := st.OpenTerm(ctx, hub.Fence{Lease: f.Lease, Token: 2}, "next"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := st.PurgeBatch(ctx, f, postgres.PurgeEvents, time.Hour, 10); !errors.Is(err, postgres.ErrStaleFence) {
+	if _, err := st.PurgeBatch(ctx, f, postgres.PurgeEvents, time.Hour, 10); !errors.Is(err, hub.ErrStaleFence) {
 		t.Errorf("PurgeBatch under a stale term = %v, want ErrStaleFence", err)
 	}
 	if diff := gocmp.Diff(before, purgeSnapshot(t, url)); diff != "" {

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/edihub/edihub/internal/hub"
 )
 
 // DayTraffic is what the database holds about one report window [Start,
@@ -282,8 +284,8 @@ func (s *Store) Report(ctx context.Context, day string) (StoredReport, error) {
 // SaveReport stores r through the fenced path unless the day already has
 // a report, and returns the day's stored report (the one just written or
 // the earlier one: a stored report is never replaced, so a repeated mail
-// carries the same figures). It returns ErrStaleFence when f is stale.
-func (s *Store) SaveReport(ctx context.Context, f Fence, r NewReport) (StoredReport, error) {
+// carries the same figures). It returns hub.ErrStaleFence when f is stale.
+func (s *Store) SaveReport(ctx context.Context, f hub.Fence, r NewReport) (StoredReport, error) {
 	var out StoredReport
 	err := s.fenced(ctx, f, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `
@@ -319,8 +321,8 @@ var ErrReportClaimed = errors.New("report mail claimed by another sender")
 //
 // It returns ErrReportMailed when the day was mailed, ErrReportClaimed
 // when another claim stands, ErrReportNotFound without a stored report,
-// and ErrStaleFence when f is stale.
-func (s *Store) ClaimReportMail(ctx context.Context, f Fence, day, holder string, takeover time.Duration) error {
+// and hub.ErrStaleFence when f is stale.
+func (s *Store) ClaimReportMail(ctx context.Context, f hub.Fence, day, holder string, takeover time.Duration) error {
 	err := s.fenced(ctx, f, func(tx pgx.Tx) error {
 		return claimReportMail(ctx, tx, day, f.Token, holder, takeover)
 	})
@@ -360,10 +362,10 @@ UPDATE reports SET mail_claimed_at = now(), mail_claimed_fence = $2, mail_claime
 }
 
 // MarkReportMailed records that day's report mail was sent under the
-// claim of holder in term f. It returns ErrStaleFence when f is stale and
+// claim of holder in term f. It returns hub.ErrStaleFence when f is stale and
 // ErrReportClaimed when the claim is no longer holder's in f (a newer
 // claim took over: that sender records its own mail).
-func (s *Store) MarkReportMailed(ctx context.Context, f Fence, day, holder string) error {
+func (s *Store) MarkReportMailed(ctx context.Context, f hub.Fence, day, holder string) error {
 	err := s.fenced(ctx, f, func(tx pgx.Tx) error {
 		return markReportMailed(ctx, tx, day, f.Token, holder)
 	})
@@ -387,9 +389,9 @@ UPDATE reports SET mailed_at = now(), mail_error = ''
 }
 
 // ReportMailFailed records why day's report mail failed (for operators;
-// the claim stays, and its holder retries). It returns ErrStaleFence when
+// the claim stays, and its holder retries). It returns hub.ErrStaleFence when
 // f is stale.
-func (s *Store) ReportMailFailed(ctx context.Context, f Fence, day, holder, reason string) error {
+func (s *Store) ReportMailFailed(ctx context.Context, f hub.Fence, day, holder, reason string) error {
 	err := s.fenced(ctx, f, func(tx pgx.Tx) error {
 		_, err := tx.Exec(ctx, `
 UPDATE reports SET mail_error = $4

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edihub/edihub/internal/hub"
 	"github.com/edihub/edihub/internal/postgres"
 	"github.com/edihub/edihub/internal/testenv/pgtest"
 )
@@ -54,16 +55,16 @@ func TestFencingRejectionRecorded(t *testing.T) {
 	ctx := context.Background()
 	st := pgtest.Store(t)
 	const lease = "edihub-leader"
-	if err := st.OpenTerm(ctx, postgres.Fence{Lease: lease, Token: 5}, "a"); err != nil {
+	if err := st.OpenTerm(ctx, hub.Fence{Lease: lease, Token: 5}, "a"); err != nil {
 		t.Fatal(err)
 	}
-	if err := st.OpenTerm(ctx, postgres.Fence{Lease: lease, Token: 4}, "b"); !errors.Is(err, postgres.ErrStaleFence) {
+	if err := st.OpenTerm(ctx, hub.Fence{Lease: lease, Token: 4}, "b"); !errors.Is(err, hub.ErrStaleFence) {
 		t.Fatalf("OpenTerm(older) = %v", err)
 	}
-	if err := st.Heartbeat(ctx, postgres.Fence{Lease: lease, Token: 3}, "c", time.Hour); !errors.Is(err, postgres.ErrStaleFence) {
+	if err := st.Heartbeat(ctx, hub.Fence{Lease: lease, Token: 3}, "c", time.Hour); !errors.Is(err, hub.ErrStaleFence) {
 		t.Fatalf("Heartbeat(stale) = %v", err)
 	}
-	if err := st.Heartbeat(ctx, postgres.Fence{Lease: lease, Token: 5}, "a", time.Hour); err != nil {
+	if err := st.Heartbeat(ctx, hub.Fence{Lease: lease, Token: 5}, "a", time.Hour); err != nil {
 		t.Fatal(err)
 	}
 	now := time.Now()
@@ -81,8 +82,8 @@ func TestReportMailClaim(t *testing.T) {
 	ctx := context.Background()
 	st := pgtest.Store(t)
 	const lease = "edihub-leader"
-	f5 := postgres.Fence{Lease: lease, Token: 5}
-	f6 := postgres.Fence{Lease: lease, Token: 6}
+	f5 := hub.Fence{Lease: lease, Token: 5}
+	f6 := hub.Fence{Lease: lease, Token: 6}
 	if err := st.OpenTerm(ctx, f5, "a"); err != nil {
 		t.Fatal(err)
 	}
@@ -111,7 +112,7 @@ func TestReportMailClaim(t *testing.T) {
 			return err
 		}, postgres.ErrReportClaimed},
 		{"b opens a newer term", func() error { return st.OpenTerm(ctx, f6, "b") }, nil},
-		{"a records under a stale term", func() error { return st.MarkReportMailed(ctx, f5, day, "a") }, postgres.ErrStaleFence},
+		{"a records under a stale term", func() error { return st.MarkReportMailed(ctx, f5, day, "a") }, hub.ErrStaleFence},
 		{"b takes over the older claim", func() error { return st.ClaimReportMail(ctx, f6, day, "b", time.Hour) }, nil},
 		{"b records", func() error { return st.MarkReportMailed(ctx, f6, day, "b") }, nil},
 		{"b claims a mailed day", func() error { return st.ClaimReportMail(ctx, f6, day, "b", time.Hour) }, postgres.ErrReportMailed},
@@ -140,7 +141,7 @@ func TestReportManualClaimTakeover(t *testing.T) {
 	ctx := context.Background()
 	st := pgtest.Store(t)
 	const lease, day = "edihub-leader", "2026-11-29"
-	f := postgres.Fence{Lease: lease, Token: 2}
+	f := hub.Fence{Lease: lease, Token: 2}
 	if err := st.OpenTerm(ctx, f, "a"); err != nil {
 		t.Fatal(err)
 	}

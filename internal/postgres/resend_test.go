@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/edihub/edihub/internal/hub"
 	"github.com/edihub/edihub/internal/postgres"
 	"github.com/edihub/edihub/internal/testenv/pgtest"
 )
@@ -182,7 +183,7 @@ DELETE FROM payloads WHERE message_id = $1`, wantErr: postgres.ErrNotResendable,
 			}
 		})
 	}
-	if _, err := st.ResendMessage(ctx, 1<<40); !errors.Is(err, postgres.ErrMessageNotFound) {
+	if _, err := st.ResendMessage(ctx, 1<<40); !errors.Is(err, hub.ErrMessageNotFound) {
 		t.Errorf("ResendMessage(unknown id) = %v, want ErrMessageNotFound", err)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edihub/edihub/internal/hub"
 	"github.com/edihub/edihub/internal/postgres"
 	"github.com/edihub/edihub/internal/testenv/pgtest"
 )
@@ -154,7 +155,7 @@ func TestPayloadReadOutlivesASlowReader(t *testing.T) {
 		t.Fatal(err)
 	}
 	w := &stallingWriter{stall: 3 * deadPeer}
-	if _, err := st.WritePayload(ctx, id, func(postgres.MessageInfo) io.Writer { return w }); err != nil {
+	if _, err := st.WritePayload(ctx, id, func(hub.MessageInfo) io.Writer { return w }); err != nil {
 		t.Fatalf("WritePayload to a reader that stalled %s (dead-peer timeout %s) = %v, want the payload", 3*deadPeer, deadPeer, err)
 	}
 	if w.n != size {

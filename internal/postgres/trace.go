@@ -11,6 +11,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/edihub/edihub/internal/hub"
 )
 
 // Outcomes of a send attempt (message_attempts.outcome).
@@ -57,7 +59,7 @@ type Attempt struct {
 // Trace is everything stored about one message, but its payload and MDN
 // bytes: what the ops console's trace page shows.
 type Trace struct {
-	Message MessageInfo
+	Message hub.MessageInfo
 	// Attempts are the send attempts of an outbound message, oldest
 	// first. An attempt cut short by a crash has none (its message's
 	// error says so when it gave up).
@@ -78,7 +80,7 @@ type Trace struct {
 }
 
 // MessageTrace returns the trace of message id, read in one snapshot, or
-// ErrMessageNotFound.
+// hub.ErrMessageNotFound.
 func (s *Store) MessageTrace(ctx context.Context, id int64) (Trace, error) {
 	var t Trace
 	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
@@ -86,7 +88,7 @@ func (s *Store) MessageTrace(ctx context.Context, id int64) (Trace, error) {
 		t = Trace{}
 		t.Message, err = scanMessage(tx.QueryRow(ctx, `SELECT `+messageColumns+` FROM messages WHERE id = $1`, id))
 		if errors.Is(err, pgx.ErrNoRows) {
-			return ErrMessageNotFound
+			return hub.ErrMessageNotFound
 		}
 		if err != nil {
 			return err
@@ -184,17 +186,17 @@ var ErrNotCancellable = errors.New("message cannot be cancelled")
 // by a dispatcher right now. In one transaction its outbox row is
 // finished (failed) and the message fails with the error "cancelled:
 // reason" (or "cancelled"), which emits its failed event; a resend queues
-// it again. It returns the message as cancelled, ErrMessageNotFound, or
+// it again. It returns the message as cancelled, hub.ErrMessageNotFound, or
 // ErrNotCancellable with the reason: final already, awaiting its MDN (the
 // partner has it), or being sent right now (try again in a few seconds:
 // the attempt ends, and a retry is then cancelled). It never waits for a
 // dispatcher: the outbox row is locked with NOWAIT.
-func (s *Store) CancelMessage(ctx context.Context, id int64, reason string) (MessageInfo, error) {
+func (s *Store) CancelMessage(ctx context.Context, id int64, reason string) (hub.MessageInfo, error) {
 	text := "cancelled"
 	if r := strings.TrimSpace(clean(reason)); r != "" {
 		text += ": " + r
 	}
-	var m MessageInfo
+	var m hub.MessageInfo
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		// The message first, then its outbox row, as ResendMessage and
 		// the MDN poller lock them; the dispatcher's order is the
@@ -202,7 +204,7 @@ func (s *Store) CancelMessage(ctx context.Context, id int64, reason string) (Mes
 		var dir, status string
 		err := tx.QueryRow(ctx, `SELECT direction, status FROM messages WHERE id = $1 FOR UPDATE`, id).Scan(&dir, &status)
 		if errors.Is(err, pgx.ErrNoRows) {
-			return ErrMessageNotFound
+			return hub.ErrMessageNotFound
 		}
 		if err != nil {
 			return err
@@ -252,7 +254,7 @@ RETURNING `+messageColumns, id, text))
 		return err
 	})
 	if err != nil {
-		return MessageInfo{}, fmt.Errorf("cancel message %d: %w", id, err)
+		return hub.MessageInfo{}, fmt.Errorf("cancel message %d: %w", id, err)
 	}
 	return m, nil
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 
+	"github.com/edihub/edihub/internal/hub"
 	"github.com/edihub/edihub/internal/postgres"
 	"github.com/edihub/edihub/internal/testenv"
 	"github.com/edihub/edihub/internal/testenv/pgtest"
@@ -151,7 +152,7 @@ func TestMessageTrace(t *testing.T) {
 		t.Errorf("async MDNs (-want +got):\n%s", diff)
 	}
 
-	if _, err := e.st.MessageTrace(e.ctx, msg+1000); !errors.Is(err, postgres.ErrMessageNotFound) {
+	if _, err := e.st.MessageTrace(e.ctx, msg+1000); !errors.Is(err, hub.ErrMessageNotFound) {
 		t.Errorf("MessageTrace(unknown) = %v, want ErrMessageNotFound", err)
 	}
 }
@@ -446,7 +447,7 @@ func TestCancelMessage(t *testing.T) {
 			}
 		})
 	}
-	if _, err := st.CancelMessage(ctx, 999999, ""); !errors.Is(err, postgres.ErrMessageNotFound) {
+	if _, err := st.CancelMessage(ctx, 999999, ""); !errors.Is(err, hub.ErrMessageNotFound) {
 		t.Errorf("CancelMessage(unknown) = %v, want ErrMessageNotFound", err)
 	}
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/edihub/edihub/internal/as2/cms"
 	"github.com/edihub/edihub/internal/config"
 	"github.com/edihub/edihub/internal/httpserver"
+	"github.com/edihub/edihub/internal/hub"
 	"github.com/edihub/edihub/internal/mdn"
 	"github.com/edihub/edihub/internal/postgres"
 	"github.com/edihub/edihub/internal/receiver"
@@ -392,7 +393,7 @@ SELECT p.message_id FROM payloads p JOIN messages m ON m.id = p.message_id
 	}
 	// Read as every reader does: one stored as its zlib stream inflated.
 	var b bytes.Buffer
-	if _, err := e.store.WritePayload(context.Background(), id, func(postgres.MessageInfo) io.Writer { return &b }); err != nil {
+	if _, err := e.store.WritePayload(context.Background(), id, func(hub.MessageInfo) io.Writer { return &b }); err != nil {
 		t.Fatalf("payload of %s: %v", messageID, err)
 	}
 	return b.Bytes()

@@ -10,6 +10,7 @@ import (
 	"runtime/debug"
 	"testing"
 
+	"github.com/edihub/edihub/internal/hub"
 	"github.com/edihub/edihub/internal/postgres"
 	"github.com/edihub/edihub/internal/testenv/openssltest"
 	"github.com/edihub/edihub/internal/testenv/peakrss"
@@ -48,7 +49,7 @@ func wantStoredPayload(t *testing.T, e *env, id string, sum []byte) {
 	t.Helper()
 	n := int64(e.count(t, `SELECT id FROM messages WHERE message_id = $1`, id))
 	h := sha256.New()
-	if _, err := e.store.WritePayload(context.Background(), n, func(postgres.MessageInfo) io.Writer { return h }); err != nil {
+	if _, err := e.store.WritePayload(context.Background(), n, func(hub.MessageInfo) io.Writer { return h }); err != nil {
 		t.Fatal(err)
 	}
 	if !bytes.Equal(h.Sum(nil), sum) {

@@ -11,7 +11,7 @@ import (
 	"runtime/debug"
 	"testing"
 
-	"github.com/edihub/edihub/internal/postgres"
+	"github.com/edihub/edihub/internal/hub"
 	"github.com/edihub/edihub/internal/testenv/openssltest"
 	"github.com/edihub/edihub/internal/testenv/peakrss"
 )
@@ -63,7 +63,7 @@ func TestReceiveLargeMessageInConstantMemory(t *testing.T) {
 	peakrss.WantAboveIdle(t, before, peak, maxAboveIdle, "")
 	id := int64(e.count(t, `SELECT id FROM messages WHERE message_id = '<large@x>'`))
 	h := sha256.New()
-	if _, err := e.store.WritePayload(context.Background(), id, func(postgres.MessageInfo) io.Writer { return h }); err != nil {
+	if _, err := e.store.WritePayload(context.Background(), id, func(hub.MessageInfo) io.Writer { return h }); err != nil {
 		t.Fatal(err)
 	}
 	if !bytes.Equal(h.Sum(nil), m.PayloadSHA256) {

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edihub/edihub/internal/hub"
 	"github.com/edihub/edihub/internal/mdn"
 	"github.com/edihub/edihub/internal/postgres"
 	"github.com/edihub/edihub/internal/testenv/openssltest"
@@ -290,7 +291,7 @@ func TestRestartExpiry(t *testing.T) {
 	if _, err := e.db.Exec(context.Background(), `UPDATE restart_transfers SET updated_at = now() - interval '25 hours' WHERE etag = 't-old'`); err != nil {
 		t.Fatal(err)
 	}
-	f := postgres.Fence{Lease: "restart-test", Token: 1}
+	f := hub.Fence{Lease: "restart-test", Token: 1}
 	if err := e.store.OpenTerm(context.Background(), f, "purger"); err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
+	"github.com/edihub/edihub/internal/hub"
 	"github.com/edihub/edihub/internal/leader"
 	"github.com/edihub/edihub/internal/postgres"
 )
@@ -19,10 +20,10 @@ import (
 type Store interface {
 	Source
 	Report(ctx context.Context, day string) (postgres.StoredReport, error)
-	SaveReport(ctx context.Context, f postgres.Fence, r postgres.NewReport) (postgres.StoredReport, error)
-	ClaimReportMail(ctx context.Context, f postgres.Fence, day, holder string, takeover time.Duration) error
-	MarkReportMailed(ctx context.Context, f postgres.Fence, day, holder string) error
-	ReportMailFailed(ctx context.Context, f postgres.Fence, day, holder, reason string) error
+	SaveReport(ctx context.Context, f hub.Fence, r postgres.NewReport) (postgres.StoredReport, error)
+	ClaimReportMail(ctx context.Context, f hub.Fence, day, holder string, takeover time.Duration) error
+	MarkReportMailed(ctx context.Context, f hub.Fence, day, holder string) error
+	ReportMailFailed(ctx context.Context, f hub.Fence, day, holder, reason string) error
 	FirstTermOpened(ctx context.Context, lease string) (time.Time, error)
 }
 
@@ -163,7 +164,7 @@ var errClaimed = errors.New("another sender holds the claim")
 func (w *Worker) StuckAfter() time.Duration { return 3 * time.Hour }
 
 // Run reports until ctx ends (nil). It returns an error only when its term
-// is stale (wrapping postgres.ErrStaleFence) or ctx carries no fence.
+// is stale (wrapping hub.ErrStaleFence) or ctx carries no fence.
 // Failures of SMTP or the database are logged, counted and retried with
 // backoff; they never end Run.
 func (w *Worker) Run(ctx context.Context) error {
@@ -172,7 +173,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	return leader.Loop{
 		Name: "report", RecoveredMsg: "reports done again",
-		Step: func(ctx context.Context, f postgres.Fence) error {
+		Step: func(ctx context.Context, f hub.Fence) error {
 			if err := w.cycle(ctx, f); err != nil {
 				return err
 			}
@@ -246,7 +247,7 @@ func (w *Worker) DueDays(now, since time.Time) []Day {
 
 // cycle stores and mails every due day, oldest first, stopping at the
 // first failure (so days leave in order).
-func (w *Worker) cycle(ctx context.Context, f postgres.Fence) error {
+func (w *Worker) cycle(ctx context.Context, f hub.Fence) error {
 	since, err := w.o.Store.FirstTermOpened(ctx, f.Lease)
 	if err != nil {
 		return err
@@ -260,7 +261,7 @@ func (w *Worker) cycle(ctx context.Context, f postgres.Fence) error {
 }
 
 // day stores day's report unless stored, and mails it unless mailed.
-func (w *Worker) day(ctx context.Context, f postgres.Fence, day Day) error {
+func (w *Worker) day(ctx context.Context, f hub.Fence, day Day) error {
 	log := w.log.With(zap.String("day", day.String()))
 	row, err := w.o.Store.Report(ctx, day.String())
 	switch {
@@ -358,7 +359,7 @@ func (w *Worker) recipients() []string {
 
 // save builds, renders and stores day's report; the stored row (possibly
 // another sender's, stored meanwhile) is returned.
-func (w *Worker) save(ctx context.Context, f postgres.Fence, day Day) (postgres.StoredReport, error) {
+func (w *Worker) save(ctx context.Context, f hub.Fence, day Day) (postgres.StoredReport, error) {
 	nr, err := Render(ctx, w.o.Builder, day)
 	if err != nil {
 		return postgres.StoredReport{}, err

@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/edihub/edihub/internal/hub"
 	"github.com/edihub/edihub/internal/leader"
 	"github.com/edihub/edihub/internal/postgres"
 	"github.com/edihub/edihub/internal/report"
@@ -111,9 +112,9 @@ func newEnv(t *testing.T, firstTerm time.Time, smtp *smtpServer) *env {
 	return e
 }
 
-func (e *env) openTerm(token int64, holder string) postgres.Fence {
+func (e *env) openTerm(token int64, holder string) hub.Fence {
 	e.t.Helper()
-	f := postgres.Fence{Lease: testLease, Token: token}
+	f := hub.Fence{Lease: testLease, Token: token}
 	if err := e.st.OpenTerm(context.Background(), f, holder); err != nil {
 		e.t.Fatal(err)
 	}
@@ -172,7 +173,7 @@ func (e *env) worker(holder string, sender report.Sender, catchUp int, reg prome
 
 // run runs w under fence f until stop is called (by a hook) or the
 // worker returns; it fails the test after a real-time bound.
-func run(t *testing.T, w *report.Worker, f postgres.Fence, body func(stop func())) error {
+func run(t *testing.T, w *report.Worker, f hub.Fence, body func(stop func())) error {
 	t.Helper()
 	ctx, cancel := context.WithCancel(leader.WithFence(context.Background(), f))
 	defer cancel()
@@ -253,7 +254,7 @@ func TestWorkerMailsOnce(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	var stop func()
 	w := e.worker("a", e.mailer(), 7, reg, stopWhen(&stop, func() bool { return true }))
-	if err := run(t, w, postgres.Fence{Lease: testLease, Token: 1}, func(s func()) { stop = s }); err != nil {
+	if err := run(t, w, hub.Fence{Lease: testLease, Token: 1}, func(s func()) { stop = s }); err != nil {
 		t.Fatalf("Run = %v", err)
 	}
 	if ids := messageIDs(t, srv); len(ids) != 1 || ids[0] != wantID {
@@ -286,7 +287,7 @@ func TestWorkerKilledAfterClaimBeforeSend(t *testing.T) {
 	e := newEnv(t, firstTermNov20(mustLoad(t, "Europe/Berlin")), srv)
 	var stop func()
 	a := e.worker("a", &hookSender{inner: e.mailer(), before: func() bool { stop(); return true }}, 7, nil, nil)
-	if err := run(t, a, postgres.Fence{Lease: testLease, Token: 1}, func(s func()) { stop = s }); err != nil {
+	if err := run(t, a, hub.Fence{Lease: testLease, Token: 1}, func(s func()) { stop = s }); err != nil {
 		t.Fatalf("Run(a) = %v", err)
 	}
 	row, err := e.st.Report(context.Background(), "2026-11-20")
@@ -312,7 +313,7 @@ func TestWorkerKilledAfterSendBeforeRecord(t *testing.T) {
 	e := newEnv(t, firstTermNov20(mustLoad(t, "Europe/Berlin")), srv)
 	var stop func()
 	a := e.worker("a", &hookSender{inner: e.mailer(), after: func() { stop() }}, 7, nil, nil)
-	if err := run(t, a, postgres.Fence{Lease: testLease, Token: 1}, func(s func()) { stop = s }); err != nil {
+	if err := run(t, a, hub.Fence{Lease: testLease, Token: 1}, func(s func()) { stop = s }); err != nil {
 		t.Fatalf("Run(a) = %v", err)
 	}
 	if n := len(srv.messages()); n != 1 {
@@ -346,7 +347,7 @@ type failingMark struct {
 	calls int
 }
 
-func (s *failingMark) MarkReportMailed(ctx context.Context, f postgres.Fence, day, holder string) error {
+func (s *failingMark) MarkReportMailed(ctx context.Context, f hub.Fence, day, holder string) error {
 	s.mu.Lock()
 	s.calls++
 	fail := s.fails > 0
@@ -376,7 +377,7 @@ func TestWorkerRecordFailsAfterSend(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	var stop func()
 	w := e.worker("a", e.mailer(), 7, reg, stopWhen(&stop, e.mailed))
-	if err := run(t, w, postgres.Fence{Lease: testLease, Token: 1}, func(s func()) { stop = s }); err != nil {
+	if err := run(t, w, hub.Fence{Lease: testLease, Token: 1}, func(s func()) { stop = s }); err != nil {
 		t.Fatalf("Run = %v", err)
 	}
 	if ids := messageIDs(t, srv); len(ids) != 1 || ids[0] != wantID {
@@ -401,7 +402,7 @@ func TestWorkerRecordFailsThenNewTerm(t *testing.T) {
 	e.store = &failingMark{Store: e.st, fails: 1}
 	var stop func()
 	w := e.worker("a", e.mailer(), 7, nil, stopWhen(&stop, func() bool { return true }))
-	if err := run(t, w, postgres.Fence{Lease: testLease, Token: 1}, func(s func()) { stop = s }); err != nil {
+	if err := run(t, w, hub.Fence{Lease: testLease, Token: 1}, func(s func()) { stop = s }); err != nil {
 		t.Fatalf("Run(term 1) = %v", err)
 	}
 	if n := len(srv.messages()); n != 1 || e.mailed() {
@@ -427,7 +428,7 @@ func TestWorkerQuitFailsAfterData(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	var stop func()
 	w := e.worker("a", e.mailer(), 7, reg, stopWhen(&stop, e.mailed))
-	if err := run(t, w, postgres.Fence{Lease: testLease, Token: 1}, func(s func()) { stop = s }); err != nil {
+	if err := run(t, w, hub.Fence{Lease: testLease, Token: 1}, func(s func()) { stop = s }); err != nil {
 		t.Fatalf("Run = %v", err)
 	}
 	if ids := messageIDs(t, srv); len(ids) != 1 || ids[0] != wantID {
@@ -471,11 +472,11 @@ func TestWorkersRaceWithDifferentFences(t *testing.T) {
 	wg.Add(2)
 	go func() {
 		defer wg.Done()
-		errA = run(t, a, postgres.Fence{Lease: testLease, Token: 1}, func(s func()) { stopA = s })
+		errA = run(t, a, hub.Fence{Lease: testLease, Token: 1}, func(s func()) { stopA = s })
 	}()
 	go func() { defer wg.Done(); errB = run(t, b, f2, func(s func()) { stopB = s }) }()
 	wg.Wait()
-	if !errors.Is(errA, postgres.ErrStaleFence) || errB != nil {
+	if !errors.Is(errA, hub.ErrStaleFence) || errB != nil {
 		t.Errorf("Run(old fence) = %v, want ErrStaleFence; Run(new fence) = %v, want nil", errA, errB)
 	}
 	if ids := messageIDs(t, srv); len(ids) != 1 {
@@ -491,7 +492,7 @@ func TestWorkerCatchesUpInOrder(t *testing.T) {
 	e := newEnv(t, time.Date(2026, 11, 18, 5, 0, 0, 0, loc), srv)
 	var stop func()
 	w := e.worker("a", e.mailer(), 7, nil, stopWhen(&stop, func() bool { return true }))
-	if err := run(t, w, postgres.Fence{Lease: testLease, Token: 1}, func(s func()) { stop = s }); err != nil {
+	if err := run(t, w, hub.Fence{Lease: testLease, Token: 1}, func(s func()) { stop = s }); err != nil {
 		t.Fatal(err)
 	}
 	want := []string{"<report-2026-11-18.EDIHUB@edihub>", "<report-2026-11-19.EDIHUB@edihub>", "<report-2026-11-20.EDIHUB@edihub>"}
@@ -502,7 +503,7 @@ func TestWorkerCatchesUpInOrder(t *testing.T) {
 	srv2 := newSMTPServer(t, false)
 	e2 := newEnv(t, time.Date(2026, 11, 18, 5, 0, 0, 0, loc), srv2)
 	w2 := e2.worker("a", e2.mailer(), 2, nil, stopWhen(&stop, func() bool { return true }))
-	if err := run(t, w2, postgres.Fence{Lease: testLease, Token: 1}, func(s func()) { stop = s }); err != nil {
+	if err := run(t, w2, hub.Fence{Lease: testLease, Token: 1}, func(s func()) { stop = s }); err != nil {
 		t.Fatal(err)
 	}
 	if ids := messageIDs(t, srv2); strings.Join(ids, " ") != strings.Join(want[1:], " ") {
@@ -528,7 +529,7 @@ func TestWorkerSMTPDownThenUp(t *testing.T) {
 		}
 	}
 	w := e.worker("a", e.mailer(), 7, reg, hook)
-	if err := run(t, w, postgres.Fence{Lease: testLease, Token: 1}, func(s func()) { stop = s }); err != nil {
+	if err := run(t, w, hub.Fence{Lease: testLease, Token: 1}, func(s func()) { stop = s }); err != nil {
 		t.Fatal(err)
 	}
 	if ids := messageIDs(t, srv); len(ids) != 1 || ids[0] != wantID {
@@ -553,7 +554,7 @@ func TestWorkerWithoutSMTP(t *testing.T) {
 	e := newEnv(t, firstTermNov20(mustLoad(t, "Europe/Berlin")), srv)
 	var stop func()
 	w := e.worker("a", nil, 7, nil, stopWhen(&stop, func() bool { return true }))
-	if err := run(t, w, postgres.Fence{Lease: testLease, Token: 1}, func(s func()) { stop = s }); err != nil {
+	if err := run(t, w, hub.Fence{Lease: testLease, Token: 1}, func(s func()) { stop = s }); err != nil {
 		t.Fatal(err)
 	}
 	row, err := e.st.Report(context.Background(), "2026-11-20")

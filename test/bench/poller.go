@@ -24,6 +24,7 @@ import (
 
 	"github.com/edihub/edihub/internal/as2"
 	"github.com/edihub/edihub/internal/config"
+	"github.com/edihub/edihub/internal/hub"
 	"github.com/edihub/edihub/internal/leader"
 	"github.com/edihub/edihub/internal/mdn"
 	"github.com/edihub/edihub/internal/postgres"
@@ -149,7 +150,7 @@ func pollerBench(ctx context.Context, out io.Writer, o options, store *postgres.
 	}
 	fmt.Fprintf(out, "  backlog built in %.1fs\n", time.Since(t0).Seconds())
 
-	f := postgres.Fence{Lease: "edihub-bench-poller-" + run, Token: 1}
+	f := hub.Fence{Lease: "edihub-bench-poller-" + run, Token: 1}
 	if err := store.OpenTerm(ctx, f, "bench"); err != nil {
 		return err
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
+	"github.com/edihub/edihub/internal/hub"
 	"github.com/edihub/edihub/internal/leader"
 	"github.com/edihub/edihub/internal/outbox"
 	"github.com/edihub/edihub/internal/postgres"
@@ -115,7 +116,7 @@ func purgeBench(ctx context.Context, out io.Writer, o options, store *postgres.S
 		return err
 	}
 	defer leaderStore.Close()
-	f := postgres.Fence{Lease: "bench-purge", Token: time.Now().UnixNano()}
+	f := hub.Fence{Lease: "bench-purge", Token: time.Now().UnixNano()}
 	if err := leaderStore.OpenTerm(ctx, f, "bench"); err != nil {
 		return err
 	}
@@ -180,7 +181,7 @@ func purgeBench(ctx context.Context, out io.Writer, o options, store *postgres.S
 // runPurger runs one purge to its end with the real Purger (default
 // batch and pause) under fence f, calling alongside (when set) until it
 // is over, and returns its counts and duration.
-func runPurger(ctx context.Context, st *postgres.Store, f postgres.Fence, alongside func(done <-chan struct{})) (*purgeCounter, time.Duration, error) {
+func runPurger(ctx context.Context, st *postgres.Store, f hub.Fence, alongside func(done <-chan struct{})) (*purgeCounter, time.Duration, error) {
 	counting := &purgeCounter{PurgeStore: st, done: make(chan struct{})}
 	p, err := outbox.NewPurger(outbox.PurgerOptions{Store: counting, Logger: zap.NewNop(), Registerer: prometheus.NewRegistry()})
 	if err != nil {
@@ -224,7 +225,7 @@ type purgeCounter struct {
 	rows             map[string]int64
 }
 
-func (c *purgeCounter) PurgeBatch(ctx context.Context, f postgres.Fence, kind string, age time.Duration, limit int) (int64, error) {
+func (c *purgeCounter) PurgeBatch(ctx context.Context, f hub.Fence, kind string, age time.Duration, limit int) (int64, error) {
 	t := time.Now()
 	n, err := c.PurgeStore.PurgeBatch(ctx, f, kind, age, limit)
 	if err == nil && n > 0 {
@@ -246,7 +247,7 @@ func (c *purgeCounter) PurgeBatch(ctx context.Context, f postgres.Fence, kind st
 	return n, err
 }
 
-func withFence(ctx context.Context, f postgres.Fence) context.Context {
+func withFence(ctx context.Context, f hub.Fence) context.Context {
 	return leader.WithFence(ctx, f)
 }
 

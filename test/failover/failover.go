@@ -35,6 +35,7 @@ import (
 
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/edihub/edihub/internal/hub"
 	"github.com/edihub/edihub/internal/postgres"
 	"github.com/edihub/edihub/internal/testenv/devpki"
 	"github.com/edihub/edihub/test/cluster"
@@ -871,7 +872,7 @@ func (r *Recorder) Wait(ctx context.Context, since time.Time, match func(Event) 
 // Terms joins the database's terms with the log: each term's start is its
 // "became leader" line, its stop the "lost leadership" or "released" line
 // of the same identity and token, or the SIGKILL of its process.
-func (r *Recorder) Terms(db []postgres.Term) []Term {
+func (r *Recorder) Terms(db []hub.Term) []Term {
 	evs := r.Events()
 	terms := make([]Term, 0, len(db))
 	for _, d := range db {

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edihub/edihub/internal/hub"
 	"github.com/edihub/edihub/internal/postgres"
 	"github.com/edihub/edihub/internal/testenv/devpki"
 	"github.com/edihub/edihub/internal/testenv/pgtest"
@@ -289,7 +290,7 @@ func (e *e2e) send(ctx context.Context, t *testing.T, i int) {
 	e.queued = append(e.queued, q)
 }
 
-func (e *e2e) outbound(ctx context.Context) ([]postgres.MessageInfo, error) {
+func (e *e2e) outbound(ctx context.Context) ([]hub.MessageInfo, error) {
 	return e.sc.cl.Store.Messages(ctx, postgres.MessageQuery{Direction: "outbound", Limit: 10 * e2eDocuments})
 }
 
@@ -407,7 +408,7 @@ func (e *e2e) check(t *testing.T, successor int64) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	byID := map[int64]postgres.MessageInfo{}
+	byID := map[int64]hub.MessageInfo{}
 	for _, m := range ms {
 		byID[m.ID] = m
 	}
@@ -442,7 +443,7 @@ func (e *e2e) check(t *testing.T, successor int64) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	termOf := map[int64]postgres.Term{}
+	termOf := map[int64]hub.Term{}
 	for _, tm := range terms {
 		termOf[tm.Token] = tm
 	}
