@@ -29,16 +29,27 @@ const (
 // whitespace and a byte-order mark). Such a document is carried as-is.
 var ErrNotEDI = errors.New("not an EDI interchange")
 
-// SyntaxError is a document that starts like EDI but whose envelope cannot
-// be read. Offset counts bytes from the start of the document.
+// SyntaxError is a document that starts like EDI but whose segments
+// cannot be read. Offset counts bytes from the start of the document;
+// Segment is the position in its interchange (Segment.Index) of the
+// segment that could not be read, 0 when unknown. Err, when set, is the
+// sentinel that classifies it (ErrSegmentTooLong).
 type SyntaxError struct {
-	Offset int64
-	Reason string
+	Offset  int64
+	Segment int64
+	Reason  string
+	Err     error
 }
 
 func (e *SyntaxError) Error() string {
+	if e.Segment > 0 {
+		return fmt.Sprintf("edi: segment %d at byte %d: %s", e.Segment, e.Offset, e.Reason)
+	}
 	return fmt.Sprintf("edi: byte %d: %s", e.Offset, e.Reason)
 }
+
+// Unwrap returns Err.
+func (e *SyntaxError) Unwrap() error { return e.Err }
 
 // Problem is a disagreement between an envelope's header and its trailer.
 type Problem string
