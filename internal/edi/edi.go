@@ -1,13 +1,16 @@
-// Package edi reads the envelopes of X12 and EDIFACT interchanges and writes
-// functional acknowledgements for them (X12 TA1, 997, 999; EDIFACT CONTRL).
+// Package edi reads X12 and EDIFACT interchanges and writes functional
+// acknowledgements for them (X12 TA1, 997, 999; EDIFACT CONTRL).
 //
-// It reads envelopes, not business content: sender and receiver, control
-// numbers, functional groups and transaction sets (messages), their counts
-// and whether the trailers agree with the headers. Parsing is incremental
-// over an io.Reader with bounded memory: only envelope segments (and the
-// segments of acknowledgements) are kept, each at most Limits.MaxSegment
-// bytes; every other segment is counted and skipped. A document that is not
-// EDI is recognised from its first bytes and reported as ErrNotEDI.
+// SegmentReader is the parser: it reads a document from an io.Reader one
+// segment at a time, with every element, repetition and component, in
+// constant memory (one segment of at most MaxSegment bytes is held), and
+// Segment.AppendTo writes a segment back. Parse is built on it and reads
+// the envelopes: sender and receiver, control numbers, functional groups
+// and transaction sets (messages), their counts and whether the trailers
+// agree with the headers; it keeps only envelope segments (and the
+// segments of acknowledgements), each at most Limits.MaxSegment bytes, and
+// has every other segment skipped and counted. A document that is not EDI
+// is recognised from its first bytes and reported as ErrNotEDI.
 package edi
 
 import (
