@@ -89,9 +89,9 @@ func newAck(setType string) *AckReport {
 }
 
 // ackSegment records a response segment of an acknowledgement set.
-func (p *parser) ackSegment(seg segment) {
+func (p *parser) ackSegment(seg *Segment) {
 	s := p.b.set
-	if s == nil || s.Ack == nil || seg.elems == nil {
+	if s == nil || s.Ack == nil || seg.Skipped {
 		return
 	}
 	a, max := s.Ack, p.b.lim.MaxAckEntries
@@ -101,7 +101,7 @@ func (p *parser) ackSegment(seg segment) {
 		}
 		return &gs[len(gs)-1]
 	}
-	switch seg.tag {
+	switch seg.Tag {
 	case "AK1":
 		if len(a.Groups) >= max {
 			a.Truncated = true
@@ -116,14 +116,14 @@ func (p *parser) ackSegment(seg segment) {
 		if g := lastGroup(a.Groups); g != nil && len(g.Sets) > 0 {
 			st := &g.Sets[len(g.Sets)-1]
 			if len(st.Notes) < maxNotes {
-				st.Notes = append(st.Notes, SegmentNote{Tag: seg.tag, Segment: seg.el(1, 0), Position: seg.el(2, 0), Code: seg.el(4, 0)})
+				st.Notes = append(st.Notes, SegmentNote{Tag: seg.Tag, Segment: seg.el(1, 0), Position: seg.el(2, 0), Code: seg.el(4, 0)})
 			}
 		}
 	case "AK4", "IK4":
 		if g := lastGroup(a.Groups); g != nil && len(g.Sets) > 0 {
 			st := &g.Sets[len(g.Sets)-1]
 			if n := len(st.Notes); n > 0 && len(st.Notes[n-1].Elements) < maxNotes {
-				st.Notes[n-1].Elements = append(st.Notes[n-1].Elements, ElementNote{Tag: seg.tag, Position: seg.el(1, 0), Ref: seg.el(2, 0), Code: seg.el(3, 0), Value: seg.el(4, 0)})
+				st.Notes[n-1].Elements = append(st.Notes[n-1].Elements, ElementNote{Tag: seg.Tag, Position: seg.el(1, 0), Ref: seg.el(2, 0), Code: seg.el(3, 0), Value: seg.el(4, 0)})
 			}
 		}
 	case "AK5", "IK5":
@@ -142,8 +142,8 @@ func (p *parser) ackSegment(seg segment) {
 	}
 }
 
-func (p *parser) contrlSegment(a *AckReport, seg segment, max int) {
-	switch seg.tag {
+func (p *parser) contrlSegment(a *AckReport, seg *Segment, max int) {
+	switch seg.Tag {
 	case "UCI":
 		a.Interchange = &InterchangeAck{
 			ControlNumber: seg.el(1, 0),
@@ -178,7 +178,7 @@ func (p *parser) contrlSegment(a *AckReport, seg segment, max int) {
 		if st == nil {
 			return
 		}
-		if seg.tag == "UCS" {
+		if seg.Tag == "UCS" {
 			if len(st.Notes) < maxNotes {
 				st.Notes = append(st.Notes, SegmentNote{Tag: "UCS", Position: seg.el(1, 0), Code: seg.el(2, 0)})
 			}
@@ -210,7 +210,7 @@ func (ia *InterchangeAck) lastSet() *SetAck {
 }
 
 // codes returns the non-empty elements from..to (1-based).
-func codes(seg segment, from, to int) []string {
+func codes(seg *Segment, from, to int) []string {
 	var out []string
 	for i := from; i <= to; i++ {
 		if v := seg.el(i, 0); v != "" {

@@ -1,13 +1,16 @@
-// Package edi reads the envelopes of X12 and EDIFACT interchanges and writes
-// functional acknowledgements for them (X12 TA1, 997, 999; EDIFACT CONTRL).
+// Package edi reads X12 and EDIFACT interchanges and writes functional
+// acknowledgements for them (X12 TA1, 997, 999; EDIFACT CONTRL).
 //
-// It reads envelopes, not business content: sender and receiver, control
-// numbers, functional groups and transaction sets (messages), their counts
-// and whether the trailers agree with the headers. Parsing is incremental
-// over an io.Reader with bounded memory: only envelope segments (and the
-// segments of acknowledgements) are kept, each at most Limits.MaxSegment
-// bytes; every other segment is counted and skipped. A document that is not
-// EDI is recognised from its first bytes and reported as ErrNotEDI.
+// SegmentReader is the parser: it reads a document from an io.Reader one
+// segment at a time, with every element, repetition and component, in
+// constant memory (one segment of at most MaxSegment bytes is held), and
+// Segment.AppendTo writes a segment back. Parse is built on it and reads
+// the envelopes: sender and receiver, control numbers, functional groups
+// and transaction sets (messages), their counts and whether the trailers
+// agree with the headers; it keeps only envelope segments (and the
+// segments of acknowledgements), each at most Limits.MaxSegment bytes, and
+// has every other segment skipped and counted. A document that is not EDI
+// is recognised from its first bytes and reported as ErrNotEDI.
 package edi
 
 import (
@@ -29,16 +32,27 @@ const (
 // whitespace and a byte-order mark). Such a document is carried as-is.
 var ErrNotEDI = errors.New("not an EDI interchange")
 
-// SyntaxError is a document that starts like EDI but whose envelope cannot
-// be read. Offset counts bytes from the start of the document.
+// SyntaxError is a document that starts like EDI but whose segments
+// cannot be read. Offset counts bytes from the start of the document;
+// Segment is the position in its interchange (Segment.Index) of the
+// segment that could not be read, 0 when unknown. Err, when set, is the
+// sentinel that classifies it (ErrSegmentTooLong).
 type SyntaxError struct {
-	Offset int64
-	Reason string
+	Offset  int64
+	Segment int64
+	Reason  string
+	Err     error
 }
 
 func (e *SyntaxError) Error() string {
+	if e.Segment > 0 {
+		return fmt.Sprintf("edi: segment %d at byte %d: %s", e.Segment, e.Offset, e.Reason)
+	}
 	return fmt.Sprintf("edi: byte %d: %s", e.Offset, e.Reason)
 }
+
+// Unwrap returns Err.
+func (e *SyntaxError) Unwrap() error { return e.Err }
 
 // Problem is a disagreement between an envelope's header and its trailer.
 type Problem string

@@ -18,7 +18,7 @@ import (
 func Parse(r io.Reader, lim Limits) (*Document, error) {
 	br, ok := r.(*bufio.Reader)
 	if !ok || br.Size() < maxLeadingSpace+6 {
-		// The scanner copies what it keeps: the buffer is free again
+		// The reader copies what it keeps: the buffer is free again
 		// when Parse returns.
 		br = readers.Get().(*bufio.Reader)
 		br.Reset(r)
@@ -31,20 +31,22 @@ func Parse(r io.Reader, lim Limits) (*Document, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &parser{
-		b:  builder{lim: lim.orDefault()},
-		sc: scanner{r: br, max: lim.orDefault().MaxSegment},
+	lim = lim.orDefault()
+	p := &parser{b: builder{lim: lim}}
+	sr := segmentReaders.Get().(*SegmentReader)
+	defer func() {
+		sr.br = nil
+		segmentReaders.Put(sr)
+	}()
+	if err := sr.reset(br, SegmentReaderOptions{MaxSegment: min(lim.MaxSegment, maxSegmentLimit), Select: p.keep}); err != nil {
+		return nil, err
 	}
+	p.sr = sr
 	p.b.doc.Standard = std
-	p.sc.keep = p.keep
 	if std == X12 {
-		p.sc.d = X12Defaults
-		p.sc.header = map[string]bool{"ISA": true}
 		p.tags = x12Tags
 		err = p.run(p.x12)
 	} else {
-		p.sc.d = EDIFACTDefaults
-		p.sc.header = map[string]bool{"UNA": true}
 		p.tags = edifactTags
 		err = p.run(p.edifact)
 	}
@@ -52,13 +54,17 @@ func Parse(r io.Reader, lim Limits) (*Document, error) {
 	return &p.b.doc, err
 }
 
-// readers are Parse's buffered readers, reused: a receiver parses the
-// envelope of every payload it receives.
-var readers = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 4096) }}
+// readers are Parse's buffered readers, and segmentReaders its segment
+// readers, reused: a receiver parses the envelope of every payload it
+// receives.
+var (
+	readers        = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 4096) }}
+	segmentReaders = sync.Pool{New: func() any { return new(SegmentReader) }}
+)
 
 type parser struct {
 	b    builder
-	sc   scanner
+	sr   *SegmentReader
 	tags map[string]bool
 }
 
@@ -81,9 +87,9 @@ func (p *parser) keep(tag string) bool {
 	return p.b.set != nil && p.b.set.Ack != nil && ackTags[tag]
 }
 
-func (p *parser) run(handle func(segment) error) error {
+func (p *parser) run(handle func(*Segment) error) error {
 	for {
-		seg, err := p.sc.next()
+		seg, err := p.sr.Next()
 		if errors.Is(err, io.EOF) {
 			return nil
 		}
@@ -105,20 +111,16 @@ func count(s string) int {
 	return n
 }
 
-func (p *parser) x12(seg segment) error {
+func (p *parser) x12(seg *Segment) error {
 	b := &p.b
-	if seg.tag == "ISA" {
-		ic, err := p.readISA()
-		if err != nil {
-			return err
-		}
-		b.openInterchange(ic)
+	if seg.Tag == "ISA" {
+		b.openInterchange(p.interchangeISA(seg))
 		return nil
 	}
 	if b.ic == nil {
-		return &SyntaxError{Offset: seg.offset, Reason: "segment " + strconv.Quote(seg.tag) + " outside an interchange"}
+		return &SyntaxError{Offset: seg.Offset, Reason: "segment " + strconv.Quote(seg.Tag) + " outside an interchange"}
 	}
-	switch seg.tag {
+	switch seg.Tag {
 	case "IEA":
 		b.closeInterchange(count(seg.el(1, 0)), seg.el(2, 0), true)
 	case "GS":
@@ -149,7 +151,7 @@ func (p *parser) x12(seg segment) error {
 			b.body()
 			return nil
 		}
-		if len(b.ic.TA1) < b.lim.MaxAckEntries && seg.elems != nil {
+		if len(b.ic.TA1) < b.lim.MaxAckEntries && !seg.Skipped {
 			b.ic.TA1 = append(b.ic.TA1, &AckReport{Kind: "TA1", Sender: b.ic.Sender, Receiver: b.ic.Receiver,
 				Interchange: &InterchangeAck{ControlNumber: seg.el(1, 0), Action: seg.el(4, 0), Code: seg.el(5, 0)}})
 		}
@@ -160,48 +162,9 @@ func (p *parser) x12(seg segment) error {
 	return nil
 }
 
-// readISA reads an ISA segment after its tag: the byte after "ISA" is the
-// element separator, the byte after the sixteenth separator the component
-// separator and the next one the segment terminator (the ISA's length is
-// fixed by the standard but not always by senders).
-func (p *parser) readISA() (Interchange, error) {
-	sc := &p.sc
-	elem, err := sc.readByte()
-	if err != nil {
-		return Interchange{}, sc.fail("ISA truncated")
-	}
-	var raw []byte
-	for seps := 1; seps < 16; {
-		c, err := sc.readByte()
-		if err != nil {
-			return Interchange{}, sc.fail("ISA truncated")
-		}
-		if len(raw) > 256 {
-			return Interchange{}, sc.fail("ISA longer than 256 bytes")
-		}
-		if c == elem {
-			seps++
-		}
-		raw = append(raw, c)
-	}
-	comp, err1 := sc.readByte()
-	term, err2 := sc.readByte()
-	if err1 != nil || err2 != nil {
-		return Interchange{}, sc.fail("ISA truncated")
-	}
-	d := Delimiters{Element: elem, Component: comp, Segment: term}
-	if !delimitersOK(d) {
-		return Interchange{}, sc.fail("ISA delimiters are not distinct punctuation")
-	}
-	f := strings.Split(string(raw), string(elem)) // ISA01…ISA15
-	if len(f) < 15 {
-		return Interchange{}, sc.fail("ISA has fewer than 16 elements")
-	}
-	field := func(i int) string { return strings.TrimSpace(f[i-1]) }
-	if v := f[10]; field(12) >= "00402" && len(v) == 1 && !isAlnum(v[0]) && v[0] != ' ' {
-		d.Repetition = v[0]
-	}
-	sc.d = d
+// interchangeISA is the interchange an ISA opens.
+func (p *parser) interchangeISA(seg *Segment) Interchange {
+	field := func(i int) string { return strings.TrimSpace(string(seg.Element(i).Value())) }
 	return Interchange{
 		Sender:        Party{Qualifier: field(5), ID: field(6)},
 		Receiver:      Party{Qualifier: field(7), ID: field(8)},
@@ -211,8 +174,8 @@ func (p *parser) readISA() (Interchange, error) {
 		ControlNumber: field(13),
 		AckRequested:  field(14) == "1",
 		Test:          field(15) == "T",
-		Delimiters:    d,
-	}, nil
+		Delimiters:    p.sr.Delimiters(),
+	}
 }
 
 func delimitersOK(d Delimiters) bool {

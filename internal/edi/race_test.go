@@ -7,3 +7,7 @@ package edi_test
 // then made again) and makes some values escape that otherwise stay on
 // the stack.
 const raceSlack = 4
+
+// bigInterchange is 64 MiB under the race detector, which makes reading
+// about twenty times slower; the bound checked is the same.
+const bigInterchange = 64 << 20

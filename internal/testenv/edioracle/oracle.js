@@ -50,11 +50,12 @@ function x12Parse (req) {
   })
 }
 
-// x12Segments lists the segments node-x12 reads (its object model has no
-// place for a TA1, which stands between ISA and GS).
+// x12Segments lists the segments node-x12 reads, with the delimiters it
+// detects from the ISA (its object model has no place for a TA1, which
+// stands between ISA and GS).
 function x12Segments (req) {
   const p = new X12Parser(false)
-  p._detectOptions(req.document, {})
+  p._detectOptions(req.document)
   return p._parseSegments(req.document, p._options.segmentTerminator, p._options.elementDelimiter)
     .map(s => [s.tag].concat(s.elements.map(e => e.value)))
 }
