@@ -1,7 +1,10 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -182,5 +185,93 @@ func TestServeAppliesConnectors(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), `"folder.path"`) {
 		t.Fatalf("PUT /api/v1/connectors?expect=1 = %d %s, want 200 updating folder.path", resp.StatusCode, body)
+	}
+}
+
+// applyConnectors applies doc to s's database with the CLI, as an
+// operator would.
+func applyConnectors(t *testing.T, s *hubStation, folders, doc string) {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "c.yaml")
+	if err := os.WriteFile(p, []byte(doc), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, _, err := runCmd(t, env("EDIHUB_DATABASE_URL", s.dbURL, "EDIHUB_FOLDERS_DIR", folders), "connectors", "apply", "-f", p); err != nil {
+		t.Fatalf("%s: connectors apply = %v\n%s", s.name, err, out)
+	}
+}
+
+// TestConnectorsLastMile runs the last mile both ways through two real
+// serve processes: a file an ERP drops into hub OUT's pickup folder is
+// taken by its leader-gated pickup poller, sent over AS2 to hub IN, and
+// written by hub IN's dispatcher into its drop folder, with the sidecar
+// and the done marker; the picked-up file is archived, and each side
+// counts exactly one message.
+func TestConnectorsLastMile(t *testing.T) {
+	out, in := newHubStation(t, "HUB OUT"), newHubStation(t, "HUB IN")
+	outDir, inDir := t.TempDir(), t.TempDir()
+	for _, d := range []string{filepath.Join(outDir, "erp", "out"), filepath.Join(inDir, "erp", "in")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out.extraEnv = []string{"EDIHUB_FOLDERS_DIR", outDir}
+	in.extraEnv = []string{"EDIHUB_FOLDERS_DIR", inDir}
+	out.start(t, in, "sign: sha-256", "encrypt: aes256-cbc", "mdn: sync", "mdn_signed: true")
+	in.start(t, out, "sign: sha-256", "encrypt: aes256-cbc", "mdn: sync", "mdn_signed: true")
+	applyConnectors(t, out, outDir, fmt.Sprintf("sources:\n  - name: erp-out\n    type: folder\n    folder: {path: erp/out}\n    poll: 1s\nroutes:\n  - name: to-in\n    match: {source: erp-out, path: \"*.x12\"}\n    partner: %q\n", in.name))
+	applyConnectors(t, in, inDir, "destinations:\n  - name: erp-in\n    type: folder\n    folder: {path: erp/in}\n    file_name: \"{partner}/{message_id}.{ext}\"\n    sidecar: true\n    done_marker: true\nroutes:\n  - name: all-in\n    match: {direction: inbound}\n    to: [erp-in]\n")
+
+	doc := []byte("ISA*00*          *00*          *ZZ*OUT            *ZZ*IN             *261207*1200*U*00401*000000042*0*P*>~GS*PO*OUT*IN*20261207*1200*42*X*004010~ST*850*0001~BEG*00*SA*PO-42**20261207~SE*3*0001~GE*1*42~IEA*1*000000042~")
+	if err := os.WriteFile(filepath.Join(outDir, "erp", "out", "po-42.x12"), doc, 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	// Bounded poll: two listings a second apart make the file stable, then
+	// the send and the delivery run on their own schedules.
+	dropRoot := filepath.Join(inDir, "erp", "in", out.name) // the template keeps the space
+	var marker string
+	for deadline := time.Now().Add(60 * time.Second); marker == "" && time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if m, _ := filepath.Glob(filepath.Join(dropRoot, "*.done")); len(m) == 1 {
+			marker = m[0]
+		}
+	}
+	if marker == "" {
+		files, _ := filepath.Glob(filepath.Join(inDir, "erp", "in", "*", "*"))
+		t.Fatalf("no done marker in %s within 60s; drop folder holds %v", dropRoot, files)
+	}
+	name := strings.TrimSuffix(marker, ".done")
+	if got, err := os.ReadFile(name); err != nil || !bytes.Equal(got, doc) {
+		t.Errorf("dropped document %s = %q, %v; want the picked-up file byte for byte", name, got, err)
+	}
+	var side struct {
+		Partner   string `json:"partner"`
+		MessageID string `json:"message_id"`
+		ICN       string `json:"icn"`
+		Type      string `json:"type"`
+	}
+	if b, err := os.ReadFile(name + ".json"); err != nil || json.Unmarshal(b, &side) != nil {
+		t.Fatalf("sidecar %s.json = %q, %v", name, b, err)
+	}
+	if side.Partner != out.name || side.ICN != "000000042" || side.Type != "850" {
+		t.Errorf("sidecar = %+v, want partner %q, ICN 000000042, type 850", side, out.name)
+	}
+	received := in.received(t, "<"+side.MessageID+">") // the sidecar names it without angle brackets
+	if received.Filename != "po-42.x12" {
+		t.Errorf("received message %+v, want the original file name po-42.x12", received)
+	}
+
+	// The pickup folder: the file archived once, nothing left to take.
+	archived, _ := filepath.Glob(filepath.Join(outDir, "erp", "out", "archive", "*"))
+	if _, err := os.Stat(filepath.Join(outDir, "erp", "out", "po-42.x12")); !os.IsNotExist(err) || len(archived) != 1 {
+		t.Errorf("pickup folder: original stat = %v, archive = %v; want the file moved to the archive once", err, archived)
+	}
+	var sent struct{ Messages []hubMessage }
+	out.api(t, "GET", "/api/v1/messages?direction=outbound&limit=50", "", nil, &sent)
+	if len(sent.Messages) != 1 || sent.Messages[0].Status != "delivered" {
+		t.Errorf("%s outbound messages = %+v, want exactly one, delivered", out.name, sent.Messages)
+	}
+	if files, _ := filepath.Glob(filepath.Join(dropRoot, "*")); len(files) != 3 {
+		t.Errorf("drop folder holds %v, want the document, its sidecar and its marker", files)
 	}
 }

@@ -14,6 +14,8 @@ type deliveries struct {
 	destinations outbox.Destinations
 }
 
-// newDeliveries returns the deliveries of r: none until the live
-// connectors configuration (routes and destinations) is plugged in here.
-func newDeliveries(*replica) deliveries { return deliveries{} }
+// newDeliveries returns the deliveries of r: the routes and destinations
+// of the connectors document in force.
+func newDeliveries(r *replica) deliveries {
+	return deliveries{route: r.runtime.Route, destinations: r.runtime}
+}

@@ -303,7 +303,7 @@ func serve(ctx context.Context, env *environment, o serveOptions) error {
 	defer sp.Close()
 	log.Info("spool ready", zap.String("dir", sp.Dir()), zap.Int64("max_bytes", o.spoolMaxBytes), zap.Int64("from_bytes", o.spoolFromBytes))
 	defer applyHeapFloor(log, env.getenv, o.gcHeapFloorBytes).stop()
-	r := &replica{log: log, reg: reg, store: store, cfg: live, live: live, connectors: conns, o: o, report: rs, identity: identity, oidc: op, oidcName: opName, spool: sp}
+	r := &replica{log: log, reg: reg, store: store, cfg: live, live: live, connectors: conns, runtime: connectors.NewRuntime(conns.Current, o.secretsDir, o.foldersDir, log.Named("connectors")), o: o, report: rs, identity: identity, oidc: op, oidcName: opName, spool: sp}
 	p, err := newParts(r)
 	if err != nil {
 		return err

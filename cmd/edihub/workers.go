@@ -1,6 +1,8 @@
 package main
 
 import (
+	"time"
+
 	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -34,9 +36,12 @@ type replica struct {
 	live *partners.Live
 	// connectors is the connectors document this replica serves.
 	connectors *connectors.Live
-	o          serveOptions
-	report     reportSettings
-	identity   string
+	// runtime builds the connectors the document in force names, for
+	// deliveries and the pickup poller.
+	runtime  *connectors.Runtime
+	o        serveOptions
+	report   reportSettings
+	identity string
 	// oidc signs people in to the console with an OpenID Connect
 	// provider, named oidcName, discovered by its Run; nil: passwords
 	// only.
@@ -121,11 +126,39 @@ func newPickupPoller(r *replica) (leader.Worker, error) {
 	}
 	return pickup.NewPoller(pickup.Options{
 		Store:          r.store,
-		Sources:        func() []pickup.SourceSpec { return nil },
+		Sources:        func() []pickup.SourceSpec { return pickupSources(r) },
 		Outbound:       q.Outbound,
 		MaxSize:        r.o.maxBodyBytes,
 		ClaimRetention: r.o.purge.retention,
 		Logger:         r.log,
 		Registerer:     r.reg,
 	})
+}
+
+// pickupSources are the sources of the connectors document in force, as
+// the pickup poller lists them; a source whose connector cannot be built
+// (a secret missing on this replica) is logged and left out until it can.
+func pickupSources(r *replica) []pickup.SourceSpec {
+	c := r.connectors.Current().Connectors
+	specs := make([]pickup.SourceSpec, 0, len(c.Sources))
+	for _, s := range c.Sources {
+		src, err := r.runtime.Source(s.Name)
+		if err != nil {
+			r.log.Warn("pickup source not usable; its files wait", zap.String("source", s.Name), zap.Error(err))
+			continue
+		}
+		specs = append(specs, pickup.SourceSpec{
+			Name:    s.Name,
+			Source:  src,
+			Stable:  pickup.Stability(s.Stable),
+			Delete:  s.After == config.AfterDelete,
+			Archive: s.Archive,
+			Poll:    time.Duration(s.Poll),
+			Route: func(path string) (pickup.Route, bool) {
+				rt, ok := c.SourceRoute(s.Name, path)
+				return pickup.Route{Name: rt.Name, Partner: rt.Partner}, ok
+			},
+		})
+	}
+	return specs
 }
