@@ -127,7 +127,7 @@ func Fill(ctx context.Context, url string, o Options) (*Data, error) {
 	err := pgx.BeginFunc(ctx, conns[0], func(tx pgx.Tx) error {
 		// Emptied in this transaction, messages is written without WAL
 		// on a server with wal_level=minimal.
-		if _, err := tx.Exec(ctx, `TRUNCATE messages, payloads, payload_chunks, mdns, outbox, outbox_body_chunks, mdn_inbox, duplicates, events, message_attempts, message_interchanges, message_groups, interchange_duplicates`); err != nil {
+		if _, err := tx.Exec(ctx, `TRUNCATE messages, payloads, payload_chunks, mdns, outbox, outbox_body_chunks, mdn_inbox, duplicates, events, message_attempts, message_interchanges, message_groups, interchange_duplicates, pickup_claims`); err != nil {
 			return err
 		}
 		for _, t := range tables {
