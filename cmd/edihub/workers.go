@@ -1,9 +1,9 @@
 package main
 
 import (
-	"time"
-
 	"fmt"
+	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
@@ -118,7 +118,7 @@ func newAckWatcher(r *replica) (leader.Worker, error) {
 // picked-up files through a queue of its own, with the API's profile
 // checks and retry window; a file larger than -max-body-bytes (what the
 // API accepts) stays at its source with a reason. Sources come from the
-// connectors document; none is configured yet, so it idles.
+// connectors document in force; with none it idles.
 func newPickupPoller(r *replica) (leader.Worker, error) {
 	q, err := outbox.NewQueue(outbox.QueueOptions{Store: r.store, Config: r.cfg, RetryWindow: r.o.outbound.retryWindow, Logger: r.log.Named("pickup-queue")})
 	if err != nil {
@@ -126,7 +126,7 @@ func newPickupPoller(r *replica) (leader.Worker, error) {
 	}
 	return pickup.NewPoller(pickup.Options{
 		Store:          r.store,
-		Sources:        func() []pickup.SourceSpec { return pickupSources(r) },
+		Sources:        (&pickupSources{r: r, failed: map[string]string{}}).specs,
 		Outbound:       q.Outbound,
 		MaxSize:        r.o.maxBodyBytes,
 		ClaimRetention: r.o.purge.retention,
@@ -136,17 +136,30 @@ func newPickupPoller(r *replica) (leader.Worker, error) {
 }
 
 // pickupSources are the sources of the connectors document in force, as
-// the pickup poller lists them; a source whose connector cannot be built
-// (a secret missing on this replica) is logged and left out until it can.
-func pickupSources(r *replica) []pickup.SourceSpec {
-	c := r.connectors.Current().Connectors
+// the pickup poller lists them. A source whose connector cannot be built
+// (a secret missing on this replica) is left out until it can be, and
+// logged once per reason rather than at every tick.
+type pickupSources struct {
+	r      *replica
+	mu     sync.Mutex
+	failed map[string]string // source → the error last logged
+}
+
+func (p *pickupSources) specs() []pickup.SourceSpec {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	c := p.r.connectors.Current().Connectors
 	specs := make([]pickup.SourceSpec, 0, len(c.Sources))
 	for _, s := range c.Sources {
-		src, err := r.runtime.Source(s.Name)
+		src, err := p.r.runtime.Source(s.Name)
 		if err != nil {
-			r.log.Warn("pickup source not usable; its files wait", zap.String("source", s.Name), zap.Error(err))
+			if p.failed[s.Name] != err.Error() {
+				p.failed[s.Name] = err.Error()
+				p.r.log.Warn("pickup source not usable; its files wait", zap.String("source", s.Name), zap.Error(err))
+			}
 			continue
 		}
+		delete(p.failed, s.Name)
 		specs = append(specs, pickup.SourceSpec{
 			Name:    s.Name,
 			Source:  src,
