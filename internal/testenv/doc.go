@@ -15,6 +15,8 @@
 //     work measured
 //   - browser: a shared headless Chromium, a tab per test, and the checks
 //     a console page must pass (accessibility, keyboard, console errors)
+//   - exittemp: temporary directories removed when the process that made
+//     them ends (for servers a package's tests share)
 //   - s3server: Versity's S3 gateway with its POSIX backend on loopback
 //   - sshserver: a private OpenSSH sshd serving SFTP on loopback, with
 //     generated host and user keys
