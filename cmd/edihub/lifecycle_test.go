@@ -78,7 +78,7 @@ func TestServeLifecycle(t *testing.T) {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		var cursors int
-		if err := conn.QueryRow(context.Background(), `SELECT count(*) FROM event_cursors`).Scan(&cursors); err != nil {
+		if err := conn.QueryRow(context.Background(), `SELECT count(*) FROM event_cursors WHERE name = 'webhook'`).Scan(&cursors); err != nil {
 			t.Fatal(err)
 		}
 		if cursors == 1 && strings.Contains(a.logs.String(), "purge finished") {
