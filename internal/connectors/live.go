@@ -175,22 +175,10 @@ func (l *Live) apply(stored postgres.ConnectorsRevision, cur *Snapshot) {
 // of a change and every Resync (a lost notification). A lost database
 // connection is retried; Run returns nil when ctx ends.
 func (l *Live) Run(ctx context.Context) error {
-	wake := make(chan struct{}, 1)
-	notify := func() {
-		select {
-		case wake <- struct{}{}:
-		default:
-		}
-	}
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		postgres.KeepListening(ctx, l.o.Store.ListenConnectors, notify, DefaultListenWait, func(err error) {
-			l.log.Warn("listen for connectors changes; retrying (changes are still read every resync)", zap.Error(err))
-		})
-	}()
-	defer wg.Wait()
+	wake, wait := postgres.Follow(ctx, l.o.Store.ListenConnectors, DefaultListenWait, func(err error) {
+		l.log.Warn("listen for connectors changes; retrying (changes are still read every resync)", zap.Error(err))
+	})
+	defer wait()
 	resync := time.NewTicker(l.o.Resync)
 	defer resync.Stop()
 	for {

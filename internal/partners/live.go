@@ -385,22 +385,10 @@ func usesChanged(cur *config.File, uses map[string]map[string]time.Time) bool {
 // configuration file or a file it names changes (FileCheck). A lost
 // database connection is retried; Run returns nil when ctx ends.
 func (l *Live) Run(ctx context.Context) error {
-	wake := make(chan struct{}, 1)
-	notify := func() {
-		select {
-		case wake <- struct{}{}:
-		default:
-		}
-	}
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		postgres.KeepListening(ctx, l.o.Store.ListenPartners, notify, DefaultListenWait, func(err error) {
-			l.log.Warn("listen for partner changes; retrying (changes are still read every resync)", zap.Error(err))
-		})
-	}()
-	defer wg.Wait()
+	wake, wait := postgres.Follow(ctx, l.o.Store.ListenPartners, DefaultListenWait, func(err error) {
+		l.log.Warn("listen for partner changes; retrying (changes are still read every resync)", zap.Error(err))
+	})
+	defer wait()
 	resync := time.NewTicker(l.o.Resync)
 	defer resync.Stop()
 	files := time.NewTicker(l.o.FileCheck)

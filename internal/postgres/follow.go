@@ -26,3 +26,24 @@ func KeepListening(ctx context.Context, listen func(ctx context.Context, wake fu
 		}
 	}
 }
+
+// Follow runs KeepListening in a goroutine of its own and returns the
+// wake-ups as a channel that holds at most one (a burst of notifications
+// is one reload), and a function that waits for the goroutine to end once
+// ctx has. It is the listening half of a replica's live view; the view
+// selects on the channel beside its resync ticker.
+func Follow(ctx context.Context, listen func(ctx context.Context, wake func()) error, retry time.Duration, failed func(error)) (<-chan struct{}, func()) {
+	wake := make(chan struct{}, 1)
+	notify := func() {
+		select {
+		case wake <- struct{}{}:
+		default:
+		}
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		KeepListening(ctx, listen, notify, retry, failed)
+	}()
+	return wake, func() { <-done }
+}
